@@ -1,0 +1,44 @@
+-- polylimit: one atomic decision for one or more policies.
+-- Mirrors core/src/algorithm/*.rs line for line. All numbers are integers
+-- below 2^52 (policy validation guarantees it), so Lua doubles are exact.
+-- State of a key is a string of three integers "a b c" (one GET, one SET PX).
+
+local function ceil_div(a, b)
+  if a <= 0 then return 0 end
+  return math.floor((a + b - 1) / b)
+end
+
+local function fdiv(a, b)
+  return math.floor(a / b)
+end
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function read_cells(key)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  local a, b, c = string.match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  if not a then
+    error({err = 'POLYLIMIT_STATE key ' .. key .. ' does not hold polylimit state'})
+  end
+  return {tonumber(a), tonumber(b), tonumber(c)}
+end
+
+local function write_cells(key, a, b, c, ttl)
+  if ttl < 1 then ttl = 1 end
+  redis.call('SET', key, fmt(a) .. ' ' .. fmt(b) .. ' ' .. fmt(c), 'PX', fmt(ttl))
+end
+
+-- `max(TAT, now) - now` in scaled units, from cells {tat_ms, tat_rem}.
+local function wait_scaled(c, now, count)
+  if not c then return 0 end
+  if c[1] > now then return (c[1] - now) * count + c[2] end
+  if c[1] == now then return c[2] end
+  return 0
+end
+
+local function write_tat(key, now, wait, count, ttl)
+  write_cells(key, now + fdiv(wait, count), wait % count, 0, ttl)
+end

@@ -1,0 +1,24 @@
+-- fixed_window: cells {window_start_ms, count}
+local function fixed_window(keys, k, now, cost, count, period, limit)
+  local key = keys[k]
+  local start = now - now % period
+  local window, used = start, 0
+  local c = read_cells(key)
+  if c then window, used = c[1], c[2] end
+  if start > window then
+    window = start
+    used = 0
+  end
+  local window_end = window + period - now
+  local reset = 0
+  if used > 0 then reset = window_end end
+  if cost > limit then
+    return false, limit - used, reset, false, 0
+  end
+  if used + cost <= limit then
+    used = used + cost
+    return true, limit - used, window_end, false, 0,
+      function() write_cells(key, window, used, 0, window_end) end
+  end
+  return false, limit - used, reset, window_end, 0
+end

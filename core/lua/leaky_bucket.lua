@@ -1,0 +1,48 @@
+-- leaky_bucket (police): cells {level * period, last_ms}
+local function leaky_bucket(keys, k, now, cost, count, period, burst)
+  local key = keys[k]
+  local cap = burst * period
+  local level, last = 0, now
+  local c = read_cells(key)
+  if c then level, last = c[1], c[2] end
+  if now > last then
+    if now - last >= ceil_div(level, count) then
+      level = 0
+    else
+      level = level - (now - last) * count
+    end
+    last = now
+  end
+  local lag = last - now
+  if cost > burst then
+    return false, fdiv(cap - level, period), lag + ceil_div(level, count), false, 0
+  end
+  local need = cost * period
+  if level + need <= cap then
+    level = level + need
+    local reset = lag + ceil_div(level, count)
+    return true, fdiv(cap - level, period), reset, false, 0,
+      function() write_cells(key, level, last, 0, reset) end
+  end
+  return false, fdiv(cap - level, period), lag + ceil_div(level, count), lag + ceil_div(level + need - cap, count), 0
+end
+
+-- leaky_bucket (shape): the queue's tail as a TAT; admitted iff wait <= max_delay
+local function leaky_bucket_shape(keys, k, now, cost, count, period, burst, max_delay)
+  local key = keys[k]
+  local wait = wait_scaled(read_cells(key), now, count)
+  local function room(w)
+    if w <= max_delay then return fdiv(max_delay - w, period) + 1 end
+    return 0
+  end
+  if cost > burst then
+    return false, room(wait), ceil_div(wait, count), false, 0
+  end
+  if wait <= max_delay then
+    local next = wait + cost * period
+    local reset = ceil_div(next, count)
+    return true, room(next), reset, false, ceil_div(wait, count),
+      function() write_tat(key, now, next, count, reset) end
+  end
+  return false, 0, ceil_div(wait, count), ceil_div(wait - max_delay, count), 0
+end

@@ -1,0 +1,41 @@
+-- sliding_window_counter: cells {window_start_ms, previous, current}
+local function sliding_window_counter(keys, k, now, cost, count, period, limit)
+  local key = keys[k]
+  local start = now - now % period
+  local window, previous, current = start, 0, 0
+  local c = read_cells(key)
+  if c then window, previous, current = c[1], c[2], c[3] end
+  if start > window then
+    if start == window + period then previous = current else previous = 0 end
+    current = 0
+    window = start
+  end
+  local elapsed = now - window
+  if elapsed < 0 then elapsed = 0 end
+  local weighted_previous = previous * (period - elapsed)
+  local function remaining(cur)
+    return fdiv(limit * period - weighted_previous, period) - cur
+  end
+  local function reset(cur)
+    if cur > 0 then return window + 2 * period - now end
+    if previous > 0 then return window + period - now end
+    return 0
+  end
+  if cost > limit then
+    return false, remaining(current), reset(current), false, 0
+  end
+  if weighted_previous + (current + cost) * period <= limit * period then
+    current = current + cost
+    local ttl = reset(current)
+    return true, remaining(current), ttl, false, 0,
+      function() write_cells(key, window, previous, current, ttl) end
+  end
+  local room = limit - current - cost
+  local retry
+  if room >= 0 then
+    retry = period - fdiv(room * period, previous) - elapsed
+  else
+    retry = window + period - now + period - fdiv((limit - cost) * period, current)
+  end
+  return false, remaining(current), reset(current), retry, 0
+end

@@ -1,0 +1,103 @@
+//! What a check returns.
+
+use crate::algorithm::Verdict;
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The configured store.
+    Store,
+    /// The process-local fallback limiter (store unavailable, `on_store_error: local`).
+    Local,
+    /// Allowed because the store is unavailable (`on_store_error: fail_open`).
+    FailOpen,
+    /// Denied because the store is unavailable (`on_store_error: fail_closed`).
+    FailClosed,
+    /// Denied: the key is serving a penalty block.
+    Penalty,
+    /// Allowed: the key or address is allowlisted.
+    Allowlist,
+    /// Denied: the key or address is denylisted.
+    Denylist,
+}
+
+impl Source {
+    /// The name used in every binding and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Store => "store",
+            Source::Local => "local",
+            Source::FailOpen => "fail_open",
+            Source::FailClosed => "fail_closed",
+            Source::Penalty => "penalty",
+            Source::Allowlist => "allowlist",
+            Source::Denylist => "denylist",
+        }
+    }
+}
+
+/// The decision for one policy and one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The request may proceed.
+    pub allowed: bool,
+    /// The policy's count: burst for buckets, limit per window for windows.
+    pub limit: u64,
+    /// Whole requests still available right after this decision.
+    pub remaining: u64,
+    /// Time until the limiter is back to its full, idle state for this key.
+    pub reset_after_ms: u64,
+    /// When denied: time until the same request could be allowed; `None` when
+    /// allowed, or when the cost can never fit.
+    pub retry_after_ms: Option<u64>,
+    /// Shape mode: how long to hold the request before serving it.
+    pub delay_ms: u64,
+    /// Who decided.
+    pub source: Source,
+}
+
+impl Decision {
+    pub(crate) fn from_verdict(v: Verdict, limit: u64, source: Source) -> Decision {
+        Decision {
+            allowed: v.allowed,
+            limit,
+            remaining: v.remaining,
+            reset_after_ms: v.reset_after_ms,
+            retry_after_ms: v.retry_after_ms,
+            delay_ms: v.delay_ms,
+            source,
+        }
+    }
+}
+
+/// The decisions of one check across its policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckResult {
+    /// Every policy allowed (and so every policy was charged).
+    pub allowed: bool,
+    /// The clock the decision used, in ms since the epoch (Redis `TIME` for Redis).
+    pub now_ms: i64,
+    /// One decision per policy, in the order the policies were given.
+    pub decisions: Vec<Decision>,
+}
+
+impl CheckResult {
+    /// The index of the decision closest to denying: a denied one with the
+    /// longest wait (a cost that never fits first), otherwise the allowed one
+    /// with the fewest remaining requests (then the longest reset).
+    pub fn closest_to_denying(&self) -> usize {
+        let key = |d: &Decision| {
+            if d.allowed {
+                (0, u64::MAX - d.remaining, d.reset_after_ms)
+            } else {
+                (1, d.retry_after_ms.unwrap_or(u64::MAX), d.reset_after_ms)
+            }
+        };
+        (0..self.decisions.len()).max_by_key(|&i| key(&self.decisions[i])).unwrap_or(0)
+    }
+
+    /// The decision closest to denying, as headers describe it.
+    pub fn decision(&self) -> Decision {
+        self.decisions[self.closest_to_denying()]
+    }
+}

@@ -1,0 +1,33 @@
+//! polylimit: a distributed rate limiter with one core for Rust, Python,
+//! Node.js and Go.
+//!
+//! ```no_run
+//! # async fn demo() -> polylimit::Result<()> {
+//! use polylimit::{Limiter, LimiterConfig, Policy};
+//! let policy = Policy::parse(r#"{"algorithm": "gcra", "rate": "10/s", "burst": 20}"#)?;
+//! let limiter = Limiter::new(LimiterConfig::new(policy).with_store("redis://127.0.0.1:6379"))?;
+//! let decision = limiter.check("user:42").await?;
+//! if !decision.allowed {
+//!     println!("retry in {:?} ms", decision.retry_after_ms);
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod algorithm;
+pub mod breaker;
+mod decision;
+pub mod duration;
+mod error;
+mod limiter;
+mod metrics;
+pub mod policy;
+mod store;
+
+pub use algorithm::Verdict;
+pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
+pub use decision::{CheckResult, Decision, Source};
+pub use error::{Error, Result};
+pub use limiter::{CheckOptions, Limiter, LimiterConfig};
+pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
+pub use store::redis::{script_sha, SCRIPT};

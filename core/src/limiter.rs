@@ -1,0 +1,433 @@
+//! The public entry point: a limiter holds policies and a store, and guards
+//! the store with a timeout, a circuit breaker and each policy's fallback.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::algorithm::{Params, Verdict};
+use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
+use crate::decision::{CheckResult, Decision, Source};
+use crate::duration::parse_duration_ms;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::policy::{OnStoreError, Policy, MAX_COST};
+use crate::store::keys::{key_head, store_key};
+use crate::store::memory::{MemoryCheck, MemoryStore};
+use crate::store::redis::{RedisCheck, RedisStore};
+
+/// Everything a limiter is built from.
+#[derive(Debug, Clone)]
+pub struct LimiterConfig {
+    /// The policies; a check applies all of them to its key, atomically.
+    pub policies: Vec<Policy>,
+    /// `memory`, `redis://…`, `rediss://…` or `redis+cluster://h1:p1,h2:p2`.
+    pub store: String,
+    /// First segment of every store key.
+    pub prefix: String,
+    /// Most keys the memory store (and the local fallback) holds.
+    pub max_keys: usize,
+    /// Deadline of every store call.
+    pub timeout: Duration,
+    /// The store's circuit breaker.
+    pub breaker: BreakerConfig,
+}
+
+impl LimiterConfig {
+    /// One policy on the memory store, with the defaults.
+    pub fn new(policy: Policy) -> LimiterConfig {
+        LimiterConfig {
+            policies: vec![policy],
+            store: "memory".into(),
+            prefix: "polylimit".into(),
+            max_keys: 1_000_000,
+            timeout: Duration::from_millis(100),
+            breaker: BreakerConfig::default(),
+        }
+    }
+
+    /// The same, on another store.
+    pub fn with_store(mut self, store: impl Into<String>) -> LimiterConfig {
+        self.store = store.into();
+        self
+    }
+
+    /// Builds a configuration from the options object every binding passes:
+    /// `policy` (or `policies`: a list, or a map of name → policy), `store`,
+    /// `prefix`, `max_keys`, `timeout`, `failure_threshold`, `cooldown`,
+    /// `half_open_probes`. Unknown fields are errors.
+    pub fn from_value(value: &Value) -> Result<LimiterConfig> {
+        let obj = value.as_object().ok_or_else(|| Error::config("options", value, "is not an object"))?;
+        const FIELDS: [&str; 9] = ["policy", "policies", "store", "prefix", "max_keys", "timeout", "failure_threshold", "cooldown", "half_open_probes"];
+        for key in obj.keys() {
+            if !FIELDS.contains(&key.as_str()) {
+                return Err(Error::config(key.as_str(), "", format!("is not a limiter option (expected one of {})", FIELDS.join(", "))));
+            }
+        }
+        let policies = match (obj.get("policy"), obj.get("policies")) {
+            (Some(_), Some(_)) => return Err(Error::config("policies", "", "cannot be given together with policy")),
+            (Some(p), None) => vec![Policy::from_value(p, "policy")?],
+            (None, Some(Value::Array(list))) => list
+                .iter()
+                .enumerate()
+                .map(|(i, p)| Policy::from_value(p, &format!("policies[{i}]")))
+                .collect::<Result<_>>()?,
+            (None, Some(Value::Object(map))) => map
+                .iter()
+                .map(|(name, p)| {
+                    let path = format!("policies.{name}");
+                    let policy = Policy::from_value(p, &path)?;
+                    Ok(if p.get("name").is_some() { policy } else { policy.with_name(name.as_str()) })
+                })
+                .collect::<Result<_>>()?,
+            (None, Some(other)) => return Err(Error::config("policies", other, "is not a list or a map of policies")),
+            (None, None) => return Err(Error::config("policy", "", "is required")),
+        };
+        let mut config = LimiterConfig::new(policies[0].clone());
+        config.policies = policies;
+        if let Some(v) = obj.get("store") {
+            config.store = v.as_str().ok_or_else(|| Error::config("store", v, "is not a string"))?.to_string();
+        }
+        if let Some(v) = obj.get("prefix") {
+            config.prefix = v.as_str().ok_or_else(|| Error::config("prefix", v, "is not a string"))?.to_string();
+        }
+        if let Some(v) = obj.get("max_keys") {
+            config.max_keys = v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| Error::config("max_keys", v, "is not a positive integer"))? as usize;
+        }
+        let duration = |field: &str| -> Result<Option<Duration>> {
+            obj.get(field)
+                .map(|v| {
+                    v.as_str()
+                        .and_then(parse_duration_ms)
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis)
+                        .ok_or_else(|| Error::config(field, v, "is not a duration like \"100ms\", \"30s\" above zero"))
+                })
+                .transpose()
+        };
+        if let Some(d) = duration("timeout")? {
+            config.timeout = d;
+        }
+        if let Some(d) = duration("cooldown")? {
+            config.breaker.cooldown = d;
+        }
+        let count = |field: &str| -> Result<Option<u32>> {
+            obj.get(field)
+                .map(|v| v.as_u64().filter(|n| *n > 0 && *n <= 1_000_000).map(|n| n as u32).ok_or_else(|| Error::config(field, v, "is not a positive integer")))
+                .transpose()
+        };
+        if let Some(n) = count("failure_threshold")? {
+            config.breaker.threshold = n;
+        }
+        if let Some(n) = count("half_open_probes")? {
+            config.breaker.half_open_max = n;
+        }
+        Ok(config)
+    }
+}
+
+/// Options of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// Units the request consumes, at least 1.
+    pub cost: u64,
+    /// The time to decide at, in ms since the epoch; for tests and
+    /// simulations. `None`: the store's clock (Redis `TIME`).
+    pub now_ms: Option<i64>,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { cost: 1, now_ms: None }
+    }
+}
+
+/// A policy ready to run: its numbers and the head of its store keys.
+struct Compiled {
+    policy: Policy,
+    params: Params,
+    key_head: String,
+}
+
+enum Backend {
+    Memory,
+    Redis(RedisStore),
+}
+
+struct Inner {
+    policies: Vec<Compiled>,
+    backend: Backend,
+    /// The memory store; for Redis, the `local` fallback.
+    memory: MemoryStore,
+    breaker: CircuitBreaker,
+    timeout: Duration,
+    closed: AtomicBool,
+    metrics: Metrics,
+}
+
+/// A rate limiter. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+/// The process clock in ms since the epoch.
+pub(crate) fn process_now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Limiter {
+    /// Builds a limiter. Fails only on bad configuration; a Redis store is
+    /// connected lazily, so an unreachable Redis is handled by the fallback.
+    pub fn new(config: LimiterConfig) -> Result<Limiter> {
+        if config.policies.is_empty() {
+            return Err(Error::config("policies", "[]", "is empty"));
+        }
+        for (i, p) in config.policies.iter().enumerate() {
+            if config.policies[..i].iter().any(|q| q.name() == p.name()) {
+                return Err(Error::config("policies", format!("{:?}", p.name()), "names two policies the same"));
+            }
+        }
+        if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
+            return Err(Error::config("prefix", format!("{:?}", config.prefix), "is not a non-empty string without '{' or '}'"));
+        }
+        let backend = match config.store.as_str() {
+            "memory" => Backend::Memory,
+            url if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+                Backend::Redis(RedisStore::open(url, config.timeout)?)
+            }
+            other => {
+                return Err(Error::config("store", format!("{other:?}"), "is not \"memory\", \"redis://…\", \"rediss://…\" or \"redis+cluster://…\""))
+            }
+        };
+        let policies = config
+            .policies
+            .into_iter()
+            .map(|policy| {
+                let params = Params::new(&policy);
+                let key_head = key_head(&config.prefix, params.kind, policy.name());
+                Compiled { policy, params, key_head }
+            })
+            .collect::<Vec<_>>();
+        let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
+        Ok(Limiter {
+            inner: Arc::new(Inner {
+                policies,
+                backend,
+                memory: MemoryStore::new(config.max_keys),
+                breaker: CircuitBreaker::new(config.breaker),
+                timeout: config.timeout,
+                closed: AtomicBool::new(false),
+                metrics,
+            }),
+        })
+    }
+
+    /// A limiter from the options object of [`LimiterConfig::from_value`].
+    pub fn from_value(options: &Value) -> Result<Limiter> {
+        Limiter::new(LimiterConfig::from_value(options)?)
+    }
+
+    /// The policies, in order.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.inner.policies.iter().map(|c| &c.policy)
+    }
+
+    /// Checks `key` with cost 1 on the store's clock. With several policies,
+    /// returns the one closest to denying.
+    pub async fn check(&self, key: &str) -> Result<Decision> {
+        self.check_with(key, CheckOptions::default()).await
+    }
+
+    /// Checks `key` with options.
+    pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        let result = self.check_all(key, options).await?;
+        Ok(result.decision())
+    }
+
+    /// Checks `key` against every policy in one atomic decision: allowed only
+    /// if all allow, and then all are charged; otherwise none is.
+    pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
+        if let [_] = self.inner.policies.as_slice() {
+            return self.decide(&[(0, key)], options).await;
+        }
+        let targets: Vec<(usize, &str)> = (0..self.inner.policies.len()).map(|i| (i, key)).collect();
+        self.decide(&targets, options).await
+    }
+
+    /// Decides `(policy index, key)` pairs atomically.
+    pub(crate) async fn decide(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if options.cost == 0 || options.cost > MAX_COST {
+            return Err(Error::config("cost", options.cost, format!("is not an integer from 1 to {MAX_COST}")));
+        }
+        if let Some(now) = options.now_ms {
+            if !(0..=1 << 50).contains(&now) {
+                return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
+            }
+        }
+        if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
+            return Err(Error::Internal(format!("no policy at index {i}")));
+        }
+        let cost = options.cost as i64;
+        let result = match &inner.backend {
+            Backend::Memory => {
+                let now = options.now_ms.unwrap_or_else(process_now_ms);
+                self.decide_memory(targets, now, cost, Source::Store, true)
+            }
+            Backend::Redis(redis) => self.decide_redis(redis, targets, options.now_ms, cost).await?,
+        };
+        for (&(i, _), decision) in targets.iter().zip(&result.decisions) {
+            inner.metrics.decision(i, decision);
+        }
+        Ok(result)
+    }
+
+    fn decide_memory(&self, targets: &[(usize, &str)], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
+        let inner = &*self.inner;
+        let checks: Vec<MemoryCheck<'_>> =
+            targets.iter().map(|&(i, key)| MemoryCheck { slot: i as u32, params: &inner.policies[i].params, key }).collect();
+        let (allowed, verdicts) = inner.memory.decide(&checks, now, cost, charge);
+        self.result(targets, now, allowed, verdicts, source)
+    }
+
+    fn result(&self, targets: &[(usize, &str)], now: i64, allowed: bool, verdicts: Vec<Verdict>, source: Source) -> CheckResult {
+        let decisions = targets
+            .iter()
+            .zip(verdicts)
+            .map(|(&(i, _), v)| Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source))
+            .collect();
+        CheckResult { allowed, now_ms: now, decisions }
+    }
+
+    fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
+        let compiled = &self.inner.policies[i];
+        let main = store_key(&compiled.key_head, key);
+        if compiled.params.key_count() == 2 {
+            let log = format!("{main}:log");
+            vec![main, log]
+        } else {
+            vec![main]
+        }
+    }
+
+    async fn decide_redis(&self, redis: &RedisStore, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> Result<CheckResult> {
+        let inner = &*self.inner;
+        let Some(permit) = inner.breaker.acquire() else {
+            return Ok(self.fallback(targets, now, cost));
+        };
+        let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
+        let checks: Vec<RedisCheck<'_>> =
+            targets.iter().zip(&keys).map(|(&(i, _), keys)| RedisCheck { params: &inner.policies[i].params, keys }).collect();
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(inner.timeout, redis.decide(&checks, now, cost)).await;
+        inner.metrics.store_latency(started.elapsed());
+        match outcome {
+            Ok(Ok((store_now, verdicts))) => {
+                inner.breaker.success(permit);
+                let allowed = verdicts.iter().all(|v| v.allowed);
+                Ok(self.result(targets, store_now, allowed, verdicts, Source::Store))
+            }
+            Ok(Err(e @ Error::Store { .. })) => {
+                // The server answered: it is up, only this key is wrong.
+                inner.breaker.success(permit);
+                inner.metrics.store_error();
+                Err(e)
+            }
+            Ok(Err(_)) | Err(_) => {
+                inner.breaker.failure(permit);
+                inner.metrics.store_error();
+                Ok(self.fallback(targets, now, cost))
+            }
+        }
+    }
+
+    /// Decides while the store cannot, per each policy's `on_store_error`.
+    fn fallback(&self, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> CheckResult {
+        let inner = &*self.inner;
+        let now = now.unwrap_or_else(process_now_ms);
+        let mode = |i: usize| inner.policies[i].policy.on_store_error();
+        let any_closed = targets.iter().any(|&(i, _)| mode(i) == OnStoreError::FailClosed);
+        let local: Vec<(usize, &str)> = targets.iter().copied().filter(|&(i, _)| mode(i) == OnStoreError::Local).collect();
+        // Local policies are charged only if nothing else denies.
+        let local_result = (!local.is_empty()).then(|| self.decide_memory(&local, now, cost, Source::Local, !any_closed));
+        let retry_ms = inner.breaker.retry_in().as_millis().max(1000) as u64;
+        let mut local_decisions = local_result.iter().flat_map(|r| r.decisions.iter().copied());
+        let decisions: Vec<Decision> = targets
+            .iter()
+            .map(|&(i, _)| {
+                let limit = inner.policies[i].policy.limit();
+                match mode(i) {
+                    OnStoreError::Local => local_decisions.next().unwrap_or(Decision {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_after_ms: 0,
+                        retry_after_ms: None,
+                        delay_ms: 0,
+                        source: Source::Local,
+                    }),
+                    OnStoreError::FailOpen => Decision { allowed: true, limit, remaining: limit, reset_after_ms: 0, retry_after_ms: None, delay_ms: 0, source: Source::FailOpen },
+                    OnStoreError::FailClosed => Decision {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_after_ms: 0,
+                        retry_after_ms: Some(retry_ms),
+                        delay_ms: 0,
+                        source: Source::FailClosed,
+                    },
+                }
+            })
+            .collect();
+        let allowed = decisions.iter().all(|d| d.allowed);
+        CheckResult { allowed, now_ms: now, decisions }
+    }
+
+    /// Forgets `key` under every policy (in the store and the local fallback).
+    pub async fn reset(&self, key: &str) -> Result<()> {
+        let inner = &*self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        for i in 0..inner.policies.len() {
+            inner.memory.reset(i as u32, key);
+        }
+        if let Backend::Redis(redis) = &inner.backend {
+            let keys: Vec<String> = (0..inner.policies.len()).flat_map(|i| self.store_keys(i, key)).collect();
+            tokio::time::timeout(inner.timeout, redis.delete(&keys))
+                .await
+                .map_err(|_| Error::StoreUnavailable { message: "reset timed out".into(), source: None })??;
+        }
+        Ok(())
+    }
+
+    /// The store's breaker state (`Closed` for the memory store).
+    pub fn breaker_state(&self) -> BreakerState {
+        match self.inner.backend {
+            Backend::Memory => BreakerState::Closed,
+            Backend::Redis(_) => self.inner.breaker.state(),
+        }
+    }
+
+    /// Metrics in Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.breaker.state());
+        self.inner.metrics.render(breaker)
+    }
+
+    /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`Limiter::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+}

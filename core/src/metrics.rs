@@ -1,0 +1,115 @@
+//! Prometheus text metrics. Labels are bounded: policy names, route templates
+//! from the rules file, decisions and sources — never a raw key or address.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::breaker::BreakerState;
+use crate::decision::{Decision, Source};
+
+const SOURCES: [Source; 7] = [Source::Store, Source::Local, Source::FailOpen, Source::FailClosed, Source::Penalty, Source::Allowlist, Source::Denylist];
+
+/// Upper bounds of the store latency histogram, in seconds.
+const LATENCY_BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// Counters of one limiter.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    /// Per policy, lock-free: [source][allowed] → count (checks outside the HTTP layer).
+    per_policy: Vec<(String, [[AtomicU64; 2]; SOURCES.len()])>,
+    /// (policy, route, decision, source) → count, for the HTTP layer.
+    requests: Mutex<BTreeMap<(String, String, &'static str, &'static str), u64>>,
+    blocked: Mutex<BTreeMap<(String, String), u64>>,
+    store_errors: AtomicU64,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_ns: AtomicU64,
+}
+
+impl Metrics {
+    pub fn new<'a>(policies: impl IntoIterator<Item = &'a str>) -> Metrics {
+        Metrics { per_policy: policies.into_iter().map(|p| (p.to_string(), Default::default())).collect(), ..Default::default() }
+    }
+
+    /// Counts a decision of the policy at `index`.
+    pub fn decision(&self, index: usize, decision: &Decision) {
+        if let Some((_, counts)) = self.per_policy.get(index) {
+            let source = SOURCES.iter().position(|s| *s == decision.source).unwrap_or(0);
+            counts[source][decision.allowed as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn store_error(&self) {
+        self.store_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn store_latency(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            if secs <= *bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_ns.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one HTTP request's decision of `policy` on `route` (a template).
+    pub fn request(&self, policy: &str, route: &str, decision: &Decision, blocked: bool) {
+        let verdict = if decision.allowed { "allowed" } else { "denied" };
+        *self.requests.lock().entry((policy.to_string(), route.to_string(), verdict, decision.source.as_str())).or_default() += 1;
+        if blocked {
+            *self.blocked.lock().entry((policy.to_string(), route.to_string())).or_default() += 1;
+        }
+    }
+
+    pub fn store_errors(&self) -> u64 {
+        self.store_errors.load(Ordering::Relaxed)
+    }
+
+    pub fn render(&self, breaker: Option<BreakerState>) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "# HELP polylimit_requests_total Rate limit decisions.\n# TYPE polylimit_requests_total counter");
+        for (policy, counts) in &self.per_policy {
+            for (source, by_verdict) in SOURCES.iter().zip(counts) {
+                for (verdict, n) in ["denied", "allowed"].iter().zip(by_verdict) {
+                    let n = n.load(Ordering::Relaxed);
+                    if n > 0 {
+                        let _ = writeln!(out, "polylimit_requests_total{{policy=\"{}\",route=\"\",decision=\"{verdict}\",source=\"{}\"}} {n}", label(policy), source.as_str());
+                    }
+                }
+            }
+        }
+        for ((policy, route, verdict, source), n) in self.requests.lock().iter() {
+            let _ = writeln!(out, "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}", label(policy), label(route));
+        }
+        let _ = writeln!(out, "# HELP rate_limit_blocked_total Requests blocked by a rate limit.\n# TYPE rate_limit_blocked_total counter");
+        for ((policy, route), n) in self.blocked.lock().iter() {
+            let _ = writeln!(out, "rate_limit_blocked_total{{policy=\"{}\",route=\"{}\"}} {n}", label(policy), label(route));
+        }
+        let _ = writeln!(out, "# HELP polylimit_store_errors_total Store calls that failed or timed out.\n# TYPE polylimit_store_errors_total counter");
+        let _ = writeln!(out, "polylimit_store_errors_total {}", self.store_errors());
+        let _ = writeln!(out, "# HELP polylimit_store_latency_seconds Store call latency.\n# TYPE polylimit_store_latency_seconds histogram");
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
+            let _ = writeln!(out, "polylimit_store_latency_seconds_bucket{{le=\"{bound}\"}} {}", bucket.load(Ordering::Relaxed));
+        }
+        let count = self.latency_count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "polylimit_store_latency_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "polylimit_store_latency_seconds_sum {}", self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        let _ = writeln!(out, "polylimit_store_latency_seconds_count {count}");
+        if let Some(state) = breaker {
+            let _ = writeln!(out, "# HELP polylimit_breaker_state Store circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE polylimit_breaker_state gauge");
+            let _ = writeln!(out, "polylimit_breaker_state {}", state as u8);
+        }
+        out
+    }
+}
+
+/// Escapes a label value per the Prometheus text format.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

@@ -1,0 +1,85 @@
+//! Store key layout: `<prefix>:<algorithm>:<policy name>:{<key>}`.
+//!
+//! User-supplied parts are percent-escaped (`%`, `{`, `}`, and `:` in the
+//! policy name), so two different keys never map to the same store key and no
+//! input can choose its cluster slot: the hash tag is always exactly the
+//! escaped key, and every key of one decision for that key shares it.
+
+use std::borrow::Cow;
+
+use crate::algorithm::Kind;
+
+/// The algorithm segment of a key. Variants with different state layouts get
+/// different names, so switching `refill` or `mode` never misreads old state.
+pub(crate) fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::TokenBucket => "token_bucket",
+        Kind::TokenBucketInterval => "token_bucket_interval",
+        Kind::Gcra => "gcra",
+        Kind::LeakyPolice => "leaky_bucket",
+        Kind::LeakyShape => "leaky_bucket_shape",
+        Kind::FixedWindow => "fixed_window",
+        Kind::SlidingWindowLog => "sliding_window_log",
+        Kind::SlidingWindowCounter => "sliding_window_counter",
+    }
+}
+
+/// Percent-escapes the bytes in `special` and `%` itself.
+pub(crate) fn escape<'a>(text: &'a str, special: &[u8]) -> Cow<'a, str> {
+    if !text.bytes().any(|b| b == b'%' || special.contains(&b)) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for ch in text.chars() {
+        match ch {
+            '%' => out.push_str("%25"),
+            '{' if special.contains(&b'{') => out.push_str("%7B"),
+            '}' if special.contains(&b'}') => out.push_str("%7D"),
+            ':' if special.contains(&b':') => out.push_str("%3A"),
+            _ => out.push(ch),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `<prefix>:<algorithm>:<policy name>:{` — everything before the user key.
+pub(crate) fn key_head(prefix: &str, kind: Kind, policy_name: &str) -> String {
+    format!("{prefix}:{}:{}:{{", kind_name(kind), escape(policy_name, b"{}:"))
+}
+
+/// The full store key for `key` under `head`.
+pub(crate) fn store_key(head: &str, key: &str) -> String {
+    let key = escape(key, b"{}");
+    let mut out = String::with_capacity(head.len() + key.len() + 1);
+    out.push_str(head);
+    out.push_str(&key);
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_and_escaping() {
+        let head = key_head("polylimit", Kind::Gcra, "pay:ments");
+        assert_eq!(head, "polylimit:gcra:pay%3Aments:{");
+        assert_eq!(store_key(&head, "user:42"), "polylimit:gcra:pay%3Aments:{user:42}");
+        assert_eq!(store_key(&head, "a}{b%"), "polylimit:gcra:pay%3Aments:{a%7D%7Bb%25}");
+    }
+
+    #[test]
+    fn distinct_keys_stay_distinct() {
+        let head = key_head("p", Kind::TokenBucket, "x");
+        let inputs = ["a", "a}", "a%7D", "a%257D", "{a}", "%7Ba%7D", "", "}", "%"];
+        let keys: std::collections::HashSet<_> = inputs.iter().map(|k| store_key(&head, k)).collect();
+        assert_eq!(keys.len(), inputs.len());
+        for k in &keys {
+            // The hash tag is the text between the first '{' and the next '}'.
+            let open = k.find('{').unwrap();
+            let close = open + k[open..].find('}').unwrap();
+            assert_eq!(close, k.len() - 1, "{k}: the tag must span the whole escaped key");
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The embedded store: sharded maps, one lock per shard, idle keys expire,
+//! and `max_keys` bounds memory whatever the key cardinality.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use indexmap::{Equivalent, IndexMap};
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::algorithm::{decide, Params, State, Update, Verdict};
+
+const SHARDS: usize = 64;
+/// Entries examined for expiry on each new key, so idle keys are reclaimed
+/// without a background task.
+const SWEEP_PER_INSERT: usize = 2;
+/// Entries sampled when a full shard must evict one.
+const EVICTION_SAMPLE: usize = 5;
+
+/// Identifies a key of one policy (`slot` is the policy's index in its limiter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MapKey {
+    slot: u32,
+    key: Box<str>,
+}
+
+/// The borrowed form used for lookups, so a warm key costs no allocation.
+struct MapKeyRef<'a> {
+    slot: u32,
+    key: &'a str,
+}
+
+impl Hash for MapKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u32(self.slot);
+        self.key.hash(state);
+    }
+}
+
+impl Hash for MapKeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u32(self.slot);
+        self.key.hash(state);
+    }
+}
+
+impl Equivalent<MapKey> for MapKeyRef<'_> {
+    fn equivalent(&self, other: &MapKey) -> bool {
+        self.slot == other.slot && self.key == &*other.key
+    }
+}
+
+struct Entry {
+    state: State,
+    /// Once `now >= expires_at`, the state equals that of a new key.
+    expires_at: i64,
+}
+
+type Hasher64 = foldhash::fast::FixedState;
+
+#[derive(Default)]
+struct Shard {
+    map: IndexMap<MapKey, Entry, Hasher64>,
+    rng: u64,
+}
+
+impl Shard {
+    fn live(&self, key: &MapKeyRef<'_>, now: i64) -> Option<&State> {
+        self.map.get(key).filter(|e| now < e.expires_at).map(|e| &e.state)
+    }
+
+    fn next_random(&mut self) -> usize {
+        // xorshift64: sampling needs spread, not quality.
+        let mut x = self.rng | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x as usize
+    }
+
+    fn store(&mut self, key: &MapKeyRef<'_>, update: Update, now: i64, ttl: u64, cap: usize) {
+        let expires_at = now.saturating_add(ttl.max(1) as i64);
+        if let Some(entry) = self.map.get_mut(key) {
+            let old = std::mem::replace(&mut entry.state, State::Cells([0; 3]));
+            let old = (now < entry.expires_at).then_some(old);
+            entry.state = update.apply(old);
+            entry.expires_at = expires_at;
+            return;
+        }
+        self.sweep(now, SWEEP_PER_INSERT);
+        if self.map.len() >= cap {
+            self.evict_one();
+        }
+        let owned = MapKey { slot: key.slot, key: key.key.into() };
+        self.map.insert(owned, Entry { state: update.apply(None), expires_at });
+    }
+
+    /// Removes expired entries among `n` random ones.
+    fn sweep(&mut self, now: i64, n: usize) {
+        for _ in 0..n.min(self.map.len()) {
+            let i = self.next_random() % self.map.len();
+            if self.map[i].expires_at <= now {
+                self.map.swap_remove_index(i);
+            }
+        }
+    }
+
+    /// Frees one place: an expired entry if a sample finds one, otherwise the
+    /// sampled entry closest to expiring (approximate LRU, as Redis does).
+    fn evict_one(&mut self) {
+        let mut victim: Option<(usize, i64)> = None;
+        for _ in 0..EVICTION_SAMPLE.min(self.map.len()) {
+            let i = self.next_random() % self.map.len();
+            let expires_at = self.map[i].expires_at;
+            if victim.is_none_or(|(_, best)| expires_at < best) {
+                victim = Some((i, expires_at));
+            }
+        }
+        if let Some((i, _)) = victim {
+            self.map.swap_remove_index(i);
+        }
+    }
+}
+
+/// One check against the memory store.
+pub(crate) struct MemoryCheck<'a> {
+    pub slot: u32,
+    pub params: &'a Params,
+    pub key: &'a str,
+}
+
+/// The embedded, process-local store.
+pub(crate) struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard_cap: usize,
+    hasher: Hasher64,
+}
+
+impl MemoryStore {
+    pub fn new(max_keys: usize) -> MemoryStore {
+        let shards = (0..SHARDS)
+            .map(|i| Mutex::new(Shard { map: IndexMap::with_hasher(Hasher64::default()), rng: 0x9E37_79B9_7F4A_7C15 ^ i as u64 }))
+            .collect();
+        MemoryStore { shards, per_shard_cap: (max_keys / SHARDS).max(1), hasher: Hasher64::default() }
+    }
+
+    fn shard_of(&self, key: &MapKeyRef<'_>) -> usize {
+        (self.hasher.hash_one(key) >> 58) as usize % SHARDS
+    }
+
+    /// Decides every check atomically: each sees the state of its key, and
+    /// none is charged unless all allow (and `charge` is set).
+    pub fn decide(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64, charge: bool) -> (bool, Vec<Verdict>) {
+        if let ([one], true) = (checks, charge) {
+            let verdict = self.decide_one(one, now, cost);
+            return (verdict.allowed, vec![verdict]);
+        }
+        let keys: Vec<MapKeyRef<'_>> = checks.iter().map(|c| MapKeyRef { slot: c.slot, key: c.key }).collect();
+        let shard_ids: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
+        // Lock shards in ascending order so concurrent multi-key checks cannot deadlock.
+        let mut order = shard_ids.clone();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = order.iter().map(|&s| (s, self.shards[s].lock())).collect();
+        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+
+        let mut verdicts = Vec::with_capacity(checks.len());
+        let mut updates = Vec::with_capacity(checks.len());
+        for (i, check) in checks.iter().enumerate() {
+            let shard = &guards[guard_of(shard_ids[i])].1;
+            let (verdict, update) = decide(check.params, shard.live(&keys[i], now), now, cost);
+            verdicts.push(verdict);
+            updates.push(update);
+        }
+        let all = verdicts.iter().all(|v| v.allowed);
+        if all && charge {
+            for (i, update) in updates.into_iter().enumerate() {
+                if let Some(update) = update {
+                    let shard = &mut guards[guard_of(shard_ids[i])].1;
+                    shard.store(&keys[i], update, now, verdicts[i].reset_after_ms, self.per_shard_cap);
+                }
+            }
+        }
+        (all, verdicts)
+    }
+
+    pub fn decide_one(&self, check: &MemoryCheck<'_>, now: i64, cost: i64) -> Verdict {
+        let key = MapKeyRef { slot: check.slot, key: check.key };
+        let mut shard = self.shards[self.shard_of(&key)].lock();
+        let (verdict, update) = decide(check.params, shard.live(&key, now), now, cost);
+        if let Some(update) = update {
+            shard.store(&key, update, now, verdict.reset_after_ms, self.per_shard_cap);
+        }
+        verdict
+    }
+
+    /// Forgets a key of one policy.
+    pub fn reset(&self, slot: u32, key: &str) {
+        let key = MapKeyRef { slot, key };
+        self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
+    }
+
+    /// Keys held, including expired ones not yet reclaimed.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Drops every expired key now (also done incrementally on inserts).
+    pub fn purge_expired(&self, now: i64) {
+        for shard in self.shards.iter() {
+            shard.lock().map.retain(|_, e| e.expires_at > now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+    use serde_json::json;
+
+    fn params(rate: &str) -> Params {
+        Params::new(&Policy::from_value(&json!({"rate": rate}), "").unwrap())
+    }
+
+    #[test]
+    fn max_keys_bounds_memory() {
+        let store = MemoryStore::new(640);
+        let p = params("1/h");
+        for i in 0..100_000 {
+            let key = format!("attacker-{i}");
+            assert!(store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 1_000, 1).allowed);
+        }
+        assert!(store.len() <= 640, "{} keys", store.len());
+    }
+
+    #[test]
+    fn idle_keys_expire() {
+        let store = MemoryStore::new(1_000_000);
+        let p = params("10/s");
+        for i in 0..1000 {
+            let key = format!("k{i}");
+            store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 0, 1);
+        }
+        assert_eq!(store.len(), 1000);
+        // 100 ms later every bucket is full again; new keys sweep the old ones.
+        for i in 0..5000 {
+            let key = format!("n{i}");
+            store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 10_000 + i, 1);
+        }
+        assert!(store.len() < 6000, "sweeping reclaimed expired keys: {}", store.len());
+        store.purge_expired(1_000_000);
+        assert_eq!(store.len(), 0);
+    }
+
+    #[test]
+    fn slots_isolate_policies() {
+        let store = MemoryStore::new(1000);
+        let p = params("1/h");
+        assert!(store.decide_one(&MemoryCheck { slot: 0, params: &p, key: "k" }, 0, 1).allowed);
+        assert!(!store.decide_one(&MemoryCheck { slot: 0, params: &p, key: "k" }, 0, 1).allowed);
+        assert!(store.decide_one(&MemoryCheck { slot: 1, params: &p, key: "k" }, 0, 1).allowed);
+    }
+
+    #[test]
+    fn multi_key_charges_nothing_when_one_denies() {
+        let store = MemoryStore::new(1000);
+        let wide = params("10/h");
+        let narrow = params("1/h");
+        let checks = [MemoryCheck { slot: 0, params: &wide, key: "k" }, MemoryCheck { slot: 1, params: &narrow, key: "k" }];
+        assert!(store.decide(&checks, 0, 1, true).0);
+        let (all, verdicts) = store.decide(&checks, 0, 1, true);
+        assert!(!all);
+        assert!(verdicts[0].allowed && !verdicts[1].allowed);
+        assert_eq!(store.decide_one(&checks[0], 0, 1).remaining, 8, "the wide limit was charged once, not twice");
+    }
+}

@@ -1,0 +1,5 @@
+//! Where state lives: the embedded memory store or Redis.
+
+pub(crate) mod keys;
+pub(crate) mod memory;
+pub(crate) mod redis;

@@ -1,0 +1,134 @@
+//! Plays every vector in `POLYLIMIT_VECTORS` (default `tests/conformance`)
+//! against the memory store and a real Redis. Both must match exactly.
+
+mod support;
+
+use std::path::PathBuf;
+
+use polylimit::{CheckOptions, Decision, Limiter, LimiterConfig, Policy};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    policy: Value,
+    steps: Vec<Step>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    now_ms: i64,
+    #[serde(default = "default_key")]
+    key: String,
+    #[serde(default = "one")]
+    cost: u64,
+    expect: Expect,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    allowed: bool,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+fn default_key() -> String {
+    "k".into()
+}
+fn one() -> u64 {
+    1
+}
+
+fn vector_dir() -> PathBuf {
+    match std::env::var_os("POLYLIMIT_VECTORS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance"),
+    }
+}
+
+fn load() -> Vec<(String, File)> {
+    let dir = vector_dir();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read vectors in {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no vectors in {}", dir.display());
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let file: File = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!file.cases.is_empty(), "{}: no cases", path.display());
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, file)
+        })
+        .collect()
+}
+
+fn mismatch(expect: &Expect, got: &Decision) -> bool {
+    got.allowed != expect.allowed
+        || got.remaining != expect.remaining
+        || got.reset_after_ms != expect.reset_after_ms
+        || got.retry_after_ms != expect.retry_after_ms
+        || got.delay_ms != expect.delay_ms
+        || expect.limit.is_some_and(|l| l != got.limit)
+}
+
+async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
+    let mut failures = Vec::new();
+    let mut steps = 0;
+    for (file_index, (file, vectors)) in files.iter().enumerate() {
+        let mut names = std::collections::HashSet::new();
+        for (case_index, case) in vectors.cases.iter().enumerate() {
+            assert!(names.insert(&case.name), "{file}: duplicate case name {:?}", case.name);
+            assert!(!case.steps.is_empty(), "{file}: case {:?} has no steps", case.name);
+            let policy = Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
+            let mut config = LimiterConfig::new(policy).with_store(store);
+            // A prefix per case isolates cases on one Redis.
+            config.prefix = format!("conformance-{file_index}-{case_index}");
+            let limiter = Limiter::new(config).unwrap();
+            for (i, step) in case.steps.iter().enumerate() {
+                steps += 1;
+                let options = CheckOptions { cost: step.cost, now_ms: Some(step.now_ms) };
+                match limiter.check_with(&step.key, options).await {
+                    Ok(got) if !mismatch(&step.expect, &got) => {}
+                    Ok(got) => failures.push(format!("{store}: {file}: {:?} step {i} (now_ms {}): expected {:?}, got {:?}", case.name, step.now_ms, step.expect, got)),
+                    Err(e) => failures.push(format!("{store}: {file}: {:?} step {i}: error {e}", case.name)),
+                }
+            }
+        }
+    }
+    (steps, failures)
+}
+
+#[tokio::test]
+async fn vectors_on_memory_and_redis() {
+    let files = load();
+    let redis = support::RedisServer::start();
+    let (memory_steps, mut failures) = play("memory", &files).await;
+    let (redis_steps, redis_failures) = play(&redis.url(), &files).await;
+    failures.extend(redis_failures);
+    let cases: usize = files.iter().map(|(_, f)| f.cases.len()).sum();
+    println!("{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis", files.len());
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
