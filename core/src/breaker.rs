@@ -42,7 +42,11 @@ pub struct BreakerConfig {
 
 impl Default for BreakerConfig {
     fn default() -> Self {
-        BreakerConfig { threshold: 5, cooldown: Duration::from_secs(30), half_open_max: 3 }
+        BreakerConfig {
+            threshold: 5,
+            cooldown: Duration::from_secs(30),
+            half_open_max: 3,
+        }
     }
 }
 
@@ -80,7 +84,14 @@ pub struct CircuitBreaker {
 impl CircuitBreaker {
     /// A closed breaker.
     pub fn new(config: BreakerConfig) -> CircuitBreaker {
-        CircuitBreaker { config: BreakerConfig { threshold: config.threshold.max(1), half_open_max: config.half_open_max.max(1), ..config }, phase: Mutex::new(Phase::Closed { failures: 0 }) }
+        CircuitBreaker {
+            config: BreakerConfig {
+                threshold: config.threshold.max(1),
+                half_open_max: config.half_open_max.max(1),
+                ..config
+            },
+            phase: Mutex::new(Phase::Closed { failures: 0 }),
+        }
     }
 
     /// The settings.
@@ -114,7 +125,10 @@ impl CircuitBreaker {
                 if Instant::now() < *until {
                     return None;
                 }
-                *phase = Phase::HalfOpen { in_flight: 1, successes: 0 };
+                *phase = Phase::HalfOpen {
+                    in_flight: 1,
+                    successes: 0,
+                };
                 Some(Permit { probe: true })
             }
             Phase::HalfOpen { in_flight, successes } => {
@@ -147,7 +161,9 @@ impl CircuitBreaker {
     /// Reports a failed call.
     pub fn failure(&self, permit: Permit) {
         let mut phase = self.phase.lock();
-        let open = Phase::Open { until: Instant::now() + self.config.cooldown };
+        let open = Phase::Open {
+            until: Instant::now() + self.config.cooldown,
+        };
         match &mut *phase {
             Phase::Closed { failures } => {
                 *failures += 1;
@@ -187,7 +203,11 @@ mod tests {
     use super::*;
 
     fn breaker(cooldown_ms: u64) -> CircuitBreaker {
-        CircuitBreaker::new(BreakerConfig { threshold: 5, cooldown: Duration::from_millis(cooldown_ms), half_open_max: 3 })
+        CircuitBreaker::new(BreakerConfig {
+            threshold: 5,
+            cooldown: Duration::from_millis(cooldown_ms),
+            half_open_max: 3,
+        })
     }
 
     #[test]
@@ -244,10 +264,20 @@ mod tests {
         let ok: u32 = b.call(|| async { Ok::<_, &str>(1) }, |_| 0).await;
         assert_eq!(ok, 1);
         for _ in 0..5 {
-            let v = b.call(|| async { Err::<u32, _>("down") }, |e| if matches!(e, CallError::Failed("down")) { 7 } else { 8 }).await;
+            let v = b
+                .call(
+                    || async { Err::<u32, _>("down") },
+                    |e| if matches!(e, CallError::Failed("down")) { 7 } else { 8 },
+                )
+                .await;
             assert_eq!(v, 7);
         }
-        let v = b.call(|| async { Ok::<u32, &str>(1) }, |e| if matches!(e, CallError::Open) { 9 } else { 0 }).await;
+        let v = b
+            .call(
+                || async { Ok::<u32, &str>(1) },
+                |e| if matches!(e, CallError::Open) { 9 } else { 0 },
+            )
+            .await;
         assert_eq!(v, 9, "open: the call is not made");
     }
 }

@@ -93,7 +93,9 @@ impl CheckResult {
                 (1, d.retry_after_ms.unwrap_or(u64::MAX), d.reset_after_ms)
             }
         };
-        (0..self.decisions.len()).max_by_key(|&i| key(&self.decisions[i])).unwrap_or(0)
+        (0..self.decisions.len())
+            .max_by_key(|&i| key(&self.decisions[i]))
+            .unwrap_or(0)
     }
 
     /// The decision closest to denying, as headers describe it.

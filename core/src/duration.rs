@@ -79,7 +79,18 @@ mod tests {
 
     #[test]
     fn rejects_everything_else() {
-        for bad in ["", "s1", "1", "ten s", "1.5s", "-1s", "1w", "1s-", "99999999999999999999s", "200y"] {
+        for bad in [
+            "",
+            "s1",
+            "1",
+            "ten s",
+            "1.5s",
+            "-1s",
+            "1w",
+            "1s-",
+            "99999999999999999999s",
+            "200y",
+        ] {
             assert_eq!(p(bad), None, "{bad}");
         }
         assert_eq!(p("36500d"), Some(super::MAX_DURATION_MS));

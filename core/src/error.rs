@@ -50,7 +50,11 @@ pub enum Error {
 impl Error {
     /// A configuration error for `field` holding `value` (rendered as JSON).
     pub fn config(field: impl Into<String>, value: impl fmt::Display, message: impl Into<String>) -> Self {
-        Error::Config { field: field.into(), value: value.to_string(), message: message.into() }
+        Error::Config {
+            field: field.into(),
+            value: value.to_string(),
+            message: message.into(),
+        }
     }
 
     /// A short stable name of the error kind (`config`, `store_unavailable`,

@@ -59,11 +59,27 @@ impl LimiterConfig {
     /// `prefix`, `max_keys`, `timeout`, `failure_threshold`, `cooldown`,
     /// `half_open_probes`. Unknown fields are errors.
     pub fn from_value(value: &Value) -> Result<LimiterConfig> {
-        let obj = value.as_object().ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 9] = ["policy", "policies", "store", "prefix", "max_keys", "timeout", "failure_threshold", "cooldown", "half_open_probes"];
+        let obj = value
+            .as_object()
+            .ok_or_else(|| Error::config("options", value, "is not an object"))?;
+        const FIELDS: [&str; 9] = [
+            "policy",
+            "policies",
+            "store",
+            "prefix",
+            "max_keys",
+            "timeout",
+            "failure_threshold",
+            "cooldown",
+            "half_open_probes",
+        ];
         for key in obj.keys() {
             if !FIELDS.contains(&key.as_str()) {
-                return Err(Error::config(key.as_str(), "", format!("is not a limiter option (expected one of {})", FIELDS.join(", "))));
+                return Err(Error::config(
+                    key.as_str(),
+                    "",
+                    format!("is not a limiter option (expected one of {})", FIELDS.join(", ")),
+                ));
             }
         }
         let policies = match (obj.get("policy"), obj.get("policies")) {
@@ -79,7 +95,11 @@ impl LimiterConfig {
                 .map(|(name, p)| {
                     let path = format!("policies.{name}");
                     let policy = Policy::from_value(p, &path)?;
-                    Ok(if p.get("name").is_some() { policy } else { policy.with_name(name.as_str()) })
+                    Ok(if p.get("name").is_some() {
+                        policy
+                    } else {
+                        policy.with_name(name.as_str())
+                    })
                 })
                 .collect::<Result<_>>()?,
             (None, Some(other)) => return Err(Error::config("policies", other, "is not a list or a map of policies")),
@@ -88,13 +108,22 @@ impl LimiterConfig {
         let mut config = LimiterConfig::new(policies[0].clone());
         config.policies = policies;
         if let Some(v) = obj.get("store") {
-            config.store = v.as_str().ok_or_else(|| Error::config("store", v, "is not a string"))?.to_string();
+            config.store = v
+                .as_str()
+                .ok_or_else(|| Error::config("store", v, "is not a string"))?
+                .to_string();
         }
         if let Some(v) = obj.get("prefix") {
-            config.prefix = v.as_str().ok_or_else(|| Error::config("prefix", v, "is not a string"))?.to_string();
+            config.prefix = v
+                .as_str()
+                .ok_or_else(|| Error::config("prefix", v, "is not a string"))?
+                .to_string();
         }
         if let Some(v) = obj.get("max_keys") {
-            config.max_keys = v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| Error::config("max_keys", v, "is not a positive integer"))? as usize;
+            config.max_keys =
+                v.as_u64()
+                    .filter(|n| *n > 0 && *n <= 1 << 32)
+                    .ok_or_else(|| Error::config("max_keys", v, "is not a positive integer"))? as usize;
         }
         let duration = |field: &str| -> Result<Option<Duration>> {
             obj.get(field)
@@ -115,7 +144,12 @@ impl LimiterConfig {
         }
         let count = |field: &str| -> Result<Option<u32>> {
             obj.get(field)
-                .map(|v| v.as_u64().filter(|n| *n > 0 && *n <= 1_000_000).map(|n| n as u32).ok_or_else(|| Error::config(field, v, "is not a positive integer")))
+                .map(|v| {
+                    v.as_u64()
+                        .filter(|n| *n > 0 && *n <= 1_000_000)
+                        .map(|n| n as u32)
+                        .ok_or_else(|| Error::config(field, v, "is not a positive integer"))
+                })
                 .transpose()
         };
         if let Some(n) = count("failure_threshold")? {
@@ -175,7 +209,10 @@ pub struct Limiter {
 
 /// The process clock in ms since the epoch.
 pub(crate) fn process_now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Limiter {
@@ -187,19 +224,35 @@ impl Limiter {
         }
         for (i, p) in config.policies.iter().enumerate() {
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(Error::config("policies", format!("{:?}", p.name()), "names two policies the same"));
+                return Err(Error::config(
+                    "policies",
+                    format!("{:?}", p.name()),
+                    "names two policies the same",
+                ));
             }
         }
         if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
-            return Err(Error::config("prefix", format!("{:?}", config.prefix), "is not a non-empty string without '{' or '}'"));
+            return Err(Error::config(
+                "prefix",
+                format!("{:?}", config.prefix),
+                "is not a non-empty string without '{' or '}'",
+            ));
         }
         let backend = match config.store.as_str() {
             "memory" => Backend::Memory,
-            url if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://") => {
+            url if url.starts_with("redis://")
+                || url.starts_with("rediss://")
+                || url.starts_with("redis+cluster://")
+                || url.starts_with("rediss+cluster://") =>
+            {
                 Backend::Redis(RedisStore::open(url, config.timeout)?)
             }
             other => {
-                return Err(Error::config("store", format!("{other:?}"), "is not \"memory\", \"redis://…\", \"rediss://…\" or \"redis+cluster://…\""))
+                return Err(Error::config(
+                    "store",
+                    format!("{other:?}"),
+                    "is not \"memory\", \"redis://…\", \"rediss://…\" or \"redis+cluster://…\"",
+                ))
             }
         };
         let policies = config
@@ -208,7 +261,11 @@ impl Limiter {
             .map(|policy| {
                 let params = Params::new(&policy);
                 let key_head = key_head(&config.prefix, params.kind, policy.name());
-                Compiled { policy, params, key_head }
+                Compiled {
+                    policy,
+                    params,
+                    key_head,
+                }
             })
             .collect::<Vec<_>>();
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
@@ -264,7 +321,11 @@ impl Limiter {
             return Err(Error::Closed);
         }
         if options.cost == 0 || options.cost > MAX_COST {
-            return Err(Error::config("cost", options.cost, format!("is not an integer from 1 to {MAX_COST}")));
+            return Err(Error::config(
+                "cost",
+                options.cost,
+                format!("is not an integer from 1 to {MAX_COST}"),
+            ));
         }
         if let Some(now) = options.now_ms {
             if !(0..=1 << 50).contains(&now) {
@@ -288,21 +349,45 @@ impl Limiter {
         Ok(result)
     }
 
-    fn decide_memory(&self, targets: &[(usize, &str)], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
+    fn decide_memory(
+        &self,
+        targets: &[(usize, &str)],
+        now: i64,
+        cost: i64,
+        source: Source,
+        charge: bool,
+    ) -> CheckResult {
         let inner = &*self.inner;
-        let checks: Vec<MemoryCheck<'_>> =
-            targets.iter().map(|&(i, key)| MemoryCheck { slot: i as u32, params: &inner.policies[i].params, key }).collect();
+        let checks: Vec<MemoryCheck<'_>> = targets
+            .iter()
+            .map(|&(i, key)| MemoryCheck {
+                slot: i as u32,
+                params: &inner.policies[i].params,
+                key,
+            })
+            .collect();
         let (allowed, verdicts) = inner.memory.decide(&checks, now, cost, charge);
         self.result(targets, now, allowed, verdicts, source)
     }
 
-    fn result(&self, targets: &[(usize, &str)], now: i64, allowed: bool, verdicts: Vec<Verdict>, source: Source) -> CheckResult {
+    fn result(
+        &self,
+        targets: &[(usize, &str)],
+        now: i64,
+        allowed: bool,
+        verdicts: Vec<Verdict>,
+        source: Source,
+    ) -> CheckResult {
         let decisions = targets
             .iter()
             .zip(verdicts)
             .map(|(&(i, _), v)| Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source))
             .collect();
-        CheckResult { allowed, now_ms: now, decisions }
+        CheckResult {
+            allowed,
+            now_ms: now,
+            decisions,
+        }
     }
 
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
@@ -316,14 +401,26 @@ impl Limiter {
         }
     }
 
-    async fn decide_redis(&self, redis: &RedisStore, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> Result<CheckResult> {
+    async fn decide_redis(
+        &self,
+        redis: &RedisStore,
+        targets: &[(usize, &str)],
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<CheckResult> {
         let inner = &*self.inner;
         let Some(permit) = inner.breaker.acquire() else {
             return Ok(self.fallback(targets, now, cost));
         };
         let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
-        let checks: Vec<RedisCheck<'_>> =
-            targets.iter().zip(&keys).map(|(&(i, _), keys)| RedisCheck { params: &inner.policies[i].params, keys }).collect();
+        let checks: Vec<RedisCheck<'_>> = targets
+            .iter()
+            .zip(&keys)
+            .map(|(&(i, _), keys)| RedisCheck {
+                params: &inner.policies[i].params,
+                keys,
+            })
+            .collect();
         let started = Instant::now();
         let outcome = tokio::time::timeout(inner.timeout, redis.decide(&checks, now, cost)).await;
         inner.metrics.store_latency(started.elapsed());
@@ -353,9 +450,14 @@ impl Limiter {
         let now = now.unwrap_or_else(process_now_ms);
         let mode = |i: usize| inner.policies[i].policy.on_store_error();
         let any_closed = targets.iter().any(|&(i, _)| mode(i) == OnStoreError::FailClosed);
-        let local: Vec<(usize, &str)> = targets.iter().copied().filter(|&(i, _)| mode(i) == OnStoreError::Local).collect();
+        let local: Vec<(usize, &str)> = targets
+            .iter()
+            .copied()
+            .filter(|&(i, _)| mode(i) == OnStoreError::Local)
+            .collect();
         // Local policies are charged only if nothing else denies.
-        let local_result = (!local.is_empty()).then(|| self.decide_memory(&local, now, cost, Source::Local, !any_closed));
+        let local_result =
+            (!local.is_empty()).then(|| self.decide_memory(&local, now, cost, Source::Local, !any_closed));
         let retry_ms = inner.breaker.retry_in().as_millis().max(1000) as u64;
         let mut local_decisions = local_result.iter().flat_map(|r| r.decisions.iter().copied());
         let decisions: Vec<Decision> = targets
@@ -372,7 +474,15 @@ impl Limiter {
                         delay_ms: 0,
                         source: Source::Local,
                     }),
-                    OnStoreError::FailOpen => Decision { allowed: true, limit, remaining: limit, reset_after_ms: 0, retry_after_ms: None, delay_ms: 0, source: Source::FailOpen },
+                    OnStoreError::FailOpen => Decision {
+                        allowed: true,
+                        limit,
+                        remaining: limit,
+                        reset_after_ms: 0,
+                        retry_after_ms: None,
+                        delay_ms: 0,
+                        source: Source::FailOpen,
+                    },
                     OnStoreError::FailClosed => Decision {
                         allowed: false,
                         limit,
@@ -386,7 +496,11 @@ impl Limiter {
             })
             .collect();
         let allowed = decisions.iter().all(|d| d.allowed);
-        CheckResult { allowed, now_ms: now, decisions }
+        CheckResult {
+            allowed,
+            now_ms: now,
+            decisions,
+        }
     }
 
     /// Forgets `key` under every policy (in the store and the local fallback).
@@ -399,10 +513,15 @@ impl Limiter {
             inner.memory.reset(i as u32, key);
         }
         if let Backend::Redis(redis) = &inner.backend {
-            let keys: Vec<String> = (0..inner.policies.len()).flat_map(|i| self.store_keys(i, key)).collect();
+            let keys: Vec<String> = (0..inner.policies.len())
+                .flat_map(|i| self.store_keys(i, key))
+                .collect();
             tokio::time::timeout(inner.timeout, redis.delete(&keys))
                 .await
-                .map_err(|_| Error::StoreUnavailable { message: "reset timed out".into(), source: None })??;
+                .map_err(|_| Error::StoreUnavailable {
+                    message: "reset timed out".into(),
+                    source: None,
+                })??;
         }
         Ok(())
     }

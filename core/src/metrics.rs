@@ -11,10 +11,20 @@ use parking_lot::Mutex;
 use crate::breaker::BreakerState;
 use crate::decision::{Decision, Source};
 
-const SOURCES: [Source; 7] = [Source::Store, Source::Local, Source::FailOpen, Source::FailClosed, Source::Penalty, Source::Allowlist, Source::Denylist];
+const SOURCES: [Source; 7] = [
+    Source::Store,
+    Source::Local,
+    Source::FailOpen,
+    Source::FailClosed,
+    Source::Penalty,
+    Source::Allowlist,
+    Source::Denylist,
+];
 
 /// Upper bounds of the store latency histogram, in seconds.
-const LATENCY_BUCKETS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+const LATENCY_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
 
 /// Counters of one limiter.
 #[derive(Default)]
@@ -32,7 +42,13 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     pub fn new<'a>(policies: impl IntoIterator<Item = &'a str>) -> Metrics {
-        Metrics { per_policy: policies.into_iter().map(|p| (p.to_string(), Default::default())).collect(), ..Default::default() }
+        Metrics {
+            per_policy: policies
+                .into_iter()
+                .map(|p| (p.to_string(), Default::default()))
+                .collect(),
+            ..Default::default()
+        }
     }
 
     /// Counts a decision of the policy at `index`.
@@ -55,15 +71,24 @@ impl Metrics {
             }
         }
         self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_ns.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.latency_sum_ns
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Counts one HTTP request's decision of `policy` on `route` (a template).
     pub fn request(&self, policy: &str, route: &str, decision: &Decision, blocked: bool) {
         let verdict = if decision.allowed { "allowed" } else { "denied" };
-        *self.requests.lock().entry((policy.to_string(), route.to_string(), verdict, decision.source.as_str())).or_default() += 1;
+        *self
+            .requests
+            .lock()
+            .entry((policy.to_string(), route.to_string(), verdict, decision.source.as_str()))
+            .or_default() += 1;
         if blocked {
-            *self.blocked.lock().entry((policy.to_string(), route.to_string())).or_default() += 1;
+            *self
+                .blocked
+                .lock()
+                .entry((policy.to_string(), route.to_string()))
+                .or_default() += 1;
         }
     }
 
@@ -73,7 +98,10 @@ impl Metrics {
 
     pub fn render(&self, breaker: Option<BreakerState>) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP polylimit_requests_total Rate limit decisions.\n# TYPE polylimit_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP polylimit_requests_total Rate limit decisions.\n# TYPE polylimit_requests_total counter"
+        );
         for (policy, counts) in &self.per_policy {
             for (source, by_verdict) in SOURCES.iter().zip(counts) {
                 for (verdict, n) in ["denied", "allowed"].iter().zip(by_verdict) {
@@ -85,21 +113,39 @@ impl Metrics {
             }
         }
         for ((policy, route, verdict, source), n) in self.requests.lock().iter() {
-            let _ = writeln!(out, "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}", label(policy), label(route));
+            let _ = writeln!(
+                out,
+                "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}",
+                label(policy),
+                label(route)
+            );
         }
         let _ = writeln!(out, "# HELP rate_limit_blocked_total Requests blocked by a rate limit.\n# TYPE rate_limit_blocked_total counter");
         for ((policy, route), n) in self.blocked.lock().iter() {
-            let _ = writeln!(out, "rate_limit_blocked_total{{policy=\"{}\",route=\"{}\"}} {n}", label(policy), label(route));
+            let _ = writeln!(
+                out,
+                "rate_limit_blocked_total{{policy=\"{}\",route=\"{}\"}} {n}",
+                label(policy),
+                label(route)
+            );
         }
         let _ = writeln!(out, "# HELP polylimit_store_errors_total Store calls that failed or timed out.\n# TYPE polylimit_store_errors_total counter");
         let _ = writeln!(out, "polylimit_store_errors_total {}", self.store_errors());
         let _ = writeln!(out, "# HELP polylimit_store_latency_seconds Store call latency.\n# TYPE polylimit_store_latency_seconds histogram");
         for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            let _ = writeln!(out, "polylimit_store_latency_seconds_bucket{{le=\"{bound}\"}} {}", bucket.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "polylimit_store_latency_seconds_bucket{{le=\"{bound}\"}} {}",
+                bucket.load(Ordering::Relaxed)
+            );
         }
         let count = self.latency_count.load(Ordering::Relaxed);
         let _ = writeln!(out, "polylimit_store_latency_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "polylimit_store_latency_seconds_sum {}", self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "polylimit_store_latency_seconds_sum {}",
+            self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        );
         let _ = writeln!(out, "polylimit_store_latency_seconds_count {count}");
         if let Some(state) = breaker {
             let _ = writeln!(out, "# HELP polylimit_breaker_state Store circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE polylimit_breaker_state gauge");

@@ -130,10 +130,19 @@ pub struct Policy {
     penalty: Option<Penalty>,
 }
 
-const KNOWN_FIELDS: [&str; 10] =
-    ["algorithm", "rate", "burst", "capacity", "refill", "mode", "max_delay", "on_store_error", "penalty", "name"];
-const FIELDS: &str =
-    "algorithm, rate, burst (capacity), refill, mode, max_delay, on_store_error, penalty, name";
+const KNOWN_FIELDS: [&str; 10] = [
+    "algorithm",
+    "rate",
+    "burst",
+    "capacity",
+    "refill",
+    "mode",
+    "max_delay",
+    "on_store_error",
+    "penalty",
+    "name",
+];
+const FIELDS: &str = "algorithm, rate, burst (capacity), refill, mode, max_delay, on_store_error, penalty, name";
 
 impl Policy {
     /// Parses a policy from JSON or YAML text.
@@ -153,12 +162,16 @@ impl Policy {
                 format!("{path}.{field}")
             }
         };
-        let obj = value.as_object().ok_or_else(|| {
-            Error::config(if path.is_empty() { "policy" } else { path }, value, "is not an object")
-        })?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| Error::config(if path.is_empty() { "policy" } else { path }, value, "is not an object"))?;
         for key in obj.keys() {
             if !KNOWN_FIELDS.contains(&key.as_str()) {
-                return Err(Error::config(at(key), "", format!("is not a policy field (expected one of {FIELDS})")));
+                return Err(Error::config(
+                    at(key),
+                    "",
+                    format!("is not a policy field (expected one of {FIELDS})"),
+                ));
             }
         }
         if obj.contains_key("burst") && obj.contains_key("capacity") {
@@ -176,19 +189,32 @@ impl Policy {
             }
         };
 
-        let rate = obj.get("rate").ok_or_else(|| Error::config(at("rate"), "", "is required"))?;
+        let rate = obj
+            .get("rate")
+            .ok_or_else(|| Error::config(at("rate"), "", "is required"))?;
         let (count, period_ms) = parse_rate(rate).ok_or_else(|| {
-            Error::config(at("rate"), rate, "is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0")
+            Error::config(
+                at("rate"),
+                rate,
+                "is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0",
+            )
         })?;
 
-        let burst_field = if obj.contains_key("capacity") { "capacity" } else { "burst" };
+        let burst_field = if obj.contains_key("capacity") {
+            "capacity"
+        } else {
+            "burst"
+        };
         let burst = match obj.get(burst_field) {
             None => count,
             Some(_) if algorithm.is_window() => {
                 return Err(Error::config(
                     at(burst_field),
                     "",
-                    format!("does not apply to {}: the limit per window is the rate's count", algorithm.as_str()),
+                    format!(
+                        "does not apply to {}: the limit per window is the rate's count",
+                        algorithm.as_str()
+                    ),
                 ))
             }
             Some(v) => positive_int(v).ok_or_else(|| Error::config(at(burst_field), v, "is not a positive integer"))?,
@@ -221,7 +247,11 @@ impl Policy {
         let max_delay_ms = match obj.get("max_delay") {
             None => None,
             Some(_) if mode != LeakyMode::Shape => {
-                return Err(Error::config(at("max_delay"), "", "applies only to leaky_bucket with mode: shape"))
+                return Err(Error::config(
+                    at("max_delay"),
+                    "",
+                    "applies only to leaky_bucket with mode: shape",
+                ))
             }
             // Zero is meaningful here: no queueing, requests spaced exactly T apart.
             Some(v) => Some(duration(v, &at("max_delay"), true)?),
@@ -233,21 +263,47 @@ impl Policy {
                 Some("local") => OnStoreError::Local,
                 Some("fail_open") => OnStoreError::FailOpen,
                 Some("fail_closed") => OnStoreError::FailClosed,
-                _ => return Err(Error::config(at("on_store_error"), v, "is not one of local, fail_open, fail_closed")),
+                _ => {
+                    return Err(Error::config(
+                        at("on_store_error"),
+                        v,
+                        "is not one of local, fail_open, fail_closed",
+                    ))
+                }
             },
         };
 
-        let penalty = obj.get("penalty").map(|v| parse_penalty(v, &at("penalty"))).transpose()?;
+        let penalty = obj
+            .get("penalty")
+            .map(|v| parse_penalty(v, &at("penalty")))
+            .transpose()?;
 
         let name = match obj.get("name") {
             None => "default".to_string(),
             Some(v) => match v.as_str() {
                 Some(s) if !s.is_empty() && s.len() <= 128 => s.to_string(),
-                _ => return Err(Error::config(at("name"), v, "is not a non-empty string of at most 128 bytes")),
+                _ => {
+                    return Err(Error::config(
+                        at("name"),
+                        v,
+                        "is not a non-empty string of at most 128 bytes",
+                    ))
+                }
             },
         };
 
-        let policy = Policy { name, algorithm, count, period_ms, burst, refill, mode, max_delay_ms, on_store_error, penalty };
+        let policy = Policy {
+            name,
+            algorithm,
+            count,
+            period_ms,
+            burst,
+            refill,
+            mode,
+            max_delay_ms,
+            on_store_error,
+            penalty,
+        };
         policy.check_range(&at)?;
         Ok(policy)
     }
@@ -255,7 +311,11 @@ impl Policy {
     /// Rejects policies whose arithmetic would leave the exact integer range.
     fn check_range(&self, at: &dyn Fn(&str) -> String) -> Result<()> {
         let too_big = |field: &str, value: String| {
-            Err(Error::config(at(field), value, "is too large: the policy's arithmetic would overflow"))
+            Err(Error::config(
+                at(field),
+                value,
+                "is too large: the policy's arithmetic would overflow",
+            ))
         };
         if self.count > MAX_SCALED {
             return too_big("rate", format!("\"{}/{}ms\"", self.count, self.period_ms));
@@ -319,7 +379,8 @@ impl Policy {
     }
     /// Shape mode: the longest delay granted, in ms.
     pub fn max_delay_ms(&self) -> u64 {
-        self.max_delay_ms.unwrap_or((self.burst - 1) * self.period_ms / self.count)
+        self.max_delay_ms
+            .unwrap_or((self.burst - 1) * self.period_ms / self.count)
     }
     /// What a check answers while the store cannot.
     pub fn on_store_error(&self) -> OnStoreError {
@@ -354,24 +415,39 @@ fn duration(value: &Value, field: &str, zero_ok: bool) -> Result<u64> {
         _ => Err(Error::config(
             field,
             value,
-            format!("is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most {}d){}", MAX_DURATION_MS / 86_400_000, if zero_ok { "" } else { ", above zero" }),
+            format!(
+                "is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most {}d){}",
+                MAX_DURATION_MS / 86_400_000,
+                if zero_ok { "" } else { ", above zero" }
+            ),
         )),
     }
 }
 
 fn parse_penalty(value: &Value, path: &str) -> Result<Penalty> {
-    let obj: &Map<String, Value> = value.as_object().ok_or_else(|| Error::config(path, value, "is not an object"))?;
+    let obj: &Map<String, Value> = value
+        .as_object()
+        .ok_or_else(|| Error::config(path, value, "is not an object"))?;
     const PENALTY_FIELDS: [&str; 4] = ["threshold", "within", "cooldowns", "forget_after"];
     for key in obj.keys() {
         if !PENALTY_FIELDS.contains(&key.as_str()) {
-            return Err(Error::config(format!("{path}.{key}"), "", "is not a penalty field (expected one of threshold, within, cooldowns, forget_after)"));
+            return Err(Error::config(
+                format!("{path}.{key}"),
+                "",
+                "is not a penalty field (expected one of threshold, within, cooldowns, forget_after)",
+            ));
         }
     }
     let field = |name: &str| format!("{path}.{name}");
-    let required = |name: &str| obj.get(name).ok_or_else(|| Error::config(field(name), "", "is required"));
+    let required = |name: &str| {
+        obj.get(name)
+            .ok_or_else(|| Error::config(field(name), "", "is required"))
+    };
     let threshold = {
         let v = required("threshold")?;
-        positive_int(v).filter(|n| *n <= 1_000_000).ok_or_else(|| Error::config(field("threshold"), v, "is not a positive integer of at most 1000000"))?
+        positive_int(v)
+            .filter(|n| *n <= 1_000_000)
+            .ok_or_else(|| Error::config(field("threshold"), v, "is not a positive integer of at most 1000000"))?
     };
     let within_ms = duration(required("within")?, &field("within"), false)?;
     let cooldowns_value = required("cooldowns")?;
@@ -382,13 +458,30 @@ fn parse_penalty(value: &Value, path: &str) -> Result<Penalty> {
             .enumerate()
             .map(|(i, v)| duration(v, &format!("{}[{i}]", field("cooldowns")), false))
             .collect::<Result<Vec<_>>>()?,
-        _ => return Err(Error::config(field("cooldowns"), cooldowns_value, "is not a list of 1 to 32 durations")),
+        _ => {
+            return Err(Error::config(
+                field("cooldowns"),
+                cooldowns_value,
+                "is not a list of 1 to 32 durations",
+            ))
+        }
     };
     let forget_after_ms = match obj.get("forget_after") {
-        None => cooldowns_ms.iter().copied().max().unwrap_or(0).saturating_mul(2).min(MAX_DURATION_MS),
+        None => cooldowns_ms
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .saturating_mul(2)
+            .min(MAX_DURATION_MS),
         Some(v) => duration(v, &field("forget_after"), false)?,
     };
-    Ok(Penalty { threshold, within_ms, cooldowns_ms, forget_after_ms })
+    Ok(Penalty {
+        threshold,
+        within_ms,
+        cooldowns_ms,
+        forget_after_ms,
+    })
 }
 
 #[cfg(test)]
@@ -412,7 +505,14 @@ mod tests {
 
     #[test]
     fn rate_forms() {
-        for (rate, count, period) in [("10/s", 10, 1000), ("100/min", 100, 60_000), ("5/10s", 5, 10_000), ("1000 per hour", 1000, 3_600_000), ("1/1m30s", 1, 90_000), ("7 / 250ms", 7, 250)] {
+        for (rate, count, period) in [
+            ("10/s", 10, 1000),
+            ("100/min", 100, 60_000),
+            ("5/10s", 5, 10_000),
+            ("1000 per hour", 1000, 3_600_000),
+            ("1/1m30s", 1, 90_000),
+            ("7 / 250ms", 7, 250),
+        ] {
             let p = Policy::from_value(&json!({"rate": rate}), "").unwrap();
             assert_eq!((p.count(), p.period_ms()), (count, period), "{rate}");
         }
@@ -420,25 +520,73 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_the_value() {
-        assert_eq!(err(json!({"rate": "ten/s"})), "rate: \"ten/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0");
-        assert_eq!(err(json!({"rate": "0/s"})), "rate: \"0/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0");
-        assert_eq!(err(json!({"rate": "-1/s"})), "rate: \"-1/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0");
-        assert_eq!(err(json!({"rate": 10})), "rate: 10 is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0");
+        assert_eq!(
+            err(json!({"rate": "ten/s"})),
+            "rate: \"ten/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0"
+        );
+        assert_eq!(
+            err(json!({"rate": "0/s"})),
+            "rate: \"0/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0"
+        );
+        assert_eq!(
+            err(json!({"rate": "-1/s"})),
+            "rate: \"-1/s\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0"
+        );
+        assert_eq!(
+            err(json!({"rate": 10})),
+            "rate: 10 is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0"
+        );
         assert_eq!(err(json!({})), "rate: is required");
-        assert_eq!(err(json!({"rate": "1/s", "burst": 0})), "burst: 0 is not a positive integer");
-        assert_eq!(err(json!({"rate": "1/s", "burst": -3})), "burst: -3 is not a positive integer");
-        assert_eq!(err(json!({"rate": "1/s", "burst": 2.5})), "burst: 2.5 is not a positive integer");
-        assert_eq!(err(json!({"rate": "1/s", "burst": "10"})), "burst: \"10\" is not a positive integer");
+        assert_eq!(
+            err(json!({"rate": "1/s", "burst": 0})),
+            "burst: 0 is not a positive integer"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "burst": -3})),
+            "burst: -3 is not a positive integer"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "burst": 2.5})),
+            "burst: 2.5 is not a positive integer"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "burst": "10"})),
+            "burst: \"10\" is not a positive integer"
+        );
         assert_eq!(err(json!({"rate": "1/s", "algorithm": "magic"})), "algorithm: \"magic\" is not one of token_bucket, leaky_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter");
         assert!(err(json!({"rate": "1/s", "colour": "red"})).starts_with("colour: is not a policy field"));
-        assert_eq!(err(json!({"rate": "1/s", "burst": 1u64 << 41})), "burst: 2199023255552 is too large: the policy's arithmetic would overflow");
-        assert_eq!(err(json!({"rate": "1/s", "refill": "sometimes"})), "refill: \"sometimes\" is not one of continuous, interval");
-        assert_eq!(err(json!({"rate": "1/s", "algorithm": "gcra", "refill": "interval"})), "refill: applies only to token_bucket");
-        assert_eq!(err(json!({"rate": "1/s", "algorithm": "fixed_window", "burst": 5})), "burst: does not apply to fixed_window: the limit per window is the rate's count");
-        assert_eq!(err(json!({"rate": "1/s", "on_store_error": "panic"})), "on_store_error: \"panic\" is not one of local, fail_open, fail_closed");
-        assert_eq!(err(json!({"rate": "1/s", "algorithm": "leaky_bucket", "mode": "shape", "max_delay": "soon"})), "max_delay: \"soon\" is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most 36500d)");
-        assert_eq!(err(json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "1m"}})), "penalty.cooldowns: is required");
-        assert_eq!(err(json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "0s", "cooldowns": ["1s"]}})), "penalty.within: \"0s\" is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most 36500d), above zero");
+        assert_eq!(
+            err(json!({"rate": "1/s", "burst": 1u64 << 41})),
+            "burst: 2199023255552 is too large: the policy's arithmetic would overflow"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "refill": "sometimes"})),
+            "refill: \"sometimes\" is not one of continuous, interval"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "algorithm": "gcra", "refill": "interval"})),
+            "refill: applies only to token_bucket"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "algorithm": "fixed_window", "burst": 5})),
+            "burst: does not apply to fixed_window: the limit per window is the rate's count"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "on_store_error": "panic"})),
+            "on_store_error: \"panic\" is not one of local, fail_open, fail_closed"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "algorithm": "leaky_bucket", "mode": "shape", "max_delay": "soon"})),
+            "max_delay: \"soon\" is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most 36500d)"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "1m"}})),
+            "penalty.cooldowns: is required"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "0s", "cooldowns": ["1s"]}})),
+            "penalty.within: \"0s\" is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most 36500d), above zero"
+        );
         assert_eq!(err(json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "1m", "cooldowns": ["1s", "x"]}})), "penalty.cooldowns[1]: \"x\" is not a duration like \"250ms\", \"1s\", \"1m30s\" (at most 36500d), above zero");
     }
 
@@ -456,13 +604,23 @@ mod tests {
 
     #[test]
     fn yaml_and_capacity_alias() {
-        let p = Policy::parse("algorithm: gcra\nrate: 1 per second\ncapacity: 10\non_store_error: fail_closed\nname: payments\n").unwrap();
-        assert_eq!((p.algorithm(), p.burst(), p.on_store_error(), p.name()), (Algorithm::Gcra, 10, OnStoreError::FailClosed, "payments"));
+        let p = Policy::parse(
+            "algorithm: gcra\nrate: 1 per second\ncapacity: 10\non_store_error: fail_closed\nname: payments\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.algorithm(), p.burst(), p.on_store_error(), p.name()),
+            (Algorithm::Gcra, 10, OnStoreError::FailClosed, "payments")
+        );
     }
 
     #[test]
     fn shape_default_max_delay_admits_burst_at_once() {
-        let p = Policy::from_value(&json!({"algorithm": "leaky_bucket", "mode": "shape", "rate": "10/s", "burst": 5}), "").unwrap();
+        let p = Policy::from_value(
+            &json!({"algorithm": "leaky_bucket", "mode": "shape", "rate": "10/s", "burst": 5}),
+            "",
+        )
+        .unwrap();
         assert_eq!(p.max_delay_ms(), 400);
         assert_eq!(p.max_delay_scaled(), 4 * 1000);
     }
@@ -470,6 +628,14 @@ mod tests {
     #[test]
     fn penalty_parses() {
         let p = Policy::from_value(&json!({"rate": "1/s", "penalty": {"threshold": 3, "within": "1m", "cooldowns": ["10s", "1m", "10m"], "forget_after": "1h"}}), "").unwrap();
-        assert_eq!(p.penalty().unwrap(), &Penalty { threshold: 3, within_ms: 60_000, cooldowns_ms: vec![10_000, 60_000, 600_000], forget_after_ms: 3_600_000 });
+        assert_eq!(
+            p.penalty().unwrap(),
+            &Penalty {
+                threshold: 3,
+                within_ms: 60_000,
+                cooldowns_ms: vec![10_000, 60_000, 600_000],
+                forget_after_ms: 3_600_000
+            }
+        );
     }
 }

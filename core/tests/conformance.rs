@@ -102,17 +102,24 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
         for (case_index, case) in vectors.cases.iter().enumerate() {
             assert!(names.insert(&case.name), "{file}: duplicate case name {:?}", case.name);
             assert!(!case.steps.is_empty(), "{file}: case {:?} has no steps", case.name);
-            let policy = Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
+            let policy =
+                Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
             let mut config = LimiterConfig::new(policy).with_store(store);
             // A prefix per case isolates cases on one Redis.
             config.prefix = format!("conformance-{file_index}-{case_index}");
             let limiter = Limiter::new(config).unwrap();
             for (i, step) in case.steps.iter().enumerate() {
                 steps += 1;
-                let options = CheckOptions { cost: step.cost, now_ms: Some(step.now_ms) };
+                let options = CheckOptions {
+                    cost: step.cost,
+                    now_ms: Some(step.now_ms),
+                };
                 match limiter.check_with(&step.key, options).await {
                     Ok(got) if !mismatch(&step.expect, &got) => {}
-                    Ok(got) => failures.push(format!("{store}: {file}: {:?} step {i} (now_ms {}): expected {:?}, got {:?}", case.name, step.now_ms, step.expect, got)),
+                    Ok(got) => failures.push(format!(
+                        "{store}: {file}: {:?} step {i} (now_ms {}): expected {:?}, got {:?}",
+                        case.name, step.now_ms, step.expect, got
+                    )),
                     Err(e) => failures.push(format!("{store}: {file}: {:?} step {i}: error {e}", case.name)),
                 }
             }
@@ -129,6 +136,14 @@ async fn vectors_on_memory_and_redis() {
     let (redis_steps, redis_failures) = play(&redis.url(), &files).await;
     failures.extend(redis_failures);
     let cases: usize = files.iter().map(|(_, f)| f.cases.len()).sum();
-    println!("{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis", files.len());
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    println!(
+        "{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis",
+        files.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -19,7 +19,10 @@ pub(crate) fn decide(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) 
     }
     if used + cost <= p.burst {
         used += cost;
-        (verdict(true, p.burst - used, window_end, None), Some(Update::Cells([window, used, 0])))
+        (
+            verdict(true, p.burst - used, window_end, None),
+            Some(Update::Cells([window, used, 0])),
+        )
     } else {
         (verdict(false, p.burst - used, reset(used), Some(window_end)), None)
     }

@@ -31,6 +31,9 @@ pub(crate) fn decide(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) 
         (v, Some(Update::Cells(tat_cells(now, next, p.count))))
     } else {
         let retry = ceil_div(wait + need - cap, p.count);
-        (verdict(false, (cap - wait) / p.period, ceil_div(wait, p.count), Some(retry)), None)
+        (
+            verdict(false, (cap - wait) / p.period, ceil_div(wait, p.count), Some(retry)),
+            None,
+        )
     }
 }

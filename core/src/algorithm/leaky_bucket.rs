@@ -25,10 +25,16 @@ pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost
     let need = cost * p.period;
     if level + need <= cap {
         level += need;
-        (verdict(true, (cap - level) / p.period, reset(level), None), Some(Update::Cells([level, last, 0])))
+        (
+            verdict(true, (cap - level) / p.period, reset(level), None),
+            Some(Update::Cells([level, last, 0])),
+        )
     } else {
         let retry = lag + ceil_div(level + need - cap, p.count);
-        (verdict(false, (cap - level) / p.period, reset(level), Some(retry)), None)
+        (
+            verdict(false, (cap - level) / p.period, reset(level), Some(retry)),
+            None,
+        )
     }
 }
 
@@ -36,7 +42,13 @@ pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost
 pub(crate) fn decide_shape(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
     let wait = wait_scaled(cells, now, p.count);
     // Requests of cost 1 still admitted after a queue tail `wait` ahead.
-    let room = |wait: i64| if wait <= p.max_delay { (p.max_delay - wait) / p.period + 1 } else { 0 };
+    let room = |wait: i64| {
+        if wait <= p.max_delay {
+            (p.max_delay - wait) / p.period + 1
+        } else {
+            0
+        }
+    };
     if cost > p.burst {
         return never_fits(room(wait), ceil_div(wait, p.count));
     }

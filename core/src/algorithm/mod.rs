@@ -59,7 +59,11 @@ impl Params {
             count: policy.count() as i64,
             period: policy.period_ms() as i64,
             burst: policy.burst() as i64,
-            max_delay: if kind == Kind::LeakyShape { policy.max_delay_scaled() as i64 } else { 0 },
+            max_delay: if kind == Kind::LeakyShape {
+                policy.max_delay_scaled() as i64
+            } else {
+                0
+            },
         }
     }
 

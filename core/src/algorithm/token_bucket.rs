@@ -5,7 +5,12 @@ use super::{ceil_div, never_fits, verdict, Params, Update, Verdict};
 
 /// Continuous refill. Cells: `[tokens * period, last_ms]` (tokens in scaled
 /// units, so a refill of `elapsed * count` is exact).
-pub(crate) fn decide_continuous(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
+pub(crate) fn decide_continuous(
+    p: &Params,
+    cells: Option<&[i64; 3]>,
+    now: i64,
+    cost: i64,
+) -> (Verdict, Option<Update>) {
     let cap = p.capacity();
     let (mut tokens, mut last) = cells.map_or((cap, now), |c| (c[0], c[1]));
     if now > last {
@@ -27,7 +32,10 @@ pub(crate) fn decide_continuous(p: &Params, cells: Option<&[i64; 3]>, now: i64, 
     let need = cost * p.period;
     if tokens >= need {
         tokens -= need;
-        (verdict(true, tokens / p.period, reset(tokens), None), Some(Update::Cells([tokens, last, 0])))
+        (
+            verdict(true, tokens / p.period, reset(tokens), None),
+            Some(Update::Cells([tokens, last, 0])),
+        )
     } else {
         let retry = lag + ceil_div(need - tokens, p.count);
         (verdict(false, tokens / p.period, reset(tokens), Some(retry)), None)
@@ -54,14 +62,26 @@ pub(crate) fn decide_interval(p: &Params, cells: Option<&[i64; 3]>, now: i64, co
         }
     }
     // Time until `more` tokens have arrived.
-    let time_for = |more: i64| if more <= 0 { 0 } else { last + ceil_div(more, p.count) * p.period - now };
+    let time_for = |more: i64| {
+        if more <= 0 {
+            0
+        } else {
+            last + ceil_div(more, p.count) * p.period - now
+        }
+    };
     if cost > p.burst {
         return never_fits(tokens, time_for(p.burst - tokens));
     }
     if tokens >= cost {
         tokens -= cost;
-        (verdict(true, tokens, time_for(p.burst - tokens), None), Some(Update::Cells([tokens, last, 0])))
+        (
+            verdict(true, tokens, time_for(p.burst - tokens), None),
+            Some(Update::Cells([tokens, last, 0])),
+        )
     } else {
-        (verdict(false, tokens, time_for(p.burst - tokens), Some(time_for(cost - tokens))), None)
+        (
+            verdict(false, tokens, time_for(p.burst - tokens), Some(time_for(cost - tokens))),
+            None,
+        )
     }
 }

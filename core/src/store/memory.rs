@@ -90,8 +90,17 @@ impl Shard {
         if self.map.len() >= cap {
             self.evict_one();
         }
-        let owned = MapKey { slot: key.slot, key: key.key.into() };
-        self.map.insert(owned, Entry { state: update.apply(None), expires_at });
+        let owned = MapKey {
+            slot: key.slot,
+            key: key.key.into(),
+        };
+        self.map.insert(
+            owned,
+            Entry {
+                state: update.apply(None),
+                expires_at,
+            },
+        );
     }
 
     /// Removes expired entries among `n` random ones.
@@ -138,9 +147,18 @@ pub(crate) struct MemoryStore {
 impl MemoryStore {
     pub fn new(max_keys: usize) -> MemoryStore {
         let shards = (0..SHARDS)
-            .map(|i| Mutex::new(Shard { map: IndexMap::with_hasher(Hasher64::default()), rng: 0x9E37_79B9_7F4A_7C15 ^ i as u64 }))
+            .map(|i| {
+                Mutex::new(Shard {
+                    map: IndexMap::with_hasher(Hasher64::default()),
+                    rng: 0x9E37_79B9_7F4A_7C15 ^ i as u64,
+                })
+            })
             .collect();
-        MemoryStore { shards, per_shard_cap: (max_keys / SHARDS).max(1), hasher: Hasher64::default() }
+        MemoryStore {
+            shards,
+            per_shard_cap: (max_keys / SHARDS).max(1),
+            hasher: Hasher64::default(),
+        }
     }
 
     fn shard_of(&self, key: &MapKeyRef<'_>) -> usize {
@@ -154,13 +172,20 @@ impl MemoryStore {
             let verdict = self.decide_one(one, now, cost);
             return (verdict.allowed, vec![verdict]);
         }
-        let keys: Vec<MapKeyRef<'_>> = checks.iter().map(|c| MapKeyRef { slot: c.slot, key: c.key }).collect();
+        let keys: Vec<MapKeyRef<'_>> = checks
+            .iter()
+            .map(|c| MapKeyRef {
+                slot: c.slot,
+                key: c.key,
+            })
+            .collect();
         let shard_ids: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
         // Lock shards in ascending order so concurrent multi-key checks cannot deadlock.
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = order.iter().map(|&s| (s, self.shards[s].lock())).collect();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&s| (s, self.shards[s].lock())).collect();
         let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
 
         let mut verdicts = Vec::with_capacity(checks.len());
@@ -184,7 +209,10 @@ impl MemoryStore {
     }
 
     pub fn decide_one(&self, check: &MemoryCheck<'_>, now: i64, cost: i64) -> Verdict {
-        let key = MapKeyRef { slot: check.slot, key: check.key };
+        let key = MapKeyRef {
+            slot: check.slot,
+            key: check.key,
+        };
         let mut shard = self.shards[self.shard_of(&key)].lock();
         let (verdict, update) = decide(check.params, shard.live(&key, now), now, cost);
         if let Some(update) = update {
@@ -228,7 +256,19 @@ mod tests {
         let p = params("1/h");
         for i in 0..100_000 {
             let key = format!("attacker-{i}");
-            assert!(store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 1_000, 1).allowed);
+            assert!(
+                store
+                    .decide_one(
+                        &MemoryCheck {
+                            slot: 0,
+                            params: &p,
+                            key: &key
+                        },
+                        1_000,
+                        1
+                    )
+                    .allowed
+            );
         }
         assert!(store.len() <= 640, "{} keys", store.len());
     }
@@ -239,13 +279,29 @@ mod tests {
         let p = params("10/s");
         for i in 0..1000 {
             let key = format!("k{i}");
-            store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 0, 1);
+            store.decide_one(
+                &MemoryCheck {
+                    slot: 0,
+                    params: &p,
+                    key: &key,
+                },
+                0,
+                1,
+            );
         }
         assert_eq!(store.len(), 1000);
         // 100 ms later every bucket is full again; new keys sweep the old ones.
         for i in 0..5000 {
             let key = format!("n{i}");
-            store.decide_one(&MemoryCheck { slot: 0, params: &p, key: &key }, 10_000 + i, 1);
+            store.decide_one(
+                &MemoryCheck {
+                    slot: 0,
+                    params: &p,
+                    key: &key,
+                },
+                10_000 + i,
+                1,
+            );
         }
         assert!(store.len() < 6000, "sweeping reclaimed expired keys: {}", store.len());
         store.purge_expired(1_000_000);
@@ -256,9 +312,45 @@ mod tests {
     fn slots_isolate_policies() {
         let store = MemoryStore::new(1000);
         let p = params("1/h");
-        assert!(store.decide_one(&MemoryCheck { slot: 0, params: &p, key: "k" }, 0, 1).allowed);
-        assert!(!store.decide_one(&MemoryCheck { slot: 0, params: &p, key: "k" }, 0, 1).allowed);
-        assert!(store.decide_one(&MemoryCheck { slot: 1, params: &p, key: "k" }, 0, 1).allowed);
+        assert!(
+            store
+                .decide_one(
+                    &MemoryCheck {
+                        slot: 0,
+                        params: &p,
+                        key: "k"
+                    },
+                    0,
+                    1
+                )
+                .allowed
+        );
+        assert!(
+            !store
+                .decide_one(
+                    &MemoryCheck {
+                        slot: 0,
+                        params: &p,
+                        key: "k"
+                    },
+                    0,
+                    1
+                )
+                .allowed
+        );
+        assert!(
+            store
+                .decide_one(
+                    &MemoryCheck {
+                        slot: 1,
+                        params: &p,
+                        key: "k"
+                    },
+                    0,
+                    1
+                )
+                .allowed
+        );
     }
 
     #[test]
@@ -266,11 +358,26 @@ mod tests {
         let store = MemoryStore::new(1000);
         let wide = params("10/h");
         let narrow = params("1/h");
-        let checks = [MemoryCheck { slot: 0, params: &wide, key: "k" }, MemoryCheck { slot: 1, params: &narrow, key: "k" }];
+        let checks = [
+            MemoryCheck {
+                slot: 0,
+                params: &wide,
+                key: "k",
+            },
+            MemoryCheck {
+                slot: 1,
+                params: &narrow,
+                key: "k",
+            },
+        ];
         assert!(store.decide(&checks, 0, 1, true).0);
         let (all, verdicts) = store.decide(&checks, 0, 1, true);
         assert!(!all);
         assert!(verdicts[0].allowed && !verdicts[1].allowed);
-        assert_eq!(store.decide_one(&checks[0], 0, 1).remaining, 8, "the wide limit was charged once, not twice");
+        assert_eq!(
+            store.decide_one(&checks[0], 0, 1).remaining,
+            8,
+            "the wide limit was charged once, not twice"
+        );
     }
 }

@@ -62,13 +62,20 @@ impl RedisStore {
     /// Parses the store URL; connects lazily, on the first decision.
     pub fn open(url: &str, connect_timeout: Duration) -> Result<RedisStore> {
         let bad = |e: RedisError| Error::config("store", format!("{url:?}"), format!("is not a usable Redis URL: {e}"));
-        let target = if let Some(rest) = url.strip_prefix("redis+cluster://").or_else(|| url.strip_prefix("rediss+cluster://")) {
+        let target = if let Some(rest) = url
+            .strip_prefix("redis+cluster://")
+            .or_else(|| url.strip_prefix("rediss+cluster://"))
+        {
             let scheme = if url.starts_with("rediss") { "rediss" } else { "redis" };
             let (auth, hosts) = match rest.rsplit_once('@') {
                 Some((auth, hosts)) => (format!("{auth}@"), hosts),
                 None => (String::new(), rest),
             };
-            let nodes: Vec<String> = hosts.split(',').filter(|h| !h.is_empty()).map(|h| format!("{scheme}://{auth}{h}")).collect();
+            let nodes: Vec<String> = hosts
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(|h| format!("{scheme}://{auth}{h}"))
+                .collect();
             if nodes.is_empty() {
                 return Err(Error::config("store", format!("{url:?}"), "names no cluster node"));
             }
@@ -100,13 +107,21 @@ impl RedisStore {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.connect_timeout))
                     .set_response_timeout(None);
-                Connection::Single(client.get_multiplexed_async_connection_with_config(&config).await.map_err(unavailable)?)
+                Connection::Single(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map_err(unavailable)?,
+                )
             }
             Target::Cluster(client) => {
                 let connect = client.get_async_connection();
                 let connection = tokio::time::timeout(self.connect_timeout, connect)
                     .await
-                    .map_err(|_| Error::StoreUnavailable { message: "cluster connect timed out".into(), source: None })?
+                    .map_err(|_| Error::StoreUnavailable {
+                        message: "cluster connect timed out".into(),
+                        source: None,
+                    })?
                     .map_err(unavailable)?;
                 Connection::Cluster(connection)
             }
@@ -148,7 +163,10 @@ impl RedisStore {
         let values = reply.map_err(|e| {
             if is_key_error(&e) {
                 let keys: Vec<&str> = checks.iter().flat_map(|c| c.keys.iter().map(String::as_str)).collect();
-                Error::Store { key: keys.join(" "), message: e.to_string() }
+                Error::Store {
+                    key: keys.join(" "),
+                    message: e.to_string(),
+                }
             } else {
                 self.forget(generation);
                 unavailable(e)
@@ -192,7 +210,11 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
     cmd.arg(cost);
     for check in checks {
         let p = check.params;
-        cmd.arg(p.kind as i64).arg(p.count).arg(p.period).arg(p.burst).arg(p.max_delay);
+        cmd.arg(p.kind as i64)
+            .arg(p.count)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(p.max_delay);
     }
 }
 
@@ -201,18 +223,26 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
 fn is_key_error(e: &RedisError) -> bool {
     match e.code() {
         Some("WRONGTYPE") | Some("POLYLIMIT_STATE") => true,
-        Some("ERR") => e.detail().is_some_and(|d| d.contains("script") || d.contains("WRONGTYPE")),
+        Some("ERR") => e
+            .detail()
+            .is_some_and(|d| d.contains("script") || d.contains("WRONGTYPE")),
         _ => false,
     }
 }
 
 fn unavailable(e: RedisError) -> Error {
-    Error::StoreUnavailable { message: e.to_string(), source: Some(Box::new(e)) }
+    Error::StoreUnavailable {
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    }
 }
 
 fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
     if values.len() != 2 + 5 * checks {
-        return Err(Error::Internal(format!("decision script returned {} values for {checks} policies", values.len())));
+        return Err(Error::Internal(format!(
+            "decision script returned {} values for {checks} policies",
+            values.len()
+        )));
     }
     let verdicts = values[2..]
         .chunks_exact(5)

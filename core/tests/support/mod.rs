@@ -18,14 +18,28 @@ fn free_port() -> u16 {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let mut server = RedisServer { child: None, port: free_port() };
+        let mut server = RedisServer {
+            child: None,
+            port: free_port(),
+        };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -60,7 +74,10 @@ impl RedisServer {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args([signal, &self.pid().to_string()]).status().unwrap();
+        let status = Command::new("kill")
+            .args([signal, &self.pid().to_string()])
+            .status()
+            .unwrap();
         assert!(status.success());
     }
 

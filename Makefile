@@ -1,0 +1,31 @@
+# polylimit: `make demo`, `make test`, `make bench`.
+SHELL := /bin/bash
+CARGO ?= cargo
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test bench deps redis-server rust-test lint
+
+demo:
+	$(CARGO) run --quiet --release -p polylimit --example demo
+
+## Installs what is missing: redis-server (Debian package) for the Redis suites.
+deps: redis-server
+
+redis-server:
+	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { \
+	  echo "installing redis-server (apt)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
+	@redis-server --version
+
+test: deps lint rust-test
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
+
+rust-test:
+	$(CARGO) test --workspace --quiet
+
+bench: deps
+	$(CARGO) bench -p polylimit --bench throughput

@@ -1,0 +1,196 @@
+//! Failure handling against a real redis-server: SIGKILL under load and
+//! restart, SIGSTOP (the hang), a refused port. Checks never raise; each
+//! policy's `on_store_error` answers; decisions return to the store.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use polylimit::{BreakerState, Limiter, LimiterConfig, Policy, Source};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+fn limiter(url: &str, on_store_error: &str, cooldown_ms: u64) -> Limiter {
+    let policy = Policy::from_value(&json!({"rate": "1000/s", "on_store_error": on_store_error}), "").unwrap();
+    let mut config = LimiterConfig::new(policy).with_store(url);
+    config.breaker.cooldown = Duration::from_millis(cooldown_ms);
+    Limiter::new(config).unwrap()
+}
+
+#[derive(Default)]
+struct Log {
+    by_source: BTreeMap<&'static str, usize>,
+    slowest: Duration,
+    errors: usize,
+    first_store: Option<Instant>,
+}
+
+/// 50 callers checking in a loop until `stop`; records sources and latency.
+async fn load(limiter: &Limiter, log: Arc<Mutex<Log>>, until: Instant) {
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let limiter = limiter.clone();
+            let log = log.clone();
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let started = Instant::now();
+                    let result = limiter.check(&format!("caller-{i}")).await;
+                    let elapsed = started.elapsed();
+                    let mut log = log.lock().await;
+                    log.slowest = log.slowest.max(elapsed);
+                    match result {
+                        Ok(d) => {
+                            *log.by_source.entry(d.source.as_str()).or_default() += 1;
+                            if d.source == Source::Store && log.first_store.is_none() {
+                                log.first_store = Some(Instant::now());
+                            }
+                        }
+                        Err(_) => log.errors += 1,
+                    }
+                    drop(log);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_then_restart() {
+    let mut redis = support::RedisServer::start();
+    let limiter = limiter(&redis.url(), "local", 500);
+
+    let before = Arc::new(Mutex::new(Log::default()));
+    load(&limiter, before.clone(), Instant::now() + Duration::from_millis(500)).await;
+    let before = before.lock().await;
+    assert_eq!(before.errors, 0);
+    assert_eq!(before.by_source.keys().copied().collect::<Vec<_>>(), ["store"]);
+
+    redis.kill();
+    let outage = Arc::new(Mutex::new(Log::default()));
+    let outage_len = Duration::from_secs(
+        std::env::var("OUTAGE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2),
+    );
+    load(&limiter, outage.clone(), Instant::now() + outage_len).await;
+    let outage = outage.lock().await;
+    assert_eq!(outage.errors, 0, "no check raises while Redis is down");
+    assert_eq!(
+        outage.by_source.keys().copied().collect::<Vec<_>>(),
+        ["local"],
+        "{:?}",
+        outage.by_source
+    );
+    assert_eq!(limiter.breaker_state(), BreakerState::Open);
+    assert!(
+        outage.slowest < Duration::from_millis(400),
+        "slowest check during the outage: {:?}",
+        outage.slowest
+    );
+
+    redis.restart();
+    let restarted = Instant::now();
+    let after = Arc::new(Mutex::new(Log::default()));
+    load(&limiter, after.clone(), Instant::now() + Duration::from_secs(2)).await;
+    let after = after.lock().await;
+    assert_eq!(after.errors, 0);
+    let back = after
+        .first_store
+        .expect("decisions return to the store after a restart")
+        - restarted;
+    assert!(back < Duration::from_millis(1500), "back to the store after {back:?}");
+    assert_eq!(limiter.breaker_state(), BreakerState::Closed);
+    println!(
+        "outage of {outage_len:?} under 50 callers: checks by source {:?}, slowest {:?}; \
+         restart → first store decision in {back:?}; after: {:?}",
+        outage.by_source, outage.slowest, after.by_source
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_every_check_returns_within_the_timeout() {
+    let redis = support::RedisServer::start();
+    let limiter = limiter(&redis.url(), "fail_open", 300);
+    assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
+
+    redis.pause();
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let d = limiter.check(&format!("k{i}")).await.unwrap();
+                (d, started.elapsed())
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (d, elapsed) = t.await.unwrap();
+        assert_eq!(d.source, Source::FailOpen);
+        assert!(d.allowed);
+        assert!(
+            elapsed < Duration::from_millis(100 + 150),
+            "a hung store answered after {elapsed:?}"
+        );
+    }
+    assert_eq!(limiter.breaker_state(), BreakerState::Open);
+    let started = Instant::now();
+    assert_eq!(limiter.check("open").await.unwrap().source, Source::FailOpen);
+    assert!(
+        started.elapsed() < Duration::from_millis(5),
+        "an open breaker does not wait on the store"
+    );
+
+    redis.resume();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let d = limiter.check("again").await.unwrap();
+        if d.source == Source::Store {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {:?} 3 s after SIGCONT", d.source);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_refused_port_from_the_start_fails_closed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let limiter = limiter(&format!("redis://127.0.0.1:{port}"), "fail_closed", 30_000);
+    for i in 0..10 {
+        let d = limiter.check("k").await.unwrap();
+        assert_eq!((d.allowed, d.source), (false, Source::FailClosed), "check {i}");
+        assert!(d.retry_after_ms.is_some_and(|ms| ms >= 1000), "{d:?}");
+    }
+    assert_eq!(limiter.breaker_state(), BreakerState::Open, "5 failures opened it");
+    let metrics = limiter.metrics_text();
+    assert!(metrics.contains("polylimit_store_errors_total 5\n"), "{metrics}");
+    assert!(metrics.contains("polylimit_breaker_state 1\n"), "{metrics}");
+}
+
+#[tokio::test]
+async fn fallbacks_follow_each_policy() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let local = limiter(&url, "local", 30_000);
+    let d = local.check("k").await.unwrap();
+    assert_eq!((d.allowed, d.source, d.remaining), (true, Source::Local, 999));
+    let open = limiter(&url, "fail_open", 30_000);
+    let d = open.check("k").await.unwrap();
+    assert_eq!((d.allowed, d.source), (true, Source::FailOpen));
+}

@@ -1,0 +1,141 @@
+//! The Redis store's contract: key layout and TTLs, the server's clock,
+//! NOSCRIPT reload, a key holding the wrong type, composite atomicity.
+
+mod support;
+
+use polylimit::{CheckOptions, Error, Limiter, LimiterConfig, Policy, Source};
+use serde_json::json;
+
+fn policy(v: serde_json::Value) -> Policy {
+    Policy::from_value(&v, "").unwrap()
+}
+
+fn pttl(redis: &support::RedisServer, key: &str) -> i64 {
+    let reply = redis.command(&format!("PTTL {key}")).unwrap();
+    reply.trim().trim_start_matches(':').parse().unwrap()
+}
+
+#[tokio::test]
+async fn keys_follow_the_layout_and_expire_when_idle() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"rate": "10/s", "burst": 10, "name": "api"}))).with_store(redis.url()),
+    )
+    .unwrap();
+    let d = limiter.check("user:{42}").await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 9, 100));
+    let key = "polylimit:token_bucket:api:{user:%7B42%7D}";
+    let ttl = pttl(&redis, key);
+    assert!(
+        (1..=100).contains(&ttl),
+        "TTL {ttl} must be the time back to idle (100 ms)"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    assert_eq!(pttl(&redis, key), -2, "an idle key vanishes");
+}
+
+#[tokio::test]
+async fn the_server_clock_decides_without_now_ms() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"algorithm": "fixed_window", "rate": "5/1h"}))).with_store(redis.url()),
+    )
+    .unwrap();
+    let result = limiter.check_all("k", CheckOptions::default()).await.unwrap();
+    let reply = redis.command("TIME").unwrap();
+    let server_secs: i64 = reply.lines().nth(2).unwrap().parse().unwrap();
+    assert!(
+        (result.now_ms / 1000 - server_secs).abs() <= 1,
+        "now_ms {} is Redis TIME {server_secs}",
+        result.now_ms
+    );
+    let d = result.decision();
+    let window_end = result.now_ms - result.now_ms % 3_600_000 + 3_600_000;
+    assert_eq!(d.reset_after_ms as i64, window_end - result.now_ms);
+}
+
+#[tokio::test]
+async fn script_flush_is_survived() {
+    let redis = support::RedisServer::start();
+    let limiter =
+        Limiter::new(LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3}))).with_store(redis.url())).unwrap();
+    assert_eq!(limiter.check("k").await.unwrap().remaining, 2);
+    assert_eq!(redis.command("SCRIPT FLUSH").unwrap(), "+OK\r\n");
+    let d = limiter.check("k").await.unwrap();
+    assert_eq!(
+        (d.source, d.remaining),
+        (Source::Store, 1),
+        "NOSCRIPT reloads the script"
+    );
+}
+
+#[tokio::test]
+async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "10/s"}))).with_store(redis.url())).unwrap();
+    redis.command("HSET polylimit:token_bucket:default:{hash} a 1").unwrap();
+    redis
+        .command("SET polylimit:token_bucket:default:{junk} hello")
+        .unwrap();
+    for key in ["hash", "junk"] {
+        match limiter.check(key).await {
+            Err(Error::Store {
+                key: store_key,
+                message,
+            }) => {
+                assert!(store_key.contains(&format!("{{{key}}}")), "{store_key}");
+                assert!(
+                    message.contains("WRONGTYPE") || message.contains("POLYLIMIT_STATE"),
+                    "{message}"
+                );
+            }
+            other => panic!("{key}: expected a store error, got {other:?}"),
+        }
+    }
+    // Other keys are unaffected, and the breaker stays closed.
+    for _ in 0..10 {
+        assert_eq!(limiter.check("fine").await.unwrap().source, Source::Store);
+    }
+    assert_eq!(limiter.breaker_state(), polylimit::BreakerState::Closed);
+}
+
+#[tokio::test]
+async fn composite_policies_charge_nothing_when_one_denies() {
+    let redis = support::RedisServer::start();
+    let mut config = LimiterConfig::new(policy(json!({"rate": "100/d", "name": "per_day"})));
+    config.policies.push(policy(
+        json!({"algorithm": "fixed_window", "rate": "2/1m", "name": "per_minute"}),
+    ));
+    config.store = redis.url();
+    let limiter = Limiter::new(config).unwrap();
+    let at = |now_ms| CheckOptions {
+        cost: 1,
+        now_ms: Some(now_ms),
+    };
+    for _ in 0..2 {
+        assert!(limiter.check_all("k", at(60_000)).await.unwrap().allowed);
+    }
+    for _ in 0..5 {
+        let r = limiter.check_all("k", at(60_000)).await.unwrap();
+        assert!(!r.allowed);
+        assert!(r.decisions[0].allowed && !r.decisions[1].allowed);
+        assert_eq!(r.decisions[0].remaining, 97, "peeked, not charged");
+        assert_eq!(r.decision().retry_after_ms, Some(60_000));
+    }
+    let r = limiter.check_all("k", at(120_000)).await.unwrap();
+    assert!(r.allowed);
+    assert_eq!(r.decisions[0].remaining, 97, "per_day charged 3 times in all");
+}
+
+#[tokio::test]
+async fn reset_forgets_a_key() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"algorithm": "sliding_window_log", "rate": "1/h"}))).with_store(redis.url()),
+    )
+    .unwrap();
+    assert!(limiter.check("k").await.unwrap().allowed);
+    assert!(!limiter.check("k").await.unwrap().allowed);
+    limiter.reset("k").await.unwrap();
+    assert!(limiter.check("k").await.unwrap().allowed);
+}
