@@ -187,7 +187,7 @@ struct Compiled {
 
 enum Backend {
     Memory,
-    Redis(RedisStore),
+    Redis(Box<RedisStore>),
 }
 
 struct Inner {
@@ -245,7 +245,7 @@ impl Limiter {
                 || url.starts_with("redis+cluster://")
                 || url.starts_with("rediss+cluster://") =>
             {
-                Backend::Redis(RedisStore::open(url, config.timeout)?)
+                Backend::Redis(Box::new(RedisStore::open(url, config.timeout)?))
             }
             other => {
                 return Err(Error::config(

@@ -26,13 +26,16 @@ const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
+/// (policy, route, decision, source).
+type RequestLabels = (String, String, &'static str, &'static str);
+
 /// Counters of one limiter.
 #[derive(Default)]
 pub(crate) struct Metrics {
     /// Per policy, lock-free: [source][allowed] → count (checks outside the HTTP layer).
     per_policy: Vec<(String, [[AtomicU64; 2]; SOURCES.len()])>,
     /// (policy, route, decision, source) → count, for the HTTP layer.
-    requests: Mutex<BTreeMap<(String, String, &'static str, &'static str), u64>>,
+    requests: Mutex<BTreeMap<RequestLabels, u64>>,
     blocked: Mutex<BTreeMap<(String, String), u64>>,
     store_errors: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
@@ -75,6 +78,7 @@ impl Metrics {
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    #[allow(dead_code)] // used by the HTTP layer
     /// Counts one HTTP request's decision of `policy` on `route` (a template).
     pub fn request(&self, policy: &str, route: &str, decision: &Decision, blocked: bool) {
         let verdict = if decision.allowed { "allowed" } else { "denied" };

@@ -42,6 +42,7 @@ enum Connection {
     Cluster(ClusterConnection),
 }
 
+#[allow(clippy::large_enum_variant)] // built once per store
 enum Target {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
