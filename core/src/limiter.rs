@@ -12,6 +12,7 @@ use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::duration::parse_duration_ms;
 use crate::error::{Error, Result};
+use crate::http::rules::{HttpRules, HTTP_FIELDS};
 use crate::metrics::Metrics;
 use crate::policy::{OnStoreError, Policy, MAX_COST};
 use crate::store::keys::{key_head, store_key};
@@ -199,6 +200,7 @@ struct Inner {
     timeout: Duration,
     closed: AtomicBool,
     metrics: Metrics,
+    rules: Option<HttpRules>,
 }
 
 /// A rate limiter. Cheap to clone; clones share state.
@@ -278,8 +280,60 @@ impl Limiter {
                 timeout: config.timeout,
                 closed: AtomicBool::new(false),
                 metrics,
+                rules: None,
             }),
         })
+    }
+
+    /// A limiter from a rules file (YAML or JSON): limiter options, `policies`
+    /// (a map of name → policy), `rules`, `trusted_proxies`, `ipv6_subnet`,
+    /// `headers`, `shadow`, `allowlist`, `denylist`.
+    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Limiter> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(
+                "rules file",
+                format!("{:?}", path.display().to_string()),
+                format!("cannot be read: {e}"),
+            )
+        })?;
+        Limiter::from_rules(&text)
+    }
+
+    /// A limiter from the text of a rules file.
+    pub fn from_rules(text: &str) -> Result<Limiter> {
+        let value: Value = serde_yaml_ng::from_str(text)
+            .map_err(|e| Error::config("rules file", "", format!("is not valid YAML or JSON: {e}")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
+        let (http, options): (serde_json::Map<_, _>, serde_json::Map<_, _>) = obj
+            .clone()
+            .into_iter()
+            .partition(|(k, _)| HTTP_FIELDS.contains(&k.as_str()));
+        if !options.contains_key("policies") {
+            return Err(Error::config("policies", "", "is required in a rules file"));
+        }
+        let config = LimiterConfig::from_value(&Value::Object(options))?;
+        let names: Vec<String> = config.policies.iter().map(|p| p.name().to_string()).collect();
+        let rules = HttpRules::from_value(&http, &|name| names.iter().position(|n| n == name))?;
+        let mut limiter = Limiter::new(config)?;
+        Arc::get_mut(&mut limiter.inner).expect("not shared yet").rules = Some(rules);
+        Ok(limiter)
+    }
+
+    pub(crate) fn http_rules(&self) -> Option<&HttpRules> {
+        self.inner.rules.as_ref()
+    }
+
+    pub(crate) fn policy_at(&self, index: usize) -> &Policy {
+        &self.inner.policies[index].policy
+    }
+
+    pub(crate) fn record_request(&self, policy: usize, rule: &str, decision: &Decision, blocked: bool) {
+        self.inner
+            .metrics
+            .request(self.policy_at(policy).name(), rule, decision, blocked);
     }
 
     /// A limiter from the options object of [`LimiterConfig::from_value`].
@@ -307,11 +361,16 @@ impl Limiter {
     /// Checks `key` against every policy in one atomic decision: allowed only
     /// if all allow, and then all are charged; otherwise none is.
     pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
-        if let [_] = self.inner.policies.as_slice() {
-            return self.decide(&[(0, key)], options).await;
+        let result = if let [_] = self.inner.policies.as_slice() {
+            self.decide(&[(0, key)], options).await?
+        } else {
+            let targets: Vec<(usize, &str)> = (0..self.inner.policies.len()).map(|i| (i, key)).collect();
+            self.decide(&targets, options).await?
+        };
+        for (i, decision) in result.decisions.iter().enumerate() {
+            self.inner.metrics.decision(i, decision);
         }
-        let targets: Vec<(usize, &str)> = (0..self.inner.policies.len()).map(|i| (i, key)).collect();
-        self.decide(&targets, options).await
+        Ok(result)
     }
 
     /// Decides `(policy index, key)` pairs atomically.
@@ -343,9 +402,6 @@ impl Limiter {
             }
             Backend::Redis(redis) => self.decide_redis(redis, targets, options.now_ms, cost).await?,
         };
-        for (&(i, _), decision) in targets.iter().zip(&result.decisions) {
-            inner.metrics.decision(i, decision);
-        }
         Ok(result)
     }
 
@@ -445,7 +501,7 @@ impl Limiter {
     }
 
     /// Decides while the store cannot, per each policy's `on_store_error`.
-    fn fallback(&self, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> CheckResult {
+    pub(crate) fn fallback(&self, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> CheckResult {
         let inner = &*self.inner;
         let now = now.unwrap_or_else(process_now_ms);
         let mode = |i: usize| inner.policies[i].policy.on_store_error();

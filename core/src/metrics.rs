@@ -78,7 +78,6 @@ impl Metrics {
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    #[allow(dead_code)] // used by the HTTP layer
     /// Counts one HTTP request's decision of `policy` on `route` (a template).
     pub fn request(&self, policy: &str, route: &str, decision: &Decision, blocked: bool) {
         let verdict = if decision.allowed { "allowed" } else { "denied" };

@@ -1,0 +1,389 @@
+//! The rules file: which requests are limited, by which policies, on which key.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::client_ip::Cidr;
+use super::headers::HeaderMode;
+use crate::error::{Error, Result};
+
+/// One dimension of a rate-limit key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Dimension {
+    Ip,
+    Route,
+    Method,
+    User,
+    ApiKey,
+    Header(String),
+    /// The key given by the caller.
+    Key,
+    /// One key for every request.
+    Global,
+}
+
+impl Dimension {
+    fn parse(text: &str) -> Option<Dimension> {
+        Some(match text {
+            "ip" => Dimension::Ip,
+            "route" => Dimension::Route,
+            "method" => Dimension::Method,
+            "user" => Dimension::User,
+            "api_key" => Dimension::ApiKey,
+            "key" => Dimension::Key,
+            "global" => Dimension::Global,
+            _ => match text.strip_prefix("header:") {
+                Some(name) if !name.is_empty() => Dimension::Header(name.to_ascii_lowercase()),
+                _ => return None,
+            },
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Dimension::Ip => "ip".into(),
+            Dimension::Route => "route".into(),
+            Dimension::Method => "method".into(),
+            Dimension::User => "user".into(),
+            Dimension::ApiKey => "api_key".into(),
+            Dimension::Header(h) => format!("header:{h}"),
+            Dimension::Key => "key".into(),
+            Dimension::Global => "global".into(),
+        }
+    }
+}
+
+/// What a rule limits with: policies, or tiers chosen by a request attribute.
+#[derive(Debug, Clone)]
+pub(crate) enum Target {
+    Policies(Vec<usize>),
+    Tiers {
+        by: Dimension,
+        /// Tier value → policies; `None` means unlimited.
+        tiers: HashMap<String, Option<Vec<usize>>>,
+        default: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    /// Bounded label for metrics: the rule's name, route or path pattern.
+    pub label: String,
+    pub methods: Option<Vec<String>>,
+    pub path: Option<String>,
+    pub route: Option<String>,
+    pub key: Vec<Dimension>,
+    pub target: Target,
+    pub shadow: bool,
+}
+
+/// An allowlist or denylist: networks match the client address, other
+/// entries match the user, the API key or the caller's key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct List {
+    pub networks: Vec<Cidr>,
+    pub keys: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct HttpRules {
+    pub trusted_proxies: Vec<Cidr>,
+    pub ipv6_subnet: u8,
+    pub headers: HeaderMode,
+    pub shadow: bool,
+    pub allowlist: List,
+    pub denylist: List,
+    pub rules: Vec<Rule>,
+}
+
+/// Top-level fields of a rules file that belong to the HTTP layer.
+pub(crate) const HTTP_FIELDS: [&str; 7] = [
+    "trusted_proxies",
+    "ipv6_subnet",
+    "headers",
+    "shadow",
+    "allowlist",
+    "denylist",
+    "rules",
+];
+
+fn strings(value: &Value, field: &str) -> Result<Vec<String>> {
+    match value {
+        Value::String(s) => Ok(vec![s.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| Error::config(format!("{field}[{i}]"), v, "is not a string"))
+            })
+            .collect(),
+        other => Err(Error::config(field, other, "is not a string or a list of strings")),
+    }
+}
+
+fn list(value: Option<&Value>, field: &str) -> Result<List> {
+    let mut out = List::default();
+    for entry in value.map(|v| strings(v, field)).transpose()?.unwrap_or_default() {
+        match Cidr::parse(&entry) {
+            Some(net) => out.networks.push(net),
+            None => out.keys.push(entry),
+        }
+    }
+    Ok(out)
+}
+
+impl HttpRules {
+    /// Parses the HTTP part of a rules file; `policy_index` resolves names.
+    pub fn from_value(
+        obj: &serde_json::Map<String, Value>,
+        policy_index: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<HttpRules> {
+        let trusted_proxies = match obj.get("trusted_proxies") {
+            None => Vec::new(),
+            Some(v) => strings(v, "trusted_proxies")?
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    Cidr::parse(s).ok_or_else(|| {
+                        Error::config(
+                            format!("trusted_proxies[{i}]"),
+                            format!("{s:?}"),
+                            "is not an address or CIDR network",
+                        )
+                    })
+                })
+                .collect::<Result<_>>()?,
+        };
+        let ipv6_subnet = match obj.get("ipv6_subnet") {
+            None => 64,
+            Some(v) => v
+                .as_u64()
+                .filter(|n| (1..=128).contains(n))
+                .ok_or_else(|| Error::config("ipv6_subnet", v, "is not a prefix length from 1 to 128"))?
+                as u8,
+        };
+        let headers = match obj.get("headers") {
+            None => HeaderMode::Both,
+            Some(v) => v
+                .as_str()
+                .and_then(HeaderMode::parse)
+                .ok_or_else(|| Error::config("headers", v, "is not one of legacy, ietf, both, none"))?,
+        };
+        let shadow = match obj.get("shadow") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| Error::config("shadow", v, "is not true or false"))?,
+        };
+        let rules = match obj.get("rules") {
+            None => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, r)| parse_rule(r, &format!("rules[{i}]"), policy_index))
+                .collect::<Result<_>>()?,
+            Some(other) => return Err(Error::config("rules", other, "is not a list")),
+        };
+        Ok(HttpRules {
+            trusted_proxies,
+            ipv6_subnet,
+            headers,
+            shadow,
+            allowlist: list(obj.get("allowlist"), "allowlist")?,
+            denylist: list(obj.get("denylist"), "denylist")?,
+            rules,
+        })
+    }
+}
+
+fn policies(value: &Value, field: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Vec<usize>> {
+    let names = strings(value, field)?;
+    if names.is_empty() {
+        return Err(Error::config(field, value, "names no policy"));
+    }
+    names
+        .iter()
+        .map(|name| {
+            policy_index(name).ok_or_else(|| Error::config(field, format!("{name:?}"), "is not a policy of this file"))
+        })
+        .collect()
+}
+
+fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Rule> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Error::config(path, value, "is not an object"))?;
+    const FIELDS: [&str; 8] = [
+        "name",
+        "match",
+        "key",
+        "policy",
+        "tier",
+        "tiers",
+        "default_tier",
+        "shadow",
+    ];
+    let at = |f: &str| format!("{path}.{f}");
+    for k in obj.keys() {
+        if !FIELDS.contains(&k.as_str()) {
+            return Err(Error::config(
+                at(k),
+                "",
+                format!("is not a rule field (expected one of {})", FIELDS.join(", ")),
+            ));
+        }
+    }
+    let (mut methods, mut path_glob, mut route) = (None, None, None);
+    if let Some(m) = obj.get("match") {
+        let m = m
+            .as_object()
+            .ok_or_else(|| Error::config(at("match"), m, "is not an object"))?;
+        for (k, v) in m {
+            let field = format!("{path}.match.{k}");
+            match k.as_str() {
+                "method" => methods = Some(strings(v, &field)?.iter().map(|s| s.to_ascii_uppercase()).collect()),
+                "path" => {
+                    let p = v.as_str().filter(|p| p.starts_with('/') || *p == "*");
+                    path_glob = Some(
+                        p.ok_or_else(|| Error::config(&field, v, "is not a path starting with '/'"))?
+                            .to_string(),
+                    );
+                }
+                "route" => {
+                    route = Some(
+                        v.as_str()
+                            .ok_or_else(|| Error::config(&field, v, "is not a string"))?
+                            .to_string(),
+                    )
+                }
+                _ => {
+                    return Err(Error::config(
+                        field,
+                        "",
+                        "is not a match field (expected method, path, route)",
+                    ))
+                }
+            }
+        }
+    }
+    let key = match obj.get("key") {
+        None => vec![Dimension::Ip],
+        Some(v) => strings(v, &at("key"))?
+            .iter()
+            .map(|d| {
+                Dimension::parse(d).ok_or_else(|| {
+                    Error::config(
+                        at("key"),
+                        format!("{d:?}"),
+                        "is not a key dimension (ip, route, method, user, api_key, header:<name>, key, global)",
+                    )
+                })
+            })
+            .collect::<Result<_>>()?,
+    };
+    let target = match (obj.get("policy"), obj.get("tiers")) {
+        (Some(_), Some(_)) => return Err(Error::config(at("tiers"), "", "cannot be given together with policy")),
+        (Some(p), None) => Target::Policies(policies(p, &at("policy"), policy_index)?),
+        (None, Some(t)) => {
+            let t = t
+                .as_object()
+                .ok_or_else(|| Error::config(at("tiers"), t, "is not a map of tier → policy"))?;
+            let by = obj
+                .get("tier")
+                .ok_or_else(|| Error::config(at("tier"), "", "is required with tiers"))?;
+            let by = by.as_str().and_then(Dimension::parse).ok_or_else(|| {
+                Error::config(
+                    at("tier"),
+                    by,
+                    "is not a request attribute (user, api_key, header:<name>, …)",
+                )
+            })?;
+            let mut tiers = HashMap::new();
+            for (name, p) in t {
+                let field = format!("{path}.tiers.{name}");
+                let resolved = if p.as_str() == Some("unlimited") {
+                    None
+                } else {
+                    Some(policies(p, &field, policy_index)?)
+                };
+                tiers.insert(name.clone(), resolved);
+            }
+            let default = match obj.get("default_tier") {
+                None => None,
+                Some(d) => match d.as_str() {
+                    Some(name) if tiers.contains_key(name) => Some(name.to_string()),
+                    _ => return Err(Error::config(at("default_tier"), d, "is not one of the rule's tiers")),
+                },
+            };
+            Target::Tiers { by, tiers, default }
+        }
+        (None, None) => return Err(Error::config(at("policy"), "", "is required")),
+    };
+    let shadow = match obj.get("shadow") {
+        None => false,
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| Error::config(at("shadow"), v, "is not true or false"))?,
+    };
+    let label = match obj.get("name") {
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| Error::config(at("name"), v, "is not a string"))?
+            .to_string(),
+        None => route
+            .clone()
+            .or_else(|| path_glob.clone())
+            .unwrap_or_else(|| "*".into()),
+    };
+    Ok(Rule {
+        label,
+        methods,
+        path: path_glob,
+        route,
+        key,
+        target,
+        shadow,
+    })
+}
+
+/// `*` matches any run of characters, `/` included: `/api/*` covers everything below `/api/`.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&b| b == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("/api/*", "/api/payments/42"));
+        assert!(glob_match("/api/payments/*", "/api/payments/42"));
+        assert!(!glob_match("/api/payments/*", "/api/users"));
+        assert!(glob_match("/users/*/posts", "/users/7/posts"));
+        assert!(glob_match("*", "/"));
+        assert!(glob_match("/exact", "/exact"));
+        assert!(!glob_match("/exact", "/exact/more"));
+    }
+}

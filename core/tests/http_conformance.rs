@@ -1,0 +1,127 @@
+//! Plays every HTTP vector in `$POLYLIMIT_VECTORS/http` (default
+//! `tests/conformance/http`) through `check_request`, on the memory store and
+//! on a real Redis: exact status, rate-limit headers, body and delay.
+
+mod support;
+
+use std::path::PathBuf;
+
+use polylimit::{Limiter, RequestInfo};
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    name: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: Option<String>,
+    rules: Value,
+    requests: Vec<Step>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    request: Value,
+    expect: Expect,
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct Expect {
+    status: Option<u16>,
+    headers: Vec<(String, String)>,
+    body: Option<String>,
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+fn vector_dir() -> PathBuf {
+    let base = match std::env::var_os("POLYLIMIT_VECTORS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance"),
+    };
+    base.join("http")
+}
+
+fn load() -> Vec<(String, File)> {
+    let dir = vector_dir();
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read HTTP vectors in {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no HTTP vectors in {}", dir.display());
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let file: File = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!file.cases.is_empty(), "{}: no cases", path.display());
+            (path.file_name().unwrap().to_string_lossy().into_owned(), file)
+        })
+        .collect()
+}
+
+async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
+    let mut failures = Vec::new();
+    let mut steps = 0;
+    for (fi, (file, vectors)) in files.iter().enumerate() {
+        for (ci, case) in vectors.cases.iter().enumerate() {
+            assert!(!case.requests.is_empty(), "{file}: {:?} has no requests", case.name);
+            let mut rules = case.rules.clone();
+            rules["store"] = Value::String(store.to_string());
+            rules["prefix"] = Value::String(format!("http-{fi}-{ci}"));
+            let limiter =
+                Limiter::from_rules(&rules.to_string()).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
+            for (i, step) in case.requests.iter().enumerate() {
+                steps += 1;
+                let request =
+                    RequestInfo::from_value(&step.request).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
+                match limiter.check_request(&request).await {
+                    Ok(outcome) => {
+                        let got = Expect {
+                            status: outcome.status,
+                            headers: outcome.headers,
+                            body: outcome.body,
+                            delay_ms: outcome.delay_ms,
+                        };
+                        if got != step.expect {
+                            failures.push(format!(
+                                "{store}: {file}: {:?} request {i}: expected {:?}, got {got:?}",
+                                case.name, step.expect
+                            ));
+                        }
+                    }
+                    Err(e) => failures.push(format!("{store}: {file}: {:?} request {i}: error {e}", case.name)),
+                }
+            }
+        }
+    }
+    (steps, failures)
+}
+
+#[tokio::test]
+async fn http_vectors_on_memory_and_redis() {
+    let files = load();
+    let redis = support::RedisServer::start();
+    let (steps, mut failures) = play("memory", &files).await;
+    let (_, redis_failures) = play(&redis.url(), &files).await;
+    failures.extend(redis_failures);
+    println!("{} HTTP vector files, {steps} requests per store", files.len());
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
