@@ -225,6 +225,14 @@ impl Limiter {
             return Err(Error::config("policies", "[]", "is empty"));
         }
         for (i, p) in config.policies.iter().enumerate() {
+            if p.penalty().is_some() {
+                // Parsed and validated already; refusing beats silently not blocking.
+                return Err(Error::config(
+                    format!("policies.{}.penalty", p.name()),
+                    "",
+                    "is not enforced yet by this version",
+                ));
+            }
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
                 return Err(Error::config(
                     "policies",

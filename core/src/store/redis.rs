@@ -147,8 +147,32 @@ impl RedisStore {
         }
     }
 
-    /// Runs one atomic decision. Returns the store's `now` and a verdict per check.
+    /// Runs one decision. Returns the store's `now` and a verdict per check.
+    /// Atomic across all checks on a single server; on a cluster, checks whose
+    /// keys live in different slots are decided one slot at a time.
     pub async fn decide(&self, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) -> Result<(i64, Vec<Verdict>)> {
+        let tag = |c: &RedisCheck<'_>| c.keys[0].rsplit_once('{').map(|(_, t)| t.to_string());
+        if matches!(self.target, Target::Cluster(_)) && checks.iter().any(|c| tag(c) != tag(&checks[0])) {
+            let mut store_now = None;
+            let mut verdicts = Vec::with_capacity(checks.len());
+            for check in checks {
+                let (n, v) = self
+                    .decide_in_one_slot(std::slice::from_ref(check), now.or(store_now), cost)
+                    .await?;
+                store_now.get_or_insert(n);
+                verdicts.extend(v);
+            }
+            return Ok((store_now.unwrap_or_default(), verdicts));
+        }
+        self.decide_in_one_slot(checks, now, cost).await
+    }
+
+    async fn decide_in_one_slot(
+        &self,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<(i64, Vec<Verdict>)> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha);
         push_args(&mut cmd, checks, now, cost);

@@ -1,0 +1,128 @@
+//! The HTTP layer beyond the vectors: fail-closed 503 with the store down,
+//! rules-file errors, the shared example rules file, bounded metrics labels.
+
+use polylimit::{Error, Limiter, RequestInfo};
+
+fn request(path: &str, peer: &str) -> RequestInfo {
+    RequestInfo {
+        method: "POST".into(),
+        path: path.into(),
+        peer: Some(peer.into()),
+        user: Some("u1".into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn fail_closed_answers_503_and_local_keeps_limiting() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rules = format!(
+        "store: redis://127.0.0.1:{port}\n\
+         policies:\n  api: {{ rate: 1/s, burst: 2 }}\n  payments: {{ rate: 1/s, on_store_error: fail_closed }}\n\
+         rules:\n  - {{ match: {{ path: /pay }}, key: [user], policy: payments }}\n  - {{ match: {{ path: /api }}, key: [ip], policy: api }}\n"
+    );
+    let limiter = Limiter::from_rules(&rules).unwrap();
+    let outcome = limiter.check_request(&request("/pay", "203.0.113.7")).await.unwrap();
+    assert_eq!(outcome.status, Some(503));
+    assert_eq!(
+        outcome.body.as_deref(),
+        Some("{\"error\":\"rate_limiter_unavailable\",\"message\":\"Service Unavailable\",\"retry_after\":1}")
+    );
+    assert!(
+        outcome.headers.iter().any(|(k, v)| k == "Retry-After" && v == "1"),
+        "{:?}",
+        outcome.headers
+    );
+
+    let statuses: Vec<Option<u16>> = {
+        let mut s = Vec::new();
+        for _ in 0..3 {
+            s.push(
+                limiter
+                    .check_request(&request("/api", "203.0.113.7"))
+                    .await
+                    .unwrap()
+                    .status,
+            );
+        }
+        s
+    };
+    assert_eq!(statuses, [None, None, Some(429)], "the local fallback still limits");
+    let metrics = limiter.metrics_text();
+    assert!(
+        metrics.contains("rate_limit_blocked_total{policy=\"payments\",route=\"/pay\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("203.0.113.7") && !metrics.contains("u1"),
+        "no raw key or address in labels:\n{metrics}"
+    );
+}
+
+#[test]
+fn rules_file_errors_name_the_rule_and_field() {
+    let cases = [
+        (
+            "policies: { api: { rate: ten/s } }\nrules: []",
+            "policies.api.rate: \"ten/s\" is not",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nrules: [ { policy: nope } ]",
+            "rules[0].policy: \"nope\" is not a policy of this file",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nrules: [ { policy: api, key: [shoe] } ]",
+            "rules[0].key: \"shoe\" is not a key dimension",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nrules: [ { policy: api, match: { host: x } } ]",
+            "rules[0].match.host: is not a match field",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\ntrusted_proxies: [10.0.0.0/33]",
+            "trusted_proxies[0]: \"10.0.0.0/33\" is not an address or CIDR network",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nheaders: fancy",
+            "headers: \"fancy\" is not one of legacy, ietf, both, none",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nstore: postgres://x",
+            "store: \"postgres://x\" is not",
+        ),
+        ("rules: []", "policies: is required in a rules file"),
+    ];
+    for (text, expected) in cases {
+        match Limiter::from_rules(text) {
+            Err(e @ Error::Config { .. }) => assert!(
+                e.to_string().starts_with(expected),
+                "{text}\n  got: {e}\n  want: {expected}…"
+            ),
+            Err(e) => panic!("{text}: wrong kind {e:?}"),
+            Ok(_) => panic!("{text}: accepted"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_example_rules_file_loads_and_limits() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/polylimit.yaml");
+    let limiter = Limiter::from_file(path).unwrap();
+    let mut statuses = Vec::new();
+    for _ in 0..12 {
+        let req = RequestInfo {
+            method: "GET".into(),
+            path: "/api/items".into(),
+            peer: Some("198.51.100.1".into()),
+            now_ms: Some(1_700_000_000_000),
+            ..Default::default()
+        };
+        statuses.push(limiter.check_request(&req).await.unwrap().status);
+    }
+    assert_eq!(statuses.iter().filter(|s| s.is_none()).count(), 10);
+    assert_eq!(statuses[10..], [Some(429), Some(429)]);
+}
