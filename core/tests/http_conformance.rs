@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::path::PathBuf;
-
 use polylimit::{Limiter, RequestInfo};
 use serde::Deserialize;
 use serde_json::Value;
@@ -44,32 +42,12 @@ struct Expect {
     delay_ms: u64,
 }
 
-fn vector_dir() -> PathBuf {
-    let base = match std::env::var_os("POLYLIMIT_VECTORS") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance"),
-    };
-    base.join("http")
-}
-
 fn load() -> Vec<(String, File)> {
-    let dir = vector_dir();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read HTTP vectors in {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    assert!(!paths.is_empty(), "no HTTP vectors in {}", dir.display());
-    paths
-        .into_iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let file: File = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            assert!(!file.cases.is_empty(), "{}: no cases", path.display());
-            (path.file_name().unwrap().to_string_lossy().into_owned(), file)
-        })
-        .collect()
+    let files: Vec<(String, File)> = support::vector_files("http");
+    for (name, file) in &files {
+        assert!(!file.cases.is_empty(), "{name}: no cases");
+    }
+    files
 }
 
 async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {

@@ -114,3 +114,29 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// The vector files of `$POLYLIMIT_VECTORS/<sub>` (default
+/// `tests/conformance/<sub>`), sorted, as (file name, parsed JSON). An
+/// unreadable or unparsable file, or an empty directory, fails the run.
+pub fn vector_files<T: serde::de::DeserializeOwned>(sub: &str) -> Vec<(String, T)> {
+    let base = match std::env::var_os("POLYLIMIT_VECTORS") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance"),
+    };
+    let dir = base.join(sub);
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read vectors in {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    assert!(!paths.is_empty(), "no vectors in {}", dir.display());
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let parsed = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            (path.file_name().unwrap().to_string_lossy().into_owned(), parsed)
+        })
+        .collect()
+}
