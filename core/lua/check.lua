@@ -1,14 +1,19 @@
--- ARGV: now_ms ('' = use the server's TIME), cost, then per policy five
--- values: kind, count, period_ms, burst (or limit), max_delay (scaled).
--- KEYS: the policies' keys in order (sliding_window_log takes two).
+-- ARGV: now_ms ('' = use the server's TIME), cost, then per policy ten
+-- values: kind, count, period_ms, burst (or limit), max_delay (scaled),
+-- flags (1 = shadow: its denial blocks nothing), penalty threshold (0 = none),
+-- penalty within_ms, forget_after_ms, cooldowns ("10000,60000").
+-- KEYS: per policy its keys (sliding_window_log takes two), then its penalty
+-- key when it has a penalty.
 -- Returns {all_allowed, now, then per policy: allowed, remaining,
--- reset_after_ms, retry_after_ms (-1 = none), delay_ms}. Nothing is written
--- unless every policy allows.
+-- reset_after_ms, retry_after_ms (-1 = none), delay_ms, penalized}.
+-- Nothing is charged unless every non-shadow policy allows; penalties record
+-- denials either way.
 local KINDS = {
   token_bucket, token_bucket_interval, gcra, leaky_bucket,
   leaky_bucket_shape, fixed_window, sliding_window_log, sliding_window_counter,
 }
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
+local STRIDE = 10
 
 local now
 if ARGV[1] == '' then
@@ -21,18 +26,34 @@ local cost = tonumber(ARGV[2])
 
 local out = {1, now}
 local commits = {}
+local penalties = {}
 local k = 1
-for b = 3, #ARGV, 5 do
+for b = 3, #ARGV, STRIDE do
   local kind = tonumber(ARGV[b])
-  local allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, k, now, cost,
-    tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]))
+  local shadow = tonumber(ARGV[b + 5]) == 1
+  local threshold = tonumber(ARGV[b + 6])
+  local pkey, pstate = false, nil
+  local keys_at = k
   k = k + KEY_COUNT[kind]
+  if threshold > 0 then
+    pkey = KEYS[k]
+    k = k + 1
+    pstate = read_penalty(pkey)
+  end
+  local allowed, remaining, reset, retry, delay, commit
+  local penalized = 0
+  local blocked = blocked_for(pstate, now)
+  if blocked > 0 then
+    allowed, remaining, reset, retry, delay, penalized = false, 0, blocked, blocked, 0, 1
+  else
+    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
+      tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]))
+  end
+  local at = #out + 1
   if allowed then
     commits[#commits + 1] = commit
-    out[#out + 1] = 1
-  else
+  elseif not shadow then
     out[1] = 0
-    out[#out + 1] = 0
   end
   if remaining < 0 then remaining = 0 end
   if reset < 0 then reset = 0 end
@@ -41,12 +62,25 @@ for b = 3, #ARGV, 5 do
   else
     retry = -1
   end
-  out[#out + 1] = remaining
-  out[#out + 1] = reset
-  out[#out + 1] = retry
-  out[#out + 1] = delay
+  out[at], out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] =
+    allowed and 1 or 0, remaining, reset, retry, delay, penalized
+  if not allowed and blocked == 0 and pkey then
+    penalties[#penalties + 1] = {at, pkey, pstate, threshold, tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]), ARGV[b + 9]}
+  end
 end
 if out[1] == 1 then
   for i = 1, #commits do commits[i]() end
+end
+for _, p in ipairs(penalties) do
+  local cooldowns = {}
+  for n in string.gmatch(p[7], '%d+') do cooldowns[#cooldowns + 1] = tonumber(n) end
+  local block = record_denial(p[2], p[3], now, p[4], p[5], p[6], cooldowns)
+  if block then
+    local at = p[1]
+    out[at + 1] = 0
+    if out[at + 2] < block then out[at + 2] = block end
+    out[at + 3] = block
+    out[at + 5] = 1
+  end
 end
 return out

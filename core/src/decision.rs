@@ -86,6 +86,11 @@ impl CheckResult {
     /// longest wait (a cost that never fits first), otherwise the allowed one
     /// with the fewest remaining requests (then the longest reset).
     pub fn closest_to_denying(&self) -> usize {
+        self.closest_among(0..self.decisions.len())
+    }
+
+    /// [`CheckResult::closest_to_denying`] among some of the decisions.
+    pub(crate) fn closest_among(&self, candidates: impl Iterator<Item = usize>) -> usize {
         let key = |d: &Decision| {
             if d.allowed {
                 (0, u64::MAX - d.remaining, d.reset_after_ms)
@@ -93,9 +98,7 @@ impl CheckResult {
                 (1, d.retry_after_ms.unwrap_or(u64::MAX), d.reset_after_ms)
             }
         };
-        (0..self.decisions.len())
-            .max_by_key(|&i| key(&self.decisions[i]))
-            .unwrap_or(0)
+        candidates.max_by_key(|&i| key(&self.decisions[i])).unwrap_or(0)
     }
 
     /// The decision closest to denying, as headers describe it.

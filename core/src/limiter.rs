@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
+use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
 use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
 use crate::decision::{CheckResult, Decision, Source};
@@ -179,10 +180,14 @@ impl Default for CheckOptions {
     }
 }
 
+/// One policy on one key; `true` for a shadow check (its denial blocks nothing).
+pub(crate) type Target<'a> = (usize, &'a str, bool);
+
 /// A policy ready to run: its numbers and the head of its store keys.
 struct Compiled {
     policy: Policy,
     params: Params,
+    penalty: Option<PenaltyParams>,
     key_head: String,
 }
 
@@ -225,14 +230,6 @@ impl Limiter {
             return Err(Error::config("policies", "[]", "is empty"));
         }
         for (i, p) in config.policies.iter().enumerate() {
-            if p.penalty().is_some() {
-                // Parsed and validated already; refusing beats silently not blocking.
-                return Err(Error::config(
-                    format!("policies.{}.penalty", p.name()),
-                    "",
-                    "is not enforced yet by this version",
-                ));
-            }
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
                 return Err(Error::config(
                     "policies",
@@ -271,9 +268,11 @@ impl Limiter {
             .map(|policy| {
                 let params = Params::new(&policy);
                 let key_head = key_head(&config.prefix, params.kind, policy.name());
+                let penalty = policy.penalty().map(PenaltyParams::new);
                 Compiled {
                     policy,
                     params,
+                    penalty,
                     key_head,
                 }
             })
@@ -370,9 +369,9 @@ impl Limiter {
     /// if all allow, and then all are charged; otherwise none is.
     pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
         let result = if let [_] = self.inner.policies.as_slice() {
-            self.decide(&[(0, key)], options).await?
+            self.decide(&[(0, key, false)], options).await?
         } else {
-            let targets: Vec<(usize, &str)> = (0..self.inner.policies.len()).map(|i| (i, key)).collect();
+            let targets: Vec<Target<'_>> = (0..self.inner.policies.len()).map(|i| (i, key, false)).collect();
             self.decide(&targets, options).await?
         };
         for (i, decision) in result.decisions.iter().enumerate() {
@@ -382,7 +381,7 @@ impl Limiter {
     }
 
     /// Decides `(policy index, key)` pairs atomically.
-    pub(crate) async fn decide(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
+    pub(crate) async fn decide(&self, targets: &[Target<'_>], options: CheckOptions) -> Result<CheckResult> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -399,7 +398,7 @@ impl Limiter {
                 return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
             }
         }
-        if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
+        if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
         let cost = options.cost as i64;
@@ -413,21 +412,19 @@ impl Limiter {
         Ok(result)
     }
 
-    fn decide_memory(
-        &self,
-        targets: &[(usize, &str)],
-        now: i64,
-        cost: i64,
-        source: Source,
-        charge: bool,
-    ) -> CheckResult {
+    fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
-            .map(|&(i, key)| MemoryCheck {
-                slot: i as u32,
-                params: &inner.policies[i].params,
-                key,
+            .map(|&(i, key, shadow)| {
+                let compiled = &inner.policies[i];
+                MemoryCheck {
+                    slot: i as u32,
+                    params: &compiled.params,
+                    key,
+                    shadow,
+                    penalty: compiled.penalty.as_ref(),
+                }
             })
             .collect();
         let (allowed, verdicts) = inner.memory.decide(&checks, now, cost, charge);
@@ -436,7 +433,7 @@ impl Limiter {
 
     fn result(
         &self,
-        targets: &[(usize, &str)],
+        targets: &[Target<'_>],
         now: i64,
         allowed: bool,
         verdicts: Vec<Verdict>,
@@ -445,7 +442,10 @@ impl Limiter {
         let decisions = targets
             .iter()
             .zip(verdicts)
-            .map(|(&(i, _), v)| Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source))
+            .map(|(&(i, _, _), v)| {
+                let source = if v.penalized { Source::Penalty } else { source };
+                Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source)
+            })
             .collect();
         CheckResult {
             allowed,
@@ -454,21 +454,25 @@ impl Limiter {
         }
     }
 
+    /// The policy's keys for `key`: its state (and log), then its penalty record.
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
         let compiled = &self.inner.policies[i];
         let main = store_key(&compiled.key_head, key);
+        let mut keys = Vec::with_capacity(3);
         if compiled.params.key_count() == 2 {
-            let log = format!("{main}:log");
-            vec![main, log]
-        } else {
-            vec![main]
+            keys.push(format!("{main}:log"));
         }
+        if compiled.penalty.is_some() {
+            keys.push(format!("{main}:penalty"));
+        }
+        keys.insert(0, main);
+        keys
     }
 
     async fn decide_redis(
         &self,
         redis: &RedisStore,
-        targets: &[(usize, &str)],
+        targets: &[Target<'_>],
         now: Option<i64>,
         cost: i64,
     ) -> Result<CheckResult> {
@@ -476,13 +480,18 @@ impl Limiter {
         let Some(permit) = inner.breaker.acquire() else {
             return Ok(self.fallback(targets, now, cost));
         };
-        let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
+        let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
         let checks: Vec<RedisCheck<'_>> = targets
             .iter()
             .zip(&keys)
-            .map(|(&(i, _), keys)| RedisCheck {
-                params: &inner.policies[i].params,
-                keys,
+            .map(|(&(i, _, shadow), keys)| {
+                let compiled = &inner.policies[i];
+                RedisCheck {
+                    params: &compiled.params,
+                    keys,
+                    shadow,
+                    penalty: compiled.penalty.as_ref(),
+                }
             })
             .collect();
         let started = Instant::now();
@@ -491,7 +500,7 @@ impl Limiter {
         match outcome {
             Ok(Ok((store_now, verdicts))) => {
                 inner.breaker.success(permit);
-                let allowed = verdicts.iter().all(|v| v.allowed);
+                let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
                 Ok(self.result(targets, store_now, allowed, verdicts, Source::Store))
             }
             Ok(Err(e @ Error::Store { .. })) => {
@@ -509,15 +518,17 @@ impl Limiter {
     }
 
     /// Decides while the store cannot, per each policy's `on_store_error`.
-    pub(crate) fn fallback(&self, targets: &[(usize, &str)], now: Option<i64>, cost: i64) -> CheckResult {
+    pub(crate) fn fallback(&self, targets: &[Target<'_>], now: Option<i64>, cost: i64) -> CheckResult {
         let inner = &*self.inner;
         let now = now.unwrap_or_else(process_now_ms);
         let mode = |i: usize| inner.policies[i].policy.on_store_error();
-        let any_closed = targets.iter().any(|&(i, _)| mode(i) == OnStoreError::FailClosed);
-        let local: Vec<(usize, &str)> = targets
+        let any_closed = targets
+            .iter()
+            .any(|&(i, _, shadow)| mode(i) == OnStoreError::FailClosed && !shadow);
+        let local: Vec<Target<'_>> = targets
             .iter()
             .copied()
-            .filter(|&(i, _)| mode(i) == OnStoreError::Local)
+            .filter(|&(i, _, _)| mode(i) == OnStoreError::Local)
             .collect();
         // Local policies are charged only if nothing else denies.
         let local_result =
@@ -526,7 +537,7 @@ impl Limiter {
         let mut local_decisions = local_result.iter().flat_map(|r| r.decisions.iter().copied());
         let decisions: Vec<Decision> = targets
             .iter()
-            .map(|&(i, _)| {
+            .map(|&(i, _, _)| {
                 let limit = inner.policies[i].policy.limit();
                 match mode(i) {
                     OnStoreError::Local => local_decisions.next().unwrap_or(Decision {
@@ -559,7 +570,7 @@ impl Limiter {
                 }
             })
             .collect();
-        let allowed = decisions.iter().all(|d| d.allowed);
+        let allowed = targets.iter().zip(&decisions).all(|(t, d)| d.allowed || t.2);
         CheckResult {
             allowed,
             now_ms: now,

@@ -46,6 +46,8 @@ struct Expect {
     limit: Option<u64>,
     #[serde(default)]
     delay_ms: u64,
+    #[serde(default)]
+    source: Option<String>,
 }
 
 fn default_key() -> String {
@@ -70,6 +72,7 @@ fn mismatch(expect: &Expect, got: &Decision) -> bool {
         || got.retry_after_ms != expect.retry_after_ms
         || got.delay_ms != expect.delay_ms
         || expect.limit.is_some_and(|l| l != got.limit)
+        || expect.source.as_ref().is_some_and(|s| s != got.source.as_str())
 }
 
 async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {

@@ -88,7 +88,8 @@ async fn sigkill_under_load_then_restart() {
         "{:?}",
         outage.by_source
     );
-    assert_eq!(limiter.breaker_state(), BreakerState::Open);
+    // Open, or half-open if a cooldown just ended: either way it opened.
+    assert_ne!(limiter.breaker_state(), BreakerState::Closed);
     assert!(
         outage.slowest < Duration::from_millis(400),
         "slowest check during the outage: {:?}",

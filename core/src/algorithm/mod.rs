@@ -10,6 +10,7 @@ use crate::policy::{Algorithm, LeakyMode, Policy, Refill};
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;
+pub(crate) mod penalty;
 pub(crate) mod sliding_window_counter;
 pub(crate) mod sliding_window_log;
 pub(crate) mod token_bucket;
@@ -95,6 +96,8 @@ pub struct Verdict {
     pub retry_after_ms: Option<u64>,
     /// Shape mode: how long to hold the request.
     pub delay_ms: u64,
+    /// Denied by a penalty block (serving one, or starting one now).
+    pub penalized: bool,
 }
 
 /// The state a store keeps for one key.
@@ -104,6 +107,8 @@ pub(crate) enum State {
     Cells([i64; 3]),
     /// The sliding log.
     Log(sliding_window_log::Log),
+    /// A key's penalty record.
+    Penalty([i64; 5]),
 }
 
 /// The change an allowed decision makes to the state. Its time to live is the
@@ -113,6 +118,7 @@ pub(crate) enum State {
 pub(crate) enum Update {
     Cells([i64; 3]),
     LogAppend { cutoff: i64, at: i64, cost: i64 },
+    Penalty([i64; 5]),
 }
 
 impl Update {
@@ -120,6 +126,7 @@ impl Update {
     pub fn apply(self, state: Option<State>) -> State {
         match self {
             Update::Cells(cells) => State::Cells(cells),
+            Update::Penalty(cells) => State::Penalty(cells),
             Update::LogAppend { cutoff, at, cost } => {
                 let mut log = match state {
                     Some(State::Log(log)) => log,
@@ -159,6 +166,29 @@ pub(crate) fn decide(p: &Params, state: Option<&State>, now: i64, cost: i64) -> 
     }
 }
 
+/// A denial by a penalty block lasting `ms` more.
+pub(crate) fn blocked(ms: i64) -> Verdict {
+    Verdict {
+        allowed: false,
+        remaining: 0,
+        reset_after_ms: ms as u64,
+        retry_after_ms: Some(ms as u64),
+        delay_ms: 0,
+        penalized: true,
+    }
+}
+
+impl Verdict {
+    /// Marks a denial that started a penalty block of `ms`.
+    pub(crate) fn start_block(&mut self, ms: i64) {
+        let ms = ms as u64;
+        self.remaining = 0;
+        self.reset_after_ms = self.reset_after_ms.max(ms);
+        self.retry_after_ms = Some(ms);
+        self.penalized = true;
+    }
+}
+
 /// `ceil(a / b)` for `a >= 0`, `b > 0`; negative `a` gives 0.
 pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
     if a <= 0 {
@@ -177,6 +207,7 @@ pub(crate) fn never_fits(remaining: i64, reset_after: i64) -> (Verdict, Option<U
             reset_after_ms: reset_after.max(0) as u64,
             retry_after_ms: None,
             delay_ms: 0,
+            penalized: false,
         },
         None,
     )
@@ -189,5 +220,6 @@ pub(crate) fn verdict(allowed: bool, remaining: i64, reset_after: i64, retry_aft
         reset_after_ms: reset_after.max(0) as u64,
         retry_after_ms: retry_after.map(|r| r.max(0) as u64),
         delay_ms: 0,
+        penalized: false,
     }
 }

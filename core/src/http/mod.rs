@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
-use crate::limiter::{process_now_ms, CheckOptions, Limiter};
+use crate::limiter::{process_now_ms, CheckOptions, Limiter, Target as Check};
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
 use rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
@@ -307,7 +307,11 @@ impl Limiter {
             cost: req.cost.unwrap_or(1),
             now_ms: req.now_ms,
         };
-        let pairs: Vec<(usize, &str)> = targets.iter().map(|(p, k)| (*p, k.as_str())).collect();
+        let pairs: Vec<Check<'_>> = targets
+            .iter()
+            .zip(&owners)
+            .map(|((p, k), (_, shadow))| (*p, k.as_str(), *shadow))
+            .collect();
         let result = match self.decide(&pairs, options).await {
             Ok(result) => result,
             // A key holding foreign data: answer this request as if the store were down.
@@ -341,7 +345,13 @@ impl Limiter {
             self.record_request(*p, &d.rule, &d.decision, blocking(d));
         }
 
-        let shown = result.closest_to_denying();
+        // Headers describe the enforced limits; shadow ones only when nothing is enforced.
+        let enforced: Vec<usize> = (0..decisions.len()).filter(|&i| !decisions[i].shadow).collect();
+        let shown = if enforced.is_empty() {
+            result.closest_to_denying()
+        } else {
+            result.closest_among(enforced.into_iter())
+        };
         let decision = result.decisions[shown];
         let policy = self.policy_at(targets[shown].0);
         let now_ms = if result.now_ms > 0 {

@@ -6,7 +6,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use indexmap::{Equivalent, IndexMap};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::algorithm::{decide, Params, State, Update, Verdict};
+use crate::algorithm::penalty::{blocked_for, record_denial, PenaltyParams};
+use crate::algorithm::{blocked, decide, Params, State, Update, Verdict};
 
 const SHARDS: usize = 64;
 /// Entries examined for expiry on each new key, so idle keys are reclaimed
@@ -14,6 +15,8 @@ const SHARDS: usize = 64;
 const SWEEP_PER_INSERT: usize = 2;
 /// Entries sampled when a full shard must evict one.
 const EVICTION_SAMPLE: usize = 5;
+/// Penalty records live beside the policy's keys, in a slot of their own.
+const PENALTY_SLOT: u32 = 1 << 31;
 
 /// Identifies a key of one policy (`slot` is the policy's index in its limiter).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,6 +138,9 @@ pub(crate) struct MemoryCheck<'a> {
     pub slot: u32,
     pub params: &'a Params,
     pub key: &'a str,
+    /// A shadow check's denial blocks nothing (and so charges the others).
+    pub shadow: bool,
+    pub penalty: Option<&'a PenaltyParams>,
 }
 
 /// The embedded, process-local store.
@@ -166,17 +172,31 @@ impl MemoryStore {
     }
 
     /// Decides every check atomically: each sees the state of its key, and
-    /// none is charged unless all allow (and `charge` is set).
+    /// none is charged unless every non-shadow check allows (and `charge` is
+    /// set). Penalties record the denials of their policy when charging.
     pub fn decide(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64, charge: bool) -> (bool, Vec<Verdict>) {
-        if let ([one], true) = (checks, charge) {
+        if let ([one], true, None) = (checks, charge, checks.first().and_then(|c| c.penalty)) {
             let verdict = self.decide_one(one, now, cost);
-            return (verdict.allowed, vec![verdict]);
+            return (verdict.allowed || one.shadow, vec![verdict]);
         }
-        let keys: Vec<MapKeyRef<'_>> = checks
+        // Every key touched: the checks' keys, then their penalty records.
+        let mut keys: Vec<MapKeyRef<'_>> = checks
             .iter()
             .map(|c| MapKeyRef {
                 slot: c.slot,
                 key: c.key,
+            })
+            .collect();
+        let penalty_keys: Vec<Option<usize>> = checks
+            .iter()
+            .map(|c| {
+                c.penalty.map(|_| {
+                    keys.push(MapKeyRef {
+                        slot: c.slot | PENALTY_SLOT,
+                        key: c.key,
+                    });
+                    keys.len() - 1
+                })
             })
             .collect();
         let shard_ids: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
@@ -184,24 +204,48 @@ impl MemoryStore {
         let mut order = shard_ids.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            order.iter().map(|&s| (s, self.shards[s].lock())).collect();
-        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&s| self.shards[s].lock()).collect();
+        let guard_of = |key: usize| order.binary_search(&shard_ids[key]).unwrap_or(0);
+        let penalty_cells =
+            |guards: &[MutexGuard<'_, Shard>], key: usize| match guards[guard_of(key)].live(&keys[key], now) {
+                Some(State::Penalty(cells)) => Some(*cells),
+                _ => None,
+            };
 
         let mut verdicts = Vec::with_capacity(checks.len());
         let mut updates = Vec::with_capacity(checks.len());
         for (i, check) in checks.iter().enumerate() {
-            let shard = &guards[guard_of(shard_ids[i])].1;
-            let (verdict, update) = decide(check.params, shard.live(&keys[i], now), now, cost);
+            let record = penalty_keys[i].and_then(|k| penalty_cells(&guards, k));
+            let wait = blocked_for(record.as_ref(), now);
+            let (verdict, update) = if wait > 0 {
+                (blocked(wait), None)
+            } else {
+                decide(check.params, guards[guard_of(i)].live(&keys[i], now), now, cost)
+            };
             verdicts.push(verdict);
             updates.push(update);
         }
-        let all = verdicts.iter().all(|v| v.allowed);
-        if all && charge {
+        let all = checks.iter().zip(&verdicts).all(|(c, v)| v.allowed || c.shadow);
+        if !charge {
+            return (all, verdicts);
+        }
+        if all {
             for (i, update) in updates.into_iter().enumerate() {
                 if let Some(update) = update {
-                    let shard = &mut guards[guard_of(shard_ids[i])].1;
-                    shard.store(&keys[i], update, now, verdicts[i].reset_after_ms, self.per_shard_cap);
+                    let ttl = verdicts[i].reset_after_ms;
+                    guards[guard_of(i)].store(&keys[i], update, now, ttl, self.per_shard_cap);
+                }
+            }
+        }
+        for (i, check) in checks.iter().enumerate() {
+            if let (Some(params), Some(k)) = (check.penalty, penalty_keys[i]) {
+                if !verdicts[i].allowed && !verdicts[i].penalized {
+                    let violation = record_denial(params, penalty_cells(&guards, k).as_ref(), now);
+                    if let Some(ms) = violation.block_ms {
+                        verdicts[i].start_block(ms);
+                    }
+                    let update = Update::Penalty(violation.cells);
+                    guards[guard_of(k)].store(&keys[k], update, now, violation.ttl_ms as u64, self.per_shard_cap);
                 }
             }
         }
@@ -264,7 +308,9 @@ mod tests {
                         &MemoryCheck {
                             slot: 0,
                             params: &p,
-                            key: &key
+                            key: &key,
+                            shadow: false,
+                            penalty: None
                         },
                         1_000,
                         1
@@ -286,6 +332,8 @@ mod tests {
                     slot: 0,
                     params: &p,
                     key: &key,
+                    shadow: false,
+                    penalty: None,
                 },
                 0,
                 1,
@@ -300,6 +348,8 @@ mod tests {
                     slot: 0,
                     params: &p,
                     key: &key,
+                    shadow: false,
+                    penalty: None,
                 },
                 10_000 + i,
                 1,
@@ -320,7 +370,9 @@ mod tests {
                     &MemoryCheck {
                         slot: 0,
                         params: &p,
-                        key: "k"
+                        key: "k",
+                        shadow: false,
+                        penalty: None
                     },
                     0,
                     1
@@ -333,7 +385,9 @@ mod tests {
                     &MemoryCheck {
                         slot: 0,
                         params: &p,
-                        key: "k"
+                        key: "k",
+                        shadow: false,
+                        penalty: None
                     },
                     0,
                     1
@@ -346,7 +400,9 @@ mod tests {
                     &MemoryCheck {
                         slot: 1,
                         params: &p,
-                        key: "k"
+                        key: "k",
+                        shadow: false,
+                        penalty: None
                     },
                     0,
                     1
@@ -365,11 +421,15 @@ mod tests {
                 slot: 0,
                 params: &wide,
                 key: "k",
+                shadow: false,
+                penalty: None,
             },
             MemoryCheck {
                 slot: 1,
                 params: &narrow,
                 key: "k",
+                shadow: false,
+                penalty: None,
             },
         ];
         assert!(store.decide(&checks, 0, 1, true).0);

@@ -10,6 +10,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, RedisError, ServerErrorKind};
 
+use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
 use crate::error::{Error, Result};
 
@@ -22,6 +23,7 @@ pub const SCRIPT: &str = concat!(
     include_str!("../../lua/fixed_window.lua"),
     include_str!("../../lua/sliding_window_counter.lua"),
     include_str!("../../lua/sliding_window_log.lua"),
+    include_str!("../../lua/penalty.lua"),
     include_str!("../../lua/check.lua"),
 );
 
@@ -30,10 +32,13 @@ pub fn script_sha() -> String {
     redis::Script::new(SCRIPT).get_hash().to_string()
 }
 
-/// One policy's part of a decision: its store keys and its script arguments.
+/// One policy's part of a decision: its store keys (the penalty record's
+/// last, when it has a penalty) and its script arguments.
 pub(crate) struct RedisCheck<'a> {
     pub params: &'a Params,
     pub keys: &'a [String],
+    pub shadow: bool,
+    pub penalty: Option<&'a PenaltyParams>,
 }
 
 #[derive(Clone)]
@@ -220,7 +225,8 @@ impl RedisStore {
     }
 }
 
-/// `numkeys key... now cost (kind count period burst max_delay)...`
+/// `numkeys key... now cost (kind count period burst max_delay flags
+/// threshold within forget_after cooldowns)...`
 fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) {
     cmd.arg(checks.iter().map(|c| c.keys.len()).sum::<usize>());
     for check in checks {
@@ -239,7 +245,20 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
             .arg(p.count)
             .arg(p.period)
             .arg(p.burst)
-            .arg(p.max_delay);
+            .arg(p.max_delay)
+            .arg(check.shadow as i64);
+        match check.penalty {
+            Some(pen) => {
+                let cooldowns: Vec<String> = pen.cooldowns.iter().map(i64::to_string).collect();
+                cmd.arg(pen.threshold)
+                    .arg(pen.within)
+                    .arg(pen.forget_after)
+                    .arg(cooldowns.join(","));
+            }
+            None => {
+                cmd.arg(0).arg(0).arg(0).arg("");
+            }
+        }
     }
 }
 
@@ -263,20 +282,21 @@ fn unavailable(e: RedisError) -> Error {
 }
 
 fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
-    if values.len() != 2 + 5 * checks {
+    if values.len() != 2 + 6 * checks {
         return Err(Error::Internal(format!(
             "decision script returned {} values for {checks} policies",
             values.len()
         )));
     }
     let verdicts = values[2..]
-        .chunks_exact(5)
+        .chunks_exact(6)
         .map(|v| Verdict {
             allowed: v[0] == 1,
             remaining: v[1].max(0) as u64,
             reset_after_ms: v[2].max(0) as u64,
             retry_after_ms: (v[3] >= 0).then_some(v[3] as u64),
             delay_ms: v[4].max(0) as u64,
+            penalized: v[5] == 1,
         })
         .collect();
     Ok((values[1], verdicts))

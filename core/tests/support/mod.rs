@@ -89,9 +89,21 @@ impl RedisServer {
         }
     }
 
-    /// SIGSTOP: the server hangs, connections stay open.
+    /// SIGSTOP: the server hangs, connections stay open. Returns once the
+    /// kernel reports the process stopped.
     pub fn pause(&self) {
         self.signal("-STOP");
+        let stat = format!("/proc/{}/stat", self.pid());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let state = std::fs::read_to_string(&stat).unwrap_or_default();
+            // The state follows the parenthesised command name.
+            if state.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        panic!("redis-server {} did not stop", self.pid());
     }
 
     /// SIGCONT.
