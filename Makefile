@@ -18,7 +18,13 @@ redis-server:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server redis-tools >/dev/null; }
 	@redis-server --version
 
-test: deps lint rust-test
+# Each binding adds its suite to BINDING_TESTS (and its setup to BINDING_DEPS)
+# in its own make.mk, so the bindings never edit this file.
+BINDING_TESTS :=
+BINDING_DEPS :=
+-include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk
+
+test: deps lint rust-test $(BINDING_TESTS)
 
 lint:
 	$(CARGO) fmt --all --check
@@ -27,5 +33,6 @@ lint:
 rust-test:
 	$(CARGO) test --workspace --quiet
 
-bench: deps
+BINDING_BENCHES :=
+bench: deps $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput
