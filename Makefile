@@ -22,6 +22,7 @@ redis-server:
 # in its own make.mk, so the bindings never edit this file.
 BINDING_TESTS :=
 BINDING_DEPS :=
+BINDING_BENCHES :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk
 
 test: deps lint rust-test $(BINDING_TESTS)
@@ -33,6 +34,5 @@ lint:
 rust-test:
 	$(CARGO) test --workspace --quiet
 
-BINDING_BENCHES :=
 bench: deps $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput
