@@ -26,9 +26,18 @@ local function read_cells(key)
   return {tonumber(a), tonumber(b), tonumber(c)}
 end
 
+-- A key lives until it is back to idle, plus a margin: an expired key and an
+-- idle one decide alike, and the margin keeps a key alive between the steps
+-- of a simulation that passes explicit now_ms while real time moves on.
+local TTL_MARGIN_MS = 1000
+
+local function expire_after(ttl)
+  if ttl < 0 then ttl = 0 end
+  return fmt(ttl + TTL_MARGIN_MS)
+end
+
 local function write_cells(key, a, b, c, ttl)
-  if ttl < 1 then ttl = 1 end
-  redis.call('SET', key, fmt(a) .. ' ' .. fmt(b) .. ' ' .. fmt(c), 'PX', fmt(ttl))
+  redis.call('SET', key, fmt(a) .. ' ' .. fmt(b) .. ' ' .. fmt(c), 'PX', expire_after(ttl))
 end
 
 -- `max(TAT, now) - now` in scaled units, from cells {tat_ms, tat_rem}.

@@ -40,8 +40,8 @@ local function record_denial(key, c, now, threshold, within, forget_after, coold
     denials = 0
     window_start = now
   end
-  local ttl = math.max(blocked_until - now, window_start + within - now, level * forget_after, 1)
+  local ttl = math.max(blocked_until - now, window_start + within - now, level * forget_after)
   redis.call('SET', key, fmt(blocked_until) .. ' ' .. fmt(level) .. ' ' .. fmt(denials) .. ' ' ..
-    fmt(window_start) .. ' ' .. fmt(now), 'PX', fmt(ttl))
+    fmt(window_start) .. ' ' .. fmt(now), 'PX', expire_after(ttl))
   return block
 end

@@ -35,7 +35,7 @@ local function sliding_window_log(keys, k, now, cost, count, period, limit)
         redis.call('DEL', log)
       end
       redis.call('ZADD', log, fmt(now), fmt(seq + 1) .. ':' .. fmt(cost))
-      redis.call('PEXPIRE', log, fmt(math.max(ttl, 1)))
+      redis.call('PEXPIRE', log, expire_after(ttl))
       write_cells(key, used + cost, seq + 1, 0, ttl)
     end
   end
