@@ -1,1 +1,54 @@
-//! Placeholder: the binding is being built.
+//! Node.js binding of polylimit: a napi-rs addon that converts types and maps
+//! errors; every decision, key, header and body comes from the Rust core.
+#![deny(clippy::all)]
+
+mod batch;
+mod breaker;
+mod decision;
+mod errors;
+mod limiter;
+
+pub use breaker::NativeCircuitBreaker;
+pub use limiter::NativeLimiter;
+
+/// JS numbers arrive as f64; the core reads integers (`as_u64`/`as_i64`), so
+/// whole numbers become integers again, recursively.
+pub(crate) fn integral(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_991.0 => {
+                if f >= 0.0 {
+                    Value::from(f as u64)
+                } else {
+                    Value::from(f as i64)
+                }
+            }
+            _ => Value::Number(n),
+        },
+        Value::Array(items) => Value::Array(items.into_iter().map(integral).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, integral(v))).collect()),
+        other => other,
+    }
+}
+
+/// The tokio runtime every check runs on (napi's runtime, built here so its
+/// size can be chosen): `POLYLIMIT_WORKER_THREADS` workers, default 1. A
+/// check is a few µs of Rust around a Redis round trip on one multiplexed
+/// connection, so more workers mostly compete with the event loop for cores.
+#[napi_derive::module_init]
+fn init() {
+    let workers = std::env::var("POLYLIMIT_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    if let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("polylimit")
+        .enable_all()
+        .build()
+    {
+        napi::bindgen_prelude::create_custom_tokio_runtime(rt);
+    }
+}

@@ -1,1 +1,27 @@
-//! Placeholder: the binding is being built.
+//! The native half of the `polylimit` Python package (`polylimit._polylimit`).
+//!
+//! Thin: every method converts Python values, clones the core object, calls
+//! the core, and maps the error. The FastAPI/Starlette adapters live in the
+//! pure-Python package (`python/polylimit`).
+
+mod breaker;
+mod convert;
+mod decision;
+mod errors;
+mod future;
+mod limiter;
+mod runtime;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<decision::PyDecision>()?;
+    m.add_class::<decision::PyOutcome>()?;
+    m.add_class::<limiter::PyLimiter>()?;
+    m.add_class::<breaker::PyCircuitBreaker>()?;
+    m.add_class::<breaker::PyPermit>()?;
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The circuit breaker offered to users for their own downstream calls.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+use polylimit::breaker::Permit;
+use polylimit::{BreakerConfig, BreakerState, CircuitBreaker};
+
+/// A circuit breaker; thread-safe, freed with `polylimit_breaker_free`.
+pub struct polylimit_breaker_t {
+    inner: CircuitBreaker,
+}
+
+/// Permission to make one call, from `polylimit_breaker_acquire`; consumed by
+/// `polylimit_breaker_success` or `polylimit_breaker_failure`.
+pub struct polylimit_permit_t {
+    permit: Permit,
+}
+
+/// A breaker's state.
+#[repr(i32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum polylimit_breaker_state_t {
+    /// Calls go through.
+    POLYLIMIT_BREAKER_CLOSED = 0,
+    /// Calls are refused until the cooldown ends.
+    POLYLIMIT_BREAKER_OPEN = 1,
+    /// A few probe calls are let through.
+    POLYLIMIT_BREAKER_HALF_OPEN = 2,
+}
+
+/// A closed breaker: opens after `threshold` consecutive failures, lets
+/// `half_open_max` probes through after `cooldown_ms`. NULL only on a bug.
+#[no_mangle]
+pub extern "C" fn polylimit_breaker_new(
+    threshold: u32,
+    cooldown_ms: u64,
+    half_open_max: u32,
+) -> *mut polylimit_breaker_t {
+    catch_unwind(|| {
+        Box::into_raw(Box::new(polylimit_breaker_t {
+            inner: CircuitBreaker::new(BreakerConfig {
+                threshold,
+                cooldown: Duration::from_millis(cooldown_ms),
+                half_open_max,
+            }),
+        }))
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// Asks to make a call: a permit, or NULL when the breaker refuses.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_breaker_acquire(breaker: *const polylimit_breaker_t) -> *mut polylimit_permit_t {
+    // SAFETY: a live handle or NULL.
+    let Some(b) = (unsafe { breaker.as_ref() }) else {
+        return std::ptr::null_mut();
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        b.inner
+            .acquire()
+            .map(|permit| Box::into_raw(Box::new(polylimit_permit_t { permit })))
+            .unwrap_or(std::ptr::null_mut())
+    }))
+    .unwrap_or(std::ptr::null_mut())
+}
+
+unsafe fn report(breaker: *const polylimit_breaker_t, permit: *mut polylimit_permit_t, ok: bool) {
+    if permit.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the permit came from `polylimit_breaker_acquire`, consumed once.
+        let permit = unsafe { Box::from_raw(permit) }.permit;
+        // SAFETY: a live handle or NULL.
+        if let Some(b) = unsafe { breaker.as_ref() } {
+            if ok {
+                b.inner.success(permit)
+            } else {
+                b.inner.failure(permit)
+            }
+        }
+    }));
+}
+
+/// Reports a successful call and frees the permit.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_breaker_success(
+    breaker: *const polylimit_breaker_t,
+    permit: *mut polylimit_permit_t,
+) {
+    unsafe { report(breaker, permit, true) }
+}
+
+/// Reports a failed call and frees the permit.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_breaker_failure(
+    breaker: *const polylimit_breaker_t,
+    permit: *mut polylimit_permit_t,
+) {
+    unsafe { report(breaker, permit, false) }
+}
+
+/// The state, a `polylimit_breaker_state_t` (CLOSED for NULL).
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_breaker_state(breaker: *const polylimit_breaker_t) -> i32 {
+    // SAFETY: a live handle or NULL.
+    let Some(b) = (unsafe { breaker.as_ref() }) else {
+        return 0;
+    };
+    let state = catch_unwind(AssertUnwindSafe(|| b.inner.state())).unwrap_or(BreakerState::Closed);
+    match state {
+        BreakerState::Closed => polylimit_breaker_state_t::POLYLIMIT_BREAKER_CLOSED as i32,
+        BreakerState::Open => polylimit_breaker_state_t::POLYLIMIT_BREAKER_OPEN as i32,
+        BreakerState::HalfOpen => polylimit_breaker_state_t::POLYLIMIT_BREAKER_HALF_OPEN as i32,
+    }
+}
+
+/// Frees the breaker. NULL is ignored.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_breaker_free(breaker: *mut polylimit_breaker_t) {
+    if !breaker.is_null() {
+        // SAFETY: from `polylimit_breaker_new`, freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(breaker) })));
+    }
+}

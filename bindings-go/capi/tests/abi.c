@@ -1,0 +1,96 @@
+/* The C ABI on its own: links include/polylimit.h and the static library
+ * (`make go-abi-test`), without the Go wrapper. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "polylimit.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                  \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      failures++;                                                    \
+    }                                                                \
+  } while (0)
+
+int main(void) {
+  polylimit_limiter_t *limiter = NULL;
+  polylimit_error_t *err = NULL;
+  int32_t rc = polylimit_limiter_new(
+      "{\"policy\": {\"algorithm\": \"gcra\", \"rate\": \"10/s\", \"burst\": 2}}", &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK && limiter != NULL && err == NULL);
+
+  polylimit_decision_t d;
+  const char *key = "user:1";
+  for (int i = 0; i < 2; i++) {
+    rc = polylimit_limiter_check_blocking(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &err);
+    CHECK(rc == POLYLIMIT_OK && d.allowed && d.remaining == (uint64_t)(1 - i) && d.limit == 2);
+  }
+  rc = polylimit_limiter_check_blocking(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &err);
+  CHECK(rc == POLYLIMIT_OK && !d.allowed && d.has_retry_after && d.retry_after_ms == 100 && d.reset_after_ms == 200);
+  CHECK(strcmp(polylimit_source_name(d.source), "store") == 0);
+
+  /* A memory-store check is ready at once even with a callback. */
+  rc = polylimit_limiter_check(limiter, (const uint8_t *)"other", 5, 1, -1, &d, NULL, 0, &err);
+  CHECK(rc == POLYLIMIT_OK && d.allowed);
+
+  /* Errors: a code, an owned message, the field of a config error. */
+  rc = polylimit_limiter_check_blocking(limiter, (const uint8_t *)key, strlen(key), 0, -1, &d, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && err != NULL && err->code == POLYLIMIT_CONFIG && strcmp(err->field, "cost") == 0);
+  polylimit_error_free(err);
+  err = NULL;
+  rc = polylimit_limiter_check_blocking(NULL, (const uint8_t *)key, strlen(key), 1, -1, &d, &err);
+  CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL && err->field == NULL);
+  polylimit_error_free(err);
+  err = NULL;
+
+  char *metrics = NULL;
+  rc = polylimit_limiter_metrics(limiter, &metrics, &err);
+  CHECK(rc == POLYLIMIT_OK && strstr(metrics, "polylimit_") != NULL);
+  polylimit_string_free(metrics);
+
+  polylimit_limiter_close(limiter);
+  polylimit_limiter_close(limiter);
+  rc = polylimit_limiter_check_blocking(limiter, (const uint8_t *)key, strlen(key), 1, -1, &d, &err);
+  CHECK(rc == POLYLIMIT_CLOSED && err != NULL && strcmp(err->message, "limiter is closed") == 0);
+  polylimit_error_free(err);
+  err = NULL;
+  polylimit_limiter_free(limiter);
+
+  polylimit_limiter_t *bad = NULL;
+  rc = polylimit_limiter_new("{\"policy\": {\"rate\": \"ten/s\"}}", &bad, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && bad == NULL && strcmp(err->field, "policy.rate") == 0 &&
+        strcmp(err->value, "\"ten/s\"") == 0);
+  polylimit_error_free(err);
+
+  /* The rules path: an outcome as JSON. */
+  err = NULL;
+  rc = polylimit_limiter_from_rules(
+      "policies: {api: {rate: 1/s, burst: 1}}\nrules: [{key: [ip], policy: api}]\n", &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK);
+  const char *req = "{\"path\": \"/x\", \"peer\": \"203.0.113.7\", \"now_ms\": 1700000000000}";
+  char *outcome = NULL;
+  rc = polylimit_limiter_check_request(limiter, (const uint8_t *)req, strlen(req), true, &outcome, NULL, 0, &err);
+  CHECK(rc == POLYLIMIT_OK && strstr(outcome, "\"status\":null") != NULL && strstr(outcome, "\"decisions\"") != NULL);
+  polylimit_string_free(outcome);
+  rc = polylimit_limiter_check_request(limiter, (const uint8_t *)req, strlen(req), false, &outcome, NULL, 0, &err);
+  CHECK(rc == POLYLIMIT_OK && strstr(outcome, "\"status\":429") != NULL && strstr(outcome, "\"decisions\"") == NULL);
+  polylimit_string_free(outcome);
+  polylimit_limiter_free(limiter);
+
+  polylimit_breaker_t *b = polylimit_breaker_new(1, 60000, 1);
+  polylimit_permit_t *p = polylimit_breaker_acquire(b);
+  CHECK(p != NULL);
+  polylimit_breaker_failure(b, p);
+  CHECK(polylimit_breaker_state(b) == POLYLIMIT_BREAKER_OPEN && polylimit_breaker_acquire(b) == NULL);
+  polylimit_breaker_free(b);
+
+  if (failures) {
+    fprintf(stderr, "abi: %d checks failed\n", failures);
+    return 1;
+  }
+  printf("abi: all checks passed (polylimit %s)\n", polylimit_version());
+  return 0;
+}

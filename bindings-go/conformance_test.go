@@ -1,0 +1,292 @@
+package polylimit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+)
+
+// vectorFiles reads $POLYLIMIT_VECTORS/<sub>/*.json (default
+// ../tests/conformance): an unreadable or unknown-field file, or an empty
+// directory, fails the run.
+func vectorFiles(t *testing.T, sub string, into func(name string) any) []string {
+	t.Helper()
+	base := os.Getenv("POLYLIMIT_VECTORS")
+	if base == "" {
+		base = filepath.Join("..", "tests", "conformance")
+	}
+	dir := filepath.Join(base, sub)
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no vectors in %s (%v)", dir, err)
+	}
+	sort.Strings(paths)
+	names := make([]string, 0, len(paths))
+	for _, p := range paths {
+		text, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(text))
+		dec.DisallowUnknownFields()
+		name := filepath.Base(p)
+		if err := dec.Decode(into(name)); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+type vectorFile struct {
+	Cases []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Policy      json.RawMessage `json:"policy"`
+		Steps       []struct {
+			NowMs  *int64  `json:"now_ms"`
+			Key    *string `json:"key"`
+			Cost   *uint64 `json:"cost"`
+			Expect struct {
+				Allowed      *bool   `json:"allowed"`
+				Remaining    *uint64 `json:"remaining"`
+				ResetAfterMs *uint64 `json:"reset_after_ms"`
+				RetryAfterMs *uint64 `json:"retry_after_ms"`
+				Limit        *uint64 `json:"limit"`
+				DelayMs      uint64  `json:"delay_ms"`
+				Source       *string `json:"source"`
+			} `json:"expect"`
+		} `json:"steps"`
+	} `json:"cases"`
+}
+
+func requireFields(t *testing.T, where string, raw json.RawMessage, fields ...string) {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	for _, f := range fields {
+		if _, ok := m[f]; !ok {
+			t.Fatalf("%s: missing %q", where, f)
+		}
+	}
+}
+
+func stores(t *testing.T) map[string]string {
+	return map[string]string{"memory": "memory", "redis": startRedis(t).url()}
+}
+
+func TestConformanceVectors(t *testing.T) {
+	files := map[string]*vectorFile{}
+	raws := map[string]*struct {
+		Cases []struct {
+			Steps []struct {
+				Expect json.RawMessage `json:"expect"`
+			} `json:"steps"`
+		} `json:"cases"`
+	}{}
+	names := vectorFiles(t, "", func(name string) any { files[name] = &vectorFile{}; return files[name] })
+	for _, name := range names {
+		text, _ := os.ReadFile(filepath.Join(vectorDir(), name))
+		raw := &struct {
+			Cases []struct {
+				Steps []struct {
+					Expect json.RawMessage `json:"expect"`
+				} `json:"steps"`
+			} `json:"cases"`
+		}{}
+		if err := json.Unmarshal(text, raw); err != nil {
+			t.Fatal(err)
+		}
+		raws[name] = raw
+	}
+	for store, url := range stores(t) {
+		t.Run(store, func(t *testing.T) {
+			steps, cases := 0, 0
+			for fi, name := range names {
+				file := files[name]
+				if len(file.Cases) == 0 {
+					t.Fatalf("%s: no cases", name)
+				}
+				seen := map[string]bool{}
+				for ci, c := range file.Cases {
+					cases++
+					if seen[c.Name] || c.Name == "" || len(c.Policy) == 0 || len(c.Steps) == 0 {
+						t.Fatalf("%s: case %d %q: duplicate or empty name, no policy or no steps", name, ci, c.Name)
+					}
+					seen[c.Name] = true
+					// A generous timeout: the vectors pin decisions, and a loaded CI
+					// machine must not turn a slow Redis answer into a fallback one.
+					opts, _ := json.Marshal(map[string]any{"policy": c.Policy, "store": url, "timeout": "10s",
+						"prefix": fmt.Sprintf("go-conf-%d-%d", fi, ci)})
+					l, err := NewFromJSON(opts)
+					if err != nil {
+						t.Fatalf("%s: %q: %v", name, c.Name, err)
+					}
+					for i, s := range c.Steps {
+						steps++
+						requireFields(t, fmt.Sprintf("%s: %q step %d expect", name, c.Name, i), raws[name].Cases[ci].Steps[i].Expect,
+							"allowed", "remaining", "reset_after_ms", "retry_after_ms")
+						if s.NowMs == nil {
+							t.Fatalf("%s: %q step %d: no now_ms", name, c.Name, i)
+						}
+						key, cost := "k", uint64(1)
+						if s.Key != nil {
+							key = *s.Key
+						}
+						if s.Cost != nil {
+							cost = *s.Cost
+						}
+						got, err := l.Check(context.Background(), key, WithCost(cost), WithNowMs(*s.NowMs))
+						if err != nil {
+							t.Errorf("%s: %q step %d: %v", name, c.Name, i, err)
+							continue
+						}
+						e := s.Expect
+						var retry *uint64
+						if got.HasRetryAfter {
+							v := uint64(got.RetryAfter.Milliseconds())
+							retry = &v
+						}
+						if got.Allowed != *e.Allowed || got.Remaining != *e.Remaining ||
+							uint64(got.ResetAfter.Milliseconds()) != *e.ResetAfterMs ||
+							!reflect.DeepEqual(retry, e.RetryAfterMs) || uint64(got.Delay.Milliseconds()) != e.DelayMs ||
+							(e.Limit != nil && *e.Limit != got.Limit) || (e.Source != nil && Source(*e.Source) != got.Source) {
+							t.Errorf("%s: %s: %q step %d (now_ms %d): expected %s, got %+v", store, name, c.Name, i, *s.NowMs,
+								raws[name].Cases[ci].Steps[i].Expect, got)
+						}
+					}
+					l.Close()
+				}
+			}
+			t.Logf("%d files, %d cases, %d steps on %s", len(names), cases, steps, store)
+		})
+	}
+}
+
+func vectorDir() string {
+	if base := os.Getenv("POLYLIMIT_VECTORS"); base != "" {
+		return base
+	}
+	return filepath.Join("..", "tests", "conformance")
+}
+
+type httpVectorFile struct {
+	Cases []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Rules       json.RawMessage `json:"rules"`
+		Requests    []struct {
+			Request json.RawMessage `json:"request"`
+			Expect  struct {
+				Status  *int        `json:"status"`
+				Headers [][2]string `json:"headers"`
+				Body    *string     `json:"body"`
+				DelayMs uint64      `json:"delay_ms"`
+			} `json:"expect"`
+		} `json:"requests"`
+	} `json:"cases"`
+}
+
+// requestInfo reads a vector's request object (headers as an object, in
+// order, or as a list of pairs); unknown fields fail.
+func requestInfo(t *testing.T, raw json.RawMessage) *RequestInfo {
+	t.Helper()
+	var r struct {
+		RequestInfo
+		Headers json.RawMessage `json:"headers"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		t.Fatalf("request %s: %v", raw, err)
+	}
+	info := r.RequestInfo
+	if len(r.Headers) > 0 && r.Headers[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(r.Headers))
+		_, _ = dec.Token()
+		for dec.More() {
+			k, _ := dec.Token()
+			var v string
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("request headers %s: %v", r.Headers, err)
+			}
+			info.Headers = append(info.Headers, [2]string{k.(string), v})
+		}
+	} else if len(r.Headers) > 0 {
+		if err := json.Unmarshal(r.Headers, &info.Headers); err != nil {
+			t.Fatalf("request headers %s: %v", r.Headers, err)
+		}
+	}
+	return &info
+}
+
+func TestHTTPConformanceVectors(t *testing.T) {
+	files := map[string]*httpVectorFile{}
+	names := vectorFiles(t, "http", func(name string) any { files[name] = &httpVectorFile{}; return files[name] })
+	for store, url := range stores(t) {
+		t.Run(store, func(t *testing.T) {
+			requests := 0
+			for fi, name := range names {
+				if len(files[name].Cases) == 0 {
+					t.Fatalf("%s: no cases", name)
+				}
+				for ci, c := range files[name].Cases {
+					if len(c.Requests) == 0 {
+						t.Fatalf("%s: %q has no requests", name, c.Name)
+					}
+					var rules map[string]any
+					if err := json.Unmarshal(c.Rules, &rules); err != nil {
+						t.Fatalf("%s: %q: %v", name, c.Name, err)
+					}
+					rules["store"] = url
+					rules["prefix"] = fmt.Sprintf("go-http-%d-%d", fi, ci)
+					if _, set := rules["timeout"]; !set {
+						rules["timeout"] = "10s" // decisions, not latency, are under test
+					}
+					text, _ := json.Marshal(rules)
+					l, err := FromRules(string(text))
+					if err != nil {
+						t.Fatalf("%s: %q: %v", name, c.Name, err)
+					}
+					for i, step := range c.Requests {
+						requests++
+						got, err := l.CheckRequest(context.Background(), requestInfo(t, step.Request))
+						if err != nil {
+							t.Errorf("%s: %q request %d: %v", name, c.Name, i, err)
+							continue
+						}
+						e := step.Expect
+						status := 0
+						if e.Status != nil {
+							status = *e.Status
+						}
+						headers := e.Headers
+						if headers == nil {
+							headers = [][2]string{}
+						}
+						gotHeaders := got.Headers
+						if gotHeaders == nil {
+							gotHeaders = [][2]string{}
+						}
+						bodyOK := (e.Body == nil && !got.HasBody) || (e.Body != nil && got.HasBody && *e.Body == got.Body)
+						if got.Status != status || !reflect.DeepEqual(gotHeaders, headers) || !bodyOK ||
+							uint64(got.Delay.Milliseconds()) != e.DelayMs {
+							t.Errorf("%s: %s: %q request %d: expected status %d headers %v body %v delay %d, got %+v",
+								store, name, c.Name, i, status, headers, e.Body, e.DelayMs, got)
+						}
+					}
+					l.Close()
+				}
+			}
+			t.Logf("%d HTTP vector files, %d requests on %s", len(names), requests, store)
+		})
+	}
+}

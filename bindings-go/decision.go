@@ -1,0 +1,64 @@
+package polylimit
+
+/*
+#include "polylimit.h"
+*/
+import "C"
+
+import "time"
+
+// Source says who decided.
+type Source string
+
+// The sources, with the names every binding uses.
+const (
+	SourceStore      Source = "store"
+	SourceLocal      Source = "local"
+	SourceFailOpen   Source = "fail_open"
+	SourceFailClosed Source = "fail_closed"
+	SourcePenalty    Source = "penalty"
+	SourceAllowlist  Source = "allowlist"
+	SourceDenylist   Source = "denylist"
+)
+
+var sources = [...]Source{SourceStore, SourceLocal, SourceFailOpen, SourceFailClosed, SourcePenalty, SourceAllowlist, SourceDenylist}
+
+// Decision is the answer of a check (SPEC §3).
+type Decision struct {
+	// Allowed: the request may proceed.
+	Allowed bool
+	// Limit is the policy's count (burst for buckets, limit per window).
+	Limit uint64
+	// Remaining whole requests right after this decision.
+	Remaining uint64
+	// ResetAfter: time until the key is back to its full, idle state.
+	ResetAfter time.Duration
+	// RetryAfter: when denied, time until the same request could be allowed.
+	// Meaningful only when HasRetryAfter (false when allowed, and when the
+	// cost can never fit).
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	// Delay: shape mode, how long to hold the request before serving it.
+	Delay time.Duration
+	// Source: who decided.
+	Source Source
+}
+
+func ms(v C.uint64_t) time.Duration { return time.Duration(v) * time.Millisecond }
+
+func decisionFromC(d *C.polylimit_decision_t) Decision {
+	source := Source("unknown")
+	if i := int(d.source); i >= 0 && i < len(sources) {
+		source = sources[i]
+	}
+	return Decision{
+		Allowed:       bool(d.allowed),
+		Limit:         uint64(d.limit),
+		Remaining:     uint64(d.remaining),
+		ResetAfter:    ms(d.reset_after_ms),
+		RetryAfter:    ms(d.retry_after_ms),
+		HasRetryAfter: bool(d.has_retry_after),
+		Delay:         ms(d.delay_ms),
+		Source:        source,
+	}
+}

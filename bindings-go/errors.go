@@ -1,0 +1,91 @@
+package polylimit
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/capi/include
+#include "polylimit.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors, one per core error kind; match them with errors.Is.
+var (
+	// ErrConfig: a configuration or argument value is wrong (see *ConfigError).
+	ErrConfig = errors.New("polylimit: config error")
+	// ErrStoreUnavailable: the store could not be reached (checks answer by
+	// on_store_error instead; only reset reports it).
+	ErrStoreUnavailable = errors.New("polylimit: store unavailable")
+	// ErrStore: the store answered with an error for one key.
+	ErrStore = errors.New("polylimit: store error")
+	// ErrClosed: the limiter was closed.
+	ErrClosed = errors.New("polylimit: limiter is closed")
+	// ErrInternal: a bug in polylimit.
+	ErrInternal = errors.New("polylimit: internal error")
+	// ErrInvalidArgument: an argument the C ABI cannot accept (invalid UTF-8).
+	ErrInvalidArgument = errors.New("polylimit: invalid argument")
+	// ErrBreakerOpen: CircuitBreaker.Call did not run the call.
+	ErrBreakerOpen = errors.New("polylimit: circuit breaker is open")
+)
+
+// Error is an error from the core: a kind (one of the sentinels) and a message.
+type Error struct {
+	Kind    error
+	Message string
+}
+
+func (e *Error) Error() string { return "polylimit: " + e.Message }
+
+// Unwrap returns the kind, so errors.Is(err, ErrClosed) works.
+func (e *Error) Unwrap() error { return e.Kind }
+
+// ConfigError is a bad configuration value: Field is its path
+// (policies.api.rate), Value what was given (JSON syntax).
+type ConfigError struct {
+	Field   string
+	Value   string
+	Message string
+}
+
+func (e *ConfigError) Error() string { return "polylimit: " + e.Message }
+
+// Unwrap returns ErrConfig.
+func (e *ConfigError) Unwrap() error { return ErrConfig }
+
+func kindOf(code C.int32_t) error {
+	switch code {
+	case C.POLYLIMIT_CONFIG:
+		return ErrConfig
+	case C.POLYLIMIT_STORE_UNAVAILABLE:
+		return ErrStoreUnavailable
+	case C.POLYLIMIT_STORE:
+		return ErrStore
+	case C.POLYLIMIT_CLOSED:
+		return ErrClosed
+	case C.POLYLIMIT_INVALID_ARGUMENT:
+		return ErrInvalidArgument
+	default:
+		return ErrInternal
+	}
+}
+
+// fromC converts a borrowed C error; it does not free it.
+func fromC(code C.int32_t, e *C.polylimit_error_t) error {
+	if e == nil {
+		return &Error{Kind: kindOf(code), Message: fmt.Sprintf("status %d", int(code))}
+	}
+	message := C.GoString(e.message)
+	if e.code == C.POLYLIMIT_CONFIG && e.field != nil {
+		return &ConfigError{Field: C.GoString(e.field), Value: C.GoString(e.value), Message: message}
+	}
+	return &Error{Kind: kindOf(e.code), Message: message}
+}
+
+// takeError converts and frees an owned C error.
+func takeError(code C.int32_t, e *C.polylimit_error_t) error {
+	err := fromC(code, e)
+	C.polylimit_error_free(e)
+	return err
+}

@@ -1,0 +1,3 @@
+module github.com/polylimit/polylimit/bindings-go
+
+go 1.23

@@ -1,0 +1,287 @@
+// Package polylimit is the Go binding of polylimit, a distributed rate
+// limiter whose algorithms, Redis scripts, fallback and HTTP rules live in one
+// Rust core (reached through cgo and the C ABI in capi/).
+package polylimit
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/capi/include
+#include <stdlib.h>
+#include "polylimit.h"
+
+// Declared by callback.go (//export polylimitGoDone).
+extern void polylimitGoDone(size_t, int32_t, polylimit_decision_t *, char *, size_t, polylimit_error_t *);
+
+static polylimit_callback_t polylimit_go_done(void) {
+	return (polylimit_callback_t)polylimitGoDone;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+)
+
+// Limiter decides whether requests may proceed. Safe for concurrent use.
+// Call Close when done (a finalizer frees it if you forget).
+type Limiter struct {
+	mu  sync.RWMutex // Close takes it for writing; calls that use ptr for reading.
+	ptr *C.polylimit_limiter_t
+}
+
+func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
+	var ptr *C.polylimit_limiter_t
+	var cerr *C.polylimit_error_t
+	if rc := build(&ptr, &cerr); rc != C.POLYLIMIT_OK {
+		return nil, takeError(rc, cerr)
+	}
+	l := &Limiter{ptr: ptr}
+	runtime.SetFinalizer(l, (*Limiter).Close)
+	return l, nil
+}
+
+// New builds a limiter from options. It fails only on bad configuration
+// (a *ConfigError naming the field); Redis is connected lazily.
+func New(opts Options) (*Limiter, error) {
+	doc, err := opts.rulesDocument()
+	if err != nil {
+		return nil, err
+	}
+	return FromRules(string(doc))
+}
+
+// NewFromJSON builds a limiter from the options object every binding accepts,
+// as JSON: {"policy": {...}, "store": "redis://…", "prefix": …, "timeout": "100ms", …}.
+func NewFromJSON(options []byte) (*Limiter, error) {
+	text := C.CString(string(options))
+	defer C.free(unsafe.Pointer(text))
+	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_new(text, out, err)
+	})
+}
+
+// FromRules builds a limiter from the text of a rules file (YAML or JSON).
+func FromRules(rules string) (*Limiter, error) {
+	text := C.CString(rules)
+	defer C.free(unsafe.Pointer(text))
+	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_from_rules(text, out, err)
+	})
+}
+
+// FromFile builds a limiter from a rules file (YAML or JSON).
+func FromFile(path string) (*Limiter, error) {
+	text := C.CString(path)
+	defer C.free(unsafe.Pointer(text))
+	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_from_file(text, out, err)
+	})
+}
+
+// CheckOption adjusts one check.
+type CheckOption func(*checkOptions)
+
+type checkOptions struct {
+	cost  uint64
+	nowMs int64
+}
+
+// WithCost makes the request cost n units (default 1).
+func WithCost(n uint64) CheckOption { return func(o *checkOptions) { o.cost = n } }
+
+// WithNowMs decides at this time (ms since the epoch) instead of the store's
+// clock; for tests and simulations.
+func WithNowMs(ms int64) CheckOption { return func(o *checkOptions) { o.nowMs = ms } }
+
+// result is what the C callback sends back.
+type result struct {
+	decision Decision
+	text     string
+	err      error
+}
+
+func stringArg(s string) (*C.uint8_t, C.size_t) {
+	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
+}
+
+// await waits for a pending operation, or for ctx.
+func await(ctx context.Context, ch chan result) (result, error) {
+	select {
+	case r := <-ch:
+		return r, r.err
+	case <-ctx.Done():
+		// The callback still runs; the channel is buffered, so it never blocks.
+		return result{}, ctx.Err()
+	}
+}
+
+// Check decides whether key may proceed. With several policies the decision
+// is the one closest to denying. A memory-store check completes on the
+// calling goroutine; a Redis check waits on a channel (no OS thread is held),
+// and returns ctx.Err() if ctx ends first.
+func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (Decision, error) {
+	o := checkOptions{cost: 1, nowMs: -1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	ch := make(chan result, 1)
+	h := cgo.NewHandle(ch)
+	var out C.polylimit_decision_t
+	var cerr *C.polylimit_error_t
+	keyPtr, keyLen := stringArg(key)
+	l.mu.RLock()
+	if l.ptr == nil {
+		l.mu.RUnlock()
+		h.Delete()
+		return Decision{}, closedError()
+	}
+	rc := C.polylimit_limiter_check(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out,
+		C.polylimit_go_done(), C.size_t(h), &cerr)
+	l.mu.RUnlock()
+	runtime.KeepAlive(key)
+	switch rc {
+	case C.POLYLIMIT_OK:
+		h.Delete()
+		return decisionFromC(&out), nil
+	case C.POLYLIMIT_PENDING:
+		r, err := await(ctx, ch)
+		return r.decision, err
+	default:
+		h.Delete()
+		return Decision{}, takeError(rc, cerr)
+	}
+}
+
+// checkBlocking is Check through polylimit_limiter_check_blocking: the cgo
+// call holds its OS thread until the store answers. Only the tests and the
+// benchmark use it, to show what the callback path saves.
+func (l *Limiter) checkBlocking(key string) (Decision, error) {
+	var out C.polylimit_decision_t
+	var cerr *C.polylimit_error_t
+	keyPtr, keyLen := stringArg(key)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return Decision{}, closedError()
+	}
+	rc := C.polylimit_limiter_check_blocking(l.ptr, keyPtr, keyLen, 1, -1, &out, &cerr)
+	runtime.KeepAlive(key)
+	if rc != C.POLYLIMIT_OK {
+		return Decision{}, takeError(rc, cerr)
+	}
+	return decisionFromC(&out), nil
+}
+
+func closedError() error { return &Error{Kind: ErrClosed, Message: "limiter is closed"} }
+
+// CheckRequest decides an HTTP request by the limiter's rules: what
+// Middleware calls, for other frameworks to reuse.
+func (l *Limiter) CheckRequest(ctx context.Context, req *RequestInfo) (*Outcome, error) {
+	return l.checkRequest(ctx, req, true)
+}
+
+// checkRequest is CheckRequest; without decisions, Outcome.Decisions stays
+// empty and the answer is cheaper to build and read (the middleware's case).
+func (l *Limiter) checkRequest(ctx context.Context, req *RequestInfo, withDecisions bool) (*Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidArgument, Message: err.Error()}
+	}
+	ch := make(chan result, 1)
+	h := cgo.NewHandle(ch)
+	var out *C.char
+	var cerr *C.polylimit_error_t
+	l.mu.RLock()
+	if l.ptr == nil {
+		l.mu.RUnlock()
+		h.Delete()
+		return nil, closedError()
+	}
+	rc := C.polylimit_limiter_check_request(l.ptr, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(body))), C.size_t(len(body)),
+		C.bool(withDecisions), &out, C.polylimit_go_done(), C.size_t(h), &cerr)
+	l.mu.RUnlock()
+	runtime.KeepAlive(body)
+	var text string
+	switch rc {
+	case C.POLYLIMIT_OK:
+		h.Delete()
+		text = C.GoString(out)
+		C.polylimit_string_free(out)
+	case C.POLYLIMIT_PENDING:
+		r, err := await(ctx, ch)
+		if err != nil {
+			return nil, err
+		}
+		text = r.text
+	default:
+		h.Delete()
+		return nil, takeError(rc, cerr)
+	}
+	return parseOutcome(text)
+}
+
+// Reset forgets key under every policy.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var cerr *C.polylimit_error_t
+	keyPtr, keyLen := stringArg(key)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return closedError()
+	}
+	rc := C.polylimit_limiter_reset(l.ptr, keyPtr, keyLen, &cerr)
+	runtime.KeepAlive(key)
+	if rc != C.POLYLIMIT_OK {
+		return takeError(rc, cerr)
+	}
+	return nil
+}
+
+// Metrics returns the limiter's metrics in Prometheus text format.
+func (l *Limiter) Metrics() (string, error) {
+	var out *C.char
+	var cerr *C.polylimit_error_t
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return "", closedError()
+	}
+	if rc := C.polylimit_limiter_metrics(l.ptr, &out, &cerr); rc != C.POLYLIMIT_OK {
+		return "", takeError(rc, cerr)
+	}
+	defer C.polylimit_string_free(out)
+	return C.GoString(out), nil
+}
+
+// Close frees the limiter; later checks fail with ErrClosed. Idempotent, and
+// safe while other goroutines check (checks already waiting complete).
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ptr != nil {
+		C.polylimit_limiter_close(l.ptr)
+		C.polylimit_limiter_free(l.ptr)
+		l.ptr = nil
+		runtime.SetFinalizer(l, nil)
+		if freedHook != nil {
+			freedHook()
+		}
+	}
+	return nil
+}
+
+// freedHook lets the tests see the finalizer free a forgotten limiter.
+var freedHook func()

@@ -1,0 +1,44 @@
+# Go binding: the C ABI crate (capi/, a static library + cbindgen header) and
+# the cgo package. Included by the root Makefile.
+GO ?= go
+GO_DIR := bindings-go
+GO_NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+
+.PHONY: go-deps go-header go-capi go-capi-release go-abi-test go-test go-bench
+
+## The Go toolchain must be there; the main package has no dependencies,
+## the benchmark module downloads go-redis and redis_rate.
+go-deps:
+	@command -v $(GO) >/dev/null || { echo "Go 1.23+ is required (https://go.dev/dl)"; exit 1; }
+	@$(GO) version
+	cd $(GO_DIR)/bench && $(GO) mod download
+
+## Regenerates capi/include/polylimit.h with cbindgen (the header test in
+## `cargo test` fails when the checked-in copy is stale).
+go-header:
+	POLYLIMIT_UPDATE_HEADER=1 $(CARGO) test --quiet -p polylimit-capi --test header
+
+## The static library cgo links by default (cargo's debug profile).
+go-capi: go-header
+	$(CARGO) build --quiet -p polylimit-capi
+
+go-capi-release: go-header
+	$(CARGO) build --quiet --release -p polylimit-capi
+
+## The C ABI alone, from C.
+go-abi-test: go-capi
+	cc -Wall -Werror -std=c11 -I$(GO_DIR)/capi/include $(GO_DIR)/capi/tests/abi.c \
+	  $(CARGO_TARGET_DIR)/debug/libpolylimit_capi.a $(GO_NATIVE_LIBS) -o $(CARGO_TARGET_DIR)/polylimit-abi-test
+	$(CARGO_TARGET_DIR)/polylimit-abi-test
+
+go-test: go-deps go-capi go-abi-test
+	@cd $(GO_DIR) && test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
+	cd $(GO_DIR) && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	cd $(GO_DIR)/bench && $(GO) vet -tags polylimit_release ./...
+
+go-bench: go-deps go-capi-release
+	cd $(GO_DIR)/bench && $(GO) run -tags polylimit_release .
+
+BINDING_DEPS += go-deps
+BINDING_TESTS += go-test
+BINDING_BENCHES += go-bench

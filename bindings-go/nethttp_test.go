@@ -1,0 +1,275 @@
+package polylimit
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func get(t *testing.T, url string, header ...string) answer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return answer{res.StatusCode, res.Header, string(body)}
+}
+
+func statuses(t *testing.T, url string, n int, header ...string) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = get(t, url, header...).status
+	}
+	return out
+}
+
+// The example app's limit: 1/s with a burst of 10, per client IP.
+func apiServer(t *testing.T, store string) *httptest.Server {
+	l := newLimiter(t, Options{Policy: &Policy{Name: "api", Rate: "1/s", Burst: 10}, Store: store,
+		Prefix: fmt.Sprintf("go-http-%d", time.Now().UnixNano())})
+	srv := httptest.NewServer(l.Middleware()(hello))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestMiddlewareScenarios(t *testing.T) {
+	for store, url := range stores(t) {
+		t.Run(store, func(t *testing.T) {
+			t.Run("15 sequential: 10 pass, 5 get 429", func(t *testing.T) {
+				srv := apiServer(t, url)
+				before := time.Now()
+				first := get(t, srv.URL)
+				after := time.Now()
+				if first.status != 200 || first.body != "hello" {
+					t.Fatalf("%+v", first)
+				}
+				// Exact headers; the reset is epoch seconds of now + 1s (one token at 1/s).
+				reset, _ := strconv.ParseInt(first.header.Get("X-RateLimit-Reset"), 10, 64)
+				lo, hi := int64(math.Ceil(float64(before.UnixMilli()+1000)/1000)), int64(math.Ceil(float64(after.UnixMilli()+1000)/1000))
+				if reset < lo || reset > hi {
+					t.Fatalf("X-RateLimit-Reset %d not in [%d, %d]", reset, lo, hi)
+				}
+				want := map[string]string{"X-Ratelimit-Limit": "10", "X-Ratelimit-Remaining": "9",
+					"Ratelimit-Policy": `"api";q=10;w=10`, "Ratelimit": `"api";r=9;t=1`}
+				for k, v := range want {
+					if got := first.header.Values(k); len(got) != 1 || got[0] != v {
+						t.Errorf("%s: %q, want %q", k, got, v)
+					}
+				}
+				if first.header.Get("Retry-After") != "" {
+					t.Error("Retry-After on a 200")
+				}
+				got := append([]int{200}, statuses(t, srv.URL, 14)...)
+				want200 := []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429, 429, 429, 429}
+				if fmt.Sprint(got) != fmt.Sprint(want200) {
+					t.Fatalf("statuses %v", got)
+				}
+				denied := get(t, srv.URL)
+				if denied.status != 429 || denied.body != `{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":1}` ||
+					denied.header.Get("Content-Type") != "application/json" || denied.header.Get("Retry-After") != "1" ||
+					denied.header.Get("X-RateLimit-Remaining") != "0" || denied.header.Get("RateLimit") != `"api";r=0;t=10` {
+					t.Fatalf("429: %+v", denied)
+				}
+			})
+			t.Run("50 concurrent: exactly 10 pass", func(t *testing.T) {
+				srv := apiServer(t, url)
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				count := map[int]int{}
+				for i := 0; i < 50; i++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						s := get(t, srv.URL).status
+						mu.Lock()
+						count[s]++
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+				if count[200] != 10 || count[429] != 40 {
+					t.Fatalf("%v", count)
+				}
+			})
+			t.Run("drain, wait 2s: 200 200 429", func(t *testing.T) {
+				srv := apiServer(t, url)
+				statuses(t, srv.URL, 10)
+				if s := get(t, srv.URL).status; s != 429 {
+					t.Fatalf("not drained: %d", s)
+				}
+				time.Sleep(2 * time.Second)
+				if got := statuses(t, srv.URL, 3); fmt.Sprint(got) != "[200 200 429]" {
+					t.Fatalf("%v", got)
+				}
+			})
+		})
+	}
+}
+
+func TestMiddlewareFailsClosedWith503WhenRedisIsDown(t *testing.T) {
+	redis := startRedis(t)
+	url := redis.url()
+	redis.kill()
+	l, err := FromRules(fmt.Sprintf(`
+store: %s
+timeout: 50ms
+policies:
+  payments: { algorithm: gcra, rate: 1/s, burst: 5, on_store_error: fail_closed }
+  api: { rate: 1/s, burst: 10 }
+rules:
+  - match: { method: POST, path: /api/payments/* }
+    key: [ip]
+    policy: payments
+  - match: { path: /api/* }
+    key: [ip]
+    policy: api
+`, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv := httptest.NewServer(l.Middleware()(hello))
+	defer srv.Close()
+	res, err := http.Post(srv.URL+"/api/payments/1", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 503 || string(body) != `{"error":"rate_limiter_unavailable","message":"Service Unavailable","retry_after":1}` ||
+		res.Header.Get("Retry-After") != "1" || res.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %s %v", res.StatusCode, body, res.Header)
+	}
+	// The api policy falls back to the local limiter: served.
+	if a := get(t, srv.URL+"/api/x"); a.status != 200 || a.header.Get("X-RateLimit-Remaining") != "9" {
+		t.Fatalf("%+v", a)
+	}
+}
+
+// The classic composition: a global per-IP limit, a per-route limit and a
+// per-user limit, by nesting three middlewares and by one rules file. Both
+// enforce all three limits; they differ in one way the test pins down: a
+// rules file decides a request's limits atomically (nothing is charged when
+// one denies), while nested middlewares have charged the outer limits before
+// an inner one denies.
+func TestCompositionByNestingAndByRulesFile(t *testing.T) {
+	for store, url := range stores(t) {
+		t.Run(store, func(t *testing.T) {
+			user := WithUserFunc(func(r *http.Request) string { return r.Header.Get("X-User") })
+			prefix := fmt.Sprintf("go-compose-%d", time.Now().UnixNano())
+			perIP := newLimiter(t, Options{Policy: &Policy{Name: "global", Rate: "1/min", Burst: 6}, Store: url, Prefix: prefix + "-n"})
+			perRoute := newLimiter(t, Options{Policy: &Policy{Name: "search", Rate: "1/min", Burst: 4}, Store: url, Prefix: prefix + "-n",
+				KeyBy: []string{"ip", "route"}})
+			perUser := newLimiter(t, Options{Policy: &Policy{Name: "user", Rate: "1/min", Burst: 2}, Store: url, Prefix: prefix + "-n",
+				KeyBy: []string{"user"}})
+			mux := http.NewServeMux()
+			mux.Handle("/search", perRoute.Middleware()(hello))
+			mux.Handle("/", hello)
+			nested := httptest.NewServer(perIP.Middleware()(perUser.Middleware(user)(mux)))
+			plain := http.NewServeMux()
+			plain.Handle("/", hello)
+			defer nested.Close()
+
+			rules, err := FromRules(fmt.Sprintf(`
+store: %q
+prefix: %s-r
+policies:
+  global: { rate: 1/min, burst: 6 }
+  search: { rate: 1/min, burst: 4 }
+  user:   { rate: 1/min, burst: 2 }
+rules:
+  - { key: [ip], policy: global }
+  - { match: { path: /search }, key: [ip, route], policy: search }
+  - { key: [user], policy: user }
+`, url, prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rules.Close()
+			file := httptest.NewServer(rules.Middleware(user)(plain))
+			defer file.Close()
+
+			for _, c := range []struct {
+				name string
+				srv  *httptest.Server
+				want string
+			}{
+				// Atomic: alice's and the route's denials charge nothing, so the
+				// IP limit (6) lets two more through.
+				{"rules file", file, "[200 200 429 200 200 429 200 200 429]"},
+				// Nested: the outer per-IP limit was charged by the two denied requests.
+				{"nested", nested, "[200 200 429 200 200 429 429 429 429]"},
+			} {
+				srv := c.srv
+				var got []int
+				// alice: 2 pass, then her own limit (2); bob's search passes; anonymous
+				// searches hit the route limit (4), then other paths the IP limit (6).
+				got = append(got, statuses(t, srv.URL+"/search", 3, "X-User", "alice")...)
+				got = append(got, statuses(t, srv.URL+"/search", 1, "X-User", "bob")...)
+				got = append(got, statuses(t, srv.URL+"/search", 2)...)
+				got = append(got, statuses(t, srv.URL+"/other", 2)...)
+				got = append(got, statuses(t, srv.URL+"/other", 1, "X-User", "carol")...)
+				if fmt.Sprint(got) != c.want {
+					t.Errorf("%s: %v, want %s", c.name, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestMiddlewareHoldsShapedRequestsForTheirDelay(t *testing.T) {
+	l := newLimiter(t, Options{Policy: &Policy{Name: "shape", Algorithm: "leaky_bucket", Mode: "shape", Rate: "5/s", Burst: 3}})
+	srv := httptest.NewServer(l.Middleware()(hello))
+	defer srv.Close()
+	// 5/s with a queue of 3: at once, four requests are served after about
+	// 0, 200 and 400 ms, and the fourth is refused (it would wait 600 ms).
+	type result struct {
+		status int
+		took   time.Duration
+	}
+	results := make(chan result, 4)
+	start := time.Now()
+	for i := 0; i < 4; i++ {
+		go func() {
+			a := get(t, srv.URL)
+			results <- result{a.status, time.Since(start)}
+		}()
+	}
+	var served []time.Duration
+	refused := 0
+	for i := 0; i < 4; i++ {
+		r := <-results
+		switch r.status {
+		case 200:
+			served = append(served, r.took)
+		case 429:
+			refused++
+		}
+	}
+	if len(served) != 3 || refused != 1 {
+		t.Fatalf("served %v, refused %d", served, refused)
+	}
+	if served[0] > 150*time.Millisecond || served[1] < 180*time.Millisecond || served[2] < 380*time.Millisecond {
+		t.Fatalf("served after %v", served)
+	}
+}

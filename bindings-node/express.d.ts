@@ -1,0 +1,2 @@
+export { rateLimit, ExpressOptions, RateLimitMiddleware } from './index';
+export { rateLimit as default } from './index';

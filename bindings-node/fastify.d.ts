@@ -1,0 +1,3 @@
+import { polylimitFastify } from './index';
+export { FastifyOptions, polylimitFastify } from './index';
+export default polylimitFastify;

@@ -1,0 +1,189 @@
+// Types of the polylimit npm package (CommonJS and ESM).
+
+/** A policy, the same object in every language (SPEC §2; snake_case fields). */
+export interface Policy {
+  algorithm?: 'token_bucket' | 'leaky_bucket' | 'gcra' | 'fixed_window' | 'sliding_window_log' | 'sliding_window_counter';
+  /** `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"`. */
+  rate: string;
+  burst?: number;
+  capacity?: number;
+  refill?: 'continuous' | 'interval';
+  mode?: 'police' | 'shape';
+  max_delay?: string;
+  on_store_error?: 'local' | 'fail_open' | 'fail_closed';
+  penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
+  name?: string;
+}
+
+/** A duration: ms as a number, or text like `"100ms"`, `"30s"`, `"1m30s"`. */
+export type Duration = number | string;
+
+export interface LimiterOptions {
+  policy?: Policy;
+  policies?: Policy[] | Record<string, Policy>;
+  /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`. */
+  store?: string;
+  prefix?: string;
+  maxKeys?: number;
+  /** Per store call (default 100 ms). */
+  timeout?: Duration;
+  failureThreshold?: number;
+  cooldown?: Duration;
+  halfOpenProbes?: number;
+}
+
+export interface CheckOptions {
+  /** Units the request consumes (a positive integer, default 1). */
+  cost?: number;
+  /** For tests and simulations: the time to decide at (ms since the epoch). */
+  nowMs?: number;
+}
+
+export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist';
+
+export interface Decision {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  resetAfterMs: number;
+  /** When denied: ms until the same request could pass; null when allowed or when the cost can never fit. */
+  retryAfterMs: number | null;
+  /** Shape mode: how long to hold the request. */
+  delayMs: number;
+  source: Source;
+}
+
+/** What the HTTP layer knows about a request (the core's `RequestInfo`). */
+export interface RequestInfo {
+  method?: string;
+  path?: string;
+  route?: string;
+  peer?: string;
+  headers?: Record<string, string> | Array<[string, string]>;
+  user?: string | null;
+  apiKey?: string | null;
+  key?: string | null;
+  cost?: number;
+  nowMs?: number;
+}
+
+export interface RuleDecision {
+  rule: string;
+  policy: string;
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  resetAfterMs: number;
+  retryAfterMs: number | null;
+  delayMs: number;
+  source: Source;
+  shadow: boolean;
+}
+
+/** What to answer (the core's `Outcome`). */
+export interface Outcome {
+  /** null: let the request through. */
+  status: number | null;
+  /** Headers to set, in order. */
+  headers: Array<[string, string]>;
+  /** JSON body when refused. */
+  body: string | null;
+  delayMs: number;
+  decisions: RuleDecision[];
+}
+
+export class Limiter {
+  constructor(options: LimiterOptions);
+  /** From a rules file (YAML or JSON). */
+  static fromFile(path: string): Limiter;
+  /** From the text (YAML or JSON) or the object of a rules file. */
+  static fromRules(rules: string | object): Limiter;
+  check(key: string, options?: CheckOptions): Promise<Decision>;
+  checkRequest(request: RequestInfo): Promise<Outcome>;
+  reset(key: string): Promise<void>;
+  metricsText(): string;
+  readonly breakerState: 'closed' | 'open' | 'half_open';
+  close(): void;
+  readonly closed: boolean;
+}
+
+export class CircuitBreaker {
+  constructor(threshold?: number, cooldown?: Duration, halfOpenMax?: number);
+  constructor(options: { threshold?: number; cooldown?: Duration; halfOpenMax?: number });
+  readonly state: 'closed' | 'open' | 'half_open';
+  call<T>(fn: () => T | Promise<T>): Promise<T>;
+  call<T, F>(fn: () => T | Promise<T>, fallback: (error: unknown) => F | Promise<F>): Promise<T | F>;
+}
+
+export type ErrorCode =
+  | 'POLYLIMIT_CONFIG'
+  | 'POLYLIMIT_STORE_UNAVAILABLE'
+  | 'POLYLIMIT_STORE'
+  | 'POLYLIMIT_CLOSED'
+  | 'POLYLIMIT_INTERNAL'
+  | 'POLYLIMIT_CIRCUIT_OPEN';
+
+export class PolylimitError extends Error {
+  readonly code: ErrorCode;
+}
+export class ConfigError extends PolylimitError {
+  readonly code: 'POLYLIMIT_CONFIG';
+  /** The option at fault, e.g. `policy.rate`. */
+  readonly field: string;
+  readonly value: string;
+}
+export class StoreUnavailableError extends PolylimitError {}
+export class StoreError extends PolylimitError {}
+export class ClosedError extends PolylimitError {}
+export class InternalError extends PolylimitError {}
+export class CircuitOpenError extends PolylimitError {}
+
+/** Options shared by the Express middleware and the Fastify plugin. */
+export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOptions, 'policies'> {
+  /** A limiter built from rules (`Limiter.fromFile`). */
+  limiter?: Limiter;
+  /** A rules file path, or the rules object. */
+  rules?: string | object;
+  /** Key dimensions: `ip`, `route`, `method`, `user`, `api_key`, `header:<name>`, `key`, `global`. Default `['ip']`. */
+  key?: string | string[];
+  /** express-rate-limit style: a fixed window of `windowMs` with `limit` (or `max`) requests. */
+  windowMs?: number;
+  limit?: number;
+  max?: number;
+  headers?: 'legacy' | 'ietf' | 'both' | 'none';
+  standardHeaders?: boolean;
+  legacyHeaders?: boolean;
+  trustedProxies?: string[];
+  ipv6Subnet?: number;
+  allowlist?: string[];
+  denylist?: string[];
+  shadow?: boolean;
+  /** The caller's key (the `key` dimension). */
+  keyGenerator?: (req: Req, res: Res) => string | Promise<string>;
+  user?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  apiKey?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  skip?: (req: Req, res: Res) => boolean | Promise<boolean>;
+}
+
+export interface ExpressOptions extends MiddlewareOptions {
+  /** Replaces the 429/503/403 answer; the outcome's headers are already set. */
+  handler?: (req: any, res: any, next: (err?: unknown) => void, outcome: Outcome) => unknown;
+  /** Where the outcome is stored on the request (default `rateLimit`). */
+  requestPropertyName?: string | false;
+}
+
+export type RateLimitMiddleware = ((req: any, res: any, next: (err?: unknown) => void) => Promise<void>) & {
+  limiter: Limiter;
+};
+
+/** Express middleware: `app.use(rateLimit({ policy, store }))`. */
+export function rateLimit(options?: ExpressOptions): RateLimitMiddleware;
+
+export interface FastifyOptions extends MiddlewareOptions {
+  /** Apply to every route (default true); false: only routes with `config.rateLimit`. */
+  global?: boolean;
+  handler?: (request: any, reply: any, outcome: Outcome) => unknown;
+}
+
+/** Fastify plugin: `fastify.register(polylimitFastify, { policy, store })`. Route config: `{ rateLimit: false | FastifyOptions }`. */
+export const polylimitFastify: (fastify: any, options: FastifyOptions) => Promise<void>;

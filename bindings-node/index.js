@@ -1,0 +1,277 @@
+'use strict';
+// polylimit for Node.js: a thin layer over the napi addon. Every decision,
+// key, header and body comes from the Rust core.
+const native = require('./native');
+const errors = require('./errors');
+
+const { ConfigError, CircuitOpenError, fromNative } = errors;
+
+// camelCase spellings of the core's snake_case limiter options.
+const OPTION_NAMES = {
+  maxKeys: 'max_keys',
+  failureThreshold: 'failure_threshold',
+  halfOpenProbes: 'half_open_probes',
+  trustedProxies: 'trusted_proxies',
+  ipv6Subnet: 'ipv6_subnet',
+};
+
+/** Options as the core reads them: snake_case names, durations in ms as strings. */
+function coreOptions(options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new ConfigError(`options: ${JSON.stringify(options)} is not an object`, 'options', String(options));
+  }
+  const out = {};
+  for (const [name, value] of Object.entries(options)) {
+    if (value === undefined) continue;
+    const field = OPTION_NAMES[name] || name;
+    out[field] = (field === 'timeout' || field === 'cooldown') && typeof value === 'number' ? `${value}ms` : value;
+  }
+  return out;
+}
+
+function call(fn) {
+  try {
+    return fn();
+  } catch (e) {
+    throw fromNative(e);
+  }
+}
+
+function rejectWith(e) {
+  throw fromNative(e);
+}
+
+function noop() {}
+
+/**
+ * Checks in flight by id, settled by batches from the addon (src/batch.rs).
+ * The handlers close over this registry only, never over the limiter, so an
+ * unreachable limiter is still garbage-collected.
+ */
+function inFlight() {
+  const pending = new Map();
+  let next = 0;
+  // The completion functions do not hold the process open; a timer does, while checks are in flight.
+  let keepAlive;
+  const idle = () => {
+    if (pending.size === 0 && keepAlive !== undefined) {
+      clearInterval(keepAlive);
+      keepAlive = undefined;
+    }
+  };
+  return {
+    track(resolve, reject) {
+      next = (next + 1) >>> 0;
+      pending.set(next, { resolve, reject });
+      if (keepAlive === undefined) keepAlive = setInterval(noop, 1 << 30);
+      return next;
+    },
+    untrack(id) {
+      pending.delete(id);
+      idle();
+    },
+    onDecisions(batch) {
+      for (let i = 0; i < batch.length; i += 8) {
+        const id = batch[i];
+        const settle = pending.get(id);
+        pending.delete(id);
+        const retry = batch[i + 5];
+        settle.resolve({
+          allowed: batch[i + 1] === 1,
+          limit: batch[i + 2],
+          remaining: batch[i + 3],
+          resetAfterMs: batch[i + 4],
+          retryAfterMs: retry < 0 ? null : retry,
+          delayMs: batch[i + 6],
+          source: SOURCES[batch[i + 7]],
+        });
+      }
+      idle();
+    },
+    onText(text) {
+      for (const [id, failed, value] of JSON.parse(text)) {
+        const settle = pending.get(id);
+        pending.delete(id);
+        if (failed) settle.reject(fromNative(new Error(value)));
+        else settle.resolve(outcomeOf(value));
+      }
+      idle();
+    },
+  };
+}
+
+// The order of the core's Source enum (src/batch.rs).
+const SOURCES = ['store', 'local', 'fail_open', 'fail_closed', 'penalty', 'allowlist', 'denylist'];
+
+function outcomeOf(o) {
+  return {
+    status: o.status,
+    headers: o.headers,
+    body: o.body,
+    delayMs: o.delay_ms,
+    decisions: o.decisions.map((d) => ({
+      rule: d.rule,
+      policy: d.policy,
+      allowed: d.allowed,
+      limit: d.limit,
+      remaining: d.remaining,
+      resetAfterMs: d.reset_after_ms,
+      retryAfterMs: d.retry_after_ms,
+      delayMs: d.delay_ms,
+      source: d.source,
+      shadow: d.shadow,
+    })),
+  };
+}
+
+const REQUEST_NAMES = { apiKey: 'api_key', nowMs: 'now_ms' };
+
+class Limiter {
+  /**
+   * @param {object} options `{ policy | policies, store, prefix, maxKeys, timeout, failureThreshold, cooldown, halfOpenProbes }`
+   */
+  constructor(options) {
+    if (options instanceof native.NativeLimiter) {
+      this._native = options;
+    } else {
+      this._native = call(() => new native.NativeLimiter(coreOptions(options)));
+    }
+    this._flight = inFlight();
+    this._native.setCompletionHandlers(this._flight.onDecisions, this._flight.onText);
+  }
+
+  /** A limiter from a rules file (YAML or JSON, SPEC §6). */
+  static fromFile(path) {
+    return new Limiter(call(() => native.NativeLimiter.fromFile(String(path))));
+  }
+
+  /** A limiter from the text (YAML or JSON) or object of a rules file. */
+  static fromRules(rules) {
+    const text = typeof rules === 'string' ? rules : JSON.stringify(coreOptions(rules));
+    return new Limiter(call(() => native.NativeLimiter.fromRules(text)));
+  }
+
+  /** Decides one request for `key`: `{ allowed, limit, remaining, resetAfterMs, retryAfterMs, delayMs, source }`. */
+  check(key, options) {
+    if (typeof key !== 'string') {
+      return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
+    }
+    return new Promise((resolve, reject) => {
+      const id = this._flight.track(resolve, reject);
+      try {
+        if (options) this._native.checkBatched(id, key, options.cost ?? undefined, options.nowMs ?? undefined);
+        else this._native.checkBatched(id, key);
+      } catch (e) {
+        this._flight.untrack(id);
+        reject(fromNative(e));
+      }
+    });
+  }
+
+  /**
+   * Decides an HTTP request by the rules (`{ method, path, route, peer, headers, user, apiKey, key, cost, nowMs }`):
+   * `{ status, headers, body, delayMs, decisions }`.
+   */
+  checkRequest(request) {
+    const info = {};
+    for (const [name, value] of Object.entries(request || {})) {
+      if (value !== undefined) info[REQUEST_NAMES[name] || name] = value;
+    }
+    return new Promise((resolve, reject) => {
+      const id = this._flight.track(resolve, reject);
+      try {
+        this._native.checkRequestBatched(id, JSON.stringify(info));
+      } catch (e) {
+        this._flight.untrack(id);
+        reject(fromNative(e));
+      }
+    });
+  }
+
+  /** Forgets every policy's state for `key`. */
+  reset(key) {
+    try {
+      return this._native.reset(String(key)).then(undefined, rejectWith);
+    } catch (e) {
+      return Promise.reject(fromNative(e));
+    }
+  }
+
+  /** The limiter's metrics in Prometheus text format. */
+  metricsText() {
+    return this._native.metricsText();
+  }
+
+  /** The store circuit breaker's state: `closed`, `open` or `half_open`. */
+  get breakerState() {
+    return this._native.breakerState();
+  }
+
+  /** Later checks reject with `ClosedError`. */
+  close() {
+    this._native.close();
+  }
+
+  get closed() {
+    return this._native.closed;
+  }
+}
+
+/** A circuit breaker for your own downstream calls (the same one the store uses). */
+class CircuitBreaker {
+  /**
+   * @param {number|object} threshold consecutive failures that open it (default 5), or `{ threshold, cooldown, halfOpenMax }`
+   * @param {number|string} cooldown ms (or a duration like "30s") before probing (default 30 s)
+   * @param {number} halfOpenMax successful probes that close it (default 3)
+   */
+  constructor(threshold = 5, cooldown = 30000, halfOpenMax = 3) {
+    if (threshold && typeof threshold === 'object') {
+      ({ threshold = 5, cooldown = 30000, halfOpenMax = 3 } = threshold);
+    }
+    this._native = call(() => new native.NativeCircuitBreaker(threshold, cooldown, halfOpenMax));
+  }
+
+  /** `closed`, `open` or `half_open`. */
+  get state() {
+    return this._native.state;
+  }
+
+  /**
+   * Calls `fn` unless the breaker is open. A throw (or rejection) counts as a failure.
+   * With a `fallback`, its result is returned instead of throwing (it gets the error,
+   * a `CircuitOpenError` when the call was not made).
+   */
+  async call(fn, fallback) {
+    const permit = this._native.acquire();
+    if (permit === null || permit === undefined) {
+      const err = new CircuitOpenError();
+      if (fallback) return fallback(err);
+      throw err;
+    }
+    let value;
+    try {
+      value = await fn();
+    } catch (e) {
+      this._native.failure(permit);
+      if (fallback) return fallback(e);
+      throw e;
+    }
+    this._native.success(permit);
+    return value;
+  }
+}
+
+module.exports = {
+  Limiter,
+  CircuitBreaker,
+  ...errors,
+};
+delete module.exports.fromNative;
+Object.defineProperty(module.exports, 'rateLimit', {
+  enumerable: true,
+  get: () => require('./express').rateLimit,
+});
+Object.defineProperty(module.exports, 'polylimitFastify', {
+  enumerable: true,
+  get: () => require('./fastify'),
+});

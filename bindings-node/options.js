@@ -1,0 +1,81 @@
+'use strict';
+// Middleware options → a Limiter built from rules. Only option translation
+// lives here: keys, headers, bodies and client IPs are decided by the core.
+const { Limiter, ConfigError } = require('./index');
+
+// Rules-file fields the middleware options pass through (camelCase accepted).
+const PASS = {
+  store: 'store',
+  prefix: 'prefix',
+  maxKeys: 'max_keys',
+  max_keys: 'max_keys',
+  timeout: 'timeout',
+  failureThreshold: 'failure_threshold',
+  failure_threshold: 'failure_threshold',
+  cooldown: 'cooldown',
+  halfOpenProbes: 'half_open_probes',
+  half_open_probes: 'half_open_probes',
+  trustedProxies: 'trusted_proxies',
+  trusted_proxies: 'trusted_proxies',
+  ipv6Subnet: 'ipv6_subnet',
+  ipv6_subnet: 'ipv6_subnet',
+  allowlist: 'allowlist',
+  denylist: 'denylist',
+  shadow: 'shadow',
+};
+
+/** express-rate-limit's `windowMs` + `limit` (or `max`) as a fixed-window policy. */
+function policyOf(options) {
+  if (options.policy) return options.policy;
+  const limit = options.limit ?? options.max;
+  if (limit === undefined && options.windowMs === undefined) {
+    throw new ConfigError('policy: is required (or windowMs and limit)', 'policy', '');
+  }
+  return { algorithm: 'fixed_window', rate: `${limit ?? 5}/${options.windowMs ?? 60000}ms` };
+}
+
+/** The core's `headers` mode from `headers`, or express-rate-limit's standardHeaders/legacyHeaders. */
+function headersOf(options) {
+  if (options.headers !== undefined) return options.headers;
+  if (options.standardHeaders === undefined && options.legacyHeaders === undefined) return undefined;
+  const ietf = options.standardHeaders !== undefined ? Boolean(options.standardHeaders) : true;
+  const legacy = options.legacyHeaders !== undefined ? Boolean(options.legacyHeaders) : true;
+  return ietf && legacy ? 'both' : ietf ? 'ietf' : legacy ? 'legacy' : 'none';
+}
+
+/**
+ * A limiter for middleware options: `limiter` (a Limiter built from rules), `rules`
+ * (a rules file path, or the rules object), or an inline `policy` with `key`
+ * dimensions (default `['ip']`, `['key']` with a `keyGenerator`).
+ */
+function limiterFor(options) {
+  if (options.limiter) return options.limiter;
+  if (typeof options.rules === 'string') return Limiter.fromFile(options.rules);
+  if (options.rules) return Limiter.fromRules(options.rules);
+  const policy = { ...policyOf(options) };
+  const name = policy.name || 'default';
+  delete policy.name;
+  const key = options.key ?? (options.keyGenerator ? ['key'] : ['ip']);
+  const rules = {
+    policies: { [name]: policy },
+    rules: [{ name, key: Array.isArray(key) ? key : [key], policy: name }],
+  };
+  for (const [from, to] of Object.entries(PASS)) {
+    if (options[from] !== undefined) rules[to] = options[from];
+  }
+  const headers = headersOf(options);
+  if (headers !== undefined) rules.headers = headers;
+  return Limiter.fromRules(rules);
+}
+
+/** Node's request headers as the core reads them (strings only). */
+function headerPairs(headers) {
+  const out = {};
+  for (const name in headers) {
+    const v = headers[name];
+    out[name] = Array.isArray(v) ? v.join(', ') : String(v);
+  }
+  return out;
+}
+
+module.exports = { limiterFor, headerPairs };

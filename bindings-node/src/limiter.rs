@@ -1,0 +1,167 @@
+//! `NativeLimiter`: holds the core limiter; every method is "clone inner →
+//! core call on the tokio runtime → map the error". `index.js` wraps it.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw};
+use napi::{Env, Result};
+use napi_derive::napi;
+use polylimit::{CheckOptions, Limiter, RequestInfo};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::batch::{dispatcher, Completions, Job, RequestCompletions};
+use crate::errors::{config, guard, to_napi};
+use crate::integral;
+
+/// The native limiter class (use `Limiter` from `index.js`).
+#[napi]
+pub struct NativeLimiter {
+    inner: Limiter,
+    /// The queue of the task that runs checks (none before the completion
+    /// handlers are set, and after `close`).
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+}
+
+/// Runs `fut` on napi's tokio runtime; a panic becomes an internal error.
+fn spawn<T, F>(env: &Env, fut: F) -> Result<PromiseRaw<'_, T>>
+where
+    T: 'static + Send + napi::bindgen_prelude::ToNapiValue,
+    F: 'static + Send + Future<Output = Result<T>>,
+{
+    env.spawn_future(AssertUnwindSafe(fut).catch_unwind().map(|r| match r {
+        Ok(r) => r,
+        Err(_) => Err(to_napi(polylimit::Error::Internal("panic in a check".into()))),
+    }))
+}
+
+/// A whole, positive number of units, or the default 1.
+fn cost_of(cost: Option<f64>) -> Result<u64> {
+    match cost {
+        None => Ok(1),
+        Some(c) if c.fract() == 0.0 && (1.0..=9_007_199_254_740_991.0).contains(&c) => Ok(c as u64),
+        Some(c) => Err(config("cost", c, "is not a positive integer")),
+    }
+}
+
+fn now_of(now_ms: Option<f64>) -> Result<Option<i64>> {
+    match now_ms {
+        None => Ok(None),
+        Some(n) if n.fract() == 0.0 && n.abs() <= 9_007_199_254_740_991.0 => Ok(Some(n as i64)),
+        Some(n) => Err(config("nowMs", n, "is not an integer number of ms")),
+    }
+}
+
+#[napi]
+impl NativeLimiter {
+    /// From the options object (`policy` | `policies`, `store`, `prefix`, …).
+    #[napi(constructor)]
+    pub fn new(options: Value) -> Result<Self> {
+        guard(|| {
+            within_runtime_if_available(|| Limiter::from_value(&integral(options)))
+                .map(|inner| NativeLimiter { inner, jobs: None })
+                .map_err(to_napi)
+        })
+    }
+
+    /// From a rules file (YAML or JSON).
+    #[napi(factory)]
+    pub fn from_file(path: String) -> Result<Self> {
+        guard(|| {
+            within_runtime_if_available(|| Limiter::from_file(&path))
+                .map(|inner| NativeLimiter { inner, jobs: None })
+                .map_err(to_napi)
+        })
+    }
+
+    /// From the text of a rules file.
+    #[napi(factory)]
+    pub fn from_rules(text: String) -> Result<Self> {
+        guard(|| {
+            within_runtime_if_available(|| Limiter::from_rules(&text))
+                .map(|inner| NativeLimiter { inner, jobs: None })
+                .map_err(to_napi)
+        })
+    }
+
+    /// Sets the functions that receive finished checks: `decisions` gets
+    /// batches of decision records (`Float64Array`), `text` gets JSON batches
+    /// of request outcomes and errors (see `batch.rs`). They hold no reference
+    /// to the limiter, so an unreachable limiter is still collected.
+    #[napi(ts_args_type = "decisions: (batch: Float64Array) => void, text: (batch: string) => void")]
+    pub fn set_completion_handlers(
+        &mut self,
+        decisions: Function<'_, Float64Array, ()>,
+        text: Function<'_, String, ()>,
+    ) -> Result<()> {
+        let text = RequestCompletions::new(text)?;
+        let completions = Completions::new(decisions, text)?;
+        self.jobs = Some(within_runtime_if_available(|| {
+            dispatcher(self.inner.clone(), completions)
+        }));
+        Ok(())
+    }
+
+    /// Starts check `id` of `key`; its result arrives through the completion
+    /// handler. Argument errors are thrown at once.
+    #[napi]
+    pub fn check_batched(&self, id: u32, key: String, cost: Option<f64>, now_ms: Option<f64>) -> Result<()> {
+        let options = CheckOptions {
+            cost: cost_of(cost)?,
+            now_ms: now_of(now_ms)?,
+        };
+        self.send(Job::Check { id, key, options })
+    }
+
+    /// Starts deciding request `id` (the `RequestInfo` as JSON text); the
+    /// outcome arrives through the request completion handler.
+    #[napi]
+    pub fn check_request_batched(&self, id: u32, request: String) -> Result<()> {
+        let value: Value =
+            serde_json::from_str(&request).map_err(|e| config("request", "", &format!("is not JSON: {e}")))?;
+        let request = RequestInfo::from_value(&value).map_err(to_napi)?;
+        self.send(Job::Request { id, request })
+    }
+
+    fn send(&self, job: Job) -> Result<()> {
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or_else(|| to_napi(polylimit::Error::Closed))
+    }
+
+    /// Forgets every policy's state for `key`.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn reset<'e>(&self, env: &'e Env, key: String) -> Result<PromiseRaw<'e, ()>> {
+        let limiter = self.inner.clone();
+        spawn(env, async move { limiter.reset(&key).await.map_err(to_napi) })
+    }
+
+    /// Prometheus text of the limiter's metrics.
+    #[napi]
+    pub fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
+    /// The store circuit breaker's state: closed, open or half_open.
+    #[napi]
+    pub fn breaker_state(&self) -> String {
+        self.inner.breaker_state().as_str().to_string()
+    }
+
+    /// Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`; the
+    /// completion functions are released once the checks in flight finish.
+    #[napi]
+    pub fn close(&mut self) {
+        self.inner.close();
+        self.jobs = None;
+    }
+
+    /// Whether `close()` was called.
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+}

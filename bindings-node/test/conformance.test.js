@@ -1,0 +1,137 @@
+'use strict';
+// Plays every vector in $POLYLIMIT_VECTORS (default tests/conformance) and
+// $POLYLIMIT_VECTORS/http through the public API, on memory and a real Redis.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Limiter } = require('..');
+const { RedisServer, vectorFiles, strictFields } = require('./support');
+
+const CASE = ['name', 'description', 'policy', 'steps'];
+const STEP = ['now_ms', 'key', 'cost', 'expect'];
+const EXPECT = ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms', 'limit', 'delay_ms', 'source'];
+const HTTP_CASE = ['name', 'description', 'rules', 'requests'];
+const HTTP_STEP = ['request', 'expect'];
+const HTTP_EXPECT = ['status', 'headers', 'body', 'delay_ms'];
+
+async function playDecisions(store, files) {
+  const failures = [];
+  let steps = 0;
+  for (const [fi, [file, doc]] of files.entries()) {
+    strictFields(doc, ['cases'], ['cases'], file);
+    assert.ok(doc.cases.length > 0, `${file}: no cases`);
+    const names = new Set();
+    for (const [ci, c] of doc.cases.entries()) {
+      strictFields(c, CASE, ['name', 'policy', 'steps'], `${file}: case ${ci}`);
+      assert.ok(!names.has(c.name), `${file}: duplicate case name ${c.name}`);
+      names.add(c.name);
+      assert.ok(c.steps.length > 0, `${file}: ${c.name}: no steps`);
+      const limiter = new Limiter({ policy: c.policy, store, prefix: `node-conformance-${fi}-${ci}` });
+      for (const [i, step] of c.steps.entries()) {
+        strictFields(step, STEP, ['now_ms', 'expect'], `${file}: ${c.name}: step ${i}`);
+        strictFields(step.expect, EXPECT, ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms'], `${file}: ${c.name}: step ${i} expect`);
+        steps++;
+        const e = step.expect;
+        const want = {
+          allowed: e.allowed,
+          remaining: e.remaining,
+          resetAfterMs: e.reset_after_ms,
+          retryAfterMs: e.retry_after_ms,
+          delayMs: e.delay_ms ?? 0,
+        };
+        let got;
+        try {
+          got = await limiter.check(step.key ?? 'k', { cost: step.cost ?? 1, nowMs: step.now_ms });
+        } catch (err) {
+          failures.push(`${store}: ${file}: ${c.name} step ${i}: error ${err.message}`);
+          continue;
+        }
+        const seen = {
+          allowed: got.allowed,
+          remaining: got.remaining,
+          resetAfterMs: got.resetAfterMs,
+          retryAfterMs: got.retryAfterMs,
+          delayMs: got.delayMs,
+        };
+        if (e.limit !== undefined) {
+          want.limit = e.limit;
+          seen.limit = got.limit;
+        }
+        if (e.source !== undefined) {
+          want.source = e.source;
+          seen.source = got.source;
+        }
+        try {
+          assert.deepStrictEqual(seen, want);
+        } catch {
+          failures.push(`${store}: ${file}: ${c.name} step ${i} (now_ms ${step.now_ms}): expected ${JSON.stringify(want)}, got ${JSON.stringify(seen)}`);
+        }
+      }
+      limiter.close();
+    }
+  }
+  return { steps, failures };
+}
+
+async function playHttp(store, files) {
+  const failures = [];
+  let steps = 0;
+  for (const [fi, [file, doc]] of files.entries()) {
+    strictFields(doc, ['cases'], ['cases'], file);
+    assert.ok(doc.cases.length > 0, `${file}: no cases`);
+    for (const [ci, c] of doc.cases.entries()) {
+      strictFields(c, HTTP_CASE, ['name', 'rules', 'requests'], `${file}: case ${ci}`);
+      assert.ok(c.requests.length > 0, `${file}: ${c.name}: no requests`);
+      const limiter = Limiter.fromRules({ ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
+      for (const [i, step] of c.requests.entries()) {
+        strictFields(step, HTTP_STEP, HTTP_STEP, `${file}: ${c.name}: request ${i}`);
+        strictFields(step.expect, HTTP_EXPECT, ['status', 'headers', 'body'], `${file}: ${c.name}: request ${i} expect`);
+        steps++;
+        const want = {
+          status: step.expect.status,
+          headers: step.expect.headers,
+          body: step.expect.body,
+          delayMs: step.expect.delay_ms ?? 0,
+        };
+        let got;
+        try {
+          const o = await limiter.checkRequest(step.request);
+          got = { status: o.status, headers: o.headers, body: o.body, delayMs: o.delayMs };
+        } catch (err) {
+          failures.push(`${store}: ${file}: ${c.name} request ${i}: error ${err.message}`);
+          continue;
+        }
+        try {
+          assert.deepStrictEqual(got, want);
+        } catch {
+          failures.push(`${store}: ${file}: ${c.name} request ${i}: expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
+        }
+      }
+      limiter.close();
+    }
+  }
+  return { steps, failures };
+}
+
+let redis;
+test.before(async () => {
+  redis = await RedisServer.start();
+});
+test.after(async () => {
+  await redis.kill();
+});
+
+for (const store of ['memory', 'redis']) {
+  test(`decision vectors on ${store}`, async () => {
+    const files = vectorFiles('');
+    const { steps, failures } = await playDecisions(store === 'memory' ? 'memory' : redis.url, files);
+    assert.ok(steps > 0);
+    assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);
+  });
+
+  test(`http vectors on ${store}`, async () => {
+    const files = vectorFiles('http');
+    const { steps, failures } = await playHttp(store === 'memory' ? 'memory' : redis.url, files);
+    assert.ok(steps > 0);
+    assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);
+  });
+}

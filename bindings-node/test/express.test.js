@@ -1,0 +1,180 @@
+'use strict';
+// A real Express server on loopback, on a real Redis: the classic scenarios,
+// exact headers and bodies, options, shape delays, and fail-closed 503.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const express = require('express');
+const { rateLimit } = require('../express');
+const { RedisServer } = require('./support');
+const { request, sleep, scenarios, UNAVAILABLE } = require('./http_support');
+
+let redis;
+test.before(async () => {
+  redis = await RedisServer.start();
+});
+test.after(async () => {
+  await redis.kill();
+});
+
+let seq = 0;
+const prefix = () => `node-express-${process.pid}-${seq++}`;
+
+async function serve(middlewareOptions, mount = (app, mw) => app.use('/api', mw)) {
+  const app = express();
+  const mw = rateLimit(middlewareOptions);
+  mount(app, mw);
+  app.get('/api/items', (req, res) => res.send('ok'));
+  app.get('/api/slow', (req, res) => res.send('ok'));
+  app.get('/health', (req, res) => res.send('healthy'));
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    limiter: mw.limiter,
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
+
+scenarios(test, serve, () => redis.url, 'express');
+
+test('express: keyGenerator keys, skip and handler', async () => {
+  const app = await serve({
+    policy: { rate: '2/s' },
+    store: redis.url,
+    prefix: prefix(),
+    keyGenerator: (req) => req.get('x-tenant') || 'anonymous',
+    skip: (req) => req.get('x-internal') === '1',
+    handler: (req, res, next, outcome) => {
+      res.status(outcome.status).json({ custom: true, retryAfterMs: outcome.decisions[0].retryAfterMs !== null });
+    },
+  });
+  try {
+    const a = { headers: { 'x-tenant': 'a' } };
+    assert.equal((await request(`${app.url}/api/items`, a)).status, 200);
+    assert.equal((await request(`${app.url}/api/items`, a)).status, 200);
+    const denied = await request(`${app.url}/api/items`, a);
+    assert.equal(denied.status, 429);
+    assert.equal(denied.body, '{"custom":true,"retryAfterMs":true}');
+    assert.deepStrictEqual(denied.rate.map(([n]) => n), [
+      'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit', 'Retry-After',
+    ]);
+    assert.equal((await request(`${app.url}/api/items`, { headers: { 'x-tenant': 'b' } })).status, 200);
+    const skipped = await request(`${app.url}/api/items`, { headers: { 'x-tenant': 'a', 'x-internal': '1' } });
+    assert.equal(skipped.status, 200);
+    assert.deepStrictEqual(skipped.rate, []);
+  } finally {
+    await app.close();
+  }
+});
+
+test('express: express-rate-limit options (windowMs, limit, legacyHeaders: false) on memory', async () => {
+  const app = await serve({ windowMs: 60000, limit: 2, legacyHeaders: false, prefix: prefix() });
+  try {
+    const first = await request(`${app.url}/api/items`);
+    assert.equal(first.status, 200);
+    assert.deepStrictEqual(first.rate.map(([n]) => n), ['RateLimit-Policy', 'RateLimit']);
+    assert.equal(first.header('ratelimit-policy'), '"default";q=2;w=60');
+    await request(`${app.url}/api/items`);
+    const denied = await request(`${app.url}/api/items`);
+    assert.equal(denied.status, 429);
+    assert.match(denied.body, /^\{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":\d+\}$/);
+    assert.equal(denied.header('retry-after'), JSON.parse(denied.body).retry_after.toString());
+  } finally {
+    await app.close();
+  }
+});
+
+test('express: a rules file with a route template and key dimensions', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'polylimit-'));
+  const file = path.join(dir, 'rules.yaml');
+  fs.writeFileSync(
+    file,
+    [
+      `store: ${redis.url}`,
+      `prefix: ${prefix()}`,
+      'headers: ietf',
+      'policies:',
+      '  per_item: { rate: 1/min, burst: 1 }',
+      'rules:',
+      '  - match: { route: "/api/items/:id" }',
+      '    key: [ip, route]',
+      '    policy: per_item',
+      '',
+    ].join('\n'),
+  );
+  const app = express();
+  const mw = rateLimit({ rules: file });
+  app.get('/api/items/:id', mw, (req, res) => res.send(`item ${req.params.id}`));
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const url = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const ok = await request(`${url}/api/items/1`);
+    assert.equal(ok.status, 200);
+    assert.deepStrictEqual(ok.rate, [
+      ['RateLimit-Policy', '"per_item";q=1;w=60'],
+      ['RateLimit', '"per_item";r=0;t=60'],
+    ]);
+    // One route template: /api/items/2 shares the limit of /api/items/1.
+    const denied = await request(`${url}/api/items/2`);
+    assert.equal(denied.status, 429);
+    assert.equal(denied.header('retry-after'), '60');
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+    fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('express: shape-mode delays hold the request without blocking the event loop', async () => {
+  const app = await serve({
+    policy: { algorithm: 'leaky_bucket', mode: 'shape', rate: '5/s', burst: 4 },
+    prefix: prefix(),
+    key: ['global'],
+  });
+  try {
+    const started = Date.now();
+    const slow = Promise.all([1, 2, 3].map(() => request(`${app.url}/api/slow`).then((r) => ({ ...r, done: Date.now() }))));
+    await sleep(20);
+    const health = await request(`${app.url}/health`);
+    const healthDone = Date.now();
+    assert.equal(health.status, 200);
+    const results = await slow;
+    assert.deepStrictEqual(results.map((r) => r.status), [200, 200, 200]);
+    const slowest = Math.max(...results.map((r) => r.done)) - started;
+    assert.ok(slowest >= 390, `the third request waited ${slowest} ms, expected >= 400`);
+    // A blocked event loop would answer /health only after the delays.
+    assert.ok(healthDone - started <= slowest - 150, `health answered after ${healthDone - started} ms, the delayed ones after ${slowest} ms`);
+  } finally {
+    await app.close();
+  }
+});
+
+test('express: fail_closed answers 503 when Redis is down', async () => {
+  const down = await RedisServer.start();
+  const app = await serve({
+    policy: { rate: '10/s', on_store_error: 'fail_closed' },
+    store: down.url,
+    prefix: prefix(),
+    timeout: 100,
+    failureThreshold: 100,
+  });
+  try {
+    assert.equal((await request(`${app.url}/api/items`)).status, 200);
+    await down.kill();
+    const res = await request(`${app.url}/api/items`);
+    assert.equal(res.status, 503);
+    assert.equal(res.body, UNAVAILABLE);
+    assert.equal(res.header('retry-after'), '1');
+    assert.equal(res.header('content-type').split(';')[0], 'application/json');
+    assert.equal(res.header('x-ratelimit-remaining'), '0');
+  } finally {
+    await app.close();
+    await down.kill();
+  }
+});
+

@@ -1,0 +1,132 @@
+'use strict';
+// A real Fastify server on loopback, on a real Redis: the classic scenarios,
+// route-level config, shape delays and fail-closed 503 through the plugin.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const Fastify = require('fastify');
+const polylimitFastify = require('../fastify');
+const { RedisServer } = require('./support');
+const { request, sleep, scenarios, TOO_MANY, UNAVAILABLE } = require('./http_support');
+
+let redis;
+test.before(async () => {
+  redis = await RedisServer.start();
+});
+test.after(async () => {
+  await redis.kill();
+});
+
+let seq = 0;
+const prefix = () => `node-fastify-${process.pid}-${seq++}`;
+
+async function serve(pluginOptions, extra = () => {}) {
+  const app = Fastify();
+  await app.register(polylimitFastify, pluginOptions);
+  app.get('/api/items', async () => 'ok');
+  app.get('/api/items/:id', async (req) => `item ${req.params.id}`);
+  app.get('/api/slow', async () => 'ok');
+  app.get('/health', { config: { rateLimit: false } }, async () => 'healthy');
+  extra(app);
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return { url: `http://127.0.0.1:${app.server.address().port}`, app, close: () => app.close() };
+}
+
+scenarios(test, serve, () => redis.url, 'fastify');
+
+test('fastify: route-level config: exempt routes and a route with its own policy', async () => {
+  const srv = await serve({ policy: { rate: '1/min', burst: 1 }, store: redis.url, prefix: prefix() }, (app) => {
+    app.get('/api/search', { config: { rateLimit: { policy: { rate: '3/min', name: 'search' } } } }, async () => 'found');
+  });
+  try {
+    for (let i = 0; i < 3; i++) assert.equal((await request(`${srv.url}/health`)).status, 200);
+    assert.deepStrictEqual((await request(`${srv.url}/health`)).rate, []);
+    const statuses = [];
+    for (let i = 0; i < 4; i++) statuses.push((await request(`${srv.url}/api/search`)).status);
+    assert.deepStrictEqual(statuses, [200, 200, 200, 429]);
+    const first = await request(`${srv.url}/api/items`);
+    assert.equal(first.status, 200);
+    assert.equal(first.header('ratelimit-policy'), '"default";q=1;w=60');
+    const denied = await request(`${srv.url}/api/items`);
+    assert.equal(denied.status, 429);
+    assert.equal(denied.header('retry-after'), '60');
+    assert.equal(denied.body, TOO_MANY.replace('"retry_after":1', '"retry_after":60'));
+  } finally {
+    await srv.close();
+  }
+});
+
+test('fastify: a rules file keyed by route template and header', async () => {
+  const srv = await serve({
+    rules: {
+      store: redis.url,
+      prefix: prefix(),
+      headers: 'legacy',
+      policies: { per_tenant: { algorithm: 'fixed_window', rate: '2/min' } },
+      rules: [{ match: { route: '/api/items/:id' }, key: ['route', 'header:x-tenant'], policy: 'per_tenant' }],
+    },
+  });
+  try {
+    const t1 = { headers: { 'x-tenant': 't1' } };
+    const first = await request(`${srv.url}/api/items/1`, t1);
+    assert.equal(first.status, 200);
+    assert.equal(first.body, 'item 1');
+    assert.deepStrictEqual(first.rate.map(([n]) => n), ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']);
+    assert.equal(first.header('x-ratelimit-remaining'), '1');
+    assert.equal((await request(`${srv.url}/api/items/2`, t1)).status, 200);
+    assert.equal((await request(`${srv.url}/api/items/3`, t1)).status, 429);
+    assert.equal((await request(`${srv.url}/api/items/3`, { headers: { 'x-tenant': 't2' } })).status, 200);
+    // No tenant header: the rule does not apply.
+    const none = await request(`${srv.url}/api/items/3`);
+    assert.equal(none.status, 200);
+    assert.deepStrictEqual(none.rate, []);
+  } finally {
+    await srv.close();
+  }
+});
+
+test('fastify: shape-mode delays do not block the event loop', async () => {
+  const srv = await serve({
+    policy: { algorithm: 'leaky_bucket', mode: 'shape', rate: '5/s', burst: 4 },
+    prefix: prefix(),
+    key: ['global'],
+  });
+  try {
+    const started = Date.now();
+    const slow = Promise.all([1, 2, 3].map(() => request(`${srv.url}/api/slow`).then((r) => ({ ...r, done: Date.now() }))));
+    await sleep(20);
+    const health = await request(`${srv.url}/health`);
+    const healthDone = Date.now();
+    assert.equal(health.status, 200);
+    const results = await slow;
+    assert.deepStrictEqual(results.map((r) => r.status), [200, 200, 200]);
+    const slowest = Math.max(...results.map((r) => r.done)) - started;
+    assert.ok(slowest >= 390, `the third request waited ${slowest} ms, expected >= 400`);
+    // A blocked event loop would answer /health only after the delays.
+    assert.ok(healthDone - started <= slowest - 150, `health answered after ${healthDone - started} ms, the delayed ones after ${slowest} ms`);
+  } finally {
+    await srv.close();
+  }
+});
+
+test('fastify: fail_closed answers 503 when Redis is down', async () => {
+  const down = await RedisServer.start();
+  const srv = await serve({
+    policy: { rate: '10/s', on_store_error: 'fail_closed' },
+    store: down.url,
+    prefix: prefix(),
+    timeout: 100,
+    failureThreshold: 100,
+  });
+  try {
+    assert.equal((await request(`${srv.url}/api/items`)).status, 200);
+    await down.kill();
+    const res = await request(`${srv.url}/api/items`);
+    assert.equal(res.status, 503);
+    assert.equal(res.body, UNAVAILABLE);
+    assert.equal(res.header('retry-after'), '1');
+    assert.equal(res.header('content-type').split(';')[0], 'application/json');
+  } finally {
+    await srv.close();
+    await down.kill();
+  }
+});

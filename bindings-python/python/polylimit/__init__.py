@@ -1,0 +1,203 @@
+"""polylimit: a distributed rate limiter with a Rust core.
+
+    limiter = polylimit.Limiter(policy={"algorithm": "gcra", "rate": "10/s"}, store="redis://127.0.0.1:6379")
+    decision = await limiter.check("user:42")
+
+FastAPI/Starlette adapters: ``limiter.limit(...)`` (decorator), ``limiter.depends(...)``
+(``Depends`` form) and ``polylimit.fastapi.PolylimitMiddleware`` (a rules file for a whole app).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from ._polylimit import (
+    CircuitBreaker as _NativeBreaker,
+    ClosedError,
+    ConfigError,
+    Decision,
+    InternalError,
+    Limiter as _NativeLimiter,
+    Outcome,
+    Permit,
+    PolylimitError,
+    StoreError,
+    StoreUnavailableError,
+    __version__,
+)
+
+__all__ = [
+    "CircuitBreaker",
+    "CircuitOpenError",
+    "ClosedError",
+    "ConfigError",
+    "Decision",
+    "InternalError",
+    "Limiter",
+    "Outcome",
+    "Permit",
+    "Policy",
+    "PolylimitError",
+    "StoreError",
+    "StoreUnavailableError",
+    "__version__",
+]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy as a typed object (SPEC §2); ``None`` fields take the core's default."""
+
+    rate: str
+    algorithm: str = "token_bucket"
+    burst: Optional[int] = None
+    refill: Optional[str] = None
+    mode: Optional[str] = None
+    max_delay: Optional[str] = None
+    on_store_error: Optional[str] = None
+    penalty: Optional[Dict[str, Any]] = None
+    name: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class Limiter(_NativeLimiter):
+    """A rate limiter: ``Limiter(policy=..., store="memory", **options)``.
+
+    Options: ``policies``, ``prefix``, ``max_keys``, ``timeout``, ``failure_threshold``,
+    ``cooldown``, ``half_open_probes`` (SPEC §4-5). Bad values raise ``ConfigError``.
+    """
+
+    @classmethod
+    def from_file(cls, path: Any, **options: Any) -> "Limiter":
+        """A limiter from a rules file (YAML or JSON, SPEC §6); ``options`` override the file's."""
+        return cls(rules_file=str(path), **options)
+
+    @classmethod
+    def from_rules(cls, rules: Union[str, Dict[str, Any]], **options: Any) -> "Limiter":
+        """A limiter from rules given as YAML/JSON text or a dict."""
+        return cls(rules=rules, **options)
+
+    def limit(
+        self,
+        key: Union[str, Sequence[str], Callable[[Any], Optional[str]]] = "ip",
+        *,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        per_route: bool = True,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator for a FastAPI route (placed under ``@app.get(...)``); see ``polylimit.fastapi``."""
+        from .fastapi import limit
+
+        return limit(self, key, policy=policy, cost=cost, per_route=per_route)
+
+    def depends(
+        self,
+        key: Union[str, Sequence[str], Callable[[Any], Optional[str]]] = "ip",
+        *,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        per_route: bool = True,
+    ) -> Callable[..., Any]:
+        """A dependency for ``Depends(...)``: raises ``RateLimitExceeded`` when refused."""
+        from .fastapi import depends
+
+        return depends(self, key, policy=policy, cost=cost, per_route=per_route)
+
+    def _http_limiter(self, dims: List[str], policy: Optional[str]) -> "_NativeLimiter":
+        """A limiter whose rules apply ``policy`` (default: all of this limiter's) by ``dims``.
+
+        It shares the store (same Redis keys and prefix) but, on the memory store, not the state.
+        Cached per (dims, policy).
+        """
+        cache = self.__dict__.setdefault("_http_limiters", {})
+        ident = (tuple(dims), policy)
+        if ident not in cache:
+            options = dict(self._options())
+            # Keep a rules file's client-IP and header settings; drop its rules and lists.
+            for field in ("rules", "shadow", "allowlist", "denylist"):
+                options.pop(field, None)
+            policies = _policy_map(options.pop("policy", None), options.pop("policies", None))
+            names = [policy] if policy is not None else list(policies)
+            if policy is not None and policy not in policies:
+                err = ConfigError(f'policy: "{policy}" is not a policy of this limiter')
+                err.field, err.value, err.kind = "policy", json.dumps(policy), "config"
+                raise err
+            options["policies"] = policies
+            options["rules"] = [{"key": dims, "policy": names}]
+            cache[ident] = _NativeLimiter(rules=json.dumps(options))
+        return cache[ident]
+
+    async def __aenter__(self) -> "Limiter":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _policy_map(policy: Any, policies: Any) -> Dict[str, Any]:
+    if policy is not None:
+        return {policy.get("name", "default"): {k: v for k, v in policy.items() if k != "name"}}
+    if isinstance(policies, dict):
+        return policies
+    out: Dict[str, Any] = {}
+    for p in policies or []:
+        out[p.get("name", "default")] = {k: v for k, v in p.items() if k != "name"}
+    return out
+
+
+class CircuitOpenError(PolylimitError):
+    """Raised by ``CircuitBreaker.call`` when the breaker is open and there is no fallback."""
+
+
+class CircuitBreaker(_NativeBreaker):
+    """``CircuitBreaker(threshold=5, cooldown=30.0, half_open_max=3)`` for your own downstream calls."""
+
+    def call(self, fn: Callable[..., Any], *args: Any, fallback: Optional[Callable[[BaseException], Any]] = None, **kwargs: Any) -> Any:
+        """Calls ``fn(*args, **kwargs)`` through the breaker. An exception or an open breaker goes to
+        ``fallback(exc)`` when given (else it is raised). If ``fn`` returns an awaitable, ``call``
+        returns a coroutine that awaits it under the same permit."""
+        permit = self.acquire()
+        if permit is None:
+            return self._refuse(fallback, CircuitOpenError("circuit breaker is open"), fn)
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported to the breaker, then re-raised or handed over
+            self.failure(permit)
+            if fallback is None:
+                raise
+            return fallback(exc)
+        if inspect.isawaitable(result):
+            return self._finish(result, permit, fallback)
+        self.success(permit)
+        return result
+
+    def _refuse(self, fallback: Any, exc: BaseException, fn: Any) -> Any:
+        if inspect.iscoroutinefunction(fn):
+
+            async def refused() -> Any:
+                if fallback is None:
+                    raise exc
+                out = fallback(exc)
+                return await out if inspect.isawaitable(out) else out
+
+            return refused()
+        if fallback is None:
+            raise exc
+        return fallback(exc)
+
+    async def _finish(self, awaitable: Any, permit: Permit, fallback: Any) -> Any:
+        try:
+            result = await awaitable
+        except Exception as exc:  # noqa: BLE001
+            self.failure(permit)
+            if fallback is None:
+                raise
+            out = fallback(exc)
+            return await out if inspect.isawaitable(out) else out
+        self.success(permit)
+        return result

@@ -1,0 +1,76 @@
+"""Type stubs for ``polylimit``."""
+
+from os import PathLike
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypeVar, Union
+
+from ._polylimit import (
+    CircuitBreaker as _NativeBreaker,
+    ClosedError as ClosedError,
+    ConfigError as ConfigError,
+    Decision as Decision,
+    InternalError as InternalError,
+    Limiter as _NativeLimiter,
+    Outcome as Outcome,
+    Permit as Permit,
+    PolylimitError as PolylimitError,
+    StoreError as StoreError,
+    StoreUnavailableError as StoreUnavailableError,
+    __version__ as __version__,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
+
+class Policy:
+    rate: str
+    algorithm: str
+    burst: Optional[int]
+    refill: Optional[str]
+    mode: Optional[str]
+    max_delay: Optional[str]
+    on_store_error: Optional[str]
+    penalty: Optional[Dict[str, Any]]
+    name: Optional[str]
+    def __init__(
+        self,
+        rate: str,
+        algorithm: str = "token_bucket",
+        burst: Optional[int] = None,
+        refill: Optional[str] = None,
+        mode: Optional[str] = None,
+        max_delay: Optional[str] = None,
+        on_store_error: Optional[str] = None,
+        penalty: Optional[Dict[str, Any]] = None,
+        name: Optional[str] = None,
+    ) -> None: ...
+    def to_dict(self) -> Dict[str, Any]: ...
+
+class Limiter(_NativeLimiter):
+    def __new__(
+        cls,
+        policy: Union[Policy, Mapping[str, Any], None] = None,
+        store: Optional[str] = None,
+        *,
+        rules: Union[str, Mapping[str, Any], None] = None,
+        rules_file: Union[str, "PathLike[str]", None] = None,
+        **options: Any,
+    ) -> "Limiter": ...
+    @classmethod
+    def from_file(cls, path: Union[str, "PathLike[str]"], **options: Any) -> "Limiter": ...
+    @classmethod
+    def from_rules(cls, rules: Union[str, Mapping[str, Any]], **options: Any) -> "Limiter": ...
+    def limit(
+        self, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True
+    ) -> Callable[[_F], _F]: ...
+    def depends(
+        self, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True
+    ) -> Callable[..., Awaitable[Optional[Outcome]]]: ...
+    async def __aenter__(self) -> "Limiter": ...
+    async def __aexit__(self, *exc: Any) -> None: ...
+
+class CircuitOpenError(PolylimitError): ...
+
+class CircuitBreaker(_NativeBreaker):
+    def call(
+        self, fn: Callable[..., Any], *args: Any, fallback: Optional[Callable[[BaseException], Any]] = None, **kwargs: Any
+    ) -> Any: ...

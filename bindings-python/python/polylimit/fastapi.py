@@ -1,0 +1,270 @@
+"""FastAPI / Starlette adapters. Every decision goes through the core's
+``RequestInfo`` → ``Outcome``: this module only reads the ASGI scope and writes
+the outcome's status, headers and body; it computes no key, IP or header.
+
+* ``@limiter.limit(key="ip")`` under ``@app.get(...)``: the route needs no
+  ``Request`` parameter. The wrapper's signature gains two keyword-only
+  parameters (a ``Request`` and a ``Response``) that FastAPI injects and the
+  wrapper removes before calling the endpoint (the slowapi/FastAPI practice of
+  adding a dependency to the signature). A refusal is returned as a response
+  with the exact body; headers go on the endpoint's response.
+* ``Depends(limiter.depends(key="ip"))``: a dependency that sets the headers on
+  the response and raises ``RateLimitExceeded`` (a Starlette ``HTTPException``)
+  when refused. Call ``install(app)`` once to render it with the exact body
+  (otherwise FastAPI's default handler wraps it in ``{"detail": ...}``).
+* ``app.add_middleware(PolylimitMiddleware, limiter=Limiter.from_file(path))``:
+  a pure ASGI middleware that applies a rules file to every HTTP request.
+
+``key`` is a dimension of the core (``ip``, ``user``, ``api_key``, ``method``,
+``route``, ``header:<name>``), a list of them, or a callable
+``(request) -> str | None`` whose result becomes the core's ``key`` dimension
+(None: the request is not limited). With ``per_route=True`` (the default) each
+decorated route has its own limit (the ``route`` dimension is added).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._polylimit import Limiter as _NativeLimiter, Outcome
+
+__all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
+
+KeySpec = Union[str, Sequence[str], Callable[[Request], Optional[str]]]
+Hook = Optional[Callable[[Request], Optional[str]]]
+
+_REQUEST = "polylimit_request__"
+_RESPONSE = "polylimit_response__"
+
+
+def request_info(
+    scope: Scope,
+    *,
+    route: Optional[str] = None,
+    key: Optional[str] = None,
+    user: Optional[str] = None,
+    api_key: Optional[str] = None,
+    cost: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The core's ``RequestInfo`` (as a dict) for an ASGI HTTP scope."""
+    client = scope.get("client")
+    if route is None:
+        matched = scope.get("route")
+        route = getattr(matched, "path", None)
+    info: Dict[str, Any] = {
+        "method": scope.get("method", "GET"),
+        "path": scope.get("path", "/"),
+        "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope.get("headers", ())],
+    }
+    if client:
+        info["peer"] = client[0]
+    for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
+        if value is not None:
+            info[name] = value
+    if cost is not None and cost != 1:
+        info["cost"] = cost
+    return info
+
+
+def _raw_headers(outcome: Outcome) -> List[Tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in outcome.headers]
+
+
+def refusal(outcome: Outcome) -> Response:
+    """The response for a refused request: the outcome's status, headers and JSON body."""
+    response = Response(content=outcome.body or "", status_code=outcome.status or 429, media_type="application/json")
+    response.raw_headers.extend(_raw_headers(outcome))
+    return response
+
+
+def _dims(key: KeySpec, per_route: bool) -> Tuple[List[str], Hook]:
+    hook: Hook = None
+    if callable(key):
+        dims, hook = ["key"], key
+    elif isinstance(key, str):
+        dims = [key]
+    else:
+        dims = list(key)
+    if per_route and "route" not in dims:
+        dims = ["route"] + dims
+    return dims, hook
+
+
+class _Check:
+    """One decorator's or dependency's check: a derived limiter with one rule."""
+
+    def __init__(self, limiter: Any, key: KeySpec, policy: Optional[str], cost: int, per_route: bool) -> None:
+        dims, self.hook = _dims(key, per_route)
+        self.limiter: _NativeLimiter = limiter._http_limiter(dims, policy)
+        self.cost = cost
+
+    async def __call__(self, request: Request) -> Optional[Outcome]:
+        key = None
+        if self.hook is not None:
+            key = self.hook(request)
+            if inspect.isawaitable(key):
+                key = await key
+            if key is None:
+                return None
+        return await self.limiter.check_request(request_info(request.scope, key=key, cost=self.cost))
+
+
+def limit(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+    """``@limiter.limit(...)``: see the module documentation."""
+    check = _Check(limiter, key, policy, cost, per_route)
+
+    def decorator(endpoint: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        is_async = inspect.iscoroutinefunction(endpoint)
+
+        @functools.wraps(endpoint)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            request: Request = kwargs.pop(_REQUEST)
+            response: Response = kwargs.pop(_RESPONSE)
+            outcome = await check(request)
+            if outcome is not None:
+                if outcome.status is not None:
+                    return refusal(outcome)
+                if outcome.delay_ms:
+                    await asyncio.sleep(outcome.delay_ms / 1000)
+            if is_async:
+                result = await endpoint(*args, **kwargs)
+            else:
+                result = await run_in_threadpool(endpoint, *args, **kwargs)
+            if outcome is not None and outcome.headers:
+                target = result if isinstance(result, Response) else response
+                for name, value in outcome.headers:
+                    target.headers[name] = value
+            return result
+
+        sig = inspect.signature(endpoint)
+        params = list(sig.parameters.values())
+        extra = [
+            inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request),
+            inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response),
+        ]
+        at = len(params)
+        if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
+            at -= 1
+        wrapper.__signature__ = sig.replace(parameters=params[:at] + extra + params[at:])  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorator
+
+
+class RateLimitExceeded(HTTPException):
+    """Raised by the ``Depends`` form when the core refuses a request."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        body = json.loads(outcome.body) if outcome.body else None
+        super().__init__(status_code=outcome.status or 429, detail=body, headers=dict(outcome.headers))
+        self.outcome = outcome
+
+
+def depends(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+    """``Depends(limiter.depends(...))``: see the module documentation."""
+    check = _Check(limiter, key, policy, cost, per_route)
+
+    async def polylimit_dependency(request: Request, response: Response) -> Optional[Outcome]:
+        outcome = await check(request)
+        if outcome is None:
+            return None
+        if outcome.status is not None:
+            raise RateLimitExceeded(outcome)
+        if outcome.delay_ms:
+            await asyncio.sleep(outcome.delay_ms / 1000)
+        for name, value in outcome.headers:
+            response.headers[name] = value
+        return outcome
+
+    return polylimit_dependency
+
+
+async def _rate_limit_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RateLimitExceeded)
+    return refusal(exc.outcome)
+
+
+def install(app: Any) -> None:
+    """Renders ``RateLimitExceeded`` with the core's exact body and headers."""
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_handler)
+
+
+def _route_template(scope: Scope) -> Optional[str]:
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    for route in getattr(router, "routes", ()):
+        try:
+            match, _ = route.matches(scope)
+        except Exception:  # noqa: BLE001 - a route that cannot match this scope
+            continue
+        if match is Match.FULL:
+            return getattr(route, "path", None)
+    return None
+
+
+class PolylimitMiddleware:
+    """ASGI middleware applying a rules file to every HTTP request.
+
+    ``PolylimitMiddleware(app, limiter=Limiter.from_file("polylimit.yaml"))`` or ``rules_file=...``.
+    ``user`` / ``api_key`` / ``key``: optional ``(request) -> str | None`` hooks for those dimensions.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limiter: Optional[_NativeLimiter] = None,
+        *,
+        rules_file: Optional[str] = None,
+        user: Hook = None,
+        api_key: Hook = None,
+        key: Hook = None,
+    ) -> None:
+        if (limiter is None) == (rules_file is None):
+            raise TypeError("PolylimitMiddleware needs exactly one of limiter= or rules_file=")
+        if limiter is None:
+            from . import Limiter
+
+            limiter = Limiter.from_file(rules_file)
+        self.app = app
+        self.limiter = limiter
+        self.hooks = {"user": user, "api_key": api_key, "key": key}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra: Dict[str, Any] = {}
+        if any(self.hooks.values()):
+            request = Request(scope, receive)
+            for name, hook in self.hooks.items():
+                if hook is not None:
+                    extra[name] = hook(request)
+        outcome = await self.limiter.check_request(request_info(scope, route=_route_template(scope), **extra))
+        if outcome.status is not None:
+            await refusal(outcome)(scope, receive, send)
+            return
+        if outcome.delay_ms:
+            await asyncio.sleep(outcome.delay_ms / 1000)
+        headers = _raw_headers(outcome)
+        if not headers:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = list(message.get("headers", ())) + headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

@@ -1,0 +1,196 @@
+//! `polylimit.Limiter`: each method clones the core limiter, runs the core
+//! call (as an awaitable on the shared tokio runtime, or blocking with the GIL
+//! released), and maps the error.
+
+use std::path::PathBuf;
+
+use polylimit::{CheckOptions, Limiter, RequestInfo};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::Value;
+
+use crate::convert::{to_py, to_value};
+use crate::decision::{PyDecision, PyOutcome};
+use crate::errors::{config_error, IntoPyResult};
+use crate::{future, runtime};
+
+/// A rate limiter (memory or Redis store). Cheap to share between tasks and threads.
+#[pyclass(subclass, module = "polylimit._polylimit", name = "Limiter")]
+pub struct PyLimiter {
+    inner: Limiter,
+    /// The options or rules the limiter was built from (for derived limiters).
+    options: Value,
+}
+
+fn check_options(cost: i64, now_ms: Option<i64>) -> PyResult<CheckOptions> {
+    if cost < 1 {
+        return Err(config_error("cost", &cost.to_string(), "is not a positive integer"));
+    }
+    Ok(CheckOptions {
+        cost: cost as u64,
+        now_ms,
+    })
+}
+
+fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
+    RequestInfo::from_value(&to_value(request, "request")?).into_py_result()
+}
+
+#[pymethods]
+impl PyLimiter {
+    /// `Limiter(policy, store="memory", **options)`, or `Limiter(rules=...)` /
+    /// `Limiter(rules_file=...)` for a rules file (YAML/JSON text or a dict).
+    #[new]
+    #[pyo3(signature = (policy=None, store=None, *, rules=None, rules_file=None, **options))]
+    fn new(
+        py: Python<'_>,
+        policy: Option<&Bound<'_, PyAny>>,
+        store: Option<String>,
+        rules: Option<&Bound<'_, PyAny>>,
+        rules_file: Option<PathBuf>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let mut value = match options {
+            Some(o) => to_value(o.as_any(), "")?,
+            None => Value::Object(Default::default()),
+        };
+        if let Some(p) = policy {
+            value["policy"] = to_value(p, "policy")?;
+        }
+        if let Some(s) = store {
+            value["store"] = Value::String(s);
+        }
+        let text = match (rules, rules_file) {
+            (Some(_), Some(_)) => return Err(config_error("rules", "", "and rules_file are exclusive")),
+            (Some(r), None) => Some(match r.extract::<String>() {
+                Ok(text) => text,
+                Err(_) => to_value(r, "rules")?.to_string(),
+            }),
+            (None, Some(path)) => Some(std::fs::read_to_string(&path).map_err(|e| {
+                config_error(
+                    "rules file",
+                    &format!("{:?}", path.display().to_string()),
+                    &format!("cannot be read: {e}"),
+                )
+            })?),
+            (None, None) => None,
+        };
+        let Some(text) = text else {
+            let inner = py.detach(|| Limiter::from_value(&value)).into_py_result()?;
+            return Ok(PyLimiter { inner, options: value });
+        };
+        let mut parsed: Value = serde_yaml_ng::from_str(&text)
+            .map_err(|e| config_error("rules file", "", &format!("is not valid YAML or JSON: {e}")))?;
+        let Value::Object(extra) = value else {
+            unreachable!("options is a dict")
+        };
+        if !extra.is_empty() {
+            // Keyword options override the file's (store, prefix, …).
+            if let Value::Object(map) = &mut parsed {
+                map.extend(extra);
+            }
+        }
+        let text = parsed.to_string();
+        let inner = py.detach(|| Limiter::from_rules(&text)).into_py_result()?;
+        Ok(PyLimiter { inner, options: parsed })
+    }
+
+    /// Checks `key`; an awaitable resolving to a `Decision`. Runs on the
+    /// core's tokio runtime, so the event loop never blocks.
+    #[pyo3(signature = (key, cost=1, now_ms=None))]
+    fn check<'py>(&self, py: Python<'py>, key: String, cost: i64, now_ms: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.check_with(&key, options).await })
+    }
+
+    /// Checks `key` and blocks until decided, with the GIL released.
+    #[pyo3(signature = (key, cost=1, now_ms=None))]
+    fn check_sync(&self, py: Python<'_>, key: String, cost: i64, now_ms: Option<i64>) -> PyResult<PyDecision> {
+        let options = check_options(cost, now_ms)?;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.check_with(&key, options)))
+            .map(PyDecision)
+            .into_py_result()
+    }
+
+    /// Every policy's decision for `key` (allowed only if all allow); an awaitable.
+    #[pyo3(signature = (key, cost=1, now_ms=None))]
+    fn check_all<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        cost: i64,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        future::spawn(
+            py,
+            async move { inner.check_all(&key, options).await.map(|r| r.decisions) },
+        )
+    }
+
+    /// Decides a request by the rules file; an awaitable resolving to an
+    /// `Outcome`. `request` is a dict: method, path, route, peer, headers,
+    /// user, api_key, key, cost, now_ms.
+    fn check_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let req = request_info(request)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.check_request(&req).await })
+    }
+
+    /// `check_request`, blocking with the GIL released.
+    fn check_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<PyOutcome> {
+        let req = request_info(request)?;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.check_request(&req)))
+            .map(PyOutcome)
+            .into_py_result()
+    }
+
+    /// Forgets every policy's state for `key`; an awaitable.
+    fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.reset(&key).await })
+    }
+
+    /// `reset`, blocking with the GIL released.
+    fn reset_sync(&self, py: Python<'_>, key: String) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.reset(&key)))
+            .into_py_result()
+    }
+
+    /// Prometheus text exposition of this limiter's metrics.
+    fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
+    /// Closes the limiter: later checks raise `ClosedError`.
+    fn close(&self) {
+        self.inner.close()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// `closed`, `open` or `half_open`: the store's circuit breaker.
+    #[getter]
+    fn breaker_state(&self) -> &'static str {
+        self.inner.breaker_state().as_str()
+    }
+
+    /// The policies' names, in order.
+    #[getter]
+    fn policy_names(&self) -> Vec<String> {
+        self.inner.policies().map(|p| p.name().to_string()).collect()
+    }
+
+    /// The options (or rules) this limiter was built from, as plain objects.
+    fn _options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.options)
+    }
+}

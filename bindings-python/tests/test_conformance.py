@@ -1,0 +1,105 @@
+"""Every vector in $POLYLIMIT_VECTORS (and its http/ directory) through the
+public API, on the memory store and on a real Redis. Unknown fields and
+unreadable files fail; nothing is skipped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from conftest import unique_prefix, vectors_dir
+
+import polylimit
+
+CASE_FIELDS = {"name", "description", "policy", "steps"}
+STEP_FIELDS = {"now_ms", "key", "cost", "expect"}
+EXPECT_FIELDS = {"allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source"}
+EXPECT_REQUIRED = {"allowed", "remaining", "reset_after_ms", "retry_after_ms"}
+HTTP_CASE_FIELDS = {"name", "description", "rules", "requests"}
+HTTP_STEP_FIELDS = {"request", "expect"}
+HTTP_EXPECT_FIELDS = {"status", "headers", "body", "delay_ms"}
+
+
+def files(sub: str) -> List[Path]:
+    directory = vectors_dir() / sub
+    paths = sorted(p for p in directory.iterdir() if p.suffix == ".json")  # unreadable dir: collection error
+    assert paths, f"no vectors in {directory}"
+    return paths
+
+
+def load(path: Path) -> List[Dict[str, Any]]:
+    data = json.loads(path.read_text())
+    assert set(data) == {"cases"}, f"{path.name}: unknown top-level fields {set(data) - {'cases'}}"
+    assert data["cases"], f"{path.name}: no cases"
+    names = [c.get("name") for c in data["cases"]]
+    assert len(set(names)) == len(names), f"{path.name}: duplicate case names"
+    return data["cases"]
+
+
+def check_fields(where: str, obj: Dict[str, Any], allowed: set, required: set = frozenset()) -> None:
+    unknown = set(obj) - allowed
+    assert not unknown, f"{where}: unknown fields {sorted(unknown)}"
+    missing = set(required) - set(obj)
+    assert not missing, f"{where}: missing fields {sorted(missing)}"
+
+
+@pytest.mark.parametrize("path", files(""), ids=lambda p: p.stem)
+def test_vectors(path: Path, store: str) -> None:
+    failures = []
+    steps = 0
+    for case in load(path):
+        where = f"{path.name}: {case.get('name')!r}"
+        check_fields(where, case, CASE_FIELDS, {"name", "policy", "steps"})
+        assert case["steps"], f"{where}: no steps"
+        limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conf"))
+        for i, step in enumerate(case["steps"]):
+            check_fields(f"{where} step {i}", step, STEP_FIELDS, {"now_ms", "expect"})
+            expect = step["expect"]
+            check_fields(f"{where} step {i} expect", expect, EXPECT_FIELDS, EXPECT_REQUIRED)
+            got = limiter.check_sync(step.get("key", "k"), cost=step.get("cost", 1), now_ms=step["now_ms"])
+            steps += 1
+            want = {k: expect[k] for k in EXPECT_REQUIRED}
+            want["delay_ms"] = expect.get("delay_ms", 0)
+            for opt in ("limit", "source"):
+                if opt in expect:
+                    want[opt] = expect[opt]
+            have = {k: v for k, v in got.to_dict().items() if k in want}
+            if got.source not in ("store", "penalty"):  # a fallback would hide the store
+                failures.append(f"{where} step {i}: decided by {got.source}, not the store")
+            if have != want:
+                failures.append(f"{where} step {i} (now_ms {step['now_ms']}): expected {want}, got {have}")
+    assert steps > 0
+    assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("path", files("http"), ids=lambda p: p.stem)
+def test_http_vectors(path: Path, store: str) -> None:
+    """Through the same call the middleware makes (``Limiter.check_request``, awaited)."""
+    import asyncio
+
+    async def play() -> List[str]:
+        failures = []
+        for case in load(path):
+            where = f"{path.name}: {case.get('name')!r}"
+            check_fields(where, case, HTTP_CASE_FIELDS, {"name", "rules", "requests"})
+            assert case["requests"], f"{where}: no requests"
+            rules = dict(case["rules"], store=store, prefix=unique_prefix("http"))
+            limiter = polylimit.Limiter.from_rules(rules)
+            for i, step in enumerate(case["requests"]):
+                check_fields(f"{where} request {i}", step, HTTP_STEP_FIELDS, HTTP_STEP_FIELDS)
+                expect = step["expect"]
+                check_fields(f"{where} request {i} expect", expect, HTTP_EXPECT_FIELDS, {"status", "headers", "body"})
+                outcome = await limiter.check_request(step["request"])
+                want = (expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0))
+                fallback = [d for d in outcome.decisions if d["source"] in ("local", "fail_open", "fail_closed")]
+                if fallback:
+                    failures.append(f"{where} request {i}: decided by a fallback: {fallback}")
+                have = (outcome.status, outcome.headers, outcome.body, outcome.delay_ms)
+                if have != want:
+                    failures.append(f"{where} request {i}: expected {want}, got {have}")
+        return failures
+
+    failures = asyncio.run(play())
+    assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)

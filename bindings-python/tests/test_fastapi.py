@@ -1,0 +1,269 @@
+"""FastAPI apps served by uvicorn on loopback, driven by httpx: the decorator
+(route without a Request parameter), the Depends form and the ASGI middleware,
+on the memory store and on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from typing import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from conftest import unique_prefix
+from fastapi import Depends, FastAPI
+from redis_server import RedisServer, free_port
+
+import polylimit
+from polylimit.fastapi import PolylimitMiddleware, install
+
+# 10 per minute: nothing refills during a test (one token per 6 s).
+SLOW = {"algorithm": "token_bucket", "rate": "10/min", "burst": 10}
+# One token per second, burst 10: "drain, wait 2 s" gives back exactly 2.
+REFILL = {"algorithm": "token_bucket", "rate": "1/s", "burst": 10}
+RATE_HEADERS = ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy", "ratelimit",
+                "retry-after"]
+
+
+class Server:
+    def __init__(self, app: FastAPI) -> None:
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+def build_app(limiter: polylimit.Limiter) -> FastAPI:
+    app = FastAPI()
+    install(app)
+
+    @app.get("/decorated")
+    @limiter.limit(key="ip")
+    async def decorated():  # no Request parameter
+        return {"ok": True}
+
+    @app.get("/items/{item_id}")
+    @limiter.limit(key="ip")
+    def sync_item(item_id: int):  # a sync endpoint with a path parameter
+        return {"item": item_id}
+
+    @app.get("/depends", dependencies=[Depends(limiter.depends(key="ip"))])
+    async def with_depends():
+        return {"ok": True}
+
+    return app
+
+
+@pytest.fixture
+def app_server(store: str) -> Iterator[Server]:
+    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("fa"))
+    server = Server(build_app(limiter))
+    yield server
+    server.stop()
+
+
+def rate_headers(response: httpx.Response):
+    return [(k.decode().lower(), v.decode()) for k, v in response.headers.raw if k.decode().lower() in RATE_HEADERS]
+
+
+@pytest.mark.parametrize("path", ["/decorated", "/items/7", "/depends"])
+def test_fifteen_sequential(app_server: Server, path: str) -> None:
+    with httpx.Client(base_url=app_server.url) as client:
+        statuses = [client.get(path).status_code for _ in range(15)]
+    assert statuses == [200] * 10 + [429] * 5
+
+
+@pytest.mark.parametrize("path", ["/decorated", "/depends"])
+def test_fifty_concurrent(app_server: Server, path: str) -> None:
+    async def main():
+        async with httpx.AsyncClient(base_url=app_server.url, limits=httpx.Limits(max_connections=50)) as client:
+            return await asyncio.gather(*(client.get(path) for _ in range(50)))
+
+    responses = asyncio.run(main())
+    statuses = [r.status_code for r in responses]
+    assert statuses.count(200) == 10 and statuses.count(429) == 40
+
+
+def test_routes_are_limited_separately(app_server: Server) -> None:
+    with httpx.Client(base_url=app_server.url) as client:
+        assert [client.get("/decorated").status_code for _ in range(11)][-1] == 429
+        assert client.get("/items/1").status_code == 200
+        assert client.get("/items/2").json() == {"item": 2}  # the template is the route: same limit
+        assert client.get("/depends").status_code == 200
+
+
+def test_exact_headers_and_body(app_server: Server) -> None:
+    with httpx.Client(base_url=app_server.url) as client:
+        before = time.time()
+        first = client.get("/decorated")
+        after = time.time()
+        assert first.status_code == 200 and first.json() == {"ok": True}
+        headers = rate_headers(first)
+        reset = int(headers[2][1])
+        assert math.ceil(before + 6) <= reset <= math.ceil(after + 6)
+        assert headers == [
+            ("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "9"), ("x-ratelimit-reset", str(reset)),
+            ("ratelimit-policy", '"default";q=10;w=60'), ("ratelimit", '"default";r=9;t=6'),
+        ]
+        for _ in range(9):
+            client.get("/decorated")
+        denied = client.get("/decorated")
+        assert denied.status_code == 429
+        assert denied.headers["content-type"] == "application/json"
+        assert denied.content == b'{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":6}'
+        h = dict(rate_headers(denied))
+        assert (h["x-ratelimit-remaining"], h["retry-after"], h["ratelimit"]) == ("0", "6", '"default";r=0;t=60')
+        # The Depends form answers the same bytes once install(app) is called.
+        for _ in range(10):
+            client.get("/depends")
+        denied = client.get("/depends")
+        assert denied.status_code == 429
+        assert denied.content == b'{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":6}'
+        assert dict(rate_headers(denied))["retry-after"] == "6"
+
+
+def test_drain_then_wait_two_seconds(store: str) -> None:
+    limiter = polylimit.Limiter(policy=REFILL, store=store, prefix=unique_prefix("drain"))
+    server = Server(build_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            drained = 0
+            while client.get("/decorated").status_code == 200:
+                drained += 1
+            assert drained == 10
+            time.sleep(2)
+            assert [client.get("/decorated").status_code for _ in range(3)] == [200, 200, 429]
+    finally:
+        server.stop()
+
+
+RULES = {
+    "policies": {
+        "api": {"algorithm": "token_bucket", "rate": "10/min", "burst": 10},
+        "pay": {"algorithm": "gcra", "rate": "10/min", "burst": 2, "on_store_error": "fail_closed"},
+    },
+    "rules": [
+        {"match": {"path": "/api/pay"}, "key": ["ip"], "policy": "pay"},
+        {"match": {"path": "/api/*"}, "key": ["ip"], "policy": "api"},
+    ],
+}
+
+
+def middleware_app(limiter: polylimit.Limiter) -> FastAPI:
+    app = FastAPI()
+    app.add_middleware(PolylimitMiddleware, limiter=limiter)
+
+    @app.get("/api/hello")
+    async def hello():
+        return {"hello": "world"}
+
+    @app.get("/api/pay")
+    async def pay():
+        return {"paid": True}
+
+    @app.get("/health")
+    async def health():
+        return {"ok": True}
+
+    return app
+
+
+def test_middleware_rules_file(store: str, tmp_path) -> None:
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(RULES))
+    limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("mw"))
+    server = Server(middleware_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert [client.get("/api/hello").status_code for _ in range(15)] == [200] * 10 + [429] * 5
+            health = client.get("/health")
+            assert health.status_code == 200 and rate_headers(health) == []
+            pay = [client.get("/api/pay") for _ in range(3)]
+            assert [r.status_code for r in pay] == [429, 429, 429]  # api is drained too: both rules apply
+    finally:
+        server.stop()
+    limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("mw"))
+    server = Server(middleware_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            pay = [client.get("/api/pay") for _ in range(3)]
+            assert [r.status_code for r in pay] == [200, 200, 429]
+            assert dict(rate_headers(pay[0]))["ratelimit-policy"] == '"pay";q=2;w=12'
+            assert pay[0].json() == {"paid": True}
+    finally:
+        server.stop()
+
+
+def test_fail_closed_503_when_redis_is_down(tmp_path) -> None:
+    redis = RedisServer()
+    rules = dict(RULES, timeout="100ms")
+    limiter = polylimit.Limiter.from_rules(rules, store=redis.url, prefix=unique_prefix("down"))
+    server = Server(middleware_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            assert client.get("/api/pay").status_code == 200
+            redis.kill()
+            down = client.get("/api/pay")
+            assert down.status_code == 503
+            body = json.loads(down.content)
+            assert body["error"] == "rate_limiter_unavailable" and body["message"] == "Service Unavailable"
+            assert down.content == (
+                b'{"error":"rate_limiter_unavailable","message":"Service Unavailable","retry_after":'
+                + down.headers["retry-after"].encode() + b"}"
+            )
+            # The local fallback still answers the other policy.
+            assert client.get("/api/hello").status_code == 200
+    finally:
+        server.stop()
+        redis.kill()
+
+
+def test_shape_mode_delay_is_awaited() -> None:
+    """A shaped request is held with asyncio.sleep: other requests are served meanwhile."""
+    limiter = polylimit.Limiter(
+        policy={"algorithm": "leaky_bucket", "mode": "shape", "rate": "2/s", "burst": 10}, prefix=unique_prefix("shape")
+    )
+    app = FastAPI()
+
+    @app.get("/shaped")
+    @limiter.limit(key="ip")
+    async def shaped():
+        return {"ok": True}
+
+    @app.get("/free")
+    async def free():
+        return {"ok": True}
+
+    server = Server(app)
+
+    async def main():
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            start = time.monotonic()
+            shaped = asyncio.ensure_future(asyncio.gather(*(client.get("/shaped") for _ in range(3))))
+            await asyncio.sleep(0.1)
+            free = await client.get("/free")
+            free_at = time.monotonic() - start
+            results = await shaped
+            return free, free_at, results, time.monotonic() - start
+
+    try:
+        free, free_at, results, total = asyncio.run(main())
+        assert free.status_code == 200 and free_at < 0.5
+        assert [r.status_code for r in results] == [200, 200, 200]
+        assert total >= 0.95  # the third waited 1 s (two intervals of 500 ms)
+    finally:
+        server.stop()

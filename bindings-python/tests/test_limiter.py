@@ -1,0 +1,242 @@
+"""The Python surface: Limiter, Decision, errors, asyncio, the GIL, reset, metrics, CircuitBreaker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+from conftest import unique_prefix
+from redis_server import RedisServer
+
+import polylimit
+
+POLICY = {"algorithm": "token_bucket", "rate": "10/s", "burst": 10}
+
+
+def arun(make_awaitable):
+    """Awaits inside a running loop (the awaitable binds to the running loop)."""
+
+    async def main():
+        return await make_awaitable()
+
+    return asyncio.run(main())
+
+
+def make(store: str, policy=POLICY, **options) -> polylimit.Limiter:
+    return polylimit.Limiter(policy=policy, store=store, prefix=unique_prefix("lim"), **options)
+
+
+def test_check_returns_frozen_decision(store: str) -> None:
+    limiter = make(store)
+    d = arun(lambda: limiter.check("k", now_ms=1_000))
+    assert isinstance(d, polylimit.Decision)
+    assert d.to_dict() == {
+        "allowed": True, "limit": 10, "remaining": 9, "reset_after_ms": 100,
+        "retry_after_ms": None, "delay_ms": 0, "source": "store",
+    }
+    assert bool(d) is True
+    with pytest.raises(AttributeError):
+        d.allowed = False  # type: ignore[misc]
+    d2 = limiter.check_sync("k", cost=10, now_ms=1_000)
+    assert (d2.allowed, d2.remaining, d2.retry_after_ms, d2.source) == (False, 9, 100, "store")
+    assert not d2
+
+
+def test_typed_policy_and_denial(store: str) -> None:
+    limiter = make(store, policy=polylimit.Policy(algorithm="gcra", rate="5/s", burst=2))
+    got = [limiter.check_sync("k", now_ms=0).allowed for _ in range(3)]
+    assert got == [True, True, False]
+    assert limiter.check_sync("k", now_ms=0).retry_after_ms == 200
+
+
+def test_thousand_concurrent_awaits(store: str) -> None:
+    limiter = make(store, policy={"algorithm": "fixed_window", "rate": "500/h"})
+
+    async def main():
+        return await asyncio.gather(*(limiter.check("same") for _ in range(1000)))
+
+    decisions = asyncio.run(main())
+    assert len(decisions) == 1000
+    assert sum(d.allowed for d in decisions) == 500
+    assert sorted(d.remaining for d in decisions if d.allowed) == list(range(500))
+
+
+def test_await_does_not_block_the_event_loop(redis_server) -> None:
+    """While checks are in flight on a stopped Redis (timeout 300 ms), the loop keeps ticking."""
+    server = RedisServer()
+    try:
+        limiter = make(server.url, timeout="300ms", policy=dict(POLICY, on_store_error="fail_open"))
+        limiter.check_sync("warm")
+        os.kill(server.proc.pid, signal.SIGSTOP)
+
+        async def main():
+            ticks = 0
+            task = asyncio.ensure_future(asyncio.gather(*(limiter.check(f"k{i}") for i in range(20))))
+            while not task.done():
+                await asyncio.sleep(0.01)
+                ticks += 1
+            return ticks, await task
+
+        ticks, decisions = asyncio.run(main())
+        assert ticks >= 10, ticks
+        assert {d.source for d in decisions} == {"fail_open"}
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        server.kill()
+
+
+def test_check_sync_releases_the_gil() -> None:
+    server = RedisServer()
+    try:
+        limiter = make(server.url, timeout="400ms", policy=dict(POLICY, on_store_error="fail_closed"))
+        limiter.check_sync("warm")
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        result = {}
+        thread = threading.Thread(target=lambda: result.setdefault("d", limiter.check_sync("k")))
+        counter = 0
+        start = time.monotonic()
+        thread.start()
+        while thread.is_alive():
+            counter += 1  # pure Python: progresses only if the other thread released the GIL
+        elapsed = time.monotonic() - start
+        assert elapsed >= 0.3, elapsed
+        assert counter > 100_000, counter
+        assert result["d"].source == "fail_closed" and not result["d"].allowed
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        server.kill()
+
+
+def test_reset_and_metrics(store: str) -> None:
+    limiter = make(store, policy={"rate": "1/h", "name": "hourly"})
+    assert limiter.check_sync("k").allowed
+    assert not limiter.check_sync("k").allowed
+    arun(lambda: limiter.reset("k"))
+    assert limiter.check_sync("k").allowed
+    limiter.reset_sync("k")
+    assert limiter.check_sync("k").allowed
+    text = limiter.metrics_text()
+    assert 'polylimit_requests_total{policy="hourly",route="",decision="allowed",source="store"} 3' in text
+    assert "polylimit_store_latency_seconds_count" in text
+    assert limiter.policy_names == ["hourly"]
+    assert limiter.breaker_state == "closed"
+
+
+def test_close() -> None:
+    limiter = make("memory")
+    limiter.close()
+    assert limiter.closed
+    with pytest.raises(polylimit.ClosedError) as err:
+        limiter.check_sync("k")
+    assert err.value.kind == "closed"
+    with pytest.raises(polylimit.PolylimitError):
+        arun(lambda: limiter.check("k"))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, value",
+    [
+        ({"policy": {"rate": "ten/s"}}, "policy.rate", '"ten/s"'),
+        ({"policy": {"rate": "1/s", "algorithm": "nope"}}, "policy.algorithm", '"nope"'),
+        ({"policy": {"rate": "1/s"}, "store": "mongodb://x"}, "store", '"mongodb://x"'),
+        ({"policy": {"rate": "1/s"}, "timeout": "soon"}, "timeout", '"soon"'),
+        ({"policy": {"rate": "1/s"}, "bogus": 1}, "bogus", ""),
+    ],
+)
+def test_config_errors_name_the_field(kwargs, field, value) -> None:
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter(**kwargs)
+    assert isinstance(err.value, polylimit.PolylimitError)
+    assert err.value.field == field
+    assert err.value.value == value
+    assert err.value.kind == "config"
+    assert str(err.value).startswith(f"{field}: ")
+
+
+def test_bad_cost_is_a_config_error() -> None:
+    limiter = make("memory")
+    for cost in (0, -1):
+        with pytest.raises(polylimit.ConfigError) as err:
+            limiter.check_sync("k", cost=cost)
+        assert err.value.field == "cost"
+
+
+def test_from_file(tmp_path, redis_server) -> None:
+    path = tmp_path / "polylimit.yaml"
+    path.write_text(
+        "store: memory\n"
+        "policies:\n  api: { algorithm: token_bucket, rate: 10/s, burst: 2 }\n"
+        "rules:\n  - match: { path: /api/* }\n    key: [ip]\n    policy: api\n"
+    )
+    for store in ("memory", redis_server.url):
+        limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("file"))
+        req = {"path": "/api/x", "peer": "203.0.113.7", "now_ms": 1_700_000_000_000}
+        statuses = [limiter.check_request_sync(req).status for _ in range(3)]
+        assert statuses == [None, None, 429]
+        assert limiter.check_sync("direct", now_ms=0).limit == 2
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter.from_file(tmp_path / "missing.yaml")
+    assert err.value.field == "rules file"
+
+
+def test_redis_down_falls_back_without_raising() -> None:
+    server = RedisServer()
+    url = server.url
+    server.kill()
+    local = make(url, timeout="50ms")
+    assert local.check_sync("k").source == "local"
+    closed = make(url, timeout="50ms", policy=dict(POLICY, on_store_error="fail_closed"))
+    d = arun(lambda: closed.check("k"))
+    assert (d.allowed, d.source) == (False, "fail_closed")
+
+
+def test_circuit_breaker() -> None:
+    breaker = polylimit.CircuitBreaker(threshold=2, cooldown=0.2, half_open_max=1)
+    assert breaker.state == "closed"
+
+    def boom():
+        raise ValueError("down")
+
+    seen = []
+    assert breaker.call(boom, fallback=lambda e: seen.append(type(e).__name__) or "fb") == "fb"
+    with pytest.raises(ValueError):
+        breaker.call(boom)
+    assert breaker.state == "open"
+    assert breaker.call(lambda: "ok", fallback=lambda e: type(e).__name__) == "CircuitOpenError"
+    with pytest.raises(polylimit.CircuitOpenError):
+        breaker.call(lambda: "ok")
+    time.sleep(0.25)
+    assert breaker.state == "half_open"
+
+    async def fine(x):
+        return x * 2
+
+    assert asyncio.run(breaker.call(fine, 21)) == 42
+    assert breaker.state == "closed"
+    with pytest.raises(polylimit.ConfigError):
+        polylimit.CircuitBreaker(threshold=0)
+    with pytest.raises(polylimit.ConfigError):
+        polylimit.CircuitBreaker(cooldown="soon")
+    permit = breaker.acquire()
+    breaker.success(permit)
+    with pytest.raises(polylimit.ConfigError):
+        breaker.success(permit)
+
+
+def test_cancelled_check_does_not_break_the_loop(store: str) -> None:
+    limiter = make(store)
+
+    async def main():
+        task = asyncio.ensure_future(limiter.check("k"))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)  # the check still finishes on tokio; its result is dropped
+        return await limiter.check("k")
+
+    d = arun(main)
+    assert d.allowed and d.remaining == 8  # the cancelled check was still charged once
