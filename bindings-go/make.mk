@@ -32,7 +32,8 @@ go-abi-test: go-capi
 	$(CARGO_TARGET_DIR)/polylimit-abi-test
 
 go-test: go-deps go-capi go-abi-test
-	@cd $(GO_DIR) && test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: the files above need formatting"; exit 1; }
+	@# Not `tee /dev/stderr`: reopening stderr truncates a log file it points to.
+	@cd $(GO_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
 	cd $(GO_DIR) && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	cd $(GO_DIR)/bench && $(GO) vet -tags polylimit_release ./...
 
