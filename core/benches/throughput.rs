@@ -102,6 +102,12 @@ fn redis_benchmark(port: u16, pipeline: u32) -> f64 {
             "1000",
             "1000000000",
             "0",
+            // flags, penalty threshold, within, forget_after, cooldowns: none.
+            "0",
+            "0",
+            "0",
+            "0",
+            "",
         ])
         .output()
         .expect("redis-benchmark (make deps installs it)");
