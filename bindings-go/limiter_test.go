@@ -61,8 +61,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrConfig) {
 		t.Fatalf("want a *ConfigError, got %T %v", err, err)
 	}
-	if ce.Field != "policies.default.rate" || ce.Value != `"ten/s"` {
+	if ce.Field != "policies[0].rate" || ce.Value != `"ten/s"` {
 		t.Fatalf("field %q value %q (%v)", ce.Field, ce.Value, err)
+	}
+	// Two unnamed policies are both "default": the core names the clash.
+	_, err = New(Options{Policies: []Policy{{Rate: "1/s"}, {Rate: "1/d"}}})
+	if !errors.As(err, &ce) || ce.Field != "policies" || ce.Value != `"default"` {
+		t.Fatalf("duplicate names: %v", err)
 	}
 	if _, err := NewFromJSON([]byte(`{"policy": {"rate": "1/s"}, "colour": 1}`)); !errors.As(err, &ce) || ce.Field != "colour" {
 		t.Fatalf("unknown option: %v", err)

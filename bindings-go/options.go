@@ -82,7 +82,8 @@ type Options struct {
 	// "route", "method", "user", "api_key", "header:<name>", "key", "global");
 	// default ["ip"]. Use "key" with WithKeyFunc, "user" with WithUserFunc.
 	KeyBy []string
-	// Peers whose X-Forwarded-For / Forwarded is believed (CIDRs).
+	// Passed to the core's rules as trusted_proxies (CIDRs); the core
+	// decides the client address.
 	TrustedProxies []string
 	// Header style: "both" (default), "legacy", "ietf", "none".
 	Headers string
@@ -101,28 +102,21 @@ func (o Options) rulesDocument() ([]byte, error) {
 	if len(policies) == 0 {
 		return nil, &ConfigError{Field: "policy", Message: "policy: is required"}
 	}
-	byName := map[string]Policy{}
-	names := make([]string, 0, len(policies))
+	// The rule names the policies; the core defaults a missing name to
+	// "default" and reports duplicates itself.
+	names := make([]string, len(policies))
 	for i, p := range policies {
-		if p.Name == "" {
-			p.Name = "default"
-			if len(policies) > 1 {
-				p.Name = fmt.Sprintf("policy%d", i)
-			}
+		names[i] = p.Name
+		if names[i] == "" {
+			names[i] = "default"
 		}
-		if _, dup := byName[p.Name]; dup {
-			return nil, &ConfigError{Field: "policies", Value: fmt.Sprintf("%q", p.Name),
-				Message: fmt.Sprintf("policies: %q names two policies the same", p.Name)}
-		}
-		byName[p.Name] = p
-		names = append(names, p.Name)
 	}
 	keyBy := o.KeyBy
 	if len(keyBy) == 0 {
 		keyBy = []string{"ip"}
 	}
 	doc := map[string]any{
-		"policies": byName,
+		"policies": policies,
 		"rules":    []any{map[string]any{"name": "limit", "key": keyBy, "policy": names}},
 	}
 	setString := func(k, v string) {

@@ -83,7 +83,8 @@ def _raw_headers(outcome: Outcome) -> List[Tuple[bytes, bytes]]:
 
 def refusal(outcome: Outcome) -> Response:
     """The response for a refused request: the outcome's status, headers and JSON body."""
-    response = Response(content=outcome.body or "", status_code=outcome.status or 429, media_type="application/json")
+    assert outcome.status is not None, "refusal() takes a refused outcome"
+    response = Response(content=outcome.body or "", status_code=outcome.status, media_type="application/json")
     response.raw_headers.extend(_raw_headers(outcome))
     return response
 
@@ -166,8 +167,9 @@ class RateLimitExceeded(HTTPException):
     """Raised by the ``Depends`` form when the core refuses a request."""
 
     def __init__(self, outcome: Outcome) -> None:
+        assert outcome.status is not None, "RateLimitExceeded takes a refused outcome"
         body = json.loads(outcome.body) if outcome.body else None
-        super().__init__(status_code=outcome.status or 429, detail=body, headers=dict(outcome.headers))
+        super().__init__(status_code=outcome.status, detail=body, headers=dict(outcome.headers))
         self.outcome = outcome
 
 
