@@ -18,6 +18,7 @@ mod algorithm;
 pub mod breaker;
 mod decision;
 pub mod duration;
+mod env;
 mod error;
 mod http;
 mod limiter;

@@ -292,7 +292,8 @@ impl Limiter {
         })
     }
 
-    /// A limiter from a rules file (YAML or JSON): limiter options, `policies`
+    /// A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded
+    /// from the environment): limiter options, `policies`
     /// (a map of name → policy), `rules`, `trusted_proxies`, `ipv6_subnet`,
     /// `headers`, `shadow`, `allowlist`, `denylist`.
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Limiter> {
@@ -307,9 +308,10 @@ impl Limiter {
         Limiter::from_rules(&text)
     }
 
-    /// A limiter from the text of a rules file.
+    /// A limiter from the text of a rules file. `${NAME}` and
+    /// `${NAME:-default}` are replaced by environment variables first.
     pub fn from_rules(text: &str) -> Result<Limiter> {
-        let value: Value = serde_yaml_ng::from_str(text)
+        let value: Value = serde_yaml_ng::from_str(&crate::env::expand(text)?)
             .map_err(|e| Error::config("rules file", "", format!("is not valid YAML or JSON: {e}")))?;
         let obj = value
             .as_object()

@@ -4,6 +4,7 @@
 
 pub(crate) mod client_ip;
 pub(crate) mod headers;
+pub(crate) mod route;
 pub(crate) mod rules;
 
 use std::collections::HashSet;
@@ -25,7 +26,8 @@ pub struct RequestInfo {
     pub method: String,
     /// The path, without the query string.
     pub path: String,
-    /// The route template (`/users/{id}`), when the framework knows it.
+    /// The route template as the framework writes it (`/users/{id}`,
+    /// `/users/:id`, `GET /users/{id}`); the core compares its canonical form.
     pub route: Option<String>,
     /// The TCP peer address (`203.0.113.7`, `[::1]:8080`, …).
     pub peer: Option<String>,
@@ -210,10 +212,11 @@ impl Rule {
             .as_ref()
             .is_none_or(|m| m.iter().any(|m| m.eq_ignore_ascii_case(&req.method)))
             && self.path.as_ref().is_none_or(|p| glob_match(p, &req.path))
-            && self
-                .route
-                .as_ref()
-                .is_none_or(|r| req.route.as_deref() == Some(r.as_str()))
+            && self.route.as_ref().is_none_or(|r| {
+                req.route
+                    .as_deref()
+                    .is_some_and(|own| route::canonical(own) == r.as_str())
+            })
     }
 }
 
@@ -227,7 +230,11 @@ impl Resolved<'_> {
         let req = self.req;
         match dim {
             Dimension::Ip => self.ip.clone(),
-            Dimension::Route => Some(req.route.clone().unwrap_or_else(|| req.path.clone())),
+            Dimension::Route => Some(
+                req.route
+                    .as_deref()
+                    .map_or_else(|| req.path.clone(), |r| route::canonical(r).into_owned()),
+            ),
             Dimension::Method => Some(req.method.to_ascii_uppercase()),
             Dimension::User => req.user.clone(),
             Dimension::ApiKey => req.api_key.clone(),

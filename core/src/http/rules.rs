@@ -253,11 +253,8 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
                     );
                 }
                 "route" => {
-                    route = Some(
-                        v.as_str()
-                            .ok_or_else(|| Error::config(&field, v, "is not a string"))?
-                            .to_string(),
-                    )
+                    let template = v.as_str().ok_or_else(|| Error::config(&field, v, "is not a string"))?;
+                    route = Some(super::route::canonical(template).into_owned())
                 }
                 _ => {
                     return Err(Error::config(
