@@ -6,8 +6,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: demo test bench deps redis-server rust-test lint
 
-demo:
-	$(CARGO) run --quiet --release -p polylimit --example demo
+## The example apps of every language on the memory store, the classic burst
+## against each (REDIS_URL=redis://… shares one Redis between them).
+demo: examples-build
+	cd examples && $(PY) demo.py
 
 ## Installs what is missing: redis-server (Debian package) for the Redis suites.
 deps: redis-server
@@ -23,9 +25,9 @@ redis-server:
 BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
--include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk
+-include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk examples/make.mk tests/e2e/make.mk
 
-test: deps lint rust-test $(BINDING_TESTS)
+test: deps lint rust-test $(BINDING_TESTS) e2e-test
 
 lint:
 	$(CARGO) fmt --all --check

@@ -28,8 +28,9 @@ func WithAPIKeyFunc(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) { m.apiKey = f }
 }
 
-// WithRouteFunc gives the route template; by default the ServeMux pattern
-// when the middleware runs inside the mux (r.Pattern), else none.
+// WithRouteFunc gives the route template. By default it is the ServeMux
+// pattern: r.Pattern inside the mux, or the pattern the wrapped
+// *http.ServeMux would pick when the middleware wraps the whole mux.
 func WithRouteFunc(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) { m.route = f }
 }
@@ -53,8 +54,18 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 		opt(m)
 	}
 	return func(next http.Handler) http.Handler {
+		route := m.route
+		if mux, ok := next.(*http.ServeMux); ok && route == nil {
+			route = func(r *http.Request) string {
+				if r.Pattern != "" {
+					return r.Pattern
+				}
+				_, pattern := mux.Handler(r)
+				return pattern
+			}
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			info := m.request(r)
+			info := m.request(r, route)
 			outcome, err := l.checkRequest(r.Context(), info, false)
 			if err != nil {
 				m.onError(w, r, err)
@@ -84,15 +95,15 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 	}
 }
 
-func (m *middleware) request(r *http.Request) *RequestInfo {
+func (m *middleware) request(r *http.Request, route func(*http.Request) string) *RequestInfo {
 	info := &RequestInfo{Method: r.Method, Path: r.URL.Path, Peer: r.RemoteAddr, Route: r.Pattern}
 	for name, values := range r.Header {
 		for _, v := range values {
 			info.Headers = append(info.Headers, [2]string{name, v})
 		}
 	}
-	if m.route != nil {
-		info.Route = m.route(r)
+	if route != nil {
+		info.Route = route(r)
 	}
 	if m.key != nil {
 		info.Key = m.key(r)

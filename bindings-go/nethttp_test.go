@@ -273,3 +273,33 @@ func TestMiddlewareHoldsShapedRequestsForTheirDelay(t *testing.T) {
 		t.Fatalf("served after %v", served)
 	}
 }
+
+// Wrapping a whole ServeMux, the route is the pattern the mux picks, in the
+// core's canonical form, so a rule on "/items/:id" (as Express writes it)
+// matches and every item shares one route key.
+func TestMiddlewareAroundAServeMuxKnowsTheRoute(t *testing.T) {
+	l, err := FromRules(`
+headers: legacy
+policies:
+  items: { rate: 1/min, burst: 2 }
+rules:
+  - { match: { route: "/items/:id" }, key: [route], policy: items }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	mux := http.NewServeMux()
+	mux.Handle("GET /items/{id}", hello)
+	mux.Handle("GET /other", hello)
+	srv := httptest.NewServer(l.Middleware()(mux))
+	defer srv.Close()
+
+	got := []int{get(t, srv.URL+"/items/1").status, get(t, srv.URL+"/items/2").status, get(t, srv.URL+"/items/3").status}
+	if fmt.Sprint(got) != "[200 200 429]" {
+		t.Errorf("items: %v, want [200 200 429]", got)
+	}
+	if other := get(t, srv.URL+"/other"); other.status != 200 || other.header.Get("X-RateLimit-Limit") != "" {
+		t.Errorf("/other: %d %v, want 200 without rate-limit headers", other.status, other.header)
+	}
+}

@@ -1,0 +1,68 @@
+"""`make demo`: the example apps, one limit, the classic burst.
+
+Without REDIS_URL each app runs on the embedded memory store and gets its own
+15 requests (burst 10). With REDIS_URL the apps share that Redis, and one
+client's 15 requests go round the apps: they drain one key together.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from typing import List
+
+from servers import APPS, App, Response, running
+
+REQUESTS = 15
+
+
+def cells(r: Response) -> List[str]:
+    return [str(r.status), r.header("X-RateLimit-Remaining") or "-", r.header("Retry-After") or "-"]
+
+
+def table(title: str, header: List[str], rows: List[List[str]]) -> None:
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    line = lambda row: "  ".join(cell.rjust(w) for cell, w in zip(row, widths))  # noqa: E731
+    print(f"\n{title}\n{line(header)}\n{'  '.join('-' * w for w in widths)}")
+    for row in rows:
+        print(line(row))
+
+
+def each_on_its_own(apps: List[App]) -> None:
+    for app in apps:
+        rows = [[str(i)] + cells(app.request("/api/hello")) for i in range(1, REQUESTS + 1)]
+        table(f"{app.label} on the memory store: GET /api/hello x {REQUESTS}",
+              ["#", "status", "X-RateLimit-Remaining", "Retry-After"], rows)
+    print(f"\nEach app allowed its burst of 10 and refused the rest with 429. The refusal body:\n"
+          f"  {apps[-1].request('/api/hello').body.decode()}")
+
+
+def one_key_through_all(apps: List[App], redis_url: str) -> None:
+    # 127.0.0.1 is a trusted proxy in polylimit.yaml, so the client is the
+    # address it forwards: a fresh one per run, so a rerun starts full.
+    client = f"203.0.113.{random.randint(1, 254)}"
+    rows = []
+    for i in range(REQUESTS):
+        app = apps[i % len(apps)]
+        rows.append([str(i + 1), app.label] + cells(app.request("/api/hello", headers={"X-Forwarded-For": client})))
+    table(f"One client ({client}) through every app, one Redis ({redis_url}): GET /api/hello x {REQUESTS}",
+          ["#", "served by", "status", "X-RateLimit-Remaining", "Retry-After"], rows)
+    print("\nThe apps share one bucket: 10 allowed in all, whichever language served them.")
+
+
+def main() -> int:
+    redis_url = os.environ.get("REDIS_URL")
+    with running(list(APPS)) as apps:
+        print("polylimit demo: " + ", ".join(f"{a.label} on :{a.port}" for a in apps)
+              + " (rules: examples/polylimit.yaml)")
+        if redis_url:
+            one_key_through_all(apps, redis_url)
+        else:
+            each_on_its_own(apps)
+            print("\nREDIS_URL=redis://127.0.0.1:6379 make demo runs them on one Redis, enforcing one limit together.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

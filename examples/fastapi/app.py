@@ -1,0 +1,42 @@
+"""FastAPI + polylimit: every request is decided by the shared rules file."""
+
+import os
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+
+from polylimit import Limiter
+from polylimit.fastapi import PolylimitMiddleware
+
+RULES = os.environ.get("POLYLIMIT_RULES", str(Path(__file__).parent.parent / "polylimit.yaml"))
+
+limiter = Limiter.from_file(RULES)
+app = FastAPI()
+app.add_middleware(
+    PolylimitMiddleware,
+    limiter=limiter,
+    user=lambda request: request.headers.get("x-user"),  # stands in for your auth
+)
+
+
+@app.get("/api/{name}")
+async def hello(name: str):
+    return {"hello": name}
+
+
+@app.post("/api/payments/{payment_id}")
+async def pay(payment_id: str):
+    return {"paid": payment_id}
+
+
+@app.get("/metrics", response_class=PlainTextResponse)
+async def metrics():
+    return limiter.metrics_text()
+
+
+if __name__ == "__main__":
+    # proxy_headers=False: polylimit finds the client behind trusted_proxies
+    # itself; uvicorn's default would trust X-Forwarded-For from loopback.
+    uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8000")), proxy_headers=False, log_level="warning")

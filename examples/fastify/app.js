@@ -1,0 +1,22 @@
+// Fastify + polylimit: every request is decided by the shared rules file.
+const path = require('node:path');
+const Fastify = require('fastify');
+const polylimit = require('polylimit/fastify');
+
+const rules = process.env.POLYLIMIT_RULES || path.join(__dirname, '..', 'polylimit.yaml');
+
+async function main() {
+  const app = Fastify();
+  await app.register(polylimit, { rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
+  app.get('/api/:name', async (request) => ({ hello: request.params.name }));
+  app.post('/api/payments/:id', async (request) => ({ paid: request.params.id }));
+  app.get('/metrics', async (request, reply) => reply.type('text/plain').send(app.polylimit.metricsText()));
+  const port = Number(process.env.PORT || 3001);
+  await app.listen({ port, host: '127.0.0.1' });
+  console.log(`fastify example on http://127.0.0.1:${port}`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,17 @@
+# The example apps (FastAPI, Express, Fastify, Go net/http) and what they run
+# on: the Python module, the Node addon, the Go binary. Included by the root
+# Makefile; `make demo` runs them, tests/e2e tests them.
+EXAMPLES_DIR := examples
+GO_EXAMPLE := $(CARGO_TARGET_DIR)/examples/go-example
+
+.PHONY: examples-build examples-node examples-go
+
+examples-build: python-build examples-node examples-go
+
+## express and fastify, and polylimit linked from bindings-node.
+examples-node: node-build
+	@cd $(EXAMPLES_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi
+
+examples-go: go-deps go-capi
+	cd $(EXAMPLES_DIR)/go && $(GO) vet ./... && $(GO) build -o $(GO_EXAMPLE) .

@@ -1,0 +1,115 @@
+"""Runs the example apps (FastAPI, Express, Fastify, Go net/http) on free
+loopback ports, and talks to them. `make demo` and tests/e2e both use it.
+
+The apps must be built first: `make examples-build` (the Python module in
+.venv, the Node addon, examples/node_modules, target/examples/go-example).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+EXAMPLES = Path(__file__).resolve().parent
+REPO = EXAMPLES.parent
+LOGS = REPO / "target" / "examples"
+
+# name → (label, working directory, command)
+APPS: Dict[str, Tuple[str, str, List[str]]] = {
+    "fastapi": ("FastAPI", "fastapi", [sys.executable, "app.py"]),
+    "express": ("Express", "express", ["node", "app.js"]),
+    "fastify": ("Fastify", "fastify", ["node", "app.js"]),
+    "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Response:
+    status: int
+    headers: List[Tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> Optional[str]:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+
+class App:
+    """One example app as a child process on its own port."""
+
+    def __init__(self, name: str, env: Optional[Dict[str, str]] = None) -> None:
+        self.name = name
+        self.label, self.directory, self.command = APPS[name]
+        self.port = free_port()
+        self.env = dict(os.environ, PORT=str(self.port), **(env or {}))
+        self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
+        self.log = LOGS / f"{name}.log"
+        self.proc: Optional[subprocess.Popen] = None
+
+    def start(self) -> "App":
+        LOGS.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                self.command, cwd=EXAMPLES / self.directory, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"{self.label} example exited at start:\n{self.log.read_text()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.label} example did not listen on port {self.port}:\n{self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def request(
+        self, path: str, method: str = "GET", headers: Optional[Dict[str, str]] = None, timeout: float = 10
+    ) -> Response:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request(method, path, headers=headers or {})
+            res = conn.getresponse()
+            return Response(res.status, res.getheaders(), res.read())
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def running(names: Sequence[str], env: Optional[Dict[str, str]] = None) -> Iterator[List[App]]:
+    """Starts the named apps together and stops them all on the way out."""
+    apps = [App(name, env) for name in names]
+    try:
+        for app in apps:
+            app.start()
+        for app in apps:
+            app.wait_ready()
+        yield apps
+    finally:
+        for app in apps:
+            app.stop()

@@ -1,0 +1,60 @@
+"""The apps of every language behind one Redis enforce one limit, and say so
+with the same bytes."""
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+# The headers the core sets. Values compare byte for byte; names compare
+# case-insensitively and as a set, as HTTP defines them: Go writes
+# X-Ratelimit-Limit and sorts its headers, ASGI lowercases names.
+RATE_LIMIT_HEADERS = ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
+                      "ratelimit-policy", "ratelimit", "retry-after"]
+
+
+def limit_headers(response):
+    return sorted((name.lower(), value) for name, value in response.headers if name.lower() in RATE_LIMIT_HEADERS)
+
+
+def test_one_key_through_every_app_admits_exactly_the_burst(apps):
+    # 300 payments by one user on 300 ids, spread over the apps at once: the
+    # route template is the key, and the burst is 30 with a refill of 1/min.
+    servers = list(apps.values())
+    user = {"X-User": f"user-{uuid.uuid4().hex}"}
+
+    def pay(i):
+        return servers[i % len(servers)].request(f"/api/payments/{i}", method="POST", headers=user)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        responses = list(pool.map(pay, range(300)))
+    assert sorted(r.status for r in responses) == [200] * 30 + [429] * 270
+    per_app = {s.label: sum(r.status == 200 for r in responses[i::len(servers)]) for i, s in enumerate(servers)}
+    assert sum(per_app.values()) == 30, per_app
+
+
+def wait_for_a_fresh_second():
+    # Redis's clock is this machine's: starting just after a whole second
+    # lets one round of requests to every app land in the same second.
+    now = time.time()
+    if now % 3600 > 3595:  # the hourly window is about to roll over
+        time.sleep(3600 - now % 3600)
+    time.sleep(1 - time.time() % 1 + 0.01)
+
+
+def test_the_same_state_gives_byte_identical_headers_and_bodies(apps):
+    # Each app gets its own key with the same history (fixed window, 3 per
+    # hour); round by round, every app answers in the same second.
+    keys = {name: {"X-Run": uuid.uuid4().hex} for name in apps}
+    for round_ in range(1, 5):
+        wait_for_a_fresh_second()
+        answers = {name: app.request("/api/windowed", headers=keys[name]) for name, app in apps.items()}
+        first_name, first = next(iter(answers.items()))
+        assert first.status == (200 if round_ <= 3 else 429)
+        assert [n for n, _ in limit_headers(first)] == sorted(RATE_LIMIT_HEADERS[: 6 if round_ == 4 else 5])
+        for name, answer in answers.items():
+            assert answer.status == first.status, (name, first_name)
+            assert limit_headers(answer) == limit_headers(first), (name, first_name)
+            if round_ == 4:
+                assert answer.body == first.body, (name, first_name)
+        if round_ == 4:
+            assert first.body.startswith(b'{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":')
