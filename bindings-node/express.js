@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { limiterFor, headerPairs } = require('./options');
+const { limiterFor, decide } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -13,25 +13,14 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  */
 function rateLimit(options = {}) {
   const limiter = limiterFor(options);
-  const { keyGenerator, skip, handler, user, apiKey } = options;
+  const { skip, handler } = options;
   const property = options.requestPropertyName ?? 'rateLimit';
 
   async function middleware(req, res, next) {
     try {
       if (skip && (await skip(req, res))) return next();
       const url = req.originalUrl ?? req.url;
-      const q = url.indexOf('?');
-      const info = {
-        method: req.method,
-        path: q === -1 ? url : url.slice(0, q),
-        peer: req.socket.remoteAddress,
-        headers: headerPairs(req.headers),
-      };
-      if (req.route && req.route.path) info.route = (req.baseUrl || '') + req.route.path;
-      if (keyGenerator) info.key = String(await keyGenerator(req, res));
-      if (user) info.user = nullable(await user(req));
-      if (apiKey) info.api_key = nullable(await apiKey(req));
-      const outcome = await limiter.checkRequest(info);
+      const outcome = await decide(limiter, options, req, url, routeOf(req, url), req, res);
       if (property) req[property] = outcome;
       for (const [name, value] of outcome.headers) res.setHeader(name, value);
       if (outcome.status !== null) {
@@ -51,8 +40,32 @@ function rateLimit(options = {}) {
   return middleware;
 }
 
-function nullable(v) {
-  return v === undefined || v === null ? null : String(v);
+/**
+ * The route template of the request. Under `app.use()` Express has not routed
+ * yet, so ask its router which route it will pick (as the FastAPI adapter asks
+ * Starlette), recursing into mounted routers: the `route` key dimension is then
+ * the same template in every language.
+ */
+function routeOf(req, url) {
+  if (req.route && typeof req.route.path === 'string') return (req.baseUrl || '') + req.route.path;
+  const router = req.app && (req.app._router || req.app.router);
+  if (!router || !Array.isArray(router.stack)) return undefined;
+  const q = url.indexOf('?');
+  return findRoute(router.stack, req.method, q === -1 ? url : url.slice(0, q), '');
+}
+
+function findRoute(stack, method, path, prefix) {
+  for (const layer of stack) {
+    if (layer.route) {
+      if (typeof layer.route.path === 'string' && layer.route._handles_method(method) && layer.match(path)) {
+        return prefix + layer.route.path;
+      }
+    } else if (layer.handle && Array.isArray(layer.handle.stack) && layer.match(path)) {
+      const found = findRoute(layer.handle.stack, method, path.slice(layer.path.length) || '/', prefix + layer.path);
+      if (found) return found;
+    }
+  }
+  return undefined;
 }
 
 module.exports = { rateLimit };

@@ -4,28 +4,16 @@
 // `config: { rateLimit: false }` exempts a route; `config: { rateLimit: {...} }`
 // gives it its own limiter (same options as the plugin's).
 const fp = require('fastify-plugin');
-const { limiterFor, headerPairs } = require('./options');
+const { limiterFor, decide } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function hookFor(limiter, options) {
-  const { keyGenerator, skip, handler, user, apiKey } = options;
+  const { skip, handler } = options;
   return async function polylimitOnRequest(request, reply) {
     if (skip && (await skip(request, reply))) return;
-    const url = request.raw.url;
-    const q = url.indexOf('?');
-    const info = {
-      method: request.method,
-      path: q === -1 ? url : url.slice(0, q),
-      peer: request.raw.socket.remoteAddress,
-      headers: headerPairs(request.headers),
-    };
-    const route = request.routeOptions && request.routeOptions.url;
-    if (route) info.route = route;
-    if (keyGenerator) info.key = String(await keyGenerator(request, reply));
-    if (user) info.user = nullable(await user(request));
-    if (apiKey) info.api_key = nullable(await apiKey(request));
-    const outcome = await limiter.checkRequest(info);
+    const route = (request.routeOptions && request.routeOptions.url) || undefined;
+    const outcome = await decide(limiter, options, request.raw, request.raw.url, route, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
     for (const [name, value] of outcome.headers) reply.raw.setHeader(name, value);
@@ -35,10 +23,6 @@ function hookFor(limiter, options) {
     }
     if (outcome.delayMs > 0) await sleep(outcome.delayMs);
   };
-}
-
-function nullable(v) {
-  return v === undefined || v === null ? null : String(v);
 }
 
 async function polylimitFastify(fastify, options) {

@@ -60,15 +60,21 @@ function inFlight() {
     }
   };
   return {
-    track(resolve, reject) {
-      next = (next + 1) >>> 0;
-      pending.set(next, { resolve, reject });
-      if (keepAlive === undefined) keepAlive = setInterval(noop, 1 << 30);
-      return next;
-    },
-    untrack(id) {
-      pending.delete(id);
-      idle();
+    /** A promise settled by a batch; `send(id)` hands the check to the addon (a throw rejects it). */
+    start(send) {
+      return new Promise((resolve, reject) => {
+        next = (next + 1) >>> 0;
+        const id = next;
+        pending.set(id, { resolve, reject });
+        if (keepAlive === undefined) keepAlive = setInterval(noop, 1 << 30);
+        try {
+          send(id);
+        } catch (e) {
+          pending.delete(id);
+          idle();
+          reject(fromNative(e));
+        }
+      });
     },
     onDecisions(batch) {
       for (let i = 0; i < batch.length; i += 8) {
@@ -93,7 +99,7 @@ function inFlight() {
         const settle = pending.get(id);
         pending.delete(id);
         if (failed) settle.reject(fromNative(new Error(value)));
-        else settle.resolve(outcomeOf(value));
+        else settle.resolve(value);
       }
       idle();
     },
@@ -102,27 +108,6 @@ function inFlight() {
 
 // The order of the core's Source enum (src/batch.rs).
 const SOURCES = ['store', 'local', 'fail_open', 'fail_closed', 'penalty', 'allowlist', 'denylist'];
-
-function outcomeOf(o) {
-  return {
-    status: o.status,
-    headers: o.headers,
-    body: o.body,
-    delayMs: o.delay_ms,
-    decisions: o.decisions.map((d) => ({
-      rule: d.rule,
-      policy: d.policy,
-      allowed: d.allowed,
-      limit: d.limit,
-      remaining: d.remaining,
-      resetAfterMs: d.reset_after_ms,
-      retryAfterMs: d.retry_after_ms,
-      delayMs: d.delay_ms,
-      source: d.source,
-      shadow: d.shadow,
-    })),
-  };
-}
 
 const REQUEST_NAMES = { apiKey: 'api_key', nowMs: 'now_ms' };
 
@@ -156,16 +141,11 @@ class Limiter {
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
-    return new Promise((resolve, reject) => {
-      const id = this._flight.track(resolve, reject);
-      try {
-        if (options) this._native.checkBatched(id, key, options.cost ?? undefined, options.nowMs ?? undefined);
-        else this._native.checkBatched(id, key);
-      } catch (e) {
-        this._flight.untrack(id);
-        reject(fromNative(e));
-      }
-    });
+    if (options) {
+      const { cost, nowMs } = options;
+      return this._flight.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+    }
+    return this._flight.start((id) => this._native.checkBatched(id, key));
   }
 
   /**
@@ -177,15 +157,17 @@ class Limiter {
     for (const [name, value] of Object.entries(request || {})) {
       if (value !== undefined) info[REQUEST_NAMES[name] || name] = value;
     }
-    return new Promise((resolve, reject) => {
-      const id = this._flight.track(resolve, reject);
-      try {
-        this._native.checkRequestBatched(id, JSON.stringify(info));
-      } catch (e) {
-        this._flight.untrack(id);
-        reject(fromNative(e));
-      }
-    });
+    return this._flight.start((id) => this._native.checkRequestBatched(id, JSON.stringify(info)));
+  }
+
+  /**
+   * checkRequest for the Express and Fastify middlewares: typed arguments instead of
+   * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
+   */
+  _checkHttp(method, path, route, peer, rawHeaders, key, user, apiKey) {
+    return this._flight.start((id) =>
+      this._native.checkHttpBatched(id, method, path, route, peer, rawHeaders, key, user, apiKey),
+    );
   }
 
   /** Forgets every policy's state for `key`. */

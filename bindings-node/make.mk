@@ -1,7 +1,10 @@
-# Node binding: npm deps, the napi addon (cargo, nothing downloaded by the
-# napi CLI), node:test suite, benchmarks. Included by the root Makefile.
+# Node binding: npm deps, the napi addon (built by @napi-rs/cli, which runs
+# cargo and downloads nothing), node:test suite, benchmarks. Included by the
+# root Makefile.
 NODE_DIR := bindings-node
-NODE_ADDON := $(NODE_DIR)/polylimit.$(shell node -p 'process.platform + "-" + process.arch' 2>/dev/null).node
+# `npm run build` is `napi build --platform --release`; POLYLIMIT_PROFILE=debug
+# runs `npm run build:debug` (the same without --release).
+NODE_BUILD_SCRIPT := $(if $(filter debug,$(POLYLIMIT_PROFILE)),build:debug,build)
 
 .PHONY: node-deps node-build node-test node-bench
 
@@ -11,9 +14,9 @@ node-deps:
 	@cd $(NODE_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "node_modules up to date"; fi
 
-## The addon (cargo decides whether anything needs rebuilding).
+## The addon and its loader (cargo decides whether anything needs rebuilding).
 node-build: node-deps
-	cd $(NODE_DIR) && CARGO="$(CARGO)" node scripts/build.js
+	cd $(NODE_DIR) && CARGO="$(CARGO)" npm run --silent $(NODE_BUILD_SCRIPT)
 
 node-test: node-build redis-server
 	cd $(NODE_DIR) && node --test --test-concurrency=1 test/*.test.js

@@ -1,11 +1,9 @@
 'use strict';
-// Loads the napi addon built by `npm run build` for this platform.
-const path = require('node:path');
-
-const file = path.join(__dirname, `polylimit.${process.platform}-${process.arch}.node`);
+// The napi addon, through the loader `napi build` generates (binding.js): it
+// picks polylimit.<platform>-<arch>[-<abi>].node for this machine.
 try {
-  module.exports = require(file);
+  module.exports = require('./binding');
 } catch (e) {
-  e.message = `polylimit: cannot load the native addon ${file} (run \`npm run build\`): ${e.message}`;
+  e.message = `polylimit: cannot load the native addon (run \`npm run build\`): ${e.message}`;
   throw e;
 }

@@ -68,14 +68,30 @@ function limiterFor(options) {
   return Limiter.fromRules(rules);
 }
 
-/** Node's request headers as the core reads them (strings only). */
-function headerPairs(headers) {
-  const out = {};
-  for (const name in headers) {
-    const v = headers[name];
-    out[name] = Array.isArray(v) ? v.join(', ') : String(v);
-  }
-  return out;
+/**
+ * The core's Outcome for one request of a middleware. `raw` is Node's IncomingMessage:
+ * its method, peer address and `rawHeaders` (as received) go to the core as they are;
+ * `url` loses its query string; `req` and `res` go to the `keyGenerator`, `user` and
+ * `apiKey` functions.
+ */
+async function decide(limiter, options, raw, url, route, req, res) {
+  const { keyGenerator, user, apiKey } = options;
+  const q = url.indexOf('?');
+  return limiter._checkHttp(
+    raw.method,
+    q === -1 ? url : url.slice(0, q),
+    route,
+    raw.socket.remoteAddress,
+    raw.rawHeaders,
+    keyGenerator ? String(await keyGenerator(req, res)) : undefined,
+    user ? nullable(await user(req)) : undefined,
+    apiKey ? nullable(await apiKey(req)) : undefined,
+  );
 }
 
-module.exports = { limiterFor, headerPairs };
+/** A user id or API key: a string, or null for none. */
+function nullable(v) {
+  return v === undefined || v === null ? null : String(v);
+}
+
+module.exports = { limiterFor, decide };

@@ -7,7 +7,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
-use polylimit::{CheckOptions, Limiter, RequestInfo};
+use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RuleDecision};
+use serde::{Serialize, Serializer};
 use tokio::sync::mpsc;
 
 use napi::bindgen_prelude::{Float64Array, Function};
@@ -53,7 +54,7 @@ impl Completions {
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, String>) {
         let record = match result {
             Ok(d) => record(id, &d),
-            Err(message) => return self.text.complete(id, Err(message)),
+            Err(message) => return self.text.complete(id, Err(&message)),
         };
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -70,26 +71,88 @@ impl Completions {
 type TextTsfn = ThreadsafeFunction<(), (), String, Status, false, true>;
 
 /// Finished `checkRequest` calls of one limiter, handed to JavaScript as one
-/// JSON text per wake-up: `[[id, 0, outcome], [id, 1, "error record"], …]`.
+/// JSON text per wake-up: `[[id, 0, outcome], [id, 1, "error record"], …]`,
+/// each outcome already in the shape `index.js` resolves with ([`JsOutcome`]),
+/// so JavaScript only runs `JSON.parse`.
 #[derive(Clone)]
 pub struct RequestCompletions {
-    /// The records so far, comma-separated, without the enclosing brackets.
-    queue: Arc<Mutex<String>>,
+    /// The records so far: `[` then the comma-separated records (empty when none).
+    queue: Arc<Mutex<Vec<u8>>>,
     tsfn: Arc<TextTsfn>,
+}
+
+/// The core's [`Outcome`] as JavaScript reads it: camelCase names, headers as
+/// `[name, value]` pairs, no intermediate `serde_json::Value`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsOutcome<'a> {
+    status: Option<u16>,
+    headers: &'a [(String, String)],
+    body: Option<&'a str>,
+    delay_ms: u64,
+    decisions: JsDecisions<'a>,
+}
+
+impl<'a> From<&'a Outcome> for JsOutcome<'a> {
+    fn from(outcome: &'a Outcome) -> Self {
+        JsOutcome {
+            status: outcome.status,
+            headers: &outcome.headers,
+            body: outcome.body.as_deref(),
+            delay_ms: outcome.delay_ms,
+            decisions: JsDecisions(&outcome.decisions),
+        }
+    }
+}
+
+struct JsDecisions<'a>(&'a [RuleDecision]);
+
+impl Serialize for JsDecisions<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|d| JsRuleDecision {
+            rule: &d.rule,
+            policy: &d.policy,
+            allowed: d.decision.allowed,
+            limit: d.decision.limit,
+            remaining: d.decision.remaining,
+            reset_after_ms: d.decision.reset_after_ms,
+            retry_after_ms: d.decision.retry_after_ms,
+            delay_ms: d.decision.delay_ms,
+            source: d.decision.source.as_str(),
+            shadow: d.shadow,
+        }))
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsRuleDecision<'a> {
+    rule: &'a str,
+    policy: &'a str,
+    allowed: bool,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    delay_ms: u64,
+    source: &'static str,
+    shadow: bool,
 }
 
 impl RequestCompletions {
     /// `handler(batch: string)` is called on the JS thread (weak, like [`Completions`]).
     pub fn new(handler: Function<'_, String, ()>) -> Result<RequestCompletions> {
-        let queue: Arc<Mutex<String>> = Arc::default();
+        let queue: Arc<Mutex<Vec<u8>>> = Arc::default();
         let drain = queue.clone();
         let tsfn = handler
             .build_threadsafe_function::<()>()
             .callee_handled::<false>()
             .weak::<true>()
             .build_callback(move |_ctx| {
-                let body = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
-                Ok(format!("[{body}]"))
+                let mut batch = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
+                batch.push(b']');
+                // Only serde_json and ASCII are written, so this never fails.
+                String::from_utf8(batch).map_err(|e| napi::Error::from_reason(e.to_string()))
             })?;
         Ok(RequestCompletions {
             queue,
@@ -97,19 +160,17 @@ impl RequestCompletions {
         })
     }
 
-    /// Queues the outcome (JSON) or error (JSON record) of request `id`.
-    pub fn complete(&self, id: u32, result: std::result::Result<String, String>) {
-        let record = match result {
-            Ok(outcome) => format!("[{id},0,{outcome}]"),
-            Err(error) => format!("[{id},1,{}]", serde_json::Value::String(error)),
-        };
+    /// Queues the outcome or error (JSON record) of request `id`.
+    pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &str>) {
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let was_empty = queue.is_empty();
-            if !was_empty {
-                queue.push(',');
-            }
-            queue.push_str(&record);
+            queue.push(if was_empty { b'[' } else { b',' });
+            // Serializing these types to a Vec cannot fail.
+            let _ = match result {
+                Ok(outcome) => serde_json::to_writer(&mut *queue, &(id, 0, JsOutcome::from(outcome))),
+                Err(error) => serde_json::to_writer(&mut *queue, &(id, 1, error)),
+            };
             was_empty
         };
         if was_empty {
@@ -162,11 +223,11 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
         }
         Job::Request { id, request } => {
             let result = match AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await {
-                Ok(Ok(outcome)) => Ok(outcome.to_value().to_string()),
+                Ok(Ok(outcome)) => Ok(outcome),
                 Ok(Err(e)) => Err(to_napi(e).reason),
                 Err(_) => Err(panic_error()),
             };
-            completions.text.complete(id, result);
+            completions.text.complete(id, result.as_ref().map_err(String::as_str));
         }
     }
 }

@@ -125,6 +125,44 @@ impl NativeLimiter {
         self.send(Job::Request { id, request })
     }
 
+    /// Starts deciding request `id` for a middleware, from typed arguments
+    /// (no JSON): `raw_headers` is Node's `rawHeaders`, `[name, value, name,
+    /// value, …]` in the order received. The outcome arrives like
+    /// `checkRequestBatched`'s.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_http_batched(
+        &self,
+        id: u32,
+        method: String,
+        path: String,
+        route: Option<String>,
+        peer: Option<String>,
+        raw_headers: Vec<String>,
+        key: Option<String>,
+        user: Option<String>,
+        api_key: Option<String>,
+    ) -> Result<()> {
+        let mut flat = raw_headers.into_iter();
+        let mut headers = Vec::with_capacity(flat.len() / 2);
+        while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+            headers.push((name, value));
+        }
+        let request = RequestInfo {
+            method,
+            path,
+            route,
+            peer,
+            headers,
+            user,
+            api_key,
+            key,
+            cost: None,
+            now_ms: None,
+        };
+        self.send(Job::Request { id, request })
+    }
+
     fn send(&self, job: Job) -> Result<()> {
         self.jobs
             .as_ref()

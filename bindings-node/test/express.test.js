@@ -8,6 +8,7 @@ const os = require('node:os');
 const path = require('node:path');
 const express = require('express');
 const { rateLimit } = require('../express');
+const { Limiter } = require('..');
 const { RedisServer } = require('./support');
 const { request, sleep, scenarios, UNAVAILABLE } = require('./http_support');
 
@@ -88,6 +89,58 @@ test('express: express-rate-limit options (windowMs, limit, legacyHeaders: false
   }
 });
 
+test('express: behind a trusted proxy the client is the forwarded address, from every X-Forwarded-For line', async () => {
+  const app = await serve({
+    policy: { rate: '1/min', burst: 1 },
+    store: redis.url,
+    prefix: prefix(),
+    trustedProxies: ['127.0.0.0/8'],
+    requestPropertyName: 'limit',
+  });
+  try {
+    // Two header lines reach the core as they were sent (Node's rawHeaders); the right-most untrusted one is the client.
+    const a = { headers: { 'X-Forwarded-For': ['198.51.100.1', '127.0.0.5'] } };
+    assert.equal((await request(`${app.url}/api/items`, a)).status, 200);
+    assert.equal((await request(`${app.url}/api/items`, { headers: { 'x-forwarded-for': '198.51.100.1' } })).status, 429);
+    assert.equal((await request(`${app.url}/api/items`, { headers: { 'x-forwarded-for': '198.51.100.2' } })).status, 200);
+  } finally {
+    await app.close();
+  }
+});
+
+test('express: req.rateLimit is the outcome, decisions included', async () => {
+  const app = express();
+  app.use(rateLimit({ policy: { name: 'per_ip', rate: '5/min' }, headers: 'none', prefix: prefix() }));
+  app.get('/', (req, res) => res.json(req.rateLimit));
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  try {
+    const res = await request(`http://127.0.0.1:${server.address().port}/`);
+    const outcome = JSON.parse(res.body);
+    assert.equal(outcome.status, null);
+    assert.deepStrictEqual(outcome.headers, []);
+    assert.equal(outcome.body, null);
+    assert.equal(outcome.delayMs, 0);
+    assert.equal(outcome.decisions.length, 1);
+    const { resetAfterMs, ...decision } = outcome.decisions[0];
+    assert.ok(resetAfterMs > 0 && resetAfterMs <= 60000);
+    assert.deepStrictEqual(decision, {
+      rule: 'per_ip',
+      policy: 'per_ip',
+      allowed: true,
+      limit: 5,
+      remaining: 4,
+      retryAfterMs: null,
+      delayMs: 0,
+      source: 'store',
+      shadow: false,
+    });
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
 test('express: a rules file with a route template and key dimensions', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'polylimit-'));
   const file = path.join(dir, 'rules.yaml');
@@ -127,6 +180,35 @@ test('express: a rules file with a route template and key dimensions', async () 
   } finally {
     await new Promise((resolve) => server.close(resolve));
     fs.rmSync(dir, { recursive: true });
+  }
+});
+
+test('express: under app.use() the route is the template the router will pick', async () => {
+  const limiter = Limiter.fromRules({
+    headers: 'legacy',
+    policies: { per_route: { rate: '1/min', burst: 2 } },
+    // As Go and FastAPI write it: the core compares one canonical spelling.
+    rules: [{ match: { route: '/v1/items/{id}' }, key: ['route'], policy: 'per_route' }],
+  });
+  const app = express();
+  app.use(rateLimit({ limiter }));
+  const v1 = express.Router();
+  v1.get('/items/:id', (req, res) => res.send('item'));
+  app.use('/v1', v1);
+  app.get('/other', (req, res) => res.send('other'));
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const url = `http://127.0.0.1:${server.address().port}`;
+  try {
+    const items = [];
+    for (const id of [1, 2, 3]) items.push((await request(`${url}/v1/items/${id}?q=${id}`)).status);
+    assert.deepStrictEqual(items, [200, 200, 429]);
+    const other = await request(`${url}/other`);
+    assert.equal(other.status, 200);
+    assert.equal(other.header('x-ratelimit-limit'), undefined);
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
   }
 });
 
