@@ -3,6 +3,12 @@
 GO ?= go
 GO_DIR := bindings-go
 GO_NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+# Go's build cache does not look at the bytes of the static library cgo links,
+# only at the flags: a define naming the library's build time makes each new
+# core a new cache key, so no Go binary or test links a stale core.
+go_core_env = CGO_CFLAGS="-O2 -g -DPOLYLIMIT_CORE_BUILD=$(shell stat -c %Y $(CARGO_TARGET_DIR)/$(1)/libpolylimit_capi.a 2>/dev/null || echo 0)"
+GO_DEBUG_ENV = $(call go_core_env,debug)
+GO_RELEASE_ENV = $(call go_core_env,release)
 
 .PHONY: go-deps go-header go-capi go-capi-release go-abi-test go-test go-bench
 
@@ -34,11 +40,11 @@ go-abi-test: go-capi
 go-test: go-deps go-capi go-abi-test
 	@# Not `tee /dev/stderr`: reopening stderr truncates a log file it points to.
 	@cd $(GO_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
-	cd $(GO_DIR) && $(GO) vet ./... && $(GO) test -race -count=1 ./...
-	cd $(GO_DIR)/bench && $(GO) vet -tags polylimit_release ./...
+	cd $(GO_DIR) && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) test -race -count=1 ./...
+	cd $(GO_DIR)/bench && $(GO_DEBUG_ENV) $(GO) vet -tags polylimit_release ./...
 
 go-bench: go-deps go-capi-release
-	cd $(GO_DIR)/bench && $(GO) run -tags polylimit_release .
+	cd $(GO_DIR)/bench && $(GO_RELEASE_ENV) $(GO) run -tags polylimit_release .
 
 BINDING_DEPS += go-deps
 BINDING_TESTS += go-test

@@ -23,7 +23,11 @@ def cells(r: Response) -> List[str]:
 
 def table(title: str, header: List[str], rows: List[List[str]]) -> None:
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    line = lambda row: "  ".join(cell.rjust(w) for cell, w in zip(row, widths))  # noqa: E731
+    numeric = [all(row[i].isdigit() or row[i] == "-" for row in rows) for i in range(len(header))]
+
+    def line(row: List[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric)).rstrip()
+
     print(f"\n{title}\n{line(header)}\n{'  '.join('-' * w for w in widths)}")
     for row in rows:
         print(line(row))

@@ -14,4 +14,4 @@ examples-node: node-build
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi
 
 examples-go: go-deps go-capi
-	cd $(EXAMPLES_DIR)/go && $(GO) vet ./... && $(GO) build -o $(GO_EXAMPLE) .
+	cd $(EXAMPLES_DIR)/go && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(GO_EXAMPLE) .

@@ -1,7 +1,9 @@
 //! One spelling of a route template for every framework, so the `route` key
 //! dimension and `match: { route }` agree across languages: Express and
-//! Fastify write `/users/:id`, Starlette `/users/{id:int}`, Go's ServeMux
-//! `GET /users/{id}`; all become `/users/{id}`.
+//! Fastify write `/users/:id`, Starlette `/users/{user_id:int}`, Go's
+//! ServeMux `GET /users/{id}`; all become `/users/{}`. Parameter names are
+//! dropped: they do not change which requests a route takes, and two
+//! services seldom name them alike.
 
 use std::borrow::Cow;
 
@@ -17,28 +19,24 @@ pub(crate) fn canonical(template: &str) -> Cow<'_, str> {
         if i > 0 {
             out.push('/');
         }
-        out.push_str(&canonical_segment(segment));
+        out.push_str(canonical_segment(segment));
     }
     Cow::Owned(out)
 }
 
-fn canonical_segment(segment: &str) -> Cow<'_, str> {
-    if let Some(name) = segment.strip_prefix(':') {
-        // Express/Fastify `:id`, `:id?`, `:id(\d+)`: the name is the leading identifier.
-        let end = name
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(name.len());
-        return Cow::Owned(format!("{{{}}}", &name[..end]));
+fn canonical_segment(segment: &str) -> &str {
+    if segment.starts_with(':') {
+        return "{}"; // Express/Fastify `:id`, `:id?`, `:id(\d+)`
     }
     if segment == "{$}" {
-        return Cow::Borrowed("");
+        return ""; // Go: this path exactly
     }
-    if let Some(inner) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-        // Starlette `{id:int}` → `{id}`; Go `{rest...}` → `{rest}`.
-        let name = inner.split(':').next().unwrap_or(inner).trim_end_matches("...");
-        return Cow::Owned(format!("{{{name}}}"));
+    match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+        // Go `{rest...}` and Starlette `{rest:path}` take the rest of the path.
+        Some(inner) if inner.ends_with("...") || inner.ends_with(":path") => "{...}",
+        Some(_) => "{}", // Go `{id}`, Starlette `{id}`, `{id:int}`
+        None => segment,
     }
-    Cow::Borrowed(segment)
 }
 
 #[cfg(test)]
@@ -50,15 +48,16 @@ mod tests {
         for template in [
             "/api/payments/{id}",
             "/api/payments/:id",
-            "/api/payments/{id:int}",
+            "/api/payments/{payment_id:int}",
             "POST /api/payments/{id}",
             "POST example.com/api/payments/{id}",
             "/api/payments/:id?",
             "/api/payments/:id(\\d+)",
         ] {
-            assert_eq!(canonical(template), "/api/payments/{id}", "{template}");
+            assert_eq!(canonical(template), "/api/payments/{}", "{template}");
         }
-        assert_eq!(canonical("GET /files/{path...}"), "/files/{path}");
+        assert_eq!(canonical("GET /files/{path...}"), "/files/{...}");
+        assert_eq!(canonical("/files/{path:path}"), "/files/{...}");
         assert_eq!(canonical("GET /api/{$}"), "/api/");
         assert_eq!(canonical("/plain/path"), "/plain/path");
         assert_eq!(canonical("/"), "/");
