@@ -8,11 +8,14 @@ NODE_BUILD_SCRIPT := $(if $(filter debug,$(POLYLIMIT_PROFILE)),build:debug,build
 
 .PHONY: node-deps node-build node-test node-bench
 
-## npm packages (skipped when node_modules matches package-lock.json).
+## npm packages at the versions of package-lock.json (skipped when node_modules
+## matches it). `npm install`, not `npm ci`: some registries lack a few of the
+## other-platform optional packages of @napi-rs/cli's dependencies, npm then
+## leaves them out of the lock, and `npm ci` refuses such a lock as out of sync.
 node-deps:
 	@command -v node >/dev/null || { echo "node (>= 18) is required"; exit 1; }
 	@cd $(NODE_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
-	  npm ci --no-audit --no-fund --loglevel=error; else echo "node_modules up to date"; fi
+	  npm install --no-audit --no-fund --loglevel=error; else echo "node_modules up to date"; fi
 
 ## The addon and its loader (cargo decides whether anything needs rebuilding).
 node-build: node-deps
