@@ -19,7 +19,7 @@ node-deps:
 
 ## The addon and its loader (cargo decides whether anything needs rebuilding).
 node-build: node-deps
-	cd $(NODE_DIR) && CARGO="$(CARGO)" npm run --silent $(NODE_BUILD_SCRIPT)
+	cd $(NODE_DIR) && CARGO="$(CARGO)" CARGO_TERM_QUIET=true npm run --silent $(NODE_BUILD_SCRIPT)
 
 node-test: node-build redis-server
 	cd $(NODE_DIR) && node --test --test-concurrency=1 test/*.test.js
