@@ -152,6 +152,14 @@ thread_local! {
     static CURRENT: RefCell<Option<Arc<Dispatcher>>> = const { RefCell::new(None) };
 }
 
+/// In a forked child: stop using the dispatcher inherited from the parent
+/// (its wake-up socket is shared with the parent, its futures are the parent's).
+pub(crate) fn forget_after_fork(py: Python<'_>) {
+    if let Some(old) = CURRENT.with(|c| c.borrow_mut().take()) {
+        old.forget(py);
+    }
+}
+
 fn dispatcher(py: Python<'_>) -> PyResult<Arc<Dispatcher>> {
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let get = GET_RUNNING_LOOP.get_or_try_init(py, || {

@@ -23,5 +23,14 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::PyLimiter>()?;
     m.add_class::<breaker::PyCircuitBreaker>()?;
     m.add_class::<breaker::PyPermit>()?;
+    m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())
+}
+
+/// Registered with `os.register_at_fork(after_in_child=...)` by the package:
+/// the child builds its own runtime and event-loop dispatcher on first use.
+#[pyfunction]
+fn _after_fork_in_child(py: Python<'_>) {
+    runtime::forget_after_fork();
+    future::forget_after_fork(py);
 }

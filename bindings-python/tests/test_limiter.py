@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
 import threading
 import time
@@ -240,3 +241,31 @@ def test_cancelled_check_does_not_break_the_loop(store: str) -> None:
 
     d = arun(main)
     assert d.allowed and d.remaining == 8  # the cancelled check was still charged once
+
+
+def test_a_forked_child_decides_on_redis_with_its_own_runtime(redis_server):
+    # gunicorn --preload: the parent built the runtime and the Redis connection
+    # before forking; neither's threads exist in the child.
+    limiter = make(redis_server.url, policy={"rate": "5/min"})
+    assert limiter.check_sync("k").remaining == 4
+    assert arun(lambda: limiter.check("k")).remaining == 3
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            first = limiter.check_sync("k")
+            second = arun(lambda: limiter.check("k"))
+            os.write(write, f"{first.source} {first.remaining} {second.source} {second.remaining}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 10)
+        answer = os.read(read, 200).decode() if ready else "no answer in 10 s"
+    finally:
+        os.close(read)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert answer == "store 2 store 1"
+    assert limiter.check_sync("k").remaining == 0  # the parent still decides, on the same key

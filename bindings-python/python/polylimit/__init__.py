@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from . import _polylimit
 from ._polylimit import (
     CircuitBreaker as _NativeBreaker,
     ClosedError,
@@ -45,6 +47,11 @@ __all__ = [
     "StoreUnavailableError",
     "__version__",
 ]
+
+# A forked child (gunicorn --preload, multiprocessing's fork) inherits the
+# tokio runtime without its threads: it builds its own on first use.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_polylimit._after_fork_in_child)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 //! multiplexed connection (or a cluster connection), EVALSHA with a fallback
 //! to EVAL when the server lost its script cache.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -58,6 +58,9 @@ pub(crate) struct RedisStore {
     target: Target,
     /// The live connection and its generation, cloned by every call.
     connection: Mutex<Option<(u64, Connection)>>,
+    /// The process that opened it: a forked child inherits the connection
+    /// but not the task doing its I/O, and must open its own.
+    connection_pid: AtomicU32,
     connecting: tokio::sync::Mutex<()>,
     generation: AtomicU64,
     sha: String,
@@ -92,6 +95,7 @@ impl RedisStore {
         Ok(RedisStore {
             target,
             connection: Mutex::new(None),
+            connection_pid: AtomicU32::new(0),
             connecting: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
             sha: script_sha(),
@@ -99,13 +103,19 @@ impl RedisStore {
         })
     }
 
+    fn live(&self) -> Option<(u64, Connection)> {
+        let slot = self.connection.lock();
+        slot.clone()
+            .filter(|_| self.connection_pid.load(Ordering::Relaxed) == std::process::id())
+    }
+
     async fn connection(&self) -> Result<(u64, Connection)> {
-        if let Some(live) = self.connection.lock().clone() {
+        if let Some(live) = self.live() {
             return Ok(live);
         }
         // One connect at a time; the others wait for it and share the result.
         let _connecting = self.connecting.lock().await;
-        if let Some(live) = self.connection.lock().clone() {
+        if let Some(live) = self.live() {
             return Ok(live);
         }
         let connection = match &self.target {
@@ -133,7 +143,10 @@ impl RedisStore {
             }
         };
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.connection.lock() = Some((generation, connection.clone()));
+        let mut slot = self.connection.lock();
+        self.connection_pid.store(std::process::id(), Ordering::Relaxed);
+        *slot = Some((generation, connection.clone()));
+        drop(slot);
         Ok((generation, connection))
     }
 
