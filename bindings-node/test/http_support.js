@@ -3,6 +3,7 @@
 // keeps header names and order, and the scenarios both frameworks must pass.
 const http = require('node:http');
 const assert = require('node:assert/strict');
+const { RedisServer } = require('./support');
 
 const RATE_HEADERS = /^(x-ratelimit-|ratelimit|retry-after$)/i;
 
@@ -47,8 +48,9 @@ const TOO_MANY = '{"error":"rate_limit_exceeded","message":"Too Many Requests","
 const UNAVAILABLE = '{"error":"rate_limiter_unavailable","message":"Service Unavailable","retry_after":1}';
 
 /**
- * The classic scenarios against `start(options) → { url, close }`, where the
- * server limits `/api/*` by client IP with burst 10 and rate 1/s.
+ * The scenarios every framework must pass, against `start(options) → { url, close }`,
+ * a server that limits `/api/*` (`/health` is not limited): the three classic ones
+ * (by client IP, burst 10, rate 1/s), shape-mode delays, and fail_closed.
  */
 function scenarios(t, start, redisUrl, label) {
   const policy = { algorithm: 'token_bucket', rate: '1/s', burst: 10 };
@@ -116,6 +118,54 @@ function scenarios(t, start, redisUrl, label) {
       assert.deepStrictEqual(statuses, [200, 200, 429]);
     } finally {
       await app.close();
+    }
+  });
+
+  t(`${label}: shape-mode delays hold the request without blocking the event loop`, async () => {
+    const app = await start({
+      policy: { algorithm: 'leaky_bucket', mode: 'shape', rate: '5/s', burst: 4 },
+      prefix: prefix(),
+      key: ['global'],
+    });
+    try {
+      const started = Date.now();
+      const slow = Promise.all([1, 2, 3].map(() => request(`${app.url}/api/slow`).then((r) => ({ ...r, done: Date.now() }))));
+      await sleep(20);
+      const health = await request(`${app.url}/health`);
+      const healthDone = Date.now();
+      assert.equal(health.status, 200);
+      const results = await slow;
+      assert.deepStrictEqual(results.map((r) => r.status), [200, 200, 200]);
+      const slowest = Math.max(...results.map((r) => r.done)) - started;
+      assert.ok(slowest >= 390, `the third request waited ${slowest} ms, expected >= 400`);
+      // A blocked event loop would answer /health only after the delays.
+      assert.ok(healthDone - started <= slowest - 150, `health answered after ${healthDone - started} ms, the delayed ones after ${slowest} ms`);
+    } finally {
+      await app.close();
+    }
+  });
+
+  t(`${label}: fail_closed answers 503 when Redis is down`, async () => {
+    const down = await RedisServer.start();
+    const app = await start({
+      policy: { rate: '10/s', on_store_error: 'fail_closed' },
+      store: down.url,
+      prefix: prefix(),
+      timeout: 100,
+      failureThreshold: 100,
+    });
+    try {
+      assert.equal((await request(`${app.url}/api/items`)).status, 200);
+      await down.kill();
+      const res = await request(`${app.url}/api/items`);
+      assert.equal(res.status, 503);
+      assert.equal(res.body, UNAVAILABLE);
+      assert.equal(res.header('retry-after'), '1');
+      assert.equal(res.header('content-type').split(';')[0], 'application/json');
+      assert.equal(res.header('x-ratelimit-remaining'), '0');
+    } finally {
+      await app.close();
+      await down.kill();
     }
   });
 }
