@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { limiterFor, decide } = require('./options');
+const { limiterFor, decide, pathOf } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -19,8 +19,8 @@ function rateLimit(options = {}) {
   async function middleware(req, res, next) {
     try {
       if (skip && (await skip(req, res))) return next();
-      const url = req.originalUrl ?? req.url;
-      const outcome = await decide(limiter, options, req, url, routeOf(req, url), req, res);
+      const path = pathOf(req.originalUrl ?? req.url);
+      const outcome = await decide(limiter, options, req, path, routeOf(req, path), req, res);
       if (property) req[property] = outcome;
       for (const [name, value] of outcome.headers) res.setHeader(name, value);
       if (outcome.status !== null) {
@@ -46,12 +46,11 @@ function rateLimit(options = {}) {
  * Starlette), recursing into mounted routers: the `route` key dimension is then
  * the same template in every language.
  */
-function routeOf(req, url) {
+function routeOf(req, path) {
   if (req.route && typeof req.route.path === 'string') return (req.baseUrl || '') + req.route.path;
   const router = req.app && (req.app._router || req.app.router);
   if (!router || !Array.isArray(router.stack)) return undefined;
-  const q = url.indexOf('?');
-  return findRoute(router.stack, req.method, q === -1 ? url : url.slice(0, q), '');
+  return findRoute(router.stack, req.method, path, '');
 }
 
 function findRoute(stack, method, path, prefix) {

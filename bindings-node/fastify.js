@@ -4,7 +4,7 @@
 // `config: { rateLimit: false }` exempts a route; `config: { rateLimit: {...} }`
 // gives it its own limiter (same options as the plugin's).
 const fp = require('fastify-plugin');
-const { limiterFor, decide } = require('./options');
+const { limiterFor, decide, pathOf } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -13,7 +13,7 @@ function hookFor(limiter, options) {
   return async function polylimitOnRequest(request, reply) {
     if (skip && (await skip(request, reply))) return;
     const route = (request.routeOptions && request.routeOptions.url) || undefined;
-    const outcome = await decide(limiter, options, request.raw, request.raw.url, route, request, reply);
+    const outcome = await decide(limiter, options, request.raw, pathOf(request.raw.url), route, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
     for (const [name, value] of outcome.headers) reply.raw.setHeader(name, value);

@@ -68,18 +68,22 @@ function limiterFor(options) {
   return Limiter.fromRules(rules);
 }
 
+/** A request URL without its query string. */
+function pathOf(url) {
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
 /**
  * The core's Outcome for one request of a middleware. `raw` is Node's IncomingMessage:
  * its method, peer address and `rawHeaders` (as received) go to the core as they are;
- * `url` loses its query string; `req` and `res` go to the `keyGenerator`, `user` and
- * `apiKey` functions.
+ * `req` and `res` go to the `keyGenerator`, `user` and `apiKey` functions.
  */
-async function decide(limiter, options, raw, url, route, req, res) {
+async function decide(limiter, options, raw, path, route, req, res) {
   const { keyGenerator, user, apiKey } = options;
-  const q = url.indexOf('?');
   return limiter._checkHttp(
     raw.method,
-    q === -1 ? url : url.slice(0, q),
+    path,
     route,
     raw.socket.remoteAddress,
     raw.rawHeaders,
@@ -94,4 +98,4 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { limiterFor, decide };
+module.exports = { limiterFor, decide, pathOf };

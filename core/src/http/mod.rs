@@ -7,6 +7,7 @@ pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -207,22 +208,21 @@ fn in_list(list: &List, ip: Option<IpAddr>, req: &RequestInfo) -> bool {
 }
 
 impl Rule {
-    fn matches(&self, req: &RequestInfo) -> bool {
+    /// `route`: the request's route template in canonical form.
+    fn matches(&self, req: &RequestInfo, route: Option<&str>) -> bool {
         self.methods
             .as_ref()
             .is_none_or(|m| m.iter().any(|m| m.eq_ignore_ascii_case(&req.method)))
             && self.path.as_ref().is_none_or(|p| glob_match(p, &req.path))
-            && self.route.as_ref().is_none_or(|r| {
-                req.route
-                    .as_deref()
-                    .is_some_and(|own| route::canonical(own) == r.as_str())
-            })
+            && self.route.as_ref().is_none_or(|r| route == Some(r.as_str()))
     }
 }
 
 struct Resolved<'a> {
     req: &'a RequestInfo,
     ip: Option<String>,
+    /// The route template in canonical form, computed once per request.
+    route: Option<Cow<'a, str>>,
 }
 
 impl Resolved<'_> {
@@ -230,11 +230,7 @@ impl Resolved<'_> {
         let req = self.req;
         match dim {
             Dimension::Ip => self.ip.clone(),
-            Dimension::Route => Some(
-                req.route
-                    .as_deref()
-                    .map_or_else(|| req.path.clone(), |r| route::canonical(r).into_owned()),
-            ),
+            Dimension::Route => Some(self.route.as_deref().unwrap_or(&req.path).to_string()),
             Dimension::Method => Some(req.method.to_ascii_uppercase()),
             Dimension::User => req.user.clone(),
             Dimension::ApiKey => req.api_key.clone(),
@@ -279,11 +275,12 @@ impl Limiter {
         let resolved = Resolved {
             req,
             ip: ip.map(|ip| ip_key(ip, rules.ipv6_subnet)),
+            route: req.route.as_deref().map(route::canonical),
         };
         let mut targets: Vec<(usize, String)> = Vec::new();
         let mut owners: Vec<(&Rule, bool)> = Vec::new();
         let mut seen = HashSet::new();
-        for rule in rules.rules.iter().filter(|r| r.matches(req)) {
+        for rule in rules.rules.iter().filter(|r| r.matches(req, resolved.route.as_deref())) {
             let policies = match &rule.target {
                 Target::Policies(p) => p.clone(),
                 Target::Tiers { by, tiers, default } => {
