@@ -79,6 +79,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if _, err := l.Check(context.Background(), "k", WithCost(0)); !errors.As(err, &ce) || ce.Field != "cost" {
 		t.Fatalf("cost 0: %v", err)
 	}
+	if _, err := FromRules("policies:\n  api: { rate: 1/s, rate: 1000/s }\n"); !errors.As(err, &ce) || ce.Field != "policies.api.rate" {
+		t.Fatalf("duplicate key in rules: %v", err)
+	}
+	if _, err := NewFromJSON([]byte(`{"policy": {"rate": "1/s"}, "store": "memory", "store": "redis://x"}`)); !errors.As(err, &ce) || ce.Field != "store" {
+		t.Fatalf("duplicate key in options: %v", err)
+	}
+	if _, err := New(Options{Policy: &Policy{Rate: "1/s", Name: "api\r\nSet-Cookie: a=b"}}); !errors.As(err, &ce) || ce.Field != "policies[0].name" {
+		t.Fatalf("control characters in a name: %v", err)
+	}
 	if _, err := l.Check(context.Background(), "bad\xffutf8"); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("invalid UTF-8: %v", err)
 	}

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw};
-use napi::{Env, Result};
+use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
+use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::{CheckOptions, Limiter, RequestInfo};
 use serde_json::Value;
@@ -37,21 +37,21 @@ where
     }))
 }
 
-/// A whole, positive number of units, or the default 1.
-fn cost_of(cost: Option<f64>) -> Result<u64> {
-    match cost {
-        None => Ok(1),
-        Some(c) if c.fract() == 0.0 && (1.0..=9_007_199_254_740_991.0).contains(&c) => Ok(c as u64),
-        Some(c) => Err(config("cost", c, "is not a positive integer")),
-    }
-}
-
-fn now_of(now_ms: Option<f64>) -> Result<Option<i64>> {
-    match now_ms {
-        None => Ok(None),
-        Some(n) if n.fract() == 0.0 && n.abs() <= 9_007_199_254_740_991.0 => Ok(Some(n as i64)),
-        Some(n) => Err(config("nowMs", n, "is not an integer number of ms")),
-    }
+/// A JavaScript value for the core's one rule on `cost` and `now_ms`
+/// (`NaN` and the infinities, which JSON cannot hold, travel as text).
+fn loose(value: Option<Unknown<'_>>) -> Result<Option<Value>> {
+    let Some(value) = value else { return Ok(None) };
+    // SAFETY: each cast reads the JavaScript type it was just checked to be.
+    Ok(Some(match value.get_type()? {
+        ValueType::Number => {
+            let n: f64 = unsafe { value.cast()? };
+            serde_json::Number::from_f64(n).map_or_else(|| Value::String(n.to_string()), Value::Number)
+        }
+        ValueType::Undefined | ValueType::Null => Value::Null,
+        ValueType::String => Value::String(unsafe { value.cast()? }),
+        ValueType::Boolean => Value::Bool(unsafe { value.cast()? }),
+        other => Value::String(format!("<{other}>")),
+    }))
 }
 
 #[napi]
@@ -106,12 +106,22 @@ impl NativeLimiter {
 
     /// Starts check `id` of `key`; its result arrives through the completion
     /// handler. Argument errors are thrown at once.
-    #[napi]
-    pub fn check_batched(&self, id: u32, key: String, cost: Option<f64>, now_ms: Option<f64>) -> Result<()> {
-        let options = CheckOptions {
-            cost: cost_of(cost)?,
-            now_ms: now_of(now_ms)?,
-        };
+    #[napi(ts_args_type = "id: number, key: string, cost?: number, nowMs?: number")]
+    pub fn check_batched(
+        &self,
+        id: u32,
+        key: String,
+        cost: Option<Unknown<'_>>,
+        now_ms: Option<Unknown<'_>>,
+    ) -> Result<()> {
+        let options =
+            CheckOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
+                // The option's JavaScript name.
+                polylimit::Error::Config { field, value, message } if field == "now_ms" => {
+                    config("nowMs", value, &message)
+                }
+                e => to_napi(e),
+            })?;
         self.send(Job::Check { id, key, options })
     }
 

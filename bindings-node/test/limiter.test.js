@@ -62,8 +62,31 @@ test('bad check arguments reject with ConfigError', async () => {
   const limiter = new Limiter({ policy: { rate: '1/s' } });
   await assert.rejects(limiter.check('k', { cost: 0 }), (e) => e instanceof ConfigError && e.field === 'cost');
   await assert.rejects(limiter.check('k', { cost: 1.5 }), (e) => e.field === 'cost');
+  for (const cost of [-1, '2', true, NaN, Infinity, 2 ** 40, [1], { n: 1 }]) {
+    await assert.rejects(limiter.check('k', { cost }), (e) => e instanceof ConfigError && e.field === 'cost', String(cost));
+  }
+  assert.equal((await limiter.check('whole', { cost: 1, nowMs: 1000 })).allowed, true);
+  const rules = Limiter.fromRules('policies:\n  api: { rate: 1/s }\nrules:\n  - { policy: api }\n');
+  for (const cost of [-1, 1.5, '2', true]) {
+    await assert.rejects(
+      rules.checkRequest({ path: '/', peer: '203.0.113.7', cost }),
+      (e) => e instanceof ConfigError && e.field === 'cost',
+      String(cost),
+    );
+  }
   await assert.rejects(limiter.check('k', { nowMs: 0.5 }), (e) => e.field === 'nowMs');
   await assert.rejects(limiter.check(42), (e) => e.field === 'key');
+});
+
+test('a key given twice in a rules file and control characters in names are ConfigErrors', () => {
+  assert.throws(
+    () => Limiter.fromRules('policies:\n  api: { rate: 1/s, burst: 5, burst: 50 }\n'),
+    (e) => e instanceof ConfigError && e.field === 'policies.api.burst' && /twice/.test(e.message),
+  );
+  assert.throws(
+    () => new Limiter({ policy: { rate: '1/s', name: 'api\r\nSet-Cookie: a=b' } }),
+    (e) => e instanceof ConfigError && e.field === 'policy.name',
+  );
 });
 
 test('a closed limiter rejects with ClosedError', async () => {

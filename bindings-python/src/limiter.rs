@@ -22,14 +22,11 @@ pub struct PyLimiter {
     options: Value,
 }
 
-fn check_options(cost: i64, now_ms: Option<i64>) -> PyResult<CheckOptions> {
-    if cost < 1 {
-        return Err(config_error("cost", &cost.to_string(), "is not a positive integer"));
-    }
-    Ok(CheckOptions {
-        cost: cost as u64,
-        now_ms,
-    })
+/// `cost` and `now_ms` as Python gave them, checked by the core's one rule.
+fn check_options(cost: Option<&Bound<'_, PyAny>>, now_ms: Option<&Bound<'_, PyAny>>) -> PyResult<CheckOptions> {
+    let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
+    let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
+    CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
 }
 
 fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
@@ -79,8 +76,7 @@ impl PyLimiter {
             let inner = py.detach(|| Limiter::from_value(&value)).into_py_result()?;
             return Ok(PyLimiter { inner, options: value });
         };
-        let mut parsed: Value = serde_yaml_ng::from_str(&text)
-            .map_err(|e| config_error("rules file", "", &format!("is not valid YAML or JSON: {e}")))?;
+        let mut parsed = polylimit::parse_document(&text, "rules file").into_py_result()?;
         let Value::Object(extra) = value else {
             unreachable!("options is a dict")
         };
@@ -97,16 +93,28 @@ impl PyLimiter {
 
     /// Checks `key`; an awaitable resolving to a `Decision`. Runs on the
     /// core's tokio runtime, so the event loop never blocks.
-    #[pyo3(signature = (key, cost=1, now_ms=None))]
-    fn check<'py>(&self, py: Python<'py>, key: String, cost: i64, now_ms: Option<i64>) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn check<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        cost: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
         let inner = self.inner.clone();
         future::spawn(py, async move { inner.check_with(&key, options).await })
     }
 
     /// Checks `key` and blocks until decided, with the GIL released.
-    #[pyo3(signature = (key, cost=1, now_ms=None))]
-    fn check_sync(&self, py: Python<'_>, key: String, cost: i64, now_ms: Option<i64>) -> PyResult<PyDecision> {
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn check_sync(
+        &self,
+        py: Python<'_>,
+        key: String,
+        cost: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
         let options = check_options(cost, now_ms)?;
         let inner = &self.inner;
         py.detach(|| runtime::runtime().block_on(inner.check_with(&key, options)))
@@ -115,13 +123,13 @@ impl PyLimiter {
     }
 
     /// Every policy's decision for `key` (allowed only if all allow); an awaitable.
-    #[pyo3(signature = (key, cost=1, now_ms=None))]
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
     fn check_all<'py>(
         &self,
         py: Python<'py>,
         key: String,
-        cost: i64,
-        now_ms: Option<i64>,
+        cost: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
         let inner = self.inner.clone();

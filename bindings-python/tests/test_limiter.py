@@ -158,12 +158,39 @@ def test_config_errors_name_the_field(kwargs, field, value) -> None:
     assert str(err.value).startswith(f"{field}: ")
 
 
-def test_bad_cost_is_a_config_error() -> None:
+@pytest.mark.parametrize("cost", [0, -1, 1.5, "2", True, float("nan"), 2**40, [1]])
+def test_bad_cost_is_a_config_error(cost) -> None:
     limiter = make("memory")
-    for cost in (0, -1):
-        with pytest.raises(polylimit.ConfigError) as err:
-            limiter.check_sync("k", cost=cost)
-        assert err.value.field == "cost"
+    with pytest.raises(polylimit.ConfigError) as err:
+        limiter.check_sync("k", cost=cost)
+    assert err.value.field == "cost"
+    with pytest.raises(polylimit.ConfigError) as err:
+        limiter.check("k", cost=cost)
+    assert err.value.field == "cost"
+    rules = polylimit.Limiter(rules="policies:\n  api: { rate: 1/s }\nrules:\n  - { policy: api }\n")
+    with pytest.raises(polylimit.ConfigError) as err:
+        rules.check_request_sync({"path": "/", "peer": "203.0.113.7", "cost": cost})
+    assert err.value.field == "cost"
+
+
+def test_whole_costs_are_charged() -> None:
+    limiter = make("memory")
+    assert limiter.check_sync("k", cost=3, now_ms=1_000).remaining == limiter.check_sync("j", now_ms=1_000).remaining - 2
+
+
+def test_a_key_given_twice_in_rules_is_a_config_error() -> None:
+    text = "policies:\n  api: { rate: 1/s, burst: 5 }\n  api: { rate: 1000/s }\nrules:\n  - { policy: api }\n"
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter(rules=text)
+    assert err.value.field == "policies.api"
+    assert "twice" in str(err.value)
+
+
+def test_control_characters_in_names_are_config_errors() -> None:
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter(policy={"rate": "1/s", "name": "api\r\nSet-Cookie: a=b"})
+    assert err.value.field == "policy.name"
+    assert err.value.value == '"api\\r\\nSet-Cookie: a=b"'
 
 
 def test_from_file(tmp_path, redis_server) -> None:

@@ -17,6 +17,7 @@
 mod algorithm;
 pub mod breaker;
 mod decision;
+mod document;
 pub mod duration;
 mod env;
 mod error;
@@ -29,6 +30,7 @@ mod store;
 pub use algorithm::Verdict;
 pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
 pub use decision::{CheckResult, Decision, Source};
+pub use document::parse as parse_document;
 pub use error::{Error, Result};
 pub use http::{HeaderMode, Outcome, RequestInfo, RuleDecision};
 pub use limiter::{CheckOptions, Limiter, LimiterConfig};

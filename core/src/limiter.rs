@@ -15,7 +15,7 @@ use crate::duration::parse_duration_ms;
 use crate::error::{Error, Result};
 use crate::http::rules::{HttpRules, HTTP_FIELDS};
 use crate::metrics::Metrics;
-use crate::policy::{OnStoreError, Policy, MAX_COST};
+use crate::policy::{check_name, OnStoreError, Policy, MAX_COST};
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore};
 use crate::store::redis::{RedisCheck, RedisStore};
@@ -95,6 +95,7 @@ impl LimiterConfig {
             (None, Some(Value::Object(map))) => map
                 .iter()
                 .map(|(name, p)| {
+                    check_name("policies", name)?;
                     let path = format!("policies.{name}");
                     let policy = Policy::from_value(p, &path)?;
                     Ok(if p.get("name").is_some() {
@@ -180,6 +181,38 @@ impl Default for CheckOptions {
     }
 }
 
+impl CheckOptions {
+    /// From the loosely typed values a binding receives (a JSON request, a
+    /// JavaScript number, a Python object): `cost` a whole number of at least
+    /// 1 (default 1), `now_ms` a whole number of ms. A negative, fractional,
+    /// boolean or string value is an error naming the field, never the default.
+    pub fn from_values(cost: Option<&Value>, now_ms: Option<&Value>) -> Result<CheckOptions> {
+        let cost = match cost.filter(|v| !v.is_null()) {
+            None => 1,
+            Some(v) => whole(v)
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|n| (1..=MAX_COST).contains(n))
+                .ok_or_else(|| Error::config("cost", v, format!("is not an integer from 1 to {MAX_COST}")))?,
+        };
+        let now_ms = match now_ms.filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(whole(v).ok_or_else(|| Error::config("now_ms", v, "is not a time in ms since the epoch"))?),
+        };
+        Ok(CheckOptions { cost, now_ms })
+    }
+}
+
+/// A JSON number without a fractional part (JavaScript has no integers: `2`
+/// arrives as `2.0`), as an i64.
+fn whole(value: &Value) -> Option<i64> {
+    if let Some(n) = value.as_i64() {
+        return Some(n);
+    }
+    let f = value.as_f64()?;
+    const EXACT: f64 = 9_007_199_254_740_991.0; // 2^53 - 1: above it, not every whole number is exact
+    (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
+}
+
 /// One policy on one key; `true` for a shadow check (its denial blocks nothing).
 pub(crate) type Target<'a> = (usize, &'a str, bool);
 
@@ -230,6 +263,7 @@ impl Limiter {
             return Err(Error::config("policies", "[]", "is empty"));
         }
         for (i, p) in config.policies.iter().enumerate() {
+            check_name(&format!("policies[{i}].name"), p.name())?;
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
                 return Err(Error::config(
                     "policies",
@@ -311,8 +345,7 @@ impl Limiter {
     /// A limiter from the text of a rules file. `${NAME}` and
     /// `${NAME:-default}` are replaced by environment variables first.
     pub fn from_rules(text: &str) -> Result<Limiter> {
-        let value: Value = serde_yaml_ng::from_str(&crate::env::expand(text)?)
-            .map_err(|e| Error::config("rules file", "", format!("is not valid YAML or JSON: {e}")))?;
+        let value = crate::document::parse(&crate::env::expand(text)?, "rules file")?;
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;

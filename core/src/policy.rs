@@ -144,11 +144,21 @@ const KNOWN_FIELDS: [&str; 10] = [
 ];
 const FIELDS: &str = "algorithm, rate, burst (capacity), refill, mode, max_delay, on_store_error, penalty, name";
 
+const NAME_RULE: &str = "is not a name of 1 to 128 bytes without control characters";
+
+/// A policy or rule name: it reaches header values, metric labels and store
+/// keys, so CR, LF and other control characters are refused.
+pub(crate) fn check_name(field: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(Error::config(field, Value::String(name.to_string()), NAME_RULE));
+    }
+    Ok(())
+}
+
 impl Policy {
     /// Parses a policy from JSON or YAML text.
     pub fn parse(text: &str) -> Result<Policy> {
-        let value: Value = serde_yaml_ng::from_str(text)
-            .map_err(|e| Error::config("policy", "", format!("is not valid JSON or YAML: {e}")))?;
+        let value = crate::document::parse(text, "policy")?;
         Policy::from_value(&value, "")
     }
 
@@ -280,16 +290,11 @@ impl Policy {
 
         let name = match obj.get("name") {
             None => "default".to_string(),
-            Some(v) => match v.as_str() {
-                Some(s) if !s.is_empty() && s.len() <= 128 => s.to_string(),
-                _ => {
-                    return Err(Error::config(
-                        at("name"),
-                        v,
-                        "is not a non-empty string of at most 128 bytes",
-                    ))
-                }
-            },
+            Some(Value::String(s)) => {
+                check_name(&at("name"), s)?;
+                s.clone()
+            }
+            Some(v) => return Err(Error::config(at("name"), v, NAME_RULE)),
         };
 
         let policy = Policy {

@@ -136,9 +136,7 @@ pub unsafe extern "C" fn polylimit_limiter_new(
     unsafe {
         build(out, err, || {
             let text = cstr_arg(options_json, "options_json")?;
-            let value: serde_json::Value = serde_json::from_str(text)
-                .map_err(|e| polylimit::Error::config("options", "", format!("is not valid JSON: {e}")))?;
-            Ok(Limiter::from_value(&value)?)
+            Ok(Limiter::from_value(&polylimit::parse_document(text, "options")?)?)
         })
     }
 }

@@ -102,6 +102,7 @@ impl RequestInfo {
                 return Err(Error::config(format!("request.{k}"), "", "is not a request field"));
             }
         }
+        let options = CheckOptions::from_values(obj.get("cost"), obj.get("now_ms"))?;
         Ok(RequestInfo {
             method: text("method")?.unwrap_or_else(|| "GET".into()),
             path: text("path")?.unwrap_or_else(|| "/".into()),
@@ -111,8 +112,8 @@ impl RequestInfo {
             user: text("user")?,
             api_key: text("api_key")?,
             key: text("key")?,
-            cost: obj.get("cost").and_then(Value::as_u64),
-            now_ms: obj.get("now_ms").and_then(Value::as_i64),
+            cost: obj.get("cost").filter(|v| !v.is_null()).map(|_| options.cost),
+            now_ms: options.now_ms,
         })
     }
 

@@ -326,10 +326,13 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
             .ok_or_else(|| Error::config(at("shadow"), v, "is not true or false"))?,
     };
     let label = match obj.get("name") {
-        Some(v) => v
-            .as_str()
-            .ok_or_else(|| Error::config(at("name"), v, "is not a string"))?
-            .to_string(),
+        Some(v) => {
+            let name = v
+                .as_str()
+                .ok_or_else(|| Error::config(at("name"), v, "is not a string"))?;
+            crate::policy::check_name(&at("name"), name)?;
+            name.to_string()
+        }
         None => route
             .clone()
             .or_else(|| path_glob.clone())
