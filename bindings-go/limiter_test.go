@@ -93,6 +93,24 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+func TestRulesVariablesExpandOneValueAtATime(t *testing.T) {
+	t.Setenv("POLYLIMIT_TEST_BURST", "4")
+	t.Setenv("POLYLIMIT_TEST_PROXY", "10.0.0.1, 0.0.0.0/0")
+	l, err := FromRules("policies: { api: { rate: 1/s, burst: ${POLYLIMIT_TEST_BURST:-3} } }\nrules: [{ policy: api }]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if d, err := l.Check(context.Background(), "k", WithNowMs(1000)); err != nil || d.Limit != 4 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	var ce *ConfigError
+	_, err = FromRules("policies: { api: { rate: 1/s } }\ntrusted_proxies: [${POLYLIMIT_TEST_PROXY}]\n")
+	if !errors.As(err, &ce) || ce.Field != "trusted_proxies[0]" {
+		t.Fatalf("a variable added structure: %v", err)
+	}
+}
+
 func TestFromFileReadsTheExampleRules(t *testing.T) {
 	l, err := FromFile("../examples/polylimit.yaml")
 	if err != nil {

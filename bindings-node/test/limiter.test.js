@@ -89,6 +89,21 @@ test('a key given twice in a rules file and control characters in names are Conf
   );
 });
 
+test('rules variables expand one value at a time, in text and in objects', async () => {
+  process.env.POLYLIMIT_TEST_BURST = '4';
+  process.env.POLYLIMIT_TEST_PROXY = '10.0.0.1", "0.0.0.0/0';
+  const flow = 'policies: { api: { rate: 1/s, burst: ${POLYLIMIT_TEST_BURST:-3} } }\nrules: [{ policy: api }]\n';
+  const object = { policies: { api: { rate: '1/s', burst: '${POLYLIMIT_TEST_BURST:-3}' } }, rules: [{ policy: 'api' }] };
+  for (const rules of [flow, object]) {
+    assert.equal((await Limiter.fromRules(rules).check('k', { nowMs: 1000 })).limit, 4);
+  }
+  // A value from the environment is one string: it cannot add structure.
+  assert.throws(
+    () => Limiter.fromRules({ ...object, trusted_proxies: ['${POLYLIMIT_TEST_PROXY}'] }),
+    (e) => e instanceof ConfigError && e.field === 'trusted_proxies[0]',
+  );
+});
+
 test('a closed limiter rejects with ClosedError', async () => {
   const limiter = new Limiter({ policy: { rate: '1/s' } });
   assert.equal(limiter.closed, false);

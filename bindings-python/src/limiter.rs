@@ -57,26 +57,29 @@ impl PyLimiter {
         if let Some(s) = store {
             value["store"] = Value::String(s);
         }
-        let text = match (rules, rules_file) {
+        // A rules document, its `${NAME}` expanded by the core, one value at a time.
+        let document = match (rules, rules_file) {
             (Some(_), Some(_)) => return Err(config_error("rules", "", "and rules_file are exclusive")),
             (Some(r), None) => Some(match r.extract::<String>() {
-                Ok(text) => text,
-                Err(_) => to_value(r, "rules")?.to_string(),
+                Ok(text) => polylimit::parse_rules(&text),
+                Err(_) => polylimit::expand_document(to_value(r, "rules")?),
             }),
-            (None, Some(path)) => Some(std::fs::read_to_string(&path).map_err(|e| {
-                config_error(
-                    "rules file",
-                    &format!("{:?}", path.display().to_string()),
-                    &format!("cannot be read: {e}"),
-                )
-            })?),
+            (None, Some(path)) => Some(polylimit::parse_rules(&std::fs::read_to_string(&path).map_err(
+                |e| {
+                    config_error(
+                        "rules file",
+                        &format!("{:?}", path.display().to_string()),
+                        &format!("cannot be read: {e}"),
+                    )
+                },
+            )?)),
             (None, None) => None,
         };
-        let Some(text) = text else {
+        let Some(document) = document else {
             let inner = py.detach(|| Limiter::from_value(&value)).into_py_result()?;
             return Ok(PyLimiter { inner, options: value });
         };
-        let mut parsed = polylimit::parse_document(&text, "rules file").into_py_result()?;
+        let mut parsed = document.into_py_result()?;
         let Value::Object(extra) = value else {
             unreachable!("options is a dict")
         };
@@ -86,8 +89,7 @@ impl PyLimiter {
                 map.extend(extra);
             }
         }
-        let text = parsed.to_string();
-        let inner = py.detach(|| Limiter::from_rules(&text)).into_py_result()?;
+        let inner = py.detach(|| Limiter::from_document(&parsed)).into_py_result()?;
         Ok(PyLimiter { inner, options: parsed })
     }
 

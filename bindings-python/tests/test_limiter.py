@@ -296,3 +296,18 @@ def test_a_forked_child_decides_on_redis_with_its_own_runtime(redis_server):
         os.waitpid(pid, 0)
     assert answer == "store 2 store 1"
     assert limiter.check_sync("k").remaining == 0  # the parent still decides, on the same key
+
+
+def test_rules_variables_expand_one_value_at_a_time(monkeypatch) -> None:
+    monkeypatch.setenv("POLYLIMIT_TEST_PASSWORD", 'p"w], trusted_proxies: [0.0.0.0/0')
+    block = "policies:\n  api:\n    rate: ${POLYLIMIT_TEST_RATE:-1/s}\n    burst: ${POLYLIMIT_TEST_BURST:-3}\nrules:\n  - { policy: api }\n"
+    flow = "policies: { api: { rate: 1/s, burst: ${POLYLIMIT_TEST_BURST:-3} } }\nrules: [{ policy: api }]\n"
+    as_dict = {"policies": {"api": {"rate": "1/s", "burst": "${POLYLIMIT_TEST_BURST:-3}"}}, "rules": [{"policy": "api"}]}
+    for rules in (block, flow, as_dict):
+        limiter = polylimit.Limiter(rules=rules)
+        assert limiter.check_sync("k", now_ms=1_000).limit == 3
+    # A value from the environment stays one string: it cannot add trusted_proxies.
+    text = "store: \"redis://:${POLYLIMIT_TEST_PASSWORD}@127.0.0.1:1\"\n" + block
+    limiter = polylimit.Limiter(rules=text, timeout="50ms")
+    assert limiter._options()["store"] == 'redis://:p"w], trusted_proxies: [0.0.0.0/0@127.0.0.1:1'
+    assert "trusted_proxies" not in limiter._options()

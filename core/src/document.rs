@@ -10,6 +10,76 @@ use serde_json::{Map, Number, Value};
 
 use crate::error::{Error, Result};
 
+/// Parses the text of a rules file (YAML or JSON) and expands its `${NAME}`
+/// and `${NAME:-default}` from the environment, one string at a time (see
+/// [`crate::env`]). A `${…}` may stand anywhere a scalar may, flow maps
+/// included, where YAML would otherwise read its braces as structure.
+pub fn parse_rules(text: &str) -> Result<Value> {
+    let (protected, variables) = Variables::protect(text);
+    let document = parse(&protected, "rules file")?;
+    crate::env::expand_document(variables.restore(document))
+}
+
+/// The `${…}` (and `$${…}`) of a text, replaced by plain tokens while YAML
+/// parses it.
+struct Variables {
+    /// A prefix found nowhere in the text.
+    token: String,
+    originals: Vec<String>,
+}
+
+impl Variables {
+    fn protect(text: &str) -> (String, Variables) {
+        let token = (0u32..)
+            .map(|n| format!("polylimitvar{n}x"))
+            .find(|t| !text.contains(t.as_str()))
+            .unwrap_or_default();
+        let mut variables = Variables {
+            token,
+            originals: Vec::new(),
+        };
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find("${") {
+            let start = if rest[..at].ends_with('$') { at - 1 } else { at };
+            let Some(end) = rest[at..].find('}').map(|e| at + e + 1) else {
+                break;
+            };
+            out.push_str(&rest[..start]);
+            out.push_str(&format!("{}{}x", variables.token, variables.originals.len()));
+            variables.originals.push(rest[start..end].to_string());
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        (out, variables)
+    }
+
+    fn restore(&self, value: Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(self.restore_text(s)),
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.restore(v)).collect()),
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .map(|(k, v)| (self.restore_text(k), self.restore(v)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+
+    fn restore_text(&self, text: String) -> String {
+        if self.originals.is_empty() || !text.contains(self.token.as_str()) {
+            return text;
+        }
+        let mut out = text;
+        // Highest index first, so token 1 never matches inside token 12.
+        for (i, original) in self.originals.iter().enumerate().rev() {
+            out = out.replace(&format!("{}{i}x", self.token), original);
+        }
+        out
+    }
+}
+
 /// Parses YAML or JSON text. `what` names the document in errors (`rules file`, `policy`).
 pub fn parse(text: &str, what: &str) -> Result<Value> {
     let duplicate = RefCell::new(None);
@@ -210,6 +280,26 @@ mod tests {
         assert_eq!(
             duplicate(r#"{"rules": [{}, {"key": "ip", "key": "user"}]}"#),
             "rules[1].key"
+        );
+    }
+
+    #[test]
+    fn variables_stand_anywhere_a_scalar_may() {
+        std::env::set_var("POLYLIMIT_DOC_TEST_BURST", "25");
+        let text =
+            "policies: { api: { rate: ${POLYLIMIT_DOC_TEST_RATE:-10/s}, burst: ${POLYLIMIT_DOC_TEST_BURST:-10} } }\n\
+                    shadow: ${POLYLIMIT_DOC_TEST_SHADOW:-false}\n\
+                    prefix: \"a$${literal}b\"\n\
+                    # ${POLYLIMIT_DOC_TEST_UNSET} in a comment is not a variable\n\
+                    list: [${POLYLIMIT_DOC_TEST_UNSET:-x}, \"${POLYLIMIT_DOC_TEST_BURST}\", 'polylimitvar0x']\n";
+        assert_eq!(
+            super::parse_rules(text).unwrap(),
+            json!({
+                "policies": {"api": {"rate": "10/s", "burst": 25}},
+                "shadow": false,
+                "prefix": "a${literal}b",
+                "list": ["x", 25, "polylimitvar0x"],
+            })
         );
     }
 

@@ -1,16 +1,102 @@
-//! `${NAME}` and `${NAME:-default}` in a rules file, so one file serves every
-//! environment (`store: ${REDIS_URL:-memory}`) the way Compose files do.
+//! `${NAME}` and `${NAME:-default}` in a rules document, so one file serves
+//! every environment (`store: ${REDIS_URL:-memory}`) the way Compose files do.
+//!
+//! Expansion happens on the parsed document, one string at a time: a value
+//! from the environment is never parsed as YAML or JSON, so it cannot add
+//! structure (a `"` or `]` in a password stays in the password; a value cannot
+//! add `trusted_proxies`). A string that is exactly one `${…}` becomes the
+//! scalar it would be if written literally: `burst: ${BURST:-10}` is the
+//! integer 10 and `shadow: ${SHADOW:-false}` a boolean.
+
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+
+/// Expands every string of `document` (map keys included, which stay strings)
+/// from the process environment. Errors name the field (`policies.api.burst`).
+pub fn expand_document(document: Value) -> Result<Value> {
+    expand_value(document, "", &|name| std::env::var(name).ok())
+}
+
+type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    Ok(match value {
+        Value::String(text) => expand_scalar(&text, if path.is_empty() { "rules file" } else { path }, lookup)?,
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| expand_value(item, &format!("{path}[{i}]"), lookup))
+                .collect::<Result<_>>()?,
+        ),
+        Value::Object(map) => {
+            let mut out = Map::with_capacity(map.len());
+            for (key, item) in map {
+                let key = expand_text(&key, &at(&key), lookup)?;
+                let item = expand_value(item, &at(&key), lookup)?;
+                if out.insert(key.clone(), item).is_some() {
+                    return Err(Error::config(
+                        at(&key),
+                        "",
+                        "is given twice once variables are expanded",
+                    ));
+                }
+            }
+            Value::Object(out)
+        }
+        other => other,
+    })
+}
+
+/// A whole `${…}` becomes a number or boolean when its text reads as one.
+fn expand_scalar(text: &str, field: &str, lookup: Lookup<'_>) -> Result<Value> {
+    let whole = text.starts_with("${") && text.find('}') == Some(text.len() - 1);
+    let expanded = expand_text(text, field, lookup)?;
+    if !whole {
+        return Ok(Value::String(expanded));
+    }
+    Ok(literal_scalar(&expanded).unwrap_or(Value::String(expanded)))
+}
+
+/// The YAML core-schema reading of a plain scalar: integer, float or boolean.
+fn literal_scalar(text: &str) -> Option<Value> {
+    match text {
+        "true" | "True" | "TRUE" => return Some(Value::Bool(true)),
+        "false" | "False" | "FALSE" => return Some(Value::Bool(false)),
+        _ => {}
+    }
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if digits.is_empty()
+        || !digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.' || b == b'e' || b == b'E')
+    {
+        return None;
+    }
+    if let Ok(n) = text.parse::<i64>() {
+        return Some(Value::from(n));
+    }
+    if let Ok(n) = text.parse::<u64>() {
+        return Some(Value::from(n));
+    }
+    text.parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map(Value::Number)
+}
 
 /// Replaces each `${NAME}` with the environment variable `NAME` and each
 /// `${NAME:-default}` with it, or with `default` when it is unset or empty.
 /// `$${` is a literal `${`. An unset `${NAME}` without a default is an error.
-pub(crate) fn expand(text: &str) -> Result<String> {
-    expand_with(text, |name| std::env::var(name).ok())
-}
-
-fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String> {
+fn expand_text(text: &str, field: &str, lookup: Lookup<'_>) -> Result<String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("${") {
@@ -24,7 +110,7 @@ fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
         let body_start = at + 2;
         let end = rest[body_start..]
             .find('}')
-            .ok_or_else(|| Error::config("rules file", &rest[at..], "has a \"${\" without a closing \"}\""))?;
+            .ok_or_else(|| Error::config(field, Value::from(&rest[at..]), "has a \"${\" without a closing \"}\""))?;
         let body = &rest[body_start..body_start + end];
         let (name, default) = match body.split_once(":-") {
             Some((name, default)) => (name, Some(default)),
@@ -34,8 +120,8 @@ fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(Error::config(
-                "rules file",
-                format!("${{{body}}}"),
+                field,
+                Value::from(format!("${{{body}}}")),
                 "is not ${NAME} or ${NAME:-default}",
             ));
         }
@@ -44,8 +130,8 @@ fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
             (None, Some(default)) => out.push_str(default),
             (None, None) => {
                 return Err(Error::config(
-                    "rules file",
-                    format!("${{{name}}}"),
+                    field,
+                    Value::from(format!("${{{name}}}")),
                     format!("needs the environment variable {name}, which is not set (or write ${{{name}:-default}})"),
                 ))
             }
@@ -59,44 +145,83 @@ fn expand_with(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn expand(text: &str) -> Result<String> {
-        expand_with(text, |name| match name {
+    fn lookup(name: &str) -> Option<String> {
+        match name {
             "REDIS_URL" => Some("redis://10.0.0.1:6379".into()),
             "EMPTY" => Some(String::new()),
+            "BURST" => Some("25".into()),
+            "SHADOW" => Some("true".into()),
+            "PASSWORD" => Some(r#"p"w]}, trusted_proxies: [0.0.0.0/0"#.into()),
             _ => None,
-        })
+        }
+    }
+
+    fn expand(document: Value) -> Result<Value> {
+        expand_value(document, "", &lookup)
+    }
+
+    fn text(text: &str) -> Result<String> {
+        expand_text(text, "store", &lookup)
     }
 
     #[test]
     fn replaces_set_variables_and_defaults() {
-        assert_eq!(expand("store: ${REDIS_URL}").unwrap(), "store: redis://10.0.0.1:6379");
-        assert_eq!(
-            expand("store: ${REDIS_URL:-memory}").unwrap(),
-            "store: redis://10.0.0.1:6379"
-        );
-        assert_eq!(expand("store: ${UNSET:-memory}").unwrap(), "store: memory");
-        assert_eq!(expand("store: ${EMPTY:-memory}").unwrap(), "store: memory");
-        assert_eq!(expand("a: ${UNSET:-}|").unwrap(), "a: |");
-        assert_eq!(expand("no variables").unwrap(), "no variables");
+        assert_eq!(text("${REDIS_URL}").unwrap(), "redis://10.0.0.1:6379");
+        assert_eq!(text("${REDIS_URL:-memory}").unwrap(), "redis://10.0.0.1:6379");
+        assert_eq!(text("${UNSET:-memory}").unwrap(), "memory");
+        assert_eq!(text("${EMPTY:-memory}").unwrap(), "memory");
+        assert_eq!(text("a ${UNSET:-}|").unwrap(), "a |");
+        assert_eq!(text("no variables").unwrap(), "no variables");
     }
 
     #[test]
     fn a_doubled_dollar_is_literal() {
-        assert_eq!(expand("a: $${REDIS_URL}").unwrap(), "a: ${REDIS_URL}");
-        assert_eq!(expand("price: $5 ${UNSET:-x}").unwrap(), "price: $5 x");
+        assert_eq!(text("$${REDIS_URL}").unwrap(), "${REDIS_URL}");
+        assert_eq!(text("$5 ${UNSET:-x}").unwrap(), "$5 x");
     }
 
     #[test]
-    fn an_unset_variable_without_default_names_it() {
-        let err = expand("store: ${UNSET}").unwrap_err().to_string();
+    fn an_unset_variable_without_default_names_it_and_the_field() {
+        let err = expand(json!({"policies": {"api": {"burst": "${UNSET}"}}}))
+            .unwrap_err()
+            .to_string();
         assert!(
-            err.contains("${UNSET}") && err.contains("UNSET, which is not set"),
+            err.starts_with("policies.api.burst: \"${UNSET}\"") && err.contains("UNSET, which is not set"),
             "{err}"
         );
-        let err = expand("store: ${REDIS URL}").unwrap_err().to_string();
+        let err = text("${REDIS URL}").unwrap_err().to_string();
         assert!(err.contains("${REDIS URL}"), "{err}");
-        let err = expand("store: ${REDIS_URL").unwrap_err().to_string();
+        let err = text("${REDIS_URL").unwrap_err().to_string();
         assert!(err.contains("without a closing"), "{err}");
+    }
+
+    #[test]
+    fn a_whole_variable_becomes_the_scalar_it_spells() {
+        let doc = json!({
+            "burst": "${BURST:-10}", "default": "${UNSET:-10}", "shadow": "${SHADOW}",
+            "ratio": "${UNSET:-0.5}", "rate": "${UNSET:-10/s}", "mixed": "${BURST}/s", "neg": "${UNSET:--3}",
+            "store": "${REDIS_URL}", "literal": "$${BURST}",
+        });
+        assert_eq!(
+            expand(doc).unwrap(),
+            json!({
+                "burst": 25, "default": 10, "shadow": true, "ratio": 0.5, "rate": "10/s", "mixed": "25/s",
+                "neg": -3, "store": "redis://10.0.0.1:6379", "literal": "${BURST}",
+            })
+        );
+    }
+
+    #[test]
+    fn a_value_never_adds_structure() {
+        let doc = json!({"store": "redis://:${PASSWORD}@h:6379", "list": ["${PASSWORD}"]});
+        assert_eq!(
+            expand(doc).unwrap(),
+            json!({
+                "store": r#"redis://:p"w]}, trusted_proxies: [0.0.0.0/0@h:6379"#,
+                "list": [r#"p"w]}, trusted_proxies: [0.0.0.0/0"#],
+            })
+        );
     }
 }

@@ -343,9 +343,15 @@ impl Limiter {
     }
 
     /// A limiter from the text of a rules file. `${NAME}` and
-    /// `${NAME:-default}` are replaced by environment variables first.
+    /// `${NAME:-default}` are replaced by environment variables, one value at
+    /// a time, after parsing.
     pub fn from_rules(text: &str) -> Result<Limiter> {
-        let value = crate::document::parse(&crate::env::expand(text)?, "rules file")?;
+        Limiter::from_document(&crate::document::parse_rules(text)?)
+    }
+
+    /// A limiter from a parsed rules document whose variables are already
+    /// expanded ([`crate::parse_rules`] or [`crate::expand_document`]).
+    pub fn from_document(value: &Value) -> Result<Limiter> {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
