@@ -170,7 +170,7 @@ def test_bad_cost_is_a_config_error(cost) -> None:
     rules = polylimit.Limiter(rules="policies:\n  api: { rate: 1/s }\nrules:\n  - { policy: api }\n")
     with pytest.raises(polylimit.ConfigError) as err:
         rules.check_request_sync({"path": "/", "peer": "203.0.113.7", "cost": cost})
-    assert err.value.field == "cost"
+    assert err.value.field in ("cost", "request.cost")  # NaN is refused while converting the dict
 
 
 def test_whole_costs_are_charged() -> None:
@@ -307,7 +307,7 @@ def test_rules_variables_expand_one_value_at_a_time(monkeypatch) -> None:
         limiter = polylimit.Limiter(rules=rules)
         assert limiter.check_sync("k", now_ms=1_000).limit == 3
     # A value from the environment stays one string: it cannot add trusted_proxies.
-    text = "store: \"redis://:${POLYLIMIT_TEST_PASSWORD}@127.0.0.1:1\"\n" + block
-    limiter = polylimit.Limiter(rules=text, timeout="50ms")
-    assert limiter._options()["store"] == 'redis://:p"w], trusted_proxies: [0.0.0.0/0@127.0.0.1:1'
+    text = "prefix: \"pl-${POLYLIMIT_TEST_PASSWORD}\"\n" + block
+    limiter = polylimit.Limiter(rules=text)
+    assert limiter._options()["prefix"] == 'pl-p"w], trusted_proxies: [0.0.0.0/0'
     assert "trusted_proxies" not in limiter._options()
