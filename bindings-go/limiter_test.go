@@ -77,9 +77,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Field != "connect_timeout" || ce.Value != `"0ms"` {
 		t.Fatalf("connect timeout: %v", err)
 	}
-	if _, err := New(Options{Policy: &Policy{Rate: "1/s"}, ConnectTimeout: 250 * time.Millisecond}); err != nil {
-		t.Fatalf("connect timeout 250ms: %v", err)
-	}
+	newLimiter(t, Options{Policy: &Policy{Rate: "1/s"}, ConnectTimeout: 250 * time.Millisecond})
 	if _, err := FromFile("/nonexistent/polylimit.yaml"); !errors.As(err, &ce) || ce.Field != "rules file" {
 		t.Fatalf("missing file: %v", err)
 	}
