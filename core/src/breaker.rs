@@ -426,7 +426,7 @@ mod tests {
             cooldown: Duration::from_secs(30),
             half_open_max: 1,
         });
-        let never = b.call(|| std::future::pending::<Result<u32, ()>>(), |_| 0);
+        let never = b.call(std::future::pending::<Result<u32, ()>>, |_| 0);
         assert!(tokio::time::timeout(ms(1), never).await.is_err());
         assert_eq!(b.state(), BreakerState::Open);
     }

@@ -243,7 +243,11 @@ async fn cancelled_probes_do_not_wedge_the_breaker() {
     redis.resume();
     tokio::time::sleep(Duration::from_millis(60)).await;
     let d = limiter.check("healthy").await.unwrap();
-    assert_eq!(d.source, Source::Store, "the next call after the cooldown probes the store");
+    assert_eq!(
+        d.source,
+        Source::Store,
+        "the next call after the cooldown probes the store"
+    );
 }
 
 // Behind a stuck proxy (or a half-open TCP connection) the socket stays open
@@ -263,7 +267,11 @@ async fn a_silent_connection_is_replaced() {
     let started = Instant::now();
     let d = limiter.check("k").await.unwrap();
     assert_eq!(d.source, Source::Local);
-    assert!(started.elapsed() < Duration::from_millis(250), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(limiter.breaker_state(), BreakerState::Open);
 
     // New connections through the proxy forward: the probe after the
@@ -307,7 +315,10 @@ async fn assert_store_failure(limiter: &Limiter, what: &str) {
         "{what}: five failures open the breaker"
     );
     let metrics = limiter.metrics_text();
-    assert!(metrics.contains("polylimit_store_errors_total 5\n"), "{what}: {metrics}");
+    assert!(
+        metrics.contains("polylimit_store_errors_total 5\n"),
+        "{what}: {metrics}"
+    );
 }
 
 #[tokio::test]
