@@ -343,3 +343,32 @@ async fn a_read_only_replica_is_a_store_failure() {
     let limiter = limiter(&replica.url(), "local", 30_000);
     assert_store_failure(&limiter, "READONLY").await;
 }
+
+// A server that accepts TCP but never answers the handshake: every caller
+// waiting on the one connect attempt shares its failure after
+// `connect_timeout`, instead of each trying again in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_waiting_on_a_failed_connect_share_its_failure() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let limiter = limiter_with(
+        &url,
+        "fail_open",
+        json!({"connect_timeout": "200ms", "failure_threshold": 100}),
+    );
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(&format!("k{i}")).await.unwrap().source })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Source::FailOpen);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(800),
+        "20 callers on one failing connect took {elapsed:?}"
+    );
+}

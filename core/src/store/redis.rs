@@ -63,9 +63,9 @@ pub(crate) struct RedisStore {
     /// but not the task doing its I/O, and must open its own.
     connection_pid: AtomicU32,
     connecting: tokio::sync::Mutex<()>,
-    /// Finished connect attempts: a caller that waited for another's attempt
+    /// Failed connect attempts: a caller that waited for another's attempt
     /// shares its failure instead of trying again in turn.
-    attempts: AtomicU64,
+    failed_connects: AtomicU64,
     generation: AtomicU64,
     sha: String,
     /// Deadline of every call on an open connection.
@@ -140,7 +140,7 @@ impl RedisStore {
             connection: Mutex::new(None),
             connection_pid: AtomicU32::new(0),
             connecting: tokio::sync::Mutex::new(()),
-            attempts: AtomicU64::new(0),
+            failed_connects: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             sha: script_sha(),
             timeout: timeouts.call,
@@ -159,20 +159,20 @@ impl RedisStore {
             return Ok(live);
         }
         // One connect at a time; the others wait for it and share the result.
-        let attempts = self.attempts.load(Ordering::Acquire);
+        let failed = self.failed_connects.load(Ordering::Acquire);
         let _connecting = self.connecting.lock().await;
         if let Some(live) = self.live() {
             return Ok(live);
         }
-        if self.attempts.load(Ordering::Acquire) != attempts {
+        if self.failed_connects.load(Ordering::Acquire) != failed {
             return Err(Error::StoreUnavailable {
                 message: "cannot connect (the attempt this call waited for failed)".into(),
                 source: None,
             });
         }
-        let connection = self.connect().await;
-        self.attempts.fetch_add(1, Ordering::AcqRel);
-        let connection = connection?;
+        let connection = self.connect().await.inspect_err(|_| {
+            self.failed_connects.fetch_add(1, Ordering::AcqRel);
+        })?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let mut slot = self.connection.lock();
         self.connection_pid.store(std::process::id(), Ordering::Relaxed);
