@@ -72,6 +72,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if _, err := NewFromJSON([]byte(`{"policy": {"rate": "1/s"}, "colour": 1}`)); !errors.As(err, &ce) || ce.Field != "colour" {
 		t.Fatalf("unknown option: %v", err)
 	}
+	// Below a millisecond is "0ms": no connect could finish.
+	_, err = New(Options{Policy: &Policy{Rate: "1/s"}, ConnectTimeout: time.Microsecond})
+	if !errors.As(err, &ce) || ce.Field != "connect_timeout" || ce.Value != `"0ms"` {
+		t.Fatalf("connect timeout: %v", err)
+	}
+	newLimiter(t, Options{Policy: &Policy{Rate: "1/s"}, ConnectTimeout: 250 * time.Millisecond})
 	if _, err := FromFile("/nonexistent/polylimit.yaml"); !errors.As(err, &ce) || ce.Field != "rules file" {
 		t.Fatalf("missing file: %v", err)
 	}

@@ -74,6 +74,7 @@ type Options struct {
 	Prefix           string        // first segment of every store key ("polylimit")
 	MaxKeys          int           // memory store bound (1,000,000)
 	Timeout          time.Duration // per store call (100ms)
+	ConnectTimeout   time.Duration // opening a store connection: TCP, TLS, handshake (1s)
 	FailureThreshold int           // breaker: consecutive failures that open it (5)
 	Cooldown         time.Duration // breaker: open time before probing (30s)
 	HalfOpenProbes   int           // breaker: good probes that close it (3)
@@ -132,6 +133,9 @@ func (o Options) rulesDocument() ([]byte, error) {
 	}
 	if o.Timeout != 0 {
 		doc["timeout"] = durationText(o.Timeout)
+	}
+	if o.ConnectTimeout != 0 {
+		doc["connect_timeout"] = durationText(o.ConnectTimeout)
 	}
 	if o.Cooldown != 0 {
 		doc["cooldown"] = durationText(o.Cooldown)

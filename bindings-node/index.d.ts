@@ -27,6 +27,8 @@ export interface LimiterOptions {
   maxKeys?: number;
   /** Per store call (default 100 ms). */
   timeout?: Duration;
+  /** Opening a store connection: TCP, TLS and the handshake (default 1 s). */
+  connectTimeout?: Duration;
   failureThreshold?: number;
   cooldown?: Duration;
   halfOpenProbes?: number;

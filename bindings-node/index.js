@@ -9,6 +9,7 @@ const { ConfigError, CircuitOpenError, fromNative } = errors;
 // camelCase spellings of the core's snake_case limiter options.
 const OPTION_NAMES = {
   maxKeys: 'max_keys',
+  connectTimeout: 'connect_timeout',
   failureThreshold: 'failure_threshold',
   halfOpenProbes: 'half_open_probes',
   trustedProxies: 'trusted_proxies',
@@ -24,7 +25,8 @@ function coreOptions(options) {
   for (const [name, value] of Object.entries(options)) {
     if (value === undefined) continue;
     const field = OPTION_NAMES[name] || name;
-    out[field] = (field === 'timeout' || field === 'cooldown') && typeof value === 'number' ? `${value}ms` : value;
+    const duration = field === 'timeout' || field === 'connect_timeout' || field === 'cooldown';
+    out[field] = duration && typeof value === 'number' ? `${value}ms` : value;
   }
   return out;
 }
@@ -113,7 +115,7 @@ const REQUEST_NAMES = { apiKey: 'api_key', nowMs: 'now_ms' };
 
 class Limiter {
   /**
-   * @param {object} options `{ policy | policies, store, prefix, maxKeys, timeout, failureThreshold, cooldown, halfOpenProbes }`
+   * @param {object} options `{ policy | policies, store, prefix, maxKeys, timeout, connectTimeout, failureThreshold, cooldown, halfOpenProbes }`
    */
   constructor(options) {
     if (options instanceof native.NativeLimiter) {
@@ -219,7 +221,8 @@ class CircuitBreaker {
   }
 
   /**
-   * Calls `fn` unless the breaker is open. A throw (or rejection) counts as a failure.
+   * Calls `fn` unless the breaker is open. A throw (or rejection) of any value counts as a failure.
+   * A promise that never settles holds its permit (and, half-open, its probe slot): give `fn` its own timeout.
    * With a `fallback`, its result is returned instead of throwing (it gets the error,
    * a `CircuitOpenError` when the call was not made).
    */

@@ -10,6 +10,8 @@ const PASS = {
   maxKeys: 'max_keys',
   max_keys: 'max_keys',
   timeout: 'timeout',
+  connectTimeout: 'connect_timeout',
+  connect_timeout: 'connect_timeout',
   failureThreshold: 'failure_threshold',
   failure_threshold: 'failure_threshold',
   cooldown: 'cooldown',

@@ -69,7 +69,7 @@ impl NativeCircuitBreaker {
     #[napi]
     pub fn success(&self, id: u32) {
         if let Some(p) = self.map().remove(&id) {
-            self.inner.success(p);
+            p.success();
         }
     }
 
@@ -77,7 +77,7 @@ impl NativeCircuitBreaker {
     #[napi]
     pub fn failure(&self, id: u32) {
         if let Some(p) = self.map().remove(&id) {
-            self.inner.failure(p);
+            p.failure();
         }
     }
 

@@ -55,6 +55,12 @@ test('config errors are ConfigError with code, field and value', () => {
   assert.throws(() => new Limiter({ policy: { rate: '1/s' }, bogus: 1 }), (e) => e.field === 'bogus');
   assert.throws(() => new Limiter({ policy: { rate: '1/s' }, store: 'postgres://x' }), (e) => e.field === 'store');
   assert.throws(() => new Limiter(null), (e) => e instanceof ConfigError && e.field === 'options');
+  assert.throws(
+    () => new Limiter({ policy: { rate: '1/s' }, connectTimeout: 0 }),
+    (e) => e.field === 'connect_timeout' && e.value === '"0ms"',
+  );
+  assert.ok(new Limiter({ policy: { rate: '1/s' }, connectTimeout: 250 }));
+  assert.ok(new Limiter({ policy: { rate: '1/s' }, connectTimeout: '1s' }));
   assert.throws(() => Limiter.fromFile('/nonexistent/polylimit.yaml'), (e) => e.code === 'POLYLIMIT_CONFIG' && e.field === 'rules file');
 });
 
@@ -208,6 +214,23 @@ test('CircuitBreaker opens, falls back and closes after probes', async () => {
   assert.equal(new CircuitBreaker({ threshold: 1, cooldown: '30s' }).state, 'closed');
   assert.throws(() => new CircuitBreaker(0), (e) => e instanceof ConfigError && e.field === 'threshold');
   assert.throws(() => new CircuitBreaker(1, 'soon'), (e) => e.field === 'cooldown');
+});
+
+test('CircuitBreaker counts a throw of any value as a failure', async () => {
+  for (const thrown of [undefined, null, 'down', 0, { code: 'E' }]) {
+    const breaker = new CircuitBreaker(1, '30s', 1);
+    const seen = await breaker.call(
+      () => {
+        throw thrown;
+      },
+      (e) => ({ e }),
+    );
+    assert.deepEqual(seen, { e: thrown });
+    assert.equal(breaker.state, 'open', `after throwing ${String(thrown)}`);
+    const rejected = new CircuitBreaker(1, '30s', 1);
+    await assert.rejects(rejected.call(() => Promise.reject(thrown)), (e) => e === thrown);
+    assert.equal(rejected.state, 'open', `after rejecting with ${String(thrown)}`);
+  }
 });
 
 test('an unreachable limiter is garbage-collected, and close() releases it at once', () => {

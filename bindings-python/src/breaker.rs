@@ -12,6 +12,7 @@ use crate::convert::to_value;
 use crate::errors::config_error;
 
 /// Permission to make one call; give it back with `success` or `failure`.
+/// A permit garbage-collected without a report counts as a failure.
 #[pyclass(frozen, module = "polylimit._polylimit", name = "Permit")]
 pub struct PyPermit(Mutex<Option<Permit>>);
 
@@ -82,13 +83,13 @@ impl PyCircuitBreaker {
 
     /// Reports that the permitted call succeeded.
     fn success(&self, permit: &PyPermit) -> PyResult<()> {
-        self.0.success(permit.take()?);
+        permit.take()?.success();
         Ok(())
     }
 
     /// Reports that the permitted call failed.
     fn failure(&self, permit: &PyPermit) -> PyResult<()> {
-        self.0.failure(permit.take()?);
+        permit.take()?.failure();
         Ok(())
     }
 

@@ -145,6 +145,7 @@ def test_close() -> None:
         ({"policy": {"rate": "1/s", "algorithm": "nope"}}, "policy.algorithm", '"nope"'),
         ({"policy": {"rate": "1/s"}, "store": "mongodb://x"}, "store", '"mongodb://x"'),
         ({"policy": {"rate": "1/s"}, "timeout": "soon"}, "timeout", '"soon"'),
+        ({"policy": {"rate": "1/s"}, "connect_timeout": "0s"}, "connect_timeout", '"0s"'),
         ({"policy": {"rate": "1/s"}, "bogus": 1}, "bogus", ""),
     ],
 )
@@ -253,6 +254,60 @@ def test_circuit_breaker() -> None:
     breaker.success(permit)
     with pytest.raises(polylimit.ConfigError):
         breaker.success(permit)
+
+
+def test_cancelled_probes_do_not_wedge_the_breaker() -> None:
+    """Three half-open probes cancelled by asyncio.wait_for, then the next healthy call goes through.
+
+    The cooldown is 50 ms of wall clock: the cooldown ending is what is tested."""
+    breaker = polylimit.CircuitBreaker(threshold=1, cooldown="50ms", half_open_max=3)
+
+    async def down():
+        raise ConnectionError("down")
+
+    async def hang():
+        await asyncio.Event().wait()
+
+    async def fine():
+        return "ok"
+
+    async def main():
+        assert await breaker.call(down, fallback=lambda e: "fb") == "fb"
+        assert breaker.state == "open"
+        await asyncio.sleep(0.06)
+        probes = [asyncio.wait_for(breaker.call(hang), 0.01) for _ in range(3)]
+        outcomes = await asyncio.gather(*probes, return_exceptions=True)
+        assert all(isinstance(o, asyncio.TimeoutError) for o in outcomes), outcomes
+        assert breaker.state != "closed"
+        await asyncio.sleep(0.06)
+        return await breaker.call(fine, fallback=lambda e: type(e).__name__)
+
+    assert asyncio.run(main()) == "ok"
+
+
+def test_a_base_exception_counts_as_a_failure() -> None:
+    class Stop(BaseException):
+        pass
+
+    breaker = polylimit.CircuitBreaker(threshold=1, cooldown="30s", half_open_max=1)
+
+    def interrupted():
+        raise Stop()
+
+    with pytest.raises(Stop):
+        breaker.call(interrupted, fallback=lambda e: "fb")
+    assert breaker.state == "open"
+
+
+def test_an_unreported_permit_counts_as_a_failure() -> None:
+    import gc
+
+    breaker = polylimit.CircuitBreaker(threshold=1, cooldown="30s", half_open_max=1)
+    permit = breaker.acquire()
+    assert permit is not None
+    del permit
+    gc.collect()
+    assert breaker.state == "open"
 
 
 def test_cancelled_check_does_not_break_the_loop(store: str) -> None:

@@ -3,6 +3,7 @@
 //! Guards every store, and is offered to users for their own downstream calls.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -57,12 +58,60 @@ enum Phase {
     HalfOpen { in_flight: u32, successes: u32 },
 }
 
-/// Permission to make one call; report how it went with
-/// [`CircuitBreaker::success`] or [`CircuitBreaker::failure`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use]
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    /// Counts half-open rounds, so a probe from an earlier round reports nothing.
+    round: u64,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: BreakerConfig,
+    state: Mutex<State>,
+}
+
+/// Permission to make one call. Report how it went with [`Permit::success`]
+/// or [`Permit::failure`] (or the breaker's methods of the same names); a
+/// permit dropped without a report (its caller was cancelled, or panicked)
+/// counts as a failure, so an abandoned probe never holds a probe slot.
+#[derive(Debug)]
+#[must_use = "a permit dropped without a report counts as a failure"]
 pub struct Permit {
-    probe: bool,
+    shared: Arc<Shared>,
+    /// The half-open round it probes in; `None`: not a probe.
+    probe: Option<u64>,
+    reported: bool,
+}
+
+impl Permit {
+    /// Reports a successful call.
+    pub fn success(mut self) {
+        self.report(true, Instant::now());
+    }
+
+    /// Reports a failed call.
+    pub fn failure(mut self) {
+        self.report(false, Instant::now());
+    }
+
+    fn report(&mut self, ok: bool, now: Instant) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        self.shared.report(self.probe, ok, now);
+    }
+
+    #[cfg(test)]
+    fn report_at(mut self, ok: bool, now: Instant) {
+        self.report(ok, now);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.report(false, Instant::now());
+    }
 }
 
 /// Why [`CircuitBreaker::call`] used the fallback.
@@ -77,40 +126,111 @@ pub enum CallError<E> {
 /// A thread-safe circuit breaker.
 #[derive(Debug)]
 pub struct CircuitBreaker {
-    config: BreakerConfig,
-    phase: Mutex<Phase>,
+    shared: Arc<Shared>,
+}
+
+impl Shared {
+    fn acquire(self: &Arc<Self>, now: Instant) -> Option<Permit> {
+        let mut state = self.state.lock();
+        let probe = match &mut state.phase {
+            Phase::Closed { .. } => None,
+            Phase::Open { until } => {
+                if now < *until {
+                    return None;
+                }
+                state.round += 1;
+                state.phase = Phase::HalfOpen {
+                    in_flight: 1,
+                    successes: 0,
+                };
+                Some(state.round)
+            }
+            Phase::HalfOpen { in_flight, successes } => {
+                if *in_flight + *successes >= self.config.half_open_max {
+                    return None;
+                }
+                *in_flight += 1;
+                Some(state.round)
+            }
+        };
+        Some(Permit {
+            shared: self.clone(),
+            probe,
+            reported: false,
+        })
+    }
+
+    fn report(&self, probe: Option<u64>, ok: bool, now: Instant) {
+        let mut state = self.state.lock();
+        let round = state.round;
+        let open = Phase::Open {
+            until: now + self.config.cooldown,
+        };
+        match &mut state.phase {
+            Phase::Closed { failures } if ok => *failures = 0,
+            Phase::Closed { failures } => {
+                *failures += 1;
+                if *failures >= self.config.threshold {
+                    state.phase = open;
+                }
+            }
+            Phase::HalfOpen { in_flight, successes } if probe == Some(round) => {
+                if ok {
+                    *in_flight = in_flight.saturating_sub(1);
+                    *successes += 1;
+                    if *successes >= self.config.half_open_max {
+                        state.phase = Phase::Closed { failures: 0 };
+                    }
+                } else {
+                    state.phase = open;
+                }
+            }
+            // A call started before the breaker opened, or a probe of an
+            // earlier round: it says nothing about now.
+            _ => {}
+        }
+    }
 }
 
 impl CircuitBreaker {
     /// A closed breaker.
     pub fn new(config: BreakerConfig) -> CircuitBreaker {
         CircuitBreaker {
-            config: BreakerConfig {
-                threshold: config.threshold.max(1),
-                half_open_max: config.half_open_max.max(1),
-                ..config
-            },
-            phase: Mutex::new(Phase::Closed { failures: 0 }),
+            shared: Arc::new(Shared {
+                config: BreakerConfig {
+                    threshold: config.threshold.max(1),
+                    half_open_max: config.half_open_max.max(1),
+                    ..config
+                },
+                state: Mutex::new(State {
+                    phase: Phase::Closed { failures: 0 },
+                    round: 0,
+                }),
+            }),
         }
     }
 
     /// The settings.
     pub fn config(&self) -> BreakerConfig {
-        self.config
+        self.shared.config
     }
 
     /// The current state (an open breaker whose cooldown ended reads `HalfOpen`).
     pub fn state(&self) -> BreakerState {
-        match &*self.phase.lock() {
+        self.state_at(Instant::now())
+    }
+
+    fn state_at(&self, now: Instant) -> BreakerState {
+        match &self.shared.state.lock().phase {
             Phase::Closed { .. } => BreakerState::Closed,
-            Phase::Open { until } if Instant::now() < *until => BreakerState::Open,
+            Phase::Open { until } if now < *until => BreakerState::Open,
             Phase::Open { .. } | Phase::HalfOpen { .. } => BreakerState::HalfOpen,
         }
     }
 
     /// Time until an open breaker lets a probe through; zero otherwise.
     pub fn retry_in(&self) -> Duration {
-        match &*self.phase.lock() {
+        match &self.shared.state.lock().phase {
             Phase::Open { until } => until.saturating_duration_since(Instant::now()),
             _ => Duration::ZERO,
         }
@@ -118,66 +238,23 @@ impl CircuitBreaker {
 
     /// Asks to make a call. `None`: the breaker is open, do not call.
     pub fn acquire(&self) -> Option<Permit> {
-        let mut phase = self.phase.lock();
-        match &mut *phase {
-            Phase::Closed { .. } => Some(Permit { probe: false }),
-            Phase::Open { until } => {
-                if Instant::now() < *until {
-                    return None;
-                }
-                *phase = Phase::HalfOpen {
-                    in_flight: 1,
-                    successes: 0,
-                };
-                Some(Permit { probe: true })
-            }
-            Phase::HalfOpen { in_flight, successes } => {
-                if *in_flight + *successes >= self.config.half_open_max {
-                    return None;
-                }
-                *in_flight += 1;
-                Some(Permit { probe: true })
-            }
-        }
+        self.shared.acquire(Instant::now())
     }
 
-    /// Reports a successful call.
+    /// Reports a successful call (the same as [`Permit::success`]; a permit
+    /// always reports to the breaker that issued it).
     pub fn success(&self, permit: Permit) {
-        let mut phase = self.phase.lock();
-        match &mut *phase {
-            Phase::Closed { failures } => *failures = 0,
-            Phase::HalfOpen { in_flight, successes } if permit.probe => {
-                *in_flight = in_flight.saturating_sub(1);
-                *successes += 1;
-                if *successes >= self.config.half_open_max {
-                    *phase = Phase::Closed { failures: 0 };
-                }
-            }
-            // A call started before the breaker opened: it says nothing about now.
-            _ => {}
-        }
+        permit.success();
     }
 
-    /// Reports a failed call.
+    /// Reports a failed call (the same as [`Permit::failure`]).
     pub fn failure(&self, permit: Permit) {
-        let mut phase = self.phase.lock();
-        let open = Phase::Open {
-            until: Instant::now() + self.config.cooldown,
-        };
-        match &mut *phase {
-            Phase::Closed { failures } => {
-                *failures += 1;
-                if *failures >= self.config.threshold {
-                    *phase = open;
-                }
-            }
-            Phase::HalfOpen { .. } if permit.probe => *phase = open,
-            _ => {}
-        }
+        permit.failure();
     }
 
     /// Runs `call` through the breaker; on refusal or failure returns
-    /// `fallback(why)` instead.
+    /// `fallback(why)` instead. If the returned future is dropped while
+    /// `call` runs, the call counts as failed.
     pub async fn call<T, E, Fut>(&self, call: impl FnOnce() -> Fut, fallback: impl FnOnce(CallError<E>) -> T) -> T
     where
         Fut: Future<Output = Result<T, E>>,
@@ -187,11 +264,11 @@ impl CircuitBreaker {
         };
         match call().await {
             Ok(value) => {
-                self.success(permit);
+                permit.success();
                 value
             }
             Err(e) => {
-                self.failure(permit);
+                permit.failure();
                 fallback(CallError::Failed(e))
             }
         }
@@ -210,6 +287,18 @@ mod tests {
         })
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Opens `b` at `t` with `threshold` failures.
+    fn open(b: &CircuitBreaker, t: Instant) {
+        for _ in 0..b.config().threshold {
+            b.shared.acquire(t).unwrap().report_at(false, t);
+        }
+        assert_eq!(b.state_at(t), BreakerState::Open);
+    }
+
     #[test]
     fn opens_after_threshold_consecutive_failures() {
         let b = breaker(10_000);
@@ -221,7 +310,7 @@ mod tests {
         b.success(p);
         for _ in 0..4 {
             let p = b.acquire().unwrap();
-            b.failure(p);
+            p.failure();
         }
         assert_eq!(b.state(), BreakerState::Closed, "a success resets the count");
         let p = b.acquire().unwrap();
@@ -234,28 +323,77 @@ mod tests {
     #[test]
     fn half_open_probes_close_or_reopen() {
         let b = breaker(20);
-        for _ in 0..5 {
-            let p = b.acquire().unwrap();
-            b.failure(p);
-        }
-        std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(b.state(), BreakerState::HalfOpen);
-        let probes: Vec<_> = (0..3).map(|_| b.acquire().unwrap()).collect();
-        assert!(b.acquire().is_none(), "at most half_open_max probes");
-        b.success(probes[0]);
-        b.success(probes[1]);
-        assert_eq!(b.state(), BreakerState::HalfOpen);
-        b.success(probes[2]);
-        assert_eq!(b.state(), BreakerState::Closed);
+        let t0 = Instant::now();
+        open(&b, t0);
+        let t = t0 + ms(30);
+        assert_eq!(b.state_at(t), BreakerState::HalfOpen);
+        let mut probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t).unwrap()).collect();
+        assert!(b.shared.acquire(t).is_none(), "at most half_open_max probes");
+        probes.pop().unwrap().report_at(true, t);
+        probes.pop().unwrap().report_at(true, t);
+        assert_eq!(b.state_at(t), BreakerState::HalfOpen);
+        probes.pop().unwrap().report_at(true, t);
+        assert_eq!(b.state_at(t), BreakerState::Closed);
 
-        for _ in 0..5 {
-            let p = b.acquire().unwrap();
-            b.failure(p);
+        open(&b, t);
+        let t = t + ms(30);
+        b.shared.acquire(t).unwrap().report_at(false, t);
+        assert_eq!(b.state_at(t), BreakerState::Open, "a failed probe reopens");
+    }
+
+    #[test]
+    fn dropped_probes_count_as_failures_and_free_their_slots() {
+        let b = breaker(20);
+        let t0 = Instant::now();
+        open(&b, t0);
+        let t = t0 + ms(30);
+        let probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t).unwrap()).collect();
+        // Their callers were cancelled: the permits are dropped unreported.
+        drop(probes);
+        assert!(b.state_at(t) != BreakerState::Closed, "a dropped probe is no success");
+        let t = Instant::now() + ms(30);
+        let probe = b
+            .shared
+            .acquire(t)
+            .expect("the breaker probes again after the cooldown");
+        probe.report_at(true, t);
+        for _ in 0..2 {
+            b.shared.acquire(t).unwrap().report_at(true, t);
         }
-        std::thread::sleep(Duration::from_millis(30));
-        let probe = b.acquire().unwrap();
-        b.failure(probe);
-        assert_eq!(b.state(), BreakerState::Open, "a failed probe reopens");
+        assert_eq!(b.state_at(t), BreakerState::Closed);
+    }
+
+    #[test]
+    fn a_dropped_permit_reports_failure_once() {
+        let b = breaker(10_000);
+        for _ in 0..4 {
+            drop(b.acquire().unwrap());
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.acquire().unwrap().success();
+        for _ in 0..5 {
+            drop(b.acquire().unwrap());
+        }
+        assert_eq!(b.state(), BreakerState::Open, "five dropped permits are five failures");
+    }
+
+    #[test]
+    fn a_probe_of_an_earlier_round_reports_nothing() {
+        let b = breaker(20);
+        let t0 = Instant::now();
+        open(&b, t0);
+        let t1 = t0 + ms(30);
+        let late = b.shared.acquire(t1).unwrap();
+        b.shared.acquire(t1).unwrap().report_at(false, t1);
+        let t2 = t1 + ms(30);
+        let probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t2).unwrap()).collect();
+        // The late probe's success belongs to the first round: it frees no slot here.
+        late.report_at(true, t2);
+        assert!(b.shared.acquire(t2).is_none());
+        for p in probes {
+            p.report_at(true, t2);
+        }
+        assert_eq!(b.state_at(t2), BreakerState::Closed);
     }
 
     #[tokio::test]
@@ -279,5 +417,17 @@ mod tests {
             )
             .await;
         assert_eq!(v, 9, "open: the call is not made");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_call_counts_as_failed() {
+        let b = CircuitBreaker::new(BreakerConfig {
+            threshold: 1,
+            cooldown: Duration::from_secs(30),
+            half_open_max: 1,
+        });
+        let never = b.call(std::future::pending::<Result<u32, ()>>, |_| 0);
+        assert!(tokio::time::timeout(ms(1), never).await.is_err());
+        assert_eq!(b.state(), BreakerState::Open);
     }
 }

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::policy::{check_name, OnStoreError, Policy, MAX_COST};
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore};
-use crate::store::redis::{RedisCheck, RedisStore};
+use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 
 /// Everything a limiter is built from.
 #[derive(Debug, Clone)]
@@ -31,8 +31,10 @@ pub struct LimiterConfig {
     pub prefix: String,
     /// Most keys the memory store (and the local fallback) holds.
     pub max_keys: usize,
-    /// Deadline of every store call.
+    /// Deadline of every store call on an open connection.
     pub timeout: Duration,
+    /// Deadline of opening a store connection (TCP, TLS and the handshake).
+    pub connect_timeout: Duration,
     /// The store's circuit breaker.
     pub breaker: BreakerConfig,
 }
@@ -46,6 +48,7 @@ impl LimiterConfig {
             prefix: "polylimit".into(),
             max_keys: 1_000_000,
             timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
         }
     }
@@ -58,19 +61,20 @@ impl LimiterConfig {
 
     /// Builds a configuration from the options object every binding passes:
     /// `policy` (or `policies`: a list, or a map of name → policy), `store`,
-    /// `prefix`, `max_keys`, `timeout`, `failure_threshold`, `cooldown`,
+    /// `prefix`, `max_keys`, `timeout`, `connect_timeout`, `failure_threshold`, `cooldown`,
     /// `half_open_probes`. Unknown fields are errors.
     pub fn from_value(value: &Value) -> Result<LimiterConfig> {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 9] = [
+        const FIELDS: [&str; 10] = [
             "policy",
             "policies",
             "store",
             "prefix",
             "max_keys",
             "timeout",
+            "connect_timeout",
             "failure_threshold",
             "cooldown",
             "half_open_probes",
@@ -141,6 +145,9 @@ impl LimiterConfig {
         };
         if let Some(d) = duration("timeout")? {
             config.timeout = d;
+        }
+        if let Some(d) = duration("connect_timeout")? {
+            config.connect_timeout = d;
         }
         if let Some(d) = duration("cooldown")? {
             config.breaker.cooldown = d;
@@ -235,7 +242,6 @@ struct Inner {
     /// The memory store; for Redis, the `local` fallback.
     memory: MemoryStore,
     breaker: CircuitBreaker,
-    timeout: Duration,
     closed: AtomicBool,
     metrics: Metrics,
     rules: Option<HttpRules>,
@@ -286,7 +292,13 @@ impl Limiter {
                 || url.starts_with("redis+cluster://")
                 || url.starts_with("rediss+cluster://") =>
             {
-                Backend::Redis(Box::new(RedisStore::open(url, config.timeout)?))
+                Backend::Redis(Box::new(RedisStore::open(
+                    url,
+                    Timeouts {
+                        call: config.timeout,
+                        connect: config.connect_timeout,
+                    },
+                )?))
             }
             other => {
                 return Err(Error::config(
@@ -318,7 +330,6 @@ impl Limiter {
                 backend,
                 memory: MemoryStore::new(config.max_keys),
                 breaker: CircuitBreaker::new(config.breaker),
-                timeout: config.timeout,
                 closed: AtomicBool::new(false),
                 metrics,
                 rules: None,
@@ -535,23 +546,25 @@ impl Limiter {
                 }
             })
             .collect();
+        // The store bounds the call (`connect_timeout`, then `timeout`). If
+        // this future is dropped first, the permit reports a failure.
         let started = Instant::now();
-        let outcome = tokio::time::timeout(inner.timeout, redis.decide(&checks, now, cost)).await;
+        let outcome = redis.decide(&checks, now, cost).await;
         inner.metrics.store_latency(started.elapsed());
         match outcome {
-            Ok(Ok((store_now, verdicts))) => {
-                inner.breaker.success(permit);
+            Ok((store_now, verdicts)) => {
+                permit.success();
                 let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
                 Ok(self.result(targets, store_now, allowed, verdicts, Source::Store))
             }
-            Ok(Err(e @ Error::Store { .. })) => {
+            Err(e @ Error::Store { .. }) => {
                 // The server answered: it is up, only this key is wrong.
-                inner.breaker.success(permit);
+                permit.success();
                 inner.metrics.store_error();
                 Err(e)
             }
-            Ok(Err(_)) | Err(_) => {
-                inner.breaker.failure(permit);
+            Err(_) => {
+                permit.failure();
                 inner.metrics.store_error();
                 Ok(self.fallback(targets, now, cost))
             }
@@ -632,12 +645,7 @@ impl Limiter {
             let keys: Vec<String> = (0..inner.policies.len())
                 .flat_map(|i| self.store_keys(i, key))
                 .collect();
-            tokio::time::timeout(inner.timeout, redis.delete(&keys))
-                .await
-                .map_err(|_| Error::StoreUnavailable {
-                    message: "reset timed out".into(),
-                    source: None,
-                })??;
+            redis.delete(&keys).await?;
         }
         Ok(())
     }

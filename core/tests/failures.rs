@@ -195,3 +195,180 @@ async fn fallbacks_follow_each_policy() {
     let d = open.check("k").await.unwrap();
     assert_eq!((d.allowed, d.source), (true, Source::FailOpen));
 }
+
+/// A limiter from the options every binding passes.
+fn limiter_with(url: &str, on_store_error: &str, options: serde_json::Value) -> Limiter {
+    let mut options = options;
+    options["policy"] = json!({"rate": "1000/s", "on_store_error": on_store_error});
+    options["store"] = json!(url);
+    Limiter::from_value(&options).unwrap()
+}
+
+// The breaker's clock is the wall clock: the cooldown is 50 ms and the test
+// sleeps just past it, because cooldowns ending is what it tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_probes_do_not_wedge_the_breaker() {
+    let redis = support::RedisServer::start();
+    let limiter = limiter_with(
+        &redis.url(),
+        "local",
+        json!({"cooldown": "50ms", "timeout": "100ms", "connect_timeout": "200ms"}),
+    );
+    assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
+
+    redis.pause();
+    let failing: Vec<_> = (0..5)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(&format!("k{i}")).await.unwrap().source })
+        })
+        .collect();
+    for t in failing {
+        assert_eq!(t.await.unwrap(), Source::Local);
+    }
+    assert_eq!(limiter.breaker_state(), BreakerState::Open);
+
+    // Half-open: three probes start, and their callers give up (a client
+    // disconnected, a deadline passed): the futures are dropped.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(limiter.breaker_state(), BreakerState::HalfOpen);
+    let probes = async { tokio::join!(limiter.check("p1"), limiter.check("p2"), limiter.check("p3")) };
+    assert!(tokio::time::timeout(Duration::from_millis(20), probes).await.is_err());
+    assert_ne!(
+        limiter.breaker_state(),
+        BreakerState::Closed,
+        "a cancelled probe is no success"
+    );
+
+    redis.resume();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let d = limiter.check("healthy").await.unwrap();
+    assert_eq!(
+        d.source,
+        Source::Store,
+        "the next call after the cooldown probes the store"
+    );
+}
+
+// Behind a stuck proxy (or a half-open TCP connection) the socket stays open
+// and silent. A timeout must drop it so the next call opens a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_replaced() {
+    let redis = support::RedisServer::start();
+    let proxy = support::Proxy::start(redis.port).await;
+    let limiter = limiter_with(
+        &proxy.url(),
+        "local",
+        json!({"failure_threshold": 1, "cooldown": "50ms", "timeout": "100ms", "connect_timeout": "500ms"}),
+    );
+    assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
+
+    proxy.black_hole();
+    let started = Instant::now();
+    let d = limiter.check("k").await.unwrap();
+    assert_eq!(d.source, Source::Local);
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(limiter.breaker_state(), BreakerState::Open);
+
+    // New connections through the proxy forward: the probe after the
+    // cooldown must use one, not the silent socket.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let d = limiter.check("k").await.unwrap();
+    assert_eq!(d.source, Source::Store, "the probe reused the dead connection");
+}
+
+#[tokio::test]
+async fn connect_timeout_is_an_option() {
+    let bad = Limiter::from_value(&json!({"policy": {"rate": "1/s"}, "connect_timeout": "soon"}));
+    let message = bad.err().expect("a bad connect_timeout is refused").to_string();
+    assert!(
+        message.contains("connect_timeout") && message.contains("soon"),
+        "{message}"
+    );
+    let config = LimiterConfig::from_value(&json!({"policy": {"rate": "1/s"}, "connect_timeout": "250ms"})).unwrap();
+    assert_eq!(config.connect_timeout, Duration::from_millis(250));
+    assert_eq!(
+        LimiterConfig::from_value(&json!({"policy": {"rate": "1/s"}}))
+            .unwrap()
+            .connect_timeout,
+        Duration::from_secs(1)
+    );
+}
+
+/// A store that answers with an error about itself, not about the key:
+/// the check falls back, counts a breaker failure, and raises nothing.
+async fn assert_store_failure(limiter: &Limiter, what: &str) {
+    for i in 0..5 {
+        let d = limiter
+            .check(&format!("k{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: a check raised {e}"));
+        assert_eq!(d.source, Source::Local, "{what}");
+    }
+    assert_eq!(
+        limiter.breaker_state(),
+        BreakerState::Open,
+        "{what}: five failures open the breaker"
+    );
+    let metrics = limiter.metrics_text();
+    assert!(
+        metrics.contains("polylimit_store_errors_total 5\n"),
+        "{what}: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn out_of_memory_is_a_store_failure() {
+    let redis = support::RedisServer::start();
+    let limiter = limiter(&redis.url(), "local", 30_000);
+    assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
+    assert_eq!(
+        redis.command("CONFIG SET maxmemory-policy noeviction").as_deref(),
+        Some("+OK\r\n")
+    );
+    assert_eq!(redis.command("CONFIG SET maxmemory 1").as_deref(), Some("+OK\r\n"));
+    assert_store_failure(&limiter, "OOM").await;
+}
+
+#[tokio::test]
+async fn a_read_only_replica_is_a_store_failure() {
+    let primary = support::RedisServer::start();
+    let replica = support::RedisServer::start();
+    let reply = replica.command(&format!("REPLICAOF 127.0.0.1 {}", primary.port));
+    assert_eq!(reply.as_deref(), Some("+OK\r\n"));
+    let limiter = limiter(&replica.url(), "local", 30_000);
+    assert_store_failure(&limiter, "READONLY").await;
+}
+
+// A server that accepts TCP but never answers the handshake: every caller
+// waiting on the one connect attempt shares its failure after
+// `connect_timeout`, instead of each trying again in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_waiting_on_a_failed_connect_share_its_failure() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let limiter = limiter_with(
+        &url,
+        "fail_open",
+        json!({"connect_timeout": "200ms", "failure_threshold": 100}),
+    );
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.check(&format!("k{i}")).await.unwrap().source })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Source::FailOpen);
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(800),
+        "20 callers on one failing connect took {elapsed:?}"
+    );
+}

@@ -91,7 +91,8 @@ typedef struct polylimit_breaker_t polylimit_breaker_t;
 typedef struct polylimit_limiter_t polylimit_limiter_t;
 
 // Permission to make one call, from `polylimit_breaker_acquire`; consumed by
-// `polylimit_breaker_success` or `polylimit_breaker_failure`.
+// `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
+// the breaker that issued it, which it keeps alive).
 typedef struct polylimit_permit_t polylimit_permit_t;
 
 // An error; owned by the caller, freed with `polylimit_error_free`.

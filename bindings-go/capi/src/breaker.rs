@@ -12,7 +12,8 @@ pub struct polylimit_breaker_t {
 }
 
 /// Permission to make one call, from `polylimit_breaker_acquire`; consumed by
-/// `polylimit_breaker_success` or `polylimit_breaker_failure`.
+/// `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
+/// the breaker that issued it, which it keeps alive).
 pub struct polylimit_permit_t {
     permit: Permit,
 }
@@ -72,13 +73,11 @@ unsafe fn report(breaker: *const polylimit_breaker_t, permit: *mut polylimit_per
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the permit came from `polylimit_breaker_acquire`, consumed once.
         let permit = unsafe { Box::from_raw(permit) }.permit;
-        // SAFETY: a live handle or NULL.
-        if let Some(b) = unsafe { breaker.as_ref() } {
-            if ok {
-                b.inner.success(permit)
-            } else {
-                b.inner.failure(permit)
-            }
+        // A freed breaker (NULL) only frees the permit: its report reaches no one.
+        if breaker.is_null() || !ok {
+            permit.failure()
+        } else {
+            permit.success()
         }
     }));
 }

@@ -75,8 +75,8 @@ class Policy:
 class Limiter(_NativeLimiter):
     """A rate limiter: ``Limiter(policy=..., store="memory", **options)``.
 
-    Options: ``policies``, ``prefix``, ``max_keys``, ``timeout``, ``failure_threshold``,
-    ``cooldown``, ``half_open_probes`` (SPEC §4-5). Bad values raise ``ConfigError``.
+    Options: ``policies``, ``prefix``, ``max_keys``, ``timeout``, ``connect_timeout``,
+    ``failure_threshold``, ``cooldown``, ``half_open_probes`` (SPEC §4-5). Bad values raise ``ConfigError``.
     """
 
     @classmethod
@@ -167,21 +167,30 @@ class CircuitBreaker(_NativeBreaker):
     def call(self, fn: Callable[..., Any], *args: Any, fallback: Optional[Callable[[BaseException], Any]] = None, **kwargs: Any) -> Any:
         """Calls ``fn(*args, **kwargs)`` through the breaker. An exception or an open breaker goes to
         ``fallback(exc)`` when given (else it is raised). If ``fn`` returns an awaitable, ``call``
-        returns a coroutine that awaits it under the same permit."""
+        returns a coroutine that awaits it under the same permit. A call that does not finish
+        (cancelled, interrupted, ``SystemExit``) counts as failed and its exception propagates."""
         permit = self.acquire()
         if permit is None:
             return self._refuse(fallback, CircuitOpenError("circuit breaker is open"), fn)
+        settled = False
         try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - reported to the breaker, then re-raised or handed over
-            self.failure(permit)
-            if fallback is None:
-                raise
-            return fallback(exc)
-        if inspect.isawaitable(result):
-            return self._finish(result, permit, fallback)
-        self.success(permit)
-        return result
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - reported to the breaker, then re-raised or handed over
+                settled = True
+                self.failure(permit)
+                if fallback is None:
+                    raise
+                return fallback(exc)
+            settled = True
+            if inspect.isawaitable(result):
+                return self._finish(result, permit, fallback)
+            self.success(permit)
+            return result
+        finally:
+            if not settled:
+                # A BaseException (KeyboardInterrupt, SystemExit, GeneratorExit): no success.
+                self.failure(permit)
 
     def _refuse(self, fallback: Any, exc: BaseException, fn: Any) -> Any:
         if inspect.iscoroutinefunction(fn):
@@ -198,13 +207,22 @@ class CircuitBreaker(_NativeBreaker):
         return fallback(exc)
 
     async def _finish(self, awaitable: Any, permit: Permit, fallback: Any) -> Any:
+        settled = False
         try:
-            result = await awaitable
-        except Exception as exc:  # noqa: BLE001
-            self.failure(permit)
-            if fallback is None:
-                raise
-            out = fallback(exc)
-            return await out if inspect.isawaitable(out) else out
-        self.success(permit)
-        return result
+            try:
+                result = await awaitable
+            except Exception as exc:  # noqa: BLE001
+                settled = True
+                self.failure(permit)
+                if fallback is None:
+                    raise
+                out = fallback(exc)
+                return await out if inspect.isawaitable(out) else out
+            settled = True
+            self.success(permit)
+            return result
+        finally:
+            if not settled:
+                # Cancelled (asyncio.CancelledError is no Exception) or interrupted: a failure,
+                # so an abandoned half-open probe never holds its slot.
+                self.failure(permit)

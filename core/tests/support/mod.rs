@@ -127,6 +127,89 @@ impl Drop for RedisServer {
     }
 }
 
+/// A TCP proxy on loopback in front of a real server. [`Proxy::black_hole`]
+/// makes every connection open at that moment stop forwarding while its
+/// sockets stay open (a stuck proxy, a half-open TCP connection: no FIN, no
+/// RST, no reply); connections opened later forward normally.
+pub struct Proxy {
+    pub port: u16,
+    /// Connections numbered below this forward nothing.
+    cut_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    next: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Forwards a free loopback port to `127.0.0.1:upstream`.
+    pub async fn start(upstream: u16) -> Proxy {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut_below = Arc::new(AtomicU64::new(0));
+        let next = Arc::new(AtomicU64::new(0));
+        let (cut, counter) = (cut_below.clone(), next.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = counter.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                tokio::spawn(pump(client_read, server_write, id, cut.clone()));
+                tokio::spawn(pump(server_read, client_write, id, cut.clone()));
+            }
+        });
+        Proxy {
+            port,
+            cut_below,
+            next,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Every connection open now goes silent for good, sockets kept open.
+    pub fn black_hole(&self) {
+        use std::sync::atomic::Ordering;
+        self.cut_below.store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies `from` to `to` until `id` is cut, then swallows what arrives,
+/// keeping both sockets open.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    id: u64,
+    cut_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if id < cut_below.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// The vector files of `$POLYLIMIT_VECTORS/<sub>` (default
 /// `tests/conformance/<sub>`), sorted, as (file name, parsed JSON). An
 /// unreadable or unparsable file, or an empty directory, fails the run.
