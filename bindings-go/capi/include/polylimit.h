@@ -139,6 +139,9 @@ typedef void (*polylimit_callback_t)(size_t ctx,
                                      const struct polylimit_error_t *error);
 
 // Frees a string returned by polylimit. NULL is ignored.
+//
+// # Safety
+// `s` is NULL or a string this library returned, not yet freed.
 void polylimit_string_free(char *s);
 
 // The library's version, a static string.
@@ -151,20 +154,38 @@ struct polylimit_breaker_t *polylimit_breaker_new(uint32_t threshold,
                                                   uint32_t half_open_max);
 
 // Asks to make a call: a permit, or NULL when the breaker refuses.
+//
+// # Safety
+// `breaker` is NULL or a live handle. A permit is given back once, to
+// `polylimit_breaker_success` or `polylimit_breaker_failure`.
 struct polylimit_permit_t *polylimit_breaker_acquire(const struct polylimit_breaker_t *breaker);
 
 // Reports a successful call and frees the permit.
+//
+// # Safety
+// `permit` is NULL or from `polylimit_breaker_acquire`, not yet reported;
+// `breaker` is the handle it came from, or NULL.
 void polylimit_breaker_success(const struct polylimit_breaker_t *breaker,
                                struct polylimit_permit_t *permit);
 
 // Reports a failed call and frees the permit.
+//
+// # Safety
+// As `polylimit_breaker_success`.
 void polylimit_breaker_failure(const struct polylimit_breaker_t *breaker,
                                struct polylimit_permit_t *permit);
 
 // The state, a `polylimit_breaker_state_t` (CLOSED for NULL).
+//
+// # Safety
+// `breaker` is NULL or a live handle.
 int32_t polylimit_breaker_state(const struct polylimit_breaker_t *breaker);
 
-// Frees the breaker. NULL is ignored.
+// Frees the breaker. NULL is ignored. Permits still out may be reported after.
+//
+// # Safety
+// `breaker` is NULL or from `polylimit_breaker_new`, not yet freed, and no
+// other call is using it.
 void polylimit_breaker_free(struct polylimit_breaker_t *breaker);
 
 // The shared name of a source (`store`, `local`, `fail_open`, …), a static
@@ -172,20 +193,38 @@ void polylimit_breaker_free(struct polylimit_breaker_t *breaker);
 const char *polylimit_source_name(int32_t source);
 
 // Frees an error. NULL is ignored.
+//
+// # Safety
+// `err` is NULL or an error written by this library, not yet freed.
 void polylimit_error_free(struct polylimit_error_t *err);
 
 // Builds a limiter from the options object as JSON (`{"policy": {...},
 // "store": "redis://…", "prefix": …, "timeout": "100ms", …}`, SPEC §2, §5).
+//
+// # Safety
+// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+// writable. The limiter written to `*out` is freed once with
+// `polylimit_limiter_free`.
 int32_t polylimit_limiter_new(const char *options_json,
                               struct polylimit_limiter_t **out,
                               struct polylimit_error_t **err);
 
 // Builds a limiter from the text of a rules file (YAML or JSON, SPEC §6).
+//
+// # Safety
+// `rules` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+// writable. The limiter written to `*out` is freed once with
+// `polylimit_limiter_free`.
 int32_t polylimit_limiter_from_rules(const char *rules,
                                      struct polylimit_limiter_t **out,
                                      struct polylimit_error_t **err);
 
 // Builds a limiter from a rules file on disk.
+//
+// # Safety
+// `path` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+// writable. The limiter written to `*out` is freed once with
+// `polylimit_limiter_free`.
 int32_t polylimit_limiter_from_file(const char *path,
                                     struct polylimit_limiter_t **out,
                                     struct polylimit_error_t **err);
@@ -195,6 +234,11 @@ int32_t polylimit_limiter_from_file(const char *path,
 // written when the decision is ready at once (memory store), or
 // `POLYLIMIT_PENDING` and calls `callback(ctx, …)` later (remote store). With
 // a NULL callback it waits for the store instead. Never blocks otherwise.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+// points to `key_len` readable bytes; `out` and `err` are NULL or writable.
+// `callback`, when given, may be called from another thread, once, with `ctx`.
 int32_t polylimit_limiter_check(const struct polylimit_limiter_t *limiter,
                                 const uint8_t *key,
                                 size_t key_len,
@@ -207,6 +251,9 @@ int32_t polylimit_limiter_check(const struct polylimit_limiter_t *limiter,
 
 // `polylimit_limiter_check` that waits for the answer on the calling thread
 // (fine for the memory store, where a check takes well under a microsecond).
+//
+// # Safety
+// As `polylimit_limiter_check`.
 int32_t polylimit_limiter_check_blocking(const struct polylimit_limiter_t *limiter,
                                          const uint8_t *key,
                                          size_t key_len,
@@ -222,6 +269,12 @@ int32_t polylimit_limiter_check_blocking(const struct polylimit_limiter_t *limit
 // `with_decisions`; a middleware does not need them): with
 // `POLYLIMIT_OK` in `*out_json` (free it with `polylimit_string_free`),
 // with `POLYLIMIT_PENDING` through the callback's `text`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `request_json` is NULL (with
+// `request_len` 0) or points to `request_len` readable bytes; `out_json` and
+// `err` are NULL or writable. `callback`, when given, may be called from
+// another thread, once, with `ctx`.
 int32_t polylimit_limiter_check_request(const struct polylimit_limiter_t *limiter,
                                         const uint8_t *request_json,
                                         size_t request_len,
@@ -232,20 +285,34 @@ int32_t polylimit_limiter_check_request(const struct polylimit_limiter_t *limite
                                         struct polylimit_error_t **err);
 
 // Forgets `key` under every policy; waits for the store.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+// points to `key_len` readable bytes; `err` is NULL or writable.
 int32_t polylimit_limiter_reset(const struct polylimit_limiter_t *limiter,
                                 const uint8_t *key,
                                 size_t key_len,
                                 struct polylimit_error_t **err);
 
 // Metrics in Prometheus text format, in `*out` (free with `polylimit_string_free`).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
 int32_t polylimit_limiter_metrics(const struct polylimit_limiter_t *limiter,
                                   char **out,
                                   struct polylimit_error_t **err);
 
 // Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`. Idempotent.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
 void polylimit_limiter_close(const struct polylimit_limiter_t *limiter);
 
 // Frees the handle. NULL is ignored. Checks still pending complete normally.
+//
+// # Safety
+// `limiter` is NULL or a handle from this library not yet freed; no call
+// using it may be running or start afterwards.
 void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
 
 #endif  /* POLYLIMIT_H */

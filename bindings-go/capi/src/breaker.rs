@@ -51,6 +51,10 @@ pub extern "C" fn polylimit_breaker_new(
 }
 
 /// Asks to make a call: a permit, or NULL when the breaker refuses.
+///
+/// # Safety
+/// `breaker` is NULL or a live handle. A permit is given back once, to
+/// `polylimit_breaker_success` or `polylimit_breaker_failure`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_breaker_acquire(breaker: *const polylimit_breaker_t) -> *mut polylimit_permit_t {
     // SAFETY: a live handle or NULL.
@@ -66,6 +70,8 @@ pub unsafe extern "C" fn polylimit_breaker_acquire(breaker: *const polylimit_bre
     .unwrap_or(std::ptr::null_mut())
 }
 
+/// # Safety
+/// `permit` is NULL or from `polylimit_breaker_acquire`, not yet reported.
 unsafe fn report(breaker: *const polylimit_breaker_t, permit: *mut polylimit_permit_t, ok: bool) {
     if permit.is_null() {
         return;
@@ -83,24 +89,36 @@ unsafe fn report(breaker: *const polylimit_breaker_t, permit: *mut polylimit_per
 }
 
 /// Reports a successful call and frees the permit.
+///
+/// # Safety
+/// `permit` is NULL or from `polylimit_breaker_acquire`, not yet reported;
+/// `breaker` is the handle it came from, or NULL.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_breaker_success(
     breaker: *const polylimit_breaker_t,
     permit: *mut polylimit_permit_t,
 ) {
+    // SAFETY: the caller's promises, passed on.
     unsafe { report(breaker, permit, true) }
 }
 
 /// Reports a failed call and frees the permit.
+///
+/// # Safety
+/// As `polylimit_breaker_success`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_breaker_failure(
     breaker: *const polylimit_breaker_t,
     permit: *mut polylimit_permit_t,
 ) {
+    // SAFETY: the caller's promises, passed on.
     unsafe { report(breaker, permit, false) }
 }
 
 /// The state, a `polylimit_breaker_state_t` (CLOSED for NULL).
+///
+/// # Safety
+/// `breaker` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_breaker_state(breaker: *const polylimit_breaker_t) -> i32 {
     // SAFETY: a live handle or NULL.
@@ -115,7 +133,11 @@ pub unsafe extern "C" fn polylimit_breaker_state(breaker: *const polylimit_break
     }
 }
 
-/// Frees the breaker. NULL is ignored.
+/// Frees the breaker. NULL is ignored. Permits still out may be reported after.
+///
+/// # Safety
+/// `breaker` is NULL or from `polylimit_breaker_new`, not yet freed, and no
+/// other call is using it.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_breaker_free(breaker: *mut polylimit_breaker_t) {
     if !breaker.is_null() {

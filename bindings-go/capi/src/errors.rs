@@ -104,6 +104,9 @@ impl FfiError {
 }
 
 /// Frees an error. NULL is ignored.
+///
+/// # Safety
+/// `err` is NULL or an error written by this library, not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_error_free(err: *mut polylimit_error_t) {
     if err.is_null() {

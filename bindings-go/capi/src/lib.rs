@@ -13,8 +13,9 @@
 //!   calls the callback exactly once from a runtime thread.
 #![allow(non_camel_case_types)]
 // Every exported function checks its pointers for NULL; the caller promises
-// the rest (valid handles, `len` readable bytes), as the header documents.
-#![allow(clippy::missing_safety_doc)]
+// the rest (valid handles, `len` readable bytes), as each function's
+// `# Safety` section (copied into the header) says.
+#![deny(clippy::missing_safety_doc, clippy::undocumented_unsafe_blocks)]
 
 pub mod breaker;
 pub mod decision;
@@ -69,6 +70,9 @@ pub(crate) fn c_string(text: String) -> *mut c_char {
 }
 
 /// `len` bytes at `ptr` as UTF-8 (NULL with length 0 is the empty string).
+///
+/// # Safety
+/// `ptr` is NULL or points to `len` readable bytes that outlive `'a`.
 pub(crate) unsafe fn str_arg<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a str, FfiError> {
     if ptr.is_null() {
         return if len == 0 {
@@ -83,6 +87,9 @@ pub(crate) unsafe fn str_arg<'a>(ptr: *const u8, len: usize, what: &str) -> Resu
 }
 
 /// A NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `ptr` is NULL or a NUL-terminated string that outlives `'a`.
 pub(crate) unsafe fn cstr_arg<'a>(ptr: *const c_char, what: &str) -> Result<&'a str, FfiError> {
     if ptr.is_null() {
         return Err(FfiError::invalid(format!("{what} is NULL")));
@@ -94,6 +101,9 @@ pub(crate) unsafe fn cstr_arg<'a>(ptr: *const c_char, what: &str) -> Result<&'a 
 }
 
 /// Frees a string returned by polylimit. NULL is ignored.
+///
+/// # Safety
+/// `s` is NULL or a string this library returned, not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_string_free(s: *mut c_char) {
     if !s.is_null() {

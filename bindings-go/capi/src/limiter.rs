@@ -87,13 +87,16 @@ type Callback =
 fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
     let (no_decision, no_text, no_error) = (std::ptr::null(), std::ptr::null(), std::ptr::null());
     let ok = Status::POLYLIMIT_OK as i32;
-    // SAFETY (each call): the callback was given by the caller for exactly this call.
     let _ = catch_unwind(AssertUnwindSafe(|| match result {
+        // SAFETY: the callback was given by the caller for exactly this call;
+        // the decision lives until it returns.
         Ok(Done::Decision(d)) => unsafe { callback(ctx, ok, &d, no_text, 0, no_error) },
+        // SAFETY: as above; `t` holds `t.len()` bytes until the callback returns.
         Ok(Done::Text(t)) => unsafe { callback(ctx, ok, no_decision, t.as_ptr().cast(), t.len(), no_error) },
         Err(e) => {
             let code = e.status() as i32;
             let err = e.into_raw();
+            // SAFETY: as above; `err` is ours, borrowed by the callback and freed once after it.
             unsafe {
                 callback(ctx, code, no_decision, no_text, 0, err);
                 crate::errors::polylimit_error_free(err);
@@ -102,6 +105,8 @@ fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
     }));
 }
 
+/// # Safety
+/// `l` is NULL or a live handle from this crate, not freed while `'a` lasts.
 unsafe fn handle<'a>(l: *const polylimit_limiter_t) -> Result<&'a Limiter, FfiError> {
     // SAFETY: the caller passes a live handle or NULL.
     unsafe { l.as_ref() }
@@ -109,6 +114,8 @@ unsafe fn handle<'a>(l: *const polylimit_limiter_t) -> Result<&'a Limiter, FfiEr
         .ok_or_else(|| FfiError::invalid("limiter is NULL"))
 }
 
+/// # Safety
+/// `out` and `err` are NULL or writable.
 unsafe fn build(
     out: *mut *mut polylimit_limiter_t,
     err: *mut *mut polylimit_error_t,
@@ -127,12 +134,18 @@ unsafe fn build(
 
 /// Builds a limiter from the options object as JSON (`{"policy": {...},
 /// "store": "redis://…", "prefix": …, "timeout": "100ms", …}`, SPEC §2, §5).
+///
+/// # Safety
+/// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+/// writable. The limiter written to `*out` is freed once with
+/// `polylimit_limiter_free`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_new(
     options_json: *const c_char,
     out: *mut *mut polylimit_limiter_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
+    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
     unsafe {
         build(out, err, || {
             let text = cstr_arg(options_json, "options_json")?;
@@ -142,22 +155,34 @@ pub unsafe extern "C" fn polylimit_limiter_new(
 }
 
 /// Builds a limiter from the text of a rules file (YAML or JSON, SPEC §6).
+///
+/// # Safety
+/// `rules` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+/// writable. The limiter written to `*out` is freed once with
+/// `polylimit_limiter_free`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_from_rules(
     rules: *const c_char,
     out: *mut *mut polylimit_limiter_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
+    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
     unsafe { build(out, err, || Ok(Limiter::from_rules(cstr_arg(rules, "rules")?)?)) }
 }
 
 /// Builds a limiter from a rules file on disk.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` and `err` are NULL or
+/// writable. The limiter written to `*out` is freed once with
+/// `polylimit_limiter_free`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_from_file(
     path: *const c_char,
     out: *mut *mut polylimit_limiter_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
+    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
     unsafe { build(out, err, || Ok(Limiter::from_file(cstr_arg(path, "path")?)?)) }
 }
 
@@ -173,6 +198,11 @@ fn options(cost: u64, now_ms: i64) -> CheckOptions {
 /// written when the decision is ready at once (memory store), or
 /// `POLYLIMIT_PENDING` and calls `callback(ctx, …)` later (remote store). With
 /// a NULL callback it waits for the store instead. Never blocks otherwise.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+/// points to `key_len` readable bytes; `out` and `err` are NULL or writable.
+/// `callback`, when given, may be called from another thread, once, with `ctx`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_check(
     limiter: *const polylimit_limiter_t,
@@ -186,7 +216,9 @@ pub unsafe extern "C" fn polylimit_limiter_check(
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
         let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
         if out.is_null() {
             return Err(FfiError::invalid("out is NULL"));
@@ -209,6 +241,9 @@ pub unsafe extern "C" fn polylimit_limiter_check(
 
 /// `polylimit_limiter_check` that waits for the answer on the calling thread
 /// (fine for the memory store, where a check takes well under a microsecond).
+///
+/// # Safety
+/// As `polylimit_limiter_check`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_check_blocking(
     limiter: *const polylimit_limiter_t,
@@ -219,6 +254,7 @@ pub unsafe extern "C" fn polylimit_limiter_check_blocking(
     out: *mut polylimit_decision_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
+    // SAFETY: the same promises, passed on.
     unsafe { polylimit_limiter_check(limiter, key, key_len, cost, now_ms, out, None, 0, err) }
 }
 
@@ -229,6 +265,12 @@ pub unsafe extern "C" fn polylimit_limiter_check_blocking(
 /// `with_decisions`; a middleware does not need them): with
 /// `POLYLIMIT_OK` in `*out_json` (free it with `polylimit_string_free`),
 /// with `POLYLIMIT_PENDING` through the callback's `text`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `request_json` is NULL (with
+/// `request_len` 0) or points to `request_len` readable bytes; `out_json` and
+/// `err` are NULL or writable. `callback`, when given, may be called from
+/// another thread, once, with `ctx`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_check_request(
     limiter: *const polylimit_limiter_t,
@@ -241,7 +283,9 @@ pub unsafe extern "C" fn polylimit_limiter_check_request(
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `request_len` readable bytes at `request_json`, or NULL.
         let text = unsafe { str_arg(request_json, request_len, "request_json") }?;
         if out_json.is_null() {
             return Err(FfiError::invalid("out_json is NULL"));
@@ -279,6 +323,10 @@ pub unsafe extern "C" fn polylimit_limiter_check_request(
 }
 
 /// Forgets `key` under every policy; waits for the store.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+/// points to `key_len` readable bytes; `err` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_reset(
     limiter: *const polylimit_limiter_t,
@@ -287,7 +335,9 @@ pub unsafe extern "C" fn polylimit_limiter_reset(
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
         let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
         runtime().block_on(async move { limiter.reset(&key).await })?;
         Ok(Status::POLYLIMIT_OK as i32)
@@ -295,6 +345,9 @@ pub unsafe extern "C" fn polylimit_limiter_reset(
 }
 
 /// Metrics in Prometheus text format, in `*out` (free with `polylimit_string_free`).
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_metrics(
     limiter: *const polylimit_limiter_t,
@@ -302,6 +355,7 @@ pub unsafe extern "C" fn polylimit_limiter_metrics(
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?;
         if out.is_null() {
             return Err(FfiError::invalid("out is NULL"));
@@ -313,9 +367,13 @@ pub unsafe extern "C" fn polylimit_limiter_metrics(
 }
 
 /// Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`. Idempotent.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_close(limiter: *const polylimit_limiter_t) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes NULL or a live handle.
         if let Ok(l) = unsafe { handle(limiter) } {
             l.close();
         }
@@ -323,6 +381,10 @@ pub unsafe extern "C" fn polylimit_limiter_close(limiter: *const polylimit_limit
 }
 
 /// Frees the handle. NULL is ignored. Checks still pending complete normally.
+///
+/// # Safety
+/// `limiter` is NULL or a handle from this library not yet freed; no call
+/// using it may be running or start afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_free(limiter: *mut polylimit_limiter_t) {
     if !limiter.is_null() {
