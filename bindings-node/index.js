@@ -109,7 +109,7 @@ function inFlight() {
 }
 
 // The order of the core's Source enum (src/batch.rs).
-const SOURCES = ['store', 'local', 'fail_open', 'fail_closed', 'penalty', 'allowlist', 'denylist'];
+const SOURCES = native.sourceNames();
 
 const REQUEST_NAMES = { apiKey: 'api_key', nowMs: 'now_ms' };
 

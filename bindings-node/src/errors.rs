@@ -3,16 +3,17 @@
 //! turns into an `Error` subclass with a stable `code`.
 
 use napi::{Error, Status};
+use polylimit::ErrorKind;
 use serde_json::json;
 
 /// The stable JS code of an error kind.
-pub fn code(kind: &str) -> &'static str {
+pub fn code(kind: ErrorKind) -> &'static str {
     match kind {
-        "config" => "POLYLIMIT_CONFIG",
-        "store_unavailable" => "POLYLIMIT_STORE_UNAVAILABLE",
-        "store" => "POLYLIMIT_STORE",
-        "closed" => "POLYLIMIT_CLOSED",
-        _ => "POLYLIMIT_INTERNAL",
+        ErrorKind::Config => "POLYLIMIT_CONFIG",
+        ErrorKind::StoreUnavailable => "POLYLIMIT_STORE_UNAVAILABLE",
+        ErrorKind::Store => "POLYLIMIT_STORE",
+        ErrorKind::Closed => "POLYLIMIT_CLOSED",
+        ErrorKind::Internal => "POLYLIMIT_INTERNAL",
     }
 }
 

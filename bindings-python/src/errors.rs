@@ -65,7 +65,7 @@ pub(crate) fn to_py_err(error: polylimit::Error) -> PyErr {
     };
     Python::attach(|py| {
         let value = err.value(py);
-        let _ = value.setattr("kind", error.kind());
+        let _ = value.setattr("kind", error.kind().as_str());
         match &error {
             polylimit::Error::Config { field, value: v, .. } => {
                 let _ = value.setattr("field", field.as_str());

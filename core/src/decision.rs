@@ -22,6 +22,23 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, in the order bindings number them (a decision record's
+    /// source index in Node, `polylimit_source_t` in C).
+    pub const ALL: [Source; 7] = [
+        Source::Store,
+        Source::Local,
+        Source::FailOpen,
+        Source::FailClosed,
+        Source::Penalty,
+        Source::Allowlist,
+        Source::Denylist,
+    ];
+
+    /// This source's place in [`Source::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The name used in every binding and in metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -104,5 +121,19 @@ impl CheckResult {
     /// The decision closest to denying, as headers describe it.
     pub fn decision(&self) -> Decision {
         self.decisions[self.closest_to_denying()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Source;
+
+    #[test]
+    fn every_source_is_listed_once_at_its_index() {
+        for (i, source) in Source::ALL.iter().enumerate() {
+            assert_eq!(source.index(), i, "{source:?}");
+        }
+        let names: std::collections::HashSet<_> = Source::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names.len(), Source::ALL.len());
     }
 }

@@ -57,15 +57,44 @@ impl Error {
         }
     }
 
-    /// A short stable name of the error kind (`config`, `store_unavailable`,
-    /// `store`, `closed`, `internal`), shared by every binding.
-    pub fn kind(&self) -> &'static str {
+    /// The error's kind, which every binding maps one-to-one.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Config { .. } => "config",
-            Error::StoreUnavailable { .. } => "store_unavailable",
-            Error::Store { .. } => "store",
-            Error::Closed => "closed",
-            Error::Internal(_) => "internal",
+            Error::Config { .. } => ErrorKind::Config,
+            Error::StoreUnavailable { .. } => ErrorKind::StoreUnavailable,
+            Error::Store { .. } => ErrorKind::Store,
+            Error::Closed => ErrorKind::Closed,
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// The kinds of [`Error`]. Deliberately exhaustive: a binding matches every
+/// kind, so a new one is a compile error there, not a silent `internal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// [`Error::Config`].
+    Config,
+    /// [`Error::StoreUnavailable`].
+    StoreUnavailable,
+    /// [`Error::Store`].
+    Store,
+    /// [`Error::Closed`].
+    Closed,
+    /// [`Error::Internal`].
+    Internal,
+}
+
+impl ErrorKind {
+    /// The stable name every binding shows (`config`, `store_unavailable`,
+    /// `store`, `closed`, `internal`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::StoreUnavailable => "store_unavailable",
+            ErrorKind::Store => "store",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Internal => "internal",
         }
     }
 }

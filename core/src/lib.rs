@@ -32,7 +32,7 @@ pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
 pub use decision::{CheckResult, Decision, Source};
 pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use http::{HeaderMode, Outcome, RequestInfo, RuleDecision};
 pub use limiter::{CheckOptions, Limiter, LimiterConfig};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};

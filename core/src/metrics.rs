@@ -11,15 +11,7 @@ use parking_lot::Mutex;
 use crate::breaker::BreakerState;
 use crate::decision::{Decision, Source};
 
-const SOURCES: [Source; 7] = [
-    Source::Store,
-    Source::Local,
-    Source::FailOpen,
-    Source::FailClosed,
-    Source::Penalty,
-    Source::Allowlist,
-    Source::Denylist,
-];
+const SOURCES: [Source; 7] = Source::ALL;
 
 /// Upper bounds of the store latency histogram, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [

@@ -4,6 +4,8 @@ use std::any::Any;
 use std::ffi::c_char;
 use std::panic::catch_unwind;
 
+use polylimit::ErrorKind;
+
 use crate::{c_string, polylimit_string_free};
 
 /// What a function returns (as `int32_t`).
@@ -73,11 +75,11 @@ impl FfiError {
         match self {
             FfiError::Invalid(_) => POLYLIMIT_INVALID_ARGUMENT,
             FfiError::Core(e) => match e.kind() {
-                "config" => POLYLIMIT_CONFIG,
-                "store_unavailable" => POLYLIMIT_STORE_UNAVAILABLE,
-                "store" => POLYLIMIT_STORE,
-                "closed" => POLYLIMIT_CLOSED,
-                _ => POLYLIMIT_INTERNAL,
+                ErrorKind::Config => POLYLIMIT_CONFIG,
+                ErrorKind::StoreUnavailable => POLYLIMIT_STORE_UNAVAILABLE,
+                ErrorKind::Store => POLYLIMIT_STORE,
+                ErrorKind::Closed => POLYLIMIT_CLOSED,
+                ErrorKind::Internal => POLYLIMIT_INTERNAL,
             },
         }
     }
