@@ -546,7 +546,7 @@ impl Limiter {
                 }
             })
             .collect();
-        // The store bounds the call (`connect_timeout`, then `timeout`). If
+        // The store bounds the call by `timeout`, a connect included. If
         // this future is dropped first, the permit reports a failure.
         let started = Instant::now();
         let outcome = redis.decide(&checks, now, cost).await;
