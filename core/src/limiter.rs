@@ -31,9 +31,10 @@ pub struct LimiterConfig {
     pub prefix: String,
     /// Most keys the memory store (and the local fallback) holds.
     pub max_keys: usize,
-    /// Deadline of every store call on an open connection.
+    /// Longest wait of a check for the store, waiting for a connection included.
     pub timeout: Duration,
-    /// Deadline of opening a store connection (TCP, TLS and the handshake).
+    /// Deadline of opening a store connection (TCP, TLS and the handshake),
+    /// in the background: checks wait for it only their `timeout`.
     pub connect_timeout: Duration,
     /// The store's circuit breaker.
     pub breaker: BreakerConfig,
@@ -546,7 +547,7 @@ impl Limiter {
                 }
             })
             .collect();
-        // The store bounds the call (`connect_timeout`, then `timeout`). If
+        // The store bounds the call by `timeout`, a connect included. If
         // this future is dropped first, the permit reports a failure.
         let started = Instant::now();
         let outcome = redis.decide(&checks, now, cost).await;

@@ -346,15 +346,15 @@ async fn a_read_only_replica_is_a_store_failure() {
 
 // A server that accepts TCP but never answers the handshake: every caller
 // waiting on the one connect attempt shares its failure after
-// `connect_timeout`, instead of each trying again in turn.
+// `connect_timeout` (here shorter than `timeout`), instead of each trying
+// again in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_waiting_on_a_failed_connect_share_its_failure() {
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let silent = support::Silent::start().await;
     let limiter = limiter_with(
-        &url,
+        &silent.url(),
         "fail_open",
-        json!({"connect_timeout": "200ms", "failure_threshold": 100}),
+        json!({"timeout": "1s", "connect_timeout": "200ms", "failure_threshold": 100}),
     );
     let started = Instant::now();
     let tasks: Vec<_> = (0..20)
@@ -370,5 +370,80 @@ async fn callers_waiting_on_a_failed_connect_share_its_failure() {
     assert!(
         elapsed >= Duration::from_millis(200) && elapsed < Duration::from_millis(800),
         "20 callers on one failing connect took {elapsed:?}"
+    );
+    assert_eq!(silent.accepted(), 1, "one connect attempt for 20 callers");
+}
+
+// The same silent server with a connect slower than `timeout`: a check waits
+// for the connect only its own `timeout`, then its policy answers, while the
+// one attempt goes on in the background (no attempt per check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_waits_for_a_connect_no_longer_than_its_timeout() {
+    let silent = support::Silent::start().await;
+    let connect_timeout = Duration::from_secs(2);
+    let limiter = limiter_with(
+        &silent.url(),
+        "local",
+        json!({"timeout": "50ms", "connect_timeout": "2s", "failure_threshold": 100}),
+    );
+    let started = Instant::now();
+    for i in 0..3 {
+        let d = limiter.check("k").await.unwrap();
+        assert_eq!(d.source, Source::Local, "check {i}");
+    }
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < connect_timeout / 2,
+        "3 checks during a {connect_timeout:?} connect took {elapsed:?}"
+    );
+    assert_eq!(silent.accepted(), 1, "one connect attempt in flight, not one per check");
+    let metrics = limiter.metrics_text();
+    assert!(
+        metrics.contains("polylimit_store_errors_total 3\n"),
+        "each check that gave up is a store failure: {metrics}"
+    );
+}
+
+// A connect slower than `timeout` but within `connect_timeout` (a TLS
+// handshake across regions): the checks meanwhile fall back without
+// cancelling it, and once it succeeds the store decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_connect_serves_the_checks_after_it() {
+    let redis = support::RedisServer::start();
+    let proxy = support::Proxy::start_delayed(redis.port, Duration::from_millis(300)).await;
+    let limiter = limiter_with(
+        &proxy.url(),
+        "local",
+        json!({"timeout": "50ms", "connect_timeout": "2s", "failure_threshold": 100}),
+    );
+    let started = Instant::now();
+    let mut fell_back = 0;
+    loop {
+        let check = Instant::now();
+        let d = limiter.check("k").await.unwrap();
+        assert!(
+            check.elapsed() < Duration::from_secs(1),
+            "a check waited {:?}",
+            check.elapsed()
+        );
+        if d.source == Source::Store {
+            break;
+        }
+        assert_eq!(d.source, Source::Local);
+        fell_back += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "no store decision {:?} after the start of a 300 ms connect",
+            started.elapsed()
+        );
+    }
+    assert!(
+        fell_back >= 2,
+        "only {fell_back} checks fell back during a 300 ms connect"
+    );
+    assert_eq!(
+        proxy.connections(),
+        1,
+        "the checks that gave up neither cancelled nor restarted the connect"
     );
 }

@@ -2,7 +2,8 @@
 //! multiplexed connection (or a cluster connection), EVALSHA with a fallback
 //! to EVAL when the server lost its script cache.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -10,6 +11,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
+use tokio::sync::watch;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
@@ -54,30 +56,61 @@ enum Target {
     Cluster(redis::cluster::ClusterClient),
 }
 
-/// A Redis deployment reached through one shared connection.
-pub(crate) struct RedisStore {
-    target: Target,
-    /// The live connection and its generation, cloned by every call.
-    connection: Mutex<Option<(u64, Connection)>>,
+/// A connection and its generation (a failed call forgets only its own).
+type Live = (u64, Connection);
+
+/// What one connect attempt's waiters see: nothing yet, then the connection
+/// or why there is none.
+type Outcome = Option<std::result::Result<Live, String>>;
+
+/// One connect attempt running in the background.
+struct Attempt {
+    id: u64,
+    /// The process that started it: a forked child inherits the record but
+    /// not the task, and must start its own.
+    pid: u32,
+    outcome: watch::Receiver<Outcome>,
+    /// Cancels it when the store is dropped.
+    task: Option<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The live connection, cloned by every call.
+    live: Option<Live>,
     /// The process that opened it: a forked child inherits the connection
     /// but not the task doing its I/O, and must open its own.
-    connection_pid: AtomicU32,
-    connecting: tokio::sync::Mutex<()>,
-    /// Failed connect attempts: a caller that waited for another's attempt
-    /// shares its failure instead of trying again in turn.
-    failed_connects: AtomicU64,
+    live_pid: u32,
+    /// The connect attempt in flight, at most one. A finished attempt is
+    /// removed: its waiters got its outcome, and the next call starts anew.
+    attempt: Option<Attempt>,
+}
+
+/// The state connect tasks report to; they hold it weakly, so a dropped
+/// store is not kept alive (a task ends within `connect_timeout` anyway).
+#[derive(Default)]
+struct Shared {
+    slot: Mutex<Slot>,
     generation: AtomicU64,
+    attempts: AtomicU64,
+}
+
+/// A Redis deployment reached through one shared connection.
+pub(crate) struct RedisStore {
+    target: Arc<Target>,
+    shared: Arc<Shared>,
     sha: String,
-    /// Deadline of every call on an open connection.
+    /// Deadline of every call, waiting for a connect included.
     timeout: Duration,
-    /// Deadline of opening one (TCP, TLS and the handshake).
+    /// Deadline of opening a connection (TCP, TLS and the handshake), which
+    /// runs in the background and outlives the calls that gave up on it.
     connect_timeout: Duration,
 }
 
 /// Timeouts of a store.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Timeouts {
-    /// Every call on an open connection.
+    /// Every call, waiting for a connection included.
     pub call: Duration,
     /// Opening a connection: TCP, TLS and the handshake.
     pub connect: Duration,
@@ -98,6 +131,13 @@ fn tcp_settings() -> TcpSettings {
     #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
     let settings = settings.set_user_timeout(Duration::from_secs(10));
     settings
+}
+
+/// Where a call gets its connection from.
+enum Source {
+    Live(Live),
+    Attempt(watch::Receiver<Outcome>),
+    Failed(String),
 }
 
 impl RedisStore {
@@ -136,84 +176,88 @@ impl RedisStore {
             Target::Single(redis::Client::open(info).map_err(bad)?)
         };
         Ok(RedisStore {
-            target,
-            connection: Mutex::new(None),
-            connection_pid: AtomicU32::new(0),
-            connecting: tokio::sync::Mutex::new(()),
-            failed_connects: AtomicU64::new(0),
-            generation: AtomicU64::new(0),
+            target: Arc::new(target),
+            shared: Arc::new(Shared::default()),
             sha: script_sha(),
             timeout: timeouts.call,
             connect_timeout: timeouts.connect,
         })
     }
 
-    fn live(&self) -> Option<(u64, Connection)> {
-        let slot = self.connection.lock();
-        slot.clone()
-            .filter(|_| self.connection_pid.load(Ordering::Relaxed) == std::process::id())
-    }
-
-    async fn connection(&self) -> Result<(u64, Connection)> {
-        if let Some(live) = self.live() {
-            return Ok(live);
+    /// The live connection, else the attempt in flight to wait for, starting
+    /// one (in the background, at most one at a time) if there is none.
+    fn source(&self) -> Source {
+        let pid = std::process::id();
+        let mut slot = self.shared.slot.lock();
+        if let Some(live) = slot.live.as_ref().filter(|_| slot.live_pid == pid) {
+            return Source::Live(live.clone());
         }
-        // One connect at a time; the others wait for it and share the result.
-        let failed = self.failed_connects.load(Ordering::Acquire);
-        let _connecting = self.connecting.lock().await;
-        if let Some(live) = self.live() {
-            return Ok(live);
+        // An attempt whose task ended without reporting (its runtime shut
+        // down) is over too.
+        let running = |a: &&Attempt| a.pid == pid && a.outcome.has_changed().is_ok();
+        if let Some(attempt) = slot.attempt.as_ref().filter(running) {
+            return Source::Attempt(attempt.outcome.clone());
         }
-        if self.failed_connects.load(Ordering::Acquire) != failed {
-            return Err(Error::StoreUnavailable {
-                message: "cannot connect (the attempt this call waited for failed)".into(),
-                source: None,
-            });
-        }
-        let connection = self.connect().await.inspect_err(|_| {
-            self.failed_connects.fetch_add(1, Ordering::AcqRel);
-        })?;
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut slot = self.connection.lock();
-        self.connection_pid.store(std::process::id(), Ordering::Relaxed);
-        *slot = Some((generation, connection.clone()));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Source::Failed("cannot connect outside a tokio runtime".into());
+        };
+        let id = self.shared.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+        let (report, outcome) = watch::channel(None);
+        slot.attempt = Some(Attempt {
+            id,
+            pid,
+            outcome: outcome.clone(),
+            task: None,
+        });
         drop(slot);
-        Ok((generation, connection))
+        let task = runtime.spawn(attempt(
+            self.target.clone(),
+            self.connect_timeout,
+            Arc::downgrade(&self.shared),
+            id,
+            pid,
+            report,
+        ));
+        let mut slot = self.shared.slot.lock();
+        match slot.attempt.as_mut().filter(|a| a.id == id) {
+            Some(attempt) => attempt.task = Some(task.abort_handle()),
+            None => drop(slot), // already over
+        }
+        Source::Attempt(outcome)
     }
 
-    /// Opens a connection within `connect_timeout`.
-    async fn connect(&self) -> Result<Connection> {
-        Ok(match &self.target {
-            Target::Single(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    .set_response_timeout(None);
-                Connection::Single(
-                    client
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                        .map_err(unavailable)?,
-                )
-            }
-            Target::Cluster(client) => {
-                let connect = client.get_async_connection();
-                let connection = tokio::time::timeout(self.connect_timeout, connect)
-                    .await
-                    .map_err(|_| Error::StoreUnavailable {
-                        message: "cluster connect timed out".into(),
-                        source: None,
-                    })?
-                    .map_err(unavailable)?;
-                Connection::Cluster(connection)
-            }
-        })
+    /// The connection, waiting until `deadline` at most for a connect in
+    /// flight. Giving up does not cancel the connect: once it succeeds, the
+    /// next calls use its connection. Callers waiting on an attempt that
+    /// fails share its failure instead of each trying again in turn.
+    async fn connection(&self, deadline: tokio::time::Instant) -> Result<Live> {
+        let mut outcome = match self.source() {
+            Source::Live(live) => return Ok(live),
+            Source::Failed(message) => return Err(Error::StoreUnavailable { message, source: None }),
+            Source::Attempt(outcome) => outcome,
+        };
+        let failed = |message: String| Error::StoreUnavailable { message, source: None };
+        let waited = tokio::time::timeout_at(deadline, outcome.wait_for(Option::is_some)).await;
+        let result = match waited {
+            Err(_) => Err(failed(format!(
+                "no connection within the {:?} timeout (connecting goes on in the background)",
+                self.timeout
+            ))),
+            Ok(Err(_)) => Err(failed("the connect attempt ended without an outcome".into())),
+            Ok(Ok(done)) => match &*done {
+                Some(Ok(live)) => Ok(live.clone()),
+                Some(Err(message)) => Err(failed(format!("cannot connect: {message}"))),
+                None => Err(failed("the connect attempt ended without an outcome".into())),
+            },
+        };
+        result
     }
 
     /// Drops the connection a failed call used, so the next call reconnects.
     fn forget(&self, generation: u64) {
-        let mut slot = self.connection.lock();
-        if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *slot = None;
+        let mut slot = self.shared.slot.lock();
+        if slot.live.as_ref().is_some_and(|(g, _)| *g == generation) {
+            slot.live = None;
         }
     }
 
@@ -224,16 +268,17 @@ impl RedisStore {
         }
     }
 
-    /// Runs `call` on the connection (opened within `connect_timeout` if
-    /// needed) within `timeout`. A call that times out drops the connection:
-    /// behind a stuck proxy or a half-open TCP connection, the next call must
-    /// not wait on the same dead socket.
+    /// Runs `call` on the connection within `timeout`, waiting for a
+    /// connect included. A call that times out drops the connection: behind
+    /// a stuck proxy or a half-open TCP connection, the next call must not
+    /// wait on the same dead socket.
     async fn with_connection<T, F>(&self, call: impl FnOnce(u64, Connection) -> F) -> Result<T>
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        let (generation, connection) = self.connection().await?;
-        match tokio::time::timeout(self.timeout, call(generation, connection)).await {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (generation, connection) = self.connection(deadline).await?;
+        match tokio::time::timeout_at(deadline, call(generation, connection)).await {
             Ok(result) => result,
             Err(_) => {
                 self.forget(generation);
@@ -262,7 +307,7 @@ impl RedisStore {
         cost: i64,
     ) -> Result<(i64, Vec<Verdict>)> {
         let tag = |c: &RedisCheck<'_>| c.keys[0].rsplit_once('{').map(|(_, t)| t.to_string());
-        if matches!(self.target, Target::Cluster(_)) && checks.iter().any(|c| tag(c) != tag(&checks[0])) {
+        if matches!(*self.target, Target::Cluster(_)) && checks.iter().any(|c| tag(c) != tag(&checks[0])) {
             let mut store_now = None;
             let mut verdicts = Vec::with_capacity(checks.len());
             for check in checks {
@@ -340,6 +385,89 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+impl Drop for RedisStore {
+    /// Cancels a connect in flight: nothing of the store outlives it. (Not
+    /// one a forked child inherited: its runtime is the parent's.)
+    fn drop(&mut self) {
+        let attempt = self.shared.slot.lock().attempt.take();
+        if let Some(Attempt {
+            pid, task: Some(task), ..
+        }) = attempt
+        {
+            if pid == std::process::id() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// One connect attempt, run as its own task: opens a connection within
+/// `connect_timeout`, installs it for the next calls (unless the store is
+/// gone or a newer attempt replaced this one) and reports the outcome to the
+/// calls still waiting.
+async fn attempt(
+    target: Arc<Target>,
+    connect_timeout: Duration,
+    shared: Weak<Shared>,
+    id: u64,
+    pid: u32,
+    report: watch::Sender<Outcome>,
+) {
+    let result = connect(&target, connect_timeout).await;
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    let outcome = {
+        let mut slot = shared.slot.lock();
+        let current = slot.attempt.as_ref().is_some_and(|a| a.id == id);
+        if current {
+            slot.attempt = None;
+        }
+        match result {
+            Ok(connection) => {
+                let generation = shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
+                if current {
+                    slot.live = Some((generation, connection.clone()));
+                    slot.live_pid = pid;
+                }
+                Ok((generation, connection))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    // Nobody may be waiting any more: that is fine.
+    let _ = report.send(Some(outcome));
+}
+
+/// Opens a connection within `connect_timeout`.
+async fn connect(target: &Target, connect_timeout: Duration) -> Result<Connection> {
+    let timed_out = || Error::StoreUnavailable {
+        message: format!("connect timed out after {connect_timeout:?}"),
+        source: None,
+    };
+    Ok(match target {
+        Target::Single(client) => {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(None);
+            let connect = client.get_multiplexed_async_connection_with_config(&config);
+            let connection = tokio::time::timeout(connect_timeout, connect)
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(unavailable)?;
+            Connection::Single(connection)
+        }
+        Target::Cluster(client) => {
+            let connect = client.get_async_connection();
+            let connection = tokio::time::timeout(connect_timeout, connect)
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(unavailable)?;
+            Connection::Cluster(connection)
+        }
+    })
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags
@@ -447,7 +575,64 @@ fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_key_error_reply;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{is_key_error_reply, RedisStore, Timeouts};
+
+    // A listener that never accepts: the kernel completes the TCP handshake,
+    // nothing answers Redis's. The call gives up after its timeout; the
+    // connect goes on until the store is dropped, and not after.
+    #[tokio::test]
+    async fn a_connect_in_flight_ends_with_its_store() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+        let timeouts = Timeouts {
+            call: Duration::from_millis(20),
+            connect: Duration::from_secs(30),
+        };
+        let store = RedisStore::open(&url, timeouts).unwrap();
+        assert!(store.delete(&["k".to_string()]).await.is_err());
+        assert!(store.shared.slot.lock().attempt.is_some(), "the connect goes on");
+        let (shared, target) = (Arc::downgrade(&store.shared), Arc::downgrade(&store.target));
+        drop(store);
+        assert!(
+            shared.upgrade().is_none(),
+            "the connect task keeps no store state alive"
+        );
+        for _ in 0..100 {
+            if target.upgrade().is_none() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the connect task outlived its store");
+    }
+
+    // A runtime shut down with a connect in flight drops its task unheard:
+    // the next call, on another runtime, starts a new attempt instead of
+    // failing on the dead one forever.
+    #[test]
+    fn an_attempt_lost_with_its_runtime_is_replaced() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
+        let timeouts = Timeouts {
+            call: Duration::from_millis(20),
+            connect: Duration::from_secs(30),
+        };
+        let store = RedisStore::open(&url, timeouts).unwrap();
+        let runtime = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let attempt = |store: &RedisStore| store.shared.slot.lock().attempt.as_ref().map(|a| a.id);
+        assert!(runtime().block_on(store.delete(&["k".to_string()])).is_err());
+        assert_eq!(attempt(&store), Some(1));
+        assert!(runtime().block_on(store.delete(&["k".to_string()])).is_err());
+        assert_eq!(attempt(&store), Some(2), "a new attempt on the new runtime");
+    }
 
     fn classify(reply: &str) -> bool {
         let (code, detail) = reply.split_once(' ').unwrap_or((reply, ""));

@@ -142,6 +142,13 @@ pub struct Proxy {
 impl Proxy {
     /// Forwards a free loopback port to `127.0.0.1:upstream`.
     pub async fn start(upstream: u16) -> Proxy {
+        Proxy::start_delayed(upstream, Duration::ZERO).await
+    }
+
+    /// The same, but each connection reaches the server only `delay` after
+    /// it was accepted (a slow network, a TLS handshake across regions):
+    /// what the client sends meanwhile waits in the proxy's socket.
+    pub async fn start_delayed(upstream: u16, delay: Duration) -> Proxy {
         use std::sync::atomic::{AtomicU64, Ordering};
         use std::sync::Arc;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -152,13 +159,19 @@ impl Proxy {
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let id = counter.fetch_add(1, Ordering::SeqCst);
-                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
-                    continue;
-                };
-                let (client_read, client_write) = client.into_split();
-                let (server_read, server_write) = server.into_split();
-                tokio::spawn(pump(client_read, server_write, id, cut.clone()));
-                tokio::spawn(pump(server_read, client_write, id, cut.clone()));
+                let cut = cut.clone();
+                tokio::spawn(async move {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+                        return;
+                    };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::spawn(pump(client_read, server_write, id, cut.clone()));
+                    tokio::spawn(pump(server_read, client_write, id, cut));
+                });
             }
         });
         Proxy {
@@ -167,6 +180,11 @@ impl Proxy {
             next,
             task,
         }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.next.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn url(&self) -> String {
@@ -181,6 +199,47 @@ impl Proxy {
 }
 
 impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A loopback listener that accepts connections and never answers (a server
+/// stuck before its handshake, a black-holed Redis behind a load balancer),
+/// keeping every socket open; counts what it accepted.
+pub struct Silent {
+    pub port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Silent {
+    pub async fn start() -> Silent {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                open.push(socket);
+            }
+        });
+        Silent { port, accepted, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Silent {
     fn drop(&mut self) {
         self.task.abort();
     }
