@@ -1,12 +1,18 @@
 package polylimit
 
 import (
+	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,5 +307,149 @@ rules:
 	}
 	if other := get(t, srv.URL+"/other"); other.status != 200 || other.header.Get("X-RateLimit-Limit") != "" {
 		t.Errorf("/other: %d %v, want 200 without rate-limit headers", other.status, other.header)
+	}
+}
+
+// serveUnix serves h on a Unix socket, as behind nginx over one; the client
+// dials that socket whatever the URL's host.
+func serveUnix(t *testing.T, h http.Handler) (*http.Client, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "app.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}}
+	t.Cleanup(client.CloseIdleConnections)
+	return client, "http://unix"
+}
+
+func statusVia(t *testing.T, client *http.Client, method, url string, header ...string) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
+}
+
+func TestMiddlewareOnAUnixSocket(t *testing.T) {
+	for store, url := range stores(t) {
+		t.Run(store, func(t *testing.T) {
+			opts := func(trusted ...string) Options {
+				return Options{Policy: &Policy{Rate: "1/min", Burst: 1}, Store: url, TrustedProxies: trusted,
+					Prefix: fmt.Sprintf("go-unix-%d", time.Now().UnixNano())}
+			}
+			var peers []string
+			seen := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					peers = append(peers, r.RemoteAddr)
+					next.ServeHTTP(w, r)
+				})
+			}
+			// Without unix trusted, every request is the one client "unknown": limited, never skipped.
+			client, base := serveUnix(t, seen(newLimiter(t, opts("10.0.0.0/8")).Middleware()(hello)))
+			got := []int{
+				statusVia(t, client, "GET", base+"/x", "X-Forwarded-For", "198.51.100.1"),
+				statusVia(t, client, "GET", base+"/x", "X-Forwarded-For", "198.51.100.2"),
+			}
+			if fmt.Sprint(got) != "[200 429]" {
+				t.Errorf("untrusted unix peer: %v, want [200 429] (peers %q)", got, peers)
+			}
+			// With unix trusted, the proxy's X-Forwarded-For names the client.
+			client, base = serveUnix(t, newLimiter(t, opts("unix")).Middleware()(hello))
+			got = []int{
+				statusVia(t, client, "GET", base+"/x", "X-Forwarded-For", "198.51.100.1"),
+				statusVia(t, client, "GET", base+"/x", "X-Forwarded-For", "198.51.100.1"),
+				statusVia(t, client, "GET", base+"/x", "X-Forwarded-For", "198.51.100.2"),
+			}
+			if fmt.Sprint(got) != "[200 429 200]" {
+				t.Errorf("unix trusted: %v, want [200 429 200]", got)
+			}
+		})
+	}
+}
+
+func TestMiddlewareForwardedHeaderOption(t *testing.T) {
+	l := newLimiter(t, Options{Policy: &Policy{Rate: "1/min", Burst: 1}, TrustedProxies: []string{"127.0.0.0/8"},
+		ForwardedHeader: "forwarded"})
+	srv := httptest.NewServer(l.Middleware()(hello))
+	defer srv.Close()
+	// The proxy sends Forwarded; an X-Forwarded-For added by the client does not pick the key.
+	got := []int{
+		get(t, srv.URL, "Forwarded", "for=198.51.100.7", "X-Forwarded-For", "203.0.113.1").status,
+		get(t, srv.URL, "Forwarded", "for=198.51.100.7", "X-Forwarded-For", "203.0.113.2").status,
+		get(t, srv.URL, "Forwarded", "for=198.51.100.8").status,
+	}
+	if fmt.Sprint(got) != "[200 429 200]" {
+		t.Errorf("got %v, want [200 429 200]", got)
+	}
+	_, err := New(Options{Policy: &Policy{Rate: "1/s"}, ForwardedHeader: "x-real-ip"})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "forwarded_header" || !strings.Contains(ce.Message, `"x-real-ip" is not one of x-forwarded-for, forwarded`) {
+		t.Errorf("bad forwarded_header: %v", err)
+	}
+}
+
+func TestMiddlewareHeadAndAbsoluteFormTargets(t *testing.T) {
+	l, err := FromRules(`
+headers: none
+policies:
+  api: { rate: 1/min, burst: 1 }
+rules:
+  - { match: { method: GET, path: /api/items }, key: [global], policy: api }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/items", hello)
+	srv := httptest.NewServer(l.Middleware()(mux))
+	defer srv.Close()
+	// HEAD is served by the GET route and limited by the GET rule.
+	if got := []int{statusVia(t, srv.Client(), "HEAD", srv.URL+"/api/items"), get(t, srv.URL+"/api/items").status}; fmt.Sprint(got) != "[200 429]" {
+		t.Errorf("HEAD then GET: %v, want [200 429]", got)
+	}
+
+	l2, err := FromRules(`
+headers: none
+policies:
+  api: { rate: 1/min, burst: 1 }
+rules:
+  - { match: { path: /api/items }, key: [global], policy: api }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	srv2 := httptest.NewServer(l2.Middleware()(mux))
+	defer srv2.Close()
+	// An absolute-form target, as a client talking to a proxy sends it.
+	conn, err := net.Dial("tcp", srv2.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET http://evil.example/api/items?x=1 HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got := []int{res.StatusCode, get(t, srv2.URL+"/api/items").status}; fmt.Sprint(got) != "[200 429]" {
+		t.Errorf("absolute-form then origin-form: %v, want [200 429]", got)
 	}
 }

@@ -83,9 +83,13 @@ type Options struct {
 	// "route", "method", "user", "api_key", "header:<name>", "key", "global");
 	// default ["ip"]. Use "key" with WithKeyFunc, "user" with WithUserFunc.
 	KeyBy []string
-	// Passed to the core's rules as trusted_proxies (CIDRs); the core
-	// decides the client address.
+	// Passed to the core's rules as trusted_proxies: CIDRs, and "unix" for
+	// a proxy on a Unix socket (RemoteAddr "@" or ""); the core decides the
+	// client address.
 	TrustedProxies []string
+	// The one header read from a trusted proxy: "x-forwarded-for" (the
+	// default) or "forwarded"; the other is ignored.
+	ForwardedHeader string
 	// Header style: "both" (default), "legacy", "ietf", "none".
 	Headers string
 }
@@ -128,6 +132,7 @@ func (o Options) rulesDocument() ([]byte, error) {
 	setString("store", o.Store)
 	setString("prefix", o.Prefix)
 	setString("headers", o.Headers)
+	setString("forwarded_header", o.ForwardedHeader)
 	if o.MaxKeys != 0 {
 		doc["max_keys"] = o.MaxKeys
 	}

@@ -7,16 +7,27 @@ import (
 
 // RequestInfo is what the core needs to know about an HTTP request.
 type RequestInfo struct {
-	Method  string      `json:"method,omitempty"`
-	Path    string      `json:"path,omitempty"`
-	Route   string      `json:"route,omitempty"` // the route template, when known
-	Peer    string      `json:"peer,omitempty"`  // the TCP peer address
+	Method string `json:"method,omitempty"`
+	// Path is the path the router saw, or the request target: the core
+	// reduces an absolute-form target to its path, drops the query and
+	// fragment and decodes unreserved percent-escapes before matching.
+	Path string `json:"path,omitempty"`
+	// Route is the route template, when known; without one the "route"
+	// dimension is "unmatched".
+	Route string `json:"route,omitempty"`
+	// Peer is the TCP peer address; "" or "@" (a Unix socket) is a peer
+	// without an address, trusted only with "unix" in TrustedProxies.
+	Peer    string      `json:"peer,omitempty"`
 	Headers [][2]string `json:"headers,omitempty"`
 	User    string      `json:"user,omitempty"`
 	APIKey  string      `json:"api_key,omitempty"`
 	Key     string      `json:"key,omitempty"` // the "key" dimension, chosen by the caller
 	Cost    uint64      `json:"cost,omitempty"`
 	NowMs   *int64      `json:"now_ms,omitempty"` // tests and simulations only
+	// The router's path matching: case-insensitive, one trailing slash
+	// ignored. Both false for net/http's ServeMux.
+	CaseInsensitive     bool `json:"case_insensitive,omitempty"`
+	IgnoreTrailingSlash bool `json:"ignore_trailing_slash,omitempty"`
 }
 
 // Outcome says how to answer a request.

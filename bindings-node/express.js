@@ -19,8 +19,9 @@ function rateLimit(options = {}) {
   async function middleware(req, res, next) {
     try {
       if (skip && (await skip(req, res))) return next();
-      const path = pathOf(req.originalUrl ?? req.url);
-      const outcome = await decide(limiter, options, req, path, routeOf(req, path), req, res);
+      const target = req.originalUrl ?? req.url;
+      const route = routeOf(req, pathOf(target));
+      const outcome = await decide(limiter, options, req, target, route, matching(req.app), req, res);
       if (property) req[property] = outcome;
       for (const [name, value] of outcome.headers) res.setHeader(name, value);
       if (outcome.status !== null) {
@@ -38,6 +39,15 @@ function rateLimit(options = {}) {
   }
   middleware.limiter = limiter;
   return middleware;
+}
+
+/**
+ * Express's path matching, from the app's settings: case-insensitive unless
+ * `case sensitive routing`, a trailing slash ignored unless `strict routing`.
+ */
+function matching(app) {
+  const setting = (name) => Boolean(app && typeof app.get === 'function' && app.get(name));
+  return { caseInsensitive: !setting('case sensitive routing'), ignoreTrailingSlash: !setting('strict routing') };
 }
 
 /**

@@ -4,16 +4,29 @@
 // `config: { rateLimit: false }` exempts a route; `config: { rateLimit: {...} }`
 // gives it its own limiter (same options as the plugin's).
 const fp = require('fastify-plugin');
-const { limiterFor, decide, pathOf } = require('./options');
+const { limiterFor, decide } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function hookFor(limiter, options) {
+/**
+ * Fastify's path matching, from its options (`routerOptions` in newer versions):
+ * case-sensitive unless `caseSensitive: false`, a trailing slash significant
+ * unless `ignoreTrailingSlash`.
+ */
+function matching(fastify) {
+  const config = fastify.initialConfig || {};
+  const router = config.routerOptions || {};
+  const caseSensitive = router.caseSensitive ?? config.caseSensitive ?? true;
+  const ignoreTrailingSlash = router.ignoreTrailingSlash ?? config.ignoreTrailingSlash ?? false;
+  return { caseInsensitive: !caseSensitive, ignoreTrailingSlash: Boolean(ignoreTrailingSlash) };
+}
+
+function hookFor(limiter, options, match) {
   const { skip, handler } = options;
   return async function polylimitOnRequest(request, reply) {
     if (skip && (await skip(request, reply))) return;
     const route = (request.routeOptions && request.routeOptions.url) || undefined;
-    const outcome = await decide(limiter, options, request.raw, pathOf(request.raw.url), route, request, reply);
+    const outcome = await decide(limiter, options, request.raw, request.raw.url, route, match, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
     for (const [name, value] of outcome.headers) reply.raw.setHeader(name, value);
@@ -28,7 +41,8 @@ function hookFor(limiter, options) {
 async function polylimitFastify(fastify, options) {
   const { global = true, ...rest } = options || {};
   const base = global || rest.policy || rest.rules || rest.limiter ? limiterFor(rest) : null;
-  const baseHook = base && hookFor(base, rest);
+  const match = matching(fastify);
+  const baseHook = base && hookFor(base, rest, match);
   fastify.decorate('polylimit', base);
   fastify.addHook('onRoute', (route) => {
     const config = route.config && route.config.rateLimit;
@@ -38,7 +52,7 @@ async function polylimitFastify(fastify, options) {
       const merged = { ...rest, ...config };
       // Its own key space, so it never shares state with the plugin-wide limiter.
       if (config.prefix === undefined) merged.prefix = `${rest.prefix ?? 'polylimit'}:route:${route.url}`;
-      hook = hookFor(limiterFor(merged), merged);
+      hook = hookFor(limiterFor(merged), merged, match);
     } else if (global && baseHook) {
       hook = baseHook;
     }

@@ -58,8 +58,11 @@ export interface Decision {
 /** What the HTTP layer knows about a request (the core's `RequestInfo`). */
 export interface RequestInfo {
   method?: string;
+  /** The request target or the path the router saw; the core normalises it. */
   path?: string;
+  /** The route template; without one the `route` dimension is `unmatched`. */
   route?: string;
+  /** The peer address; absent (or `''`) for a Unix socket. */
   peer?: string;
   headers?: Record<string, string> | Array<[string, string]>;
   user?: string | null;
@@ -67,6 +70,10 @@ export interface RequestInfo {
   key?: string | null;
   cost?: number;
   nowMs?: number;
+  /** The router matches paths case-insensitively (Express's default). */
+  caseInsensitive?: boolean;
+  /** The router ignores one trailing slash (Express's default). */
+  ignoreTrailingSlash?: boolean;
 }
 
 export interface RuleDecision {
@@ -155,9 +162,14 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
   headers?: 'legacy' | 'ietf' | 'both' | 'none';
   standardHeaders?: boolean;
   legacyHeaders?: boolean;
+  /** Proxies whose forwarding header names the client: CIDRs, and `unix` for a proxy on a Unix socket. */
   trustedProxies?: string[];
+  /** The one header read from a trusted proxy (the other is ignored). Default `x-forwarded-for`. */
+  forwardedHeader?: 'x-forwarded-for' | 'forwarded';
   ipv6Subnet?: number;
+  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   allowlist?: string[];
+  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   denylist?: string[];
   shadow?: boolean;
   /** The caller's key (the `key` dimension). */

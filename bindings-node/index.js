@@ -13,6 +13,7 @@ const OPTION_NAMES = {
   failureThreshold: 'failure_threshold',
   halfOpenProbes: 'half_open_probes',
   trustedProxies: 'trusted_proxies',
+  forwardedHeader: 'forwarded_header',
   ipv6Subnet: 'ipv6_subnet',
 };
 
@@ -111,7 +112,12 @@ function inFlight() {
 // The order of the core's Source enum (src/batch.rs).
 const SOURCES = native.sourceNames();
 
-const REQUEST_NAMES = { apiKey: 'api_key', nowMs: 'now_ms' };
+const REQUEST_NAMES = {
+  apiKey: 'api_key',
+  nowMs: 'now_ms',
+  caseInsensitive: 'case_insensitive',
+  ignoreTrailingSlash: 'ignore_trailing_slash',
+};
 
 class Limiter {
   /**
@@ -166,9 +172,21 @@ class Limiter {
    * checkRequest for the Express and Fastify middlewares: typed arguments instead of
    * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
    */
-  _checkHttp(method, path, route, peer, rawHeaders, key, user, apiKey) {
+  _checkHttp(method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
     return this._flight.start((id) =>
-      this._native.checkHttpBatched(id, method, path, route, peer, rawHeaders, key, user, apiKey),
+      this._native.checkHttpBatched(
+        id,
+        method,
+        path,
+        route,
+        peer,
+        rawHeaders,
+        key,
+        user,
+        apiKey,
+        caseInsensitive,
+        ignoreTrailingSlash,
+      ),
     );
   }
 

@@ -19,6 +19,8 @@ const PASS = {
   half_open_probes: 'half_open_probes',
   trustedProxies: 'trusted_proxies',
   trusted_proxies: 'trusted_proxies',
+  forwardedHeader: 'forwarded_header',
+  forwarded_header: 'forwarded_header',
   ipv6Subnet: 'ipv6_subnet',
   ipv6_subnet: 'ipv6_subnet',
   allowlist: 'allowlist',
@@ -70,28 +72,39 @@ function limiterFor(options) {
   return Limiter.fromRules(rules);
 }
 
-/** A request URL without its query string. */
+/**
+ * The pathname a Node router matches for a request target (as `parseurl` gives Express's
+ * router): an absolute-form target's path, without query or fragment. Only for asking the
+ * router which route it picks; the core is given the target itself and normalises it.
+ */
 function pathOf(url) {
-  const q = url.indexOf('?');
-  return q === -1 ? url : url.slice(0, q);
+  const absolute = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(url);
+  const rest = absolute ? url.slice(absolute[0].length) : url;
+  const end = rest.search(/[?#]/);
+  const path = end === -1 ? rest : rest.slice(0, end);
+  return path || '/';
 }
 
 /**
  * The core's Outcome for one request of a middleware. `raw` is Node's IncomingMessage:
- * its method, peer address and `rawHeaders` (as received) go to the core as they are;
- * `req` and `res` go to the `keyGenerator`, `user` and `apiKey` functions.
+ * its method, request target, peer address (absent on a Unix socket) and `rawHeaders`
+ * (as received) go to the core as they are; `match` is the router's path matching
+ * (`caseInsensitive`, `ignoreTrailingSlash`); `req` and `res` go to the `keyGenerator`,
+ * `user` and `apiKey` functions.
  */
-async function decide(limiter, options, raw, path, route, req, res) {
+async function decide(limiter, options, raw, target, route, match, req, res) {
   const { keyGenerator, user, apiKey } = options;
   return limiter._checkHttp(
     raw.method,
-    path,
+    target,
     route,
-    raw.socket.remoteAddress,
+    raw.socket.remoteAddress || undefined,
     raw.rawHeaders,
     keyGenerator ? String(await keyGenerator(req, res)) : undefined,
     user ? nullable(await user(req)) : undefined,
     apiKey ? nullable(await apiKey(req)) : undefined,
+    match.caseInsensitive,
+    match.ignoreTrailingSlash,
   );
 }
 

@@ -137,8 +137,9 @@ impl NativeLimiter {
 
     /// Starts deciding request `id` for a middleware, from typed arguments
     /// (no JSON): `raw_headers` is Node's `rawHeaders`, `[name, value, name,
-    /// value, …]` in the order received. The outcome arrives like
-    /// `checkRequestBatched`'s.
+    /// value, …]` in the order received; `peer` is absent for a Unix socket;
+    /// `case_insensitive` / `ignore_trailing_slash` are the router's matching
+    /// rules. The outcome arrives like `checkRequestBatched`'s.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
@@ -152,6 +153,8 @@ impl NativeLimiter {
         key: Option<String>,
         user: Option<String>,
         api_key: Option<String>,
+        case_insensitive: Option<bool>,
+        ignore_trailing_slash: Option<bool>,
     ) -> Result<()> {
         let mut flat = raw_headers.into_iter();
         let mut headers = Vec::with_capacity(flat.len() / 2);
@@ -169,6 +172,8 @@ impl NativeLimiter {
             key,
             cost: None,
             now_ms: None,
+            case_insensitive: case_insensitive.unwrap_or(false),
+            ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
         };
         self.send(Job::Request { id, request })
     }

@@ -10,7 +10,7 @@ const express = require('express');
 const { rateLimit } = require('../express');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
-const { request, scenarios } = require('./http_support');
+const { request, requestAt, scenarios, trustScenarios } = require('./http_support');
 
 let redis;
 test.before(async () => {
@@ -41,6 +41,68 @@ async function serve(middlewareOptions, mount = (app, mw) => app.use('/api', mw)
 }
 
 scenarios(test, serve, () => redis.url, 'express');
+
+/** An app limiting `GET /api/items` with `app.use(rateLimit(options))`, on `socketPath` or loopback TCP. */
+async function listen(options, socketPath, configure = () => {}) {
+  const app = express();
+  configure(app);
+  app.use(rateLimit(options));
+  app.get('/api/items', (req, res) => res.send('ok'));
+  const server = await new Promise((resolve) => {
+    const s = socketPath ? app.listen(socketPath, () => resolve(s)) : app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return {
+    at: socketPath ? { socketPath } : { port: server.address().port },
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
+
+trustScenarios(test, listen, () => redis.url, 'express');
+
+test('express: path rules follow Express routing: case-insensitive, trailing slash ignored, unless configured', async () => {
+  const rules = {
+    store: redis.url,
+    headers: 'none',
+    policies: { api: { rate: '1/min', burst: 2 } },
+    rules: [{ match: { path: '/api/items' }, key: ['global'], policy: 'api' }],
+  };
+  // Express serves all of these with the /api/items handler: each one counts.
+  let srv = await listen({ rules: { ...rules, prefix: prefix() } });
+  try {
+    const got = [];
+    for (const target of ['/API/items', 'http://evil.example/api/Items/', '/%61pi/items#f']) {
+      got.push((await requestAt(srv.at, target)).status);
+    }
+    assert.deepStrictEqual(got, [200, 200, 429]);
+  } finally {
+    await srv.close();
+  }
+  // With strict and case-sensitive routing, /API/items and /api/items/ are other paths (404, not counted).
+  srv = await listen({ rules: { ...rules, prefix: prefix() } }, undefined, (app) => {
+    app.set('case sensitive routing', true);
+    app.set('strict routing', true);
+  });
+  try {
+    const got = [];
+    for (const target of ['/API/items', '/api/items/', '/api/items', '/api/items', '/api/items']) {
+      got.push((await requestAt(srv.at, target)).status);
+    }
+    assert.deepStrictEqual(got, [404, 404, 200, 200, 429]);
+  } finally {
+    await srv.close();
+  }
+});
+
+test('express: forwardedHeader is checked when the limiter is built', () => {
+  assert.throws(
+    () => rateLimit({ policy: { rate: '1/s' }, forwardedHeader: 'x-real-ip' }),
+    (e) => e.field === 'forwarded_header' && /"x-real-ip" is not one of x-forwarded-for, forwarded/.test(e.message),
+  );
+  assert.throws(
+    () => rateLimit({ policy: { rate: '1/s' }, allowlist: ['svc-batch'] }),
+    (e) => e.field === 'allowlist[0]' && /is not a CIDR or a typed key/.test(e.message),
+  );
+});
 
 test('express: keyGenerator keys, skip and handler', async () => {
   const app = await serve({

@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const Fastify = require('fastify');
 const polylimitFastify = require('../fastify');
 const { RedisServer } = require('./support');
-const { request, scenarios, TOO_MANY } = require('./http_support');
+const { request, requestAt, scenarios, trustScenarios, TOO_MANY } = require('./http_support');
 
 let redis;
 test.before(async () => {
@@ -32,6 +32,44 @@ async function serve(pluginOptions, extra = () => {}) {
 }
 
 scenarios(test, serve, () => redis.url, 'fastify');
+
+/** A Fastify app limiting `GET /api/items` with the plugin, on `socketPath` or loopback TCP. */
+async function listen(options, socketPath, fastifyOptions = {}) {
+  const app = Fastify(fastifyOptions);
+  await app.register(polylimitFastify, options);
+  app.get('/api/items', async () => 'ok');
+  await app.listen(socketPath ? { path: socketPath } : { port: 0, host: '127.0.0.1' });
+  return { at: socketPath ? { socketPath } : { port: app.server.address().port }, close: () => app.close() };
+}
+
+trustScenarios(test, listen, () => redis.url, 'fastify');
+
+test('fastify: path rules follow Fastify routing: case-sensitive and trailing slash significant by default, else as configured', async () => {
+  const rules = {
+    store: redis.url,
+    headers: 'none',
+    policies: { api: { rate: '1/min', burst: 2 } },
+    rules: [{ match: { path: '/api/items' }, key: ['global'], policy: 'api' }],
+  };
+  let srv = await listen({ rules: { ...rules, prefix: prefix() } });
+  try {
+    const got = [];
+    for (const target of ['/%61pi/items', '/api/items#f', '/api/items']) got.push((await requestAt(srv.at, target)).status);
+    assert.deepStrictEqual(got, [200, 200, 429]);
+  } finally {
+    await srv.close();
+  }
+  // Fastify told to ignore case and a trailing slash routes /API/items/ to the handler: it counts.
+  const loose = { routerOptions: { caseSensitive: false, ignoreTrailingSlash: true } };
+  srv = await listen({ rules: { ...rules, prefix: prefix() } }, undefined, loose);
+  try {
+    const got = [];
+    for (const target of ['/API/items/', '/Api/Items', '/api/items']) got.push((await requestAt(srv.at, target)).status);
+    assert.deepStrictEqual(got, [200, 200, 429]);
+  } finally {
+    await srv.close();
+  }
+});
 
 test('fastify: route-level config: exempt routes and a route with its own policy', async () => {
   const srv = await serve({ policy: { rate: '1/min', burst: 1 }, store: redis.url, prefix: prefix() }, (app) => {

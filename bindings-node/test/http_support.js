@@ -33,6 +33,24 @@ function request(url, { method = 'GET', headers = {} } = {}) {
   });
 }
 
+/**
+ * `method` `target` sent as is (absolute-form included) to `at`, `{ socketPath }` or
+ * `{ port }` on 127.0.0.1; resolves to `{ status, body }`.
+ */
+function requestAt(at, target, { method = 'GET', headers = {} } = {}) {
+  return new Promise((resolve, reject) => {
+    const where = at.socketPath ? { socketPath: at.socketPath } : { host: '127.0.0.1', port: at.port };
+    const req = http.request({ ...where, path: target, method, headers, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Asserts `X-RateLimit-Reset` lies in the window the request was made in, and returns it. */
@@ -170,4 +188,90 @@ function scenarios(t, start, redisUrl, label) {
   });
 }
 
-module.exports = { request, sleep, scenarios, TOO_MANY, UNAVAILABLE, resetWithin };
+/**
+ * Trust boundaries every framework must keep, against `listen(options, socketPath) →
+ * { at, close }`, a server with `GET /api/items` limited by the middleware options,
+ * on a Unix socket when `socketPath` is given, else on loopback TCP (`at` is for `requestAt`).
+ */
+function trustScenarios(t, listen, redisUrl, label) {
+  const policy = { rate: '1/min', burst: 1 };
+  let n = 0;
+  const prefix = () => `node-trust-${label}-${process.pid}-${n++}`;
+  const socketPath = () => require('node:path').join(require('node:os').tmpdir(), `polylimit-${label}-${process.pid}-${n++}.sock`);
+  const statuses = async (at, requests) => {
+    const out = [];
+    for (const [target, options] of requests) out.push((await requestAt(at, target, options)).status);
+    return out;
+  };
+  const xff = (v) => ({ headers: { 'X-Forwarded-For': v } });
+
+  t(`${label}: on a Unix socket without unix trusted, every request is the one client unknown (limited, never skipped)`, async () => {
+    const srv = await listen({ policy, store: redisUrl(), prefix: prefix(), trustedProxies: ['10.0.0.0/8'] }, socketPath());
+    try {
+      const got = await statuses(srv.at, [['/api/items', xff('198.51.100.1')], ['/api/items', xff('198.51.100.2')], ['/api/items', {}]]);
+      assert.deepStrictEqual(got, [200, 429, 429]);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  t(`${label}: on a Unix socket with trustedProxies [unix], the forwarded header names the client`, async () => {
+    const srv = await listen({ policy, store: redisUrl(), prefix: prefix(), trustedProxies: ['unix'] }, socketPath());
+    try {
+      const got = await statuses(srv.at, [
+        ['/api/items', xff('198.51.100.1')],
+        ['/api/items', xff('198.51.100.1')],
+        ['/api/items', xff('198.51.100.2')],
+      ]);
+      assert.deepStrictEqual(got, [200, 429, 200]);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  t(`${label}: forwardedHeader 'forwarded': an X-Forwarded-For added by the client is ignored`, async () => {
+    const srv = await listen({
+      policy,
+      store: redisUrl(),
+      prefix: prefix(),
+      trustedProxies: ['127.0.0.0/8'],
+      forwardedHeader: 'forwarded',
+    });
+    try {
+      const fwd = (xff) => ({ headers: { Forwarded: 'for=198.51.100.7', 'X-Forwarded-For': xff } });
+      const got = await statuses(srv.at, [
+        ['/api/items', fwd('203.0.113.1')],
+        ['/api/items', fwd('203.0.113.2')],
+        ['/api/items', { headers: { Forwarded: 'for=198.51.100.8' } }],
+      ]);
+      assert.deepStrictEqual(got, [200, 429, 200]);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  t(`${label}: a GET rule limits HEAD, and an absolute-form target matches its path`, async () => {
+    const rules = (pattern) => ({
+      store: redisUrl(),
+      prefix: prefix(),
+      headers: 'none',
+      policies: { api: policy },
+      rules: [{ match: { method: 'GET', path: pattern }, key: ['global'], policy: 'api' }],
+    });
+    let srv = await listen({ rules: rules('/api/*') });
+    try {
+      assert.deepStrictEqual(await statuses(srv.at, [['/api/items', { method: 'HEAD' }], ['/api/items', {}]]), [200, 429]);
+    } finally {
+      await srv.close();
+    }
+    srv = await listen({ rules: rules('/api/items') });
+    try {
+      const got = await statuses(srv.at, [['http://evil.example/api/items?x=1', {}], ['/api/items', {}]]);
+      assert.deepStrictEqual(got, [200, 429]);
+    } finally {
+      await srv.close();
+    }
+  });
+}
+
+module.exports = { request, requestAt, sleep, scenarios, trustScenarios, TOO_MANY, UNAVAILABLE, resetWithin };

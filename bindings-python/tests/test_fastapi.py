@@ -9,7 +9,7 @@ import json
 import math
 import threading
 import time
-from typing import Iterator
+from typing import Iterator, List, Optional
 
 import httpx
 import pytest
@@ -30,10 +30,14 @@ RATE_HEADERS = ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset
 
 
 class Server:
-    def __init__(self, app: FastAPI) -> None:
+    """``app`` served by uvicorn on loopback TCP, or on the Unix socket ``uds`` (as behind nginx)."""
+
+    def __init__(self, app: FastAPI, uds: Optional[str] = None) -> None:
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
-                                                    lifespan="off"))
+        # proxy_headers=False: the peer stays the peer; polylimit reads the forwarding headers itself.
+        where = {"uds": uds} if uds else {"host": "127.0.0.1", "port": self.port}
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", proxy_headers=False,
+                                                    **where))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 10
@@ -41,6 +45,12 @@ class Server:
             assert time.monotonic() < deadline, "uvicorn did not start"
             time.sleep(0.01)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.uds = uds
+
+    def client(self) -> httpx.Client:
+        if self.uds:
+            return httpx.Client(transport=httpx.HTTPTransport(uds=self.uds), base_url="http://unix")
+        return httpx.Client(base_url=self.url)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -267,3 +277,95 @@ def test_shape_mode_delay_is_awaited() -> None:
         assert total >= 0.95  # the third waited 1 s (two intervals of 500 ms)
     finally:
         server.stop()
+
+
+def trust_app(limiter: polylimit.Limiter) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/api/items")
+    @limiter.limit(key="ip")
+    async def items():
+        return {"ok": True}
+
+    return app
+
+
+def raw_status(server: Server, target: str, method: str = "GET") -> int:
+    """Sends ``method target`` as is (an absolute-form target included) and returns the status."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port)) as conn:
+        conn.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    return int(data.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("trusted, want", [(["10.0.0.0/8"], [200, 429, 429]), (["unix"], [200, 429, 200])])
+def test_unix_socket_peer(store: str, tmp_path, trusted: List[str], want: List[int]) -> None:
+    """uvicorn --uds gives no client address: without ``unix`` trusted every request is the one client
+    ``unknown`` (limited, never skipped); with it, X-Forwarded-For names the client."""
+    limiter = polylimit.Limiter.from_rules(
+        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, prefix=unique_prefix("uds"),
+        trusted_proxies=trusted,
+    )
+    server = Server(trust_app(limiter), uds=str(tmp_path / "app.sock"))
+    try:
+        with server.client() as client:
+            got = [client.get("/api/items", headers={"X-Forwarded-For": ip}).status_code
+                   for ip in ("198.51.100.1", "198.51.100.1", "198.51.100.2")]
+        assert got == want
+    finally:
+        server.stop()
+
+
+def test_forwarded_header_kwarg(store: str) -> None:
+    """``forwarded_header="forwarded"``: an X-Forwarded-For added by the client does not pick the key."""
+    limiter = polylimit.Limiter.from_rules(
+        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, prefix=unique_prefix("fwd"),
+        trusted_proxies=["127.0.0.0/8"], forwarded_header="forwarded",
+    )
+    server = Server(trust_app(limiter))
+    try:
+        with server.client() as client:
+            got = [client.get("/api/items", headers=h).status_code for h in (
+                {"Forwarded": "for=198.51.100.7", "X-Forwarded-For": "203.0.113.1"},
+                {"Forwarded": "for=198.51.100.7", "X-Forwarded-For": "203.0.113.2"},
+                {"Forwarded": "for=198.51.100.8"},
+            )]
+        assert got == [200, 429, 200]
+    finally:
+        server.stop()
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter.from_rules({"policies": {"api": {"rate": "1/s"}}}, forwarded_header="x-real-ip")
+    assert err.value.field == "forwarded_header"
+    assert '"x-real-ip" is not one of x-forwarded-for, forwarded' in str(err.value)
+
+
+def test_head_and_absolute_form_targets_match_get_rules(store: str) -> None:
+    """Through uvicorn: HEAD (served by the GET route) is limited by a GET rule, and an absolute-form
+    target matches the rule of its path. (uvicorn's h11 puts the whole absolute-form target in
+    ``scope["path"]``, so Starlette answers it 404; the limit still counts it.)"""
+    rules = {
+        "headers": "none",
+        "policies": {"api": {"rate": "1/min", "burst": 1}},
+        "rules": [{"match": {"method": "GET", "path": "/api/items"}, "key": ["global"], "policy": "api"}],
+    }
+    for first, method in (("/api/items", "HEAD"), ("http://evil.example/api/items?x=1", "GET")):
+        limiter = polylimit.Limiter.from_rules(rules, store=store, prefix=unique_prefix("norm"))
+        app = FastAPI()
+        app.add_middleware(PolylimitMiddleware, limiter=limiter)
+
+        async def items(request):
+            from starlette.responses import PlainTextResponse
+
+            return PlainTextResponse("ok")
+
+        app.add_route("/api/items", items, methods=["GET"])  # Starlette serves HEAD with it
+        server = Server(app)
+        try:
+            got = [raw_status(server, first, method), raw_status(server, "/api/items")]
+            assert got[0] in (200, 404) and got[1] == 429, (first, got)
+        finally:
+            server.stop()

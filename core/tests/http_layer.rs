@@ -84,7 +84,7 @@ fn rules_file_errors_name_the_rule_and_field() {
         ),
         (
             "policies: { api: { rate: 1/s } }\ntrusted_proxies: [10.0.0.0/33]",
-            "trusted_proxies[0]: \"10.0.0.0/33\" is not an address or CIDR network",
+            "trusted_proxies[0]: \"10.0.0.0/33\" is not an address, a CIDR network or unix",
         ),
         (
             "policies: { api: { rate: 1/s } }\nheaders: fancy",
@@ -93,6 +93,22 @@ fn rules_file_errors_name_the_rule_and_field() {
         (
             "policies: { api: { rate: 1/s } }\nstore: postgres://x",
             "store: \"postgres://x\" is not",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nforwarded_header: x-real-ip",
+            "forwarded_header: \"x-real-ip\" is not one of x-forwarded-for, forwarded",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\nallowlist: [10.0.0.0/8, svc-batch]",
+            "allowlist[1]: \"svc-batch\" is not a CIDR or a typed key (user:…, api_key:…, key:…)",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\ndenylist: [\"ip:1.2.3.4\"]",
+            "denylist[0]: \"ip:1.2.3.4\" is not a CIDR or a typed key",
+        ),
+        (
+            "policies: { api: { rate: 1/s } }\ndenylist: [\"user:\"]",
+            "denylist[0]: \"user:\" is not a CIDR or a typed key",
         ),
         ("rules: []", "policies: is required in a rules file"),
     ];

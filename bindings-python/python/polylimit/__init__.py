@@ -81,7 +81,8 @@ class Limiter(_NativeLimiter):
 
     @classmethod
     def from_file(cls, path: Any, **options: Any) -> "Limiter":
-        """A limiter from a rules file (YAML or JSON, SPEC §6); ``options`` override the file's."""
+        """A limiter from a rules file (YAML or JSON, SPEC §6); ``options`` override the file's, e.g.
+        ``trusted_proxies=["10.0.0.0/8", "unix"]``, ``forwarded_header="forwarded"``."""
         return cls(rules_file=str(path), **options)
 
     @classmethod

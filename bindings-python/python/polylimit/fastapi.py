@@ -57,7 +57,9 @@ def request_info(
     api_key: Optional[str] = None,
     cost: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """The core's ``RequestInfo`` (as a dict) for an ASGI HTTP scope."""
+    """The core's ``RequestInfo`` (as a dict) for an ASGI HTTP scope: the path Starlette routes
+    on, and no peer when the server gives no client address (``uvicorn --uds``): the core then
+    keys it as ``unknown``, or trusts it with ``unix`` in ``trusted_proxies``."""
     client = scope.get("client")
     if route is None:
         matched = scope.get("route")

@@ -63,36 +63,93 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 
 /// Parses a peer address: `1.2.3.4`, `1.2.3.4:5678`, `::1`, `[::1]`, `[::1]:8080`, `::ffff:1.2.3.4`.
 ///
-/// The result is canonical (IPv4-mapped IPv6 becomes IPv4).
+/// The result is canonical (IPv4-mapped IPv6 becomes IPv4). Anything else — `None`, `""`, Go's
+/// `"@"` for a Unix socket, a socket path — is a peer without an address: `None`.
 pub(crate) fn parse_peer(text: &str) -> Option<IpAddr> {
     parse_node(text)
 }
 
-/// The client address of a request.
+/// Which header a trusted proxy's client address is read from (`forwarded_header`).
+/// Only that header is believed; the other one is ignored, so a client cannot add the
+/// header its proxy does not send and pick its own address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum ForwardedHeader {
+    /// `X-Forwarded-For` (the default).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=` (RFC 7239).
+    Forwarded,
+}
+
+impl ForwardedHeader {
+    /// `x-forwarded-for` or `forwarded`, in any case.
+    pub(crate) fn parse(text: &str) -> Option<ForwardedHeader> {
+        if text.eq_ignore_ascii_case("x-forwarded-for") {
+            Some(ForwardedHeader::XForwardedFor)
+        } else if text.eq_ignore_ascii_case("forwarded") {
+            Some(ForwardedHeader::Forwarded)
+        } else {
+            None
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ForwardedHeader::XForwardedFor => "x-forwarded-for",
+            ForwardedHeader::Forwarded => "forwarded",
+        }
+    }
+}
+
+/// The proxies whose forwarding header is believed, and that header.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TrustedProxies {
+    /// Peers inside these networks are trusted proxies.
+    pub networks: Vec<Cidr>,
+    /// `unix` in `trusted_proxies`: a peer without an address (a Unix socket) is a trusted proxy.
+    pub unix: bool,
+    /// The one header the forwarding chain is read from.
+    pub header: ForwardedHeader,
+}
+
+impl TrustedProxies {
+    fn contains(&self, ip: IpAddr) -> bool {
+        self.networks.iter().any(|net| net.contains(ip))
+    }
+}
+
+/// The client address of a request; `None` when it is unknown.
 ///
-/// - `peer` is the TCP peer address; `None` (unknown) gives `None`.
-/// - A peer outside every `trusted` network is returned as is: its forwarding headers are ignored.
+/// - `peer` is the TCP peer address; `None` is a peer without an address (a Unix socket, or a
+///   framework that gives none). Such a peer is a trusted proxy only with `unix` in `trusted_proxies`;
+///   otherwise the client is unknown.
+/// - A peer outside every trusted network is returned as is: its forwarding headers are ignored.
 /// - For a trusted peer, the forwarding chain is walked right to left and the first untrusted address
-///   is returned. The chain is every `X-Forwarded-For` header (in order, comma-separated) or, when
-///   there is none, the `for=` parameters of every `Forwarded` header (RFC 7239).
+///   is returned. The chain is every field line of the one configured header, in order: the
+///   comma-separated entries of `X-Forwarded-For`, or the `for=` parameters of `Forwarded`
+///   (RFC 7239). The other header is ignored.
 /// - If the whole chain is trusted, its left-most address is returned.
 /// - The walk stops at an entry that is not an address (garbage, "unknown", "_hidden", a `Forwarded`
 ///   element without `for`): the address just to its right is returned (the peer if it is right-most).
-pub(crate) fn client_ip(peer: Option<IpAddr>, headers: &[(String, String)], trusted: &[Cidr]) -> Option<IpAddr> {
-    let peer = canonical(peer?);
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|net| net.contains(ip));
-    if !is_trusted(peer) {
-        return Some(peer);
-    }
-    let mut last = peer;
-    for entry in forwarding_chain(headers).into_iter().rev() {
+pub(crate) fn client_ip(
+    peer: Option<IpAddr>,
+    headers: &[(String, String)],
+    proxies: &TrustedProxies,
+) -> Option<IpAddr> {
+    let mut last = match peer.map(canonical) {
+        Some(peer) if !proxies.contains(peer) => return Some(peer),
+        Some(peer) => Some(peer),
+        None if proxies.unix => None,
+        None => return None,
+    };
+    for entry in forwarding_chain(headers, proxies.header).into_iter().rev() {
         let Some(ip) = entry else { break };
-        if !is_trusted(ip) {
+        if !proxies.contains(ip) {
             return Some(ip);
         }
-        last = ip;
+        last = Some(ip);
     }
-    Some(last)
+    last
 }
 
 /// The rate-limit key of an address.
@@ -136,26 +193,27 @@ fn mask_v6(ip: Ipv6Addr, prefix: u8) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(ip) & mask)
 }
 
-/// The forwarding chain, left to right; `None` marks an entry that is not an address.
-fn forwarding_chain(headers: &[(String, String)]) -> Vec<Option<IpAddr>> {
-    let named = |wanted: &'static str| {
-        headers
-            .iter()
-            .filter(move |(name, _)| name.trim().eq_ignore_ascii_case(wanted))
-            .map(|(_, value)| value.as_str())
-    };
-    let mut xff = named("x-forwarded-for").peekable();
-    if xff.peek().is_some() {
-        return xff
-            .flat_map(|value| value.split(','))
-            .map(str::trim)
-            .filter(|entry| !entry.is_empty())
-            .map(parse_node)
-            .collect();
-    }
+/// The forwarding chain of the configured header, left to right; `None` marks an entry that is
+/// not an address. Several field lines of the header are one list.
+fn forwarding_chain(headers: &[(String, String)], header: ForwardedHeader) -> Vec<Option<IpAddr>> {
+    let values = headers
+        .iter()
+        .filter(|(name, _)| name.trim().eq_ignore_ascii_case(header.name()))
+        .map(|(_, value)| value.as_str());
     let mut chain = Vec::new();
-    for value in named("forwarded") {
-        forwarded_for(value, &mut chain);
+    match header {
+        ForwardedHeader::XForwardedFor => chain.extend(
+            values
+                .flat_map(|value| value.split(','))
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(parse_node),
+        ),
+        ForwardedHeader::Forwarded => {
+            for value in values {
+                forwarded_for(value, &mut chain);
+            }
+        }
     }
     chain
 }
@@ -268,8 +326,16 @@ mod tests {
         Cidr::parse(text).unwrap_or_else(|| panic!("bad cidr {text}"))
     }
 
-    fn nets(list: &[&str]) -> Vec<Cidr> {
-        list.iter().map(|text| cidr(text)).collect()
+    fn nets(list: &[&str]) -> TrustedProxies {
+        TrustedProxies {
+            networks: list.iter().map(|text| cidr(text)).collect(),
+            ..TrustedProxies::default()
+        }
+    }
+
+    fn with_header(mut proxies: TrustedProxies, header: ForwardedHeader) -> TrustedProxies {
+        proxies.header = header;
+        proxies
     }
 
     fn hdrs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -278,9 +344,16 @@ mod tests {
             .collect()
     }
 
-    /// Resolves with peer 10.0.0.1 and trusted 10.0.0.0/8 + fd00::/8.
+    /// Resolves with peer 10.0.0.1 and trusted 10.0.0.0/8 + fd00::/8, believing `Forwarded` when
+    /// the request has a `Forwarded` header and `X-Forwarded-For` otherwise.
     fn resolve(list: &[(&str, &str)]) -> Option<IpAddr> {
-        client_ip(Some(ip("10.0.0.1")), &hdrs(list), &nets(&["10.0.0.0/8", "fd00::/8"]))
+        let header = if list.iter().any(|(name, _)| name.eq_ignore_ascii_case("forwarded")) {
+            ForwardedHeader::Forwarded
+        } else {
+            ForwardedHeader::XForwardedFor
+        };
+        let proxies = with_header(nets(&["10.0.0.0/8", "fd00::/8"]), header);
+        client_ip(Some(ip("10.0.0.1")), &hdrs(list), &proxies)
     }
 
     #[test]
@@ -458,13 +531,16 @@ mod tests {
             client_ip(None, &hdrs(&[("X-Forwarded-For", "1.2.3.4")]), &trusted),
             None
         );
-        assert_eq!(client_ip(None, &[], &[]), None);
+        assert_eq!(client_ip(None, &[], &TrustedProxies::default()), None);
     }
 
     #[test]
     fn no_trusted_proxies_means_peer() {
         let headers = hdrs(&[("X-Forwarded-For", "1.2.3.4"), ("Forwarded", "for=5.6.7.8")]);
-        assert_eq!(client_ip(Some(ip("10.0.0.1")), &headers, &[]), Some(ip("10.0.0.1")));
+        assert_eq!(
+            client_ip(Some(ip("10.0.0.1")), &headers, &TrustedProxies::default()),
+            Some(ip("10.0.0.1"))
+        );
     }
 
     #[test]
@@ -477,7 +553,11 @@ mod tests {
         );
         let headers = hdrs(&[("Forwarded", "for=1.1.1.1")]);
         assert_eq!(
-            client_ip(Some(ip("203.0.113.9")), &headers, &trusted),
+            client_ip(
+                Some(ip("203.0.113.9")),
+                &headers,
+                &with_header(trusted.clone(), ForwardedHeader::Forwarded)
+            ),
             Some(ip("203.0.113.9"))
         );
     }
@@ -485,7 +565,7 @@ mod tests {
     #[test]
     fn peer_is_canonicalized() {
         assert_eq!(
-            client_ip(Some(ip("::ffff:203.0.113.9")), &[], &[]),
+            client_ip(Some(ip("::ffff:203.0.113.9")), &[], &TrustedProxies::default()),
             Some(ip("203.0.113.9"))
         );
         // A mapped peer matches a v4 trusted network.
@@ -614,12 +694,50 @@ mod tests {
     }
 
     #[test]
-    fn xff_takes_precedence_over_forwarded() {
-        let headers = [("Forwarded", "for=203.0.113.5"), ("X-Forwarded-For", "198.51.100.7")];
-        assert_eq!(resolve(&headers), Some(ip("198.51.100.7")));
-        // Even an empty X-Forwarded-For disables the Forwarded fallback.
-        let headers = [("Forwarded", "for=203.0.113.5"), ("X-Forwarded-For", "")];
-        assert_eq!(resolve(&headers), Some(ip("10.0.0.1")));
+    fn only_the_configured_header_is_believed() {
+        let trusted = nets(&["10.0.0.0/8"]);
+        let xff = with_header(trusted.clone(), ForwardedHeader::XForwardedFor);
+        let fwd = with_header(trusted, ForwardedHeader::Forwarded);
+        let peer = Some(ip("10.0.0.1"));
+        // The proxy sends Forwarded; the client adds X-Forwarded-For to pick its own key.
+        let both = hdrs(&[("Forwarded", "for=6.6.6.6"), ("X-Forwarded-For", "203.0.113.5")]);
+        assert_eq!(client_ip(peer, &both, &fwd), Some(ip("6.6.6.6")));
+        assert_eq!(client_ip(peer, &both, &xff), Some(ip("203.0.113.5")));
+        // The configured header missing: the other one is never a fallback.
+        let only_fwd = hdrs(&[("Forwarded", "for=6.6.6.6")]);
+        assert_eq!(client_ip(peer, &only_fwd, &xff), Some(ip("10.0.0.1")));
+        let only_xff = hdrs(&[("X-Forwarded-For", "6.6.6.6")]);
+        assert_eq!(client_ip(peer, &only_xff, &fwd), Some(ip("10.0.0.1")));
+        assert_eq!(
+            ForwardedHeader::parse("X-Forwarded-For"),
+            Some(ForwardedHeader::XForwardedFor)
+        );
+        assert_eq!(ForwardedHeader::parse("forwarded"), Some(ForwardedHeader::Forwarded));
+        assert_eq!(ForwardedHeader::parse("x-real-ip"), None);
+    }
+
+    #[test]
+    fn absent_peer_is_a_trusted_proxy_only_with_unix() {
+        let headers = hdrs(&[("X-Forwarded-For", "198.51.100.7, 10.0.0.2")]);
+        let mut proxies = nets(&["10.0.0.0/8"]);
+        assert_eq!(client_ip(None, &headers, &proxies), None);
+        proxies.unix = true;
+        assert_eq!(client_ip(None, &headers, &proxies), Some(ip("198.51.100.7")));
+        assert_eq!(
+            client_ip(None, &hdrs(&[("X-Forwarded-For", "10.0.0.3, 10.0.0.2")]), &proxies),
+            Some(ip("10.0.0.3"))
+        );
+        // No header, or garbage right-most: nothing is known about the client.
+        assert_eq!(client_ip(None, &[], &proxies), None);
+        assert_eq!(client_ip(None, &hdrs(&[("X-Forwarded-For", "nope")]), &proxies), None);
+        // A TCP peer is still judged by the networks.
+        assert_eq!(
+            client_ip(Some(ip("203.0.113.9")), &headers, &proxies),
+            Some(ip("203.0.113.9"))
+        );
+        for absent in ["", "@", "/run/nginx.sock", "unix:/tmp/s"] {
+            assert_eq!(parse_peer(absent), None, "{absent:?}");
+        }
     }
 
     #[test]
@@ -793,8 +911,12 @@ mod tests {
             "\u{0}",
         ];
         for value in values {
-            for name in ["X-Forwarded-For", "Forwarded"] {
-                let got = client_ip(Some(ip("10.0.0.1")), &hdrs(&[(name, value)]), &trusted);
+            for (name, header) in [
+                ("X-Forwarded-For", ForwardedHeader::XForwardedFor),
+                ("Forwarded", ForwardedHeader::Forwarded),
+            ] {
+                let proxies = with_header(trusted.clone(), header);
+                let got = client_ip(Some(ip("10.0.0.1")), &hdrs(&[(name, value)]), &proxies);
                 assert!(got.is_some(), "{name}: {value:?}");
             }
             let _ = Cidr::parse(value);

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Limiter, Target as Check};
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
+use route::normalize_path;
 use rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
 
 /// What the limiter needs to know about a request.
@@ -25,13 +26,25 @@ use rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
 pub struct RequestInfo {
     /// `GET`, `POST`, …
     pub method: String,
-    /// The path, without the query string.
+    /// The path the framework's router saw, or the request target: the core
+    /// reduces an absolute-form target to its path, drops the query and
+    /// fragment and decodes unreserved percent-escapes before matching.
     pub path: String,
     /// The route template as the framework writes it (`/users/{id}`,
     /// `/users/:id`, `GET /users/{id}`); the core compares its canonical form.
+    /// Without one, the `route` dimension is `unmatched`.
     pub route: Option<String>,
-    /// The TCP peer address (`203.0.113.7`, `[::1]:8080`, …).
+    /// The TCP peer address (`203.0.113.7`, `[::1]:8080`, …). `None`, `""`,
+    /// `"@"` or anything that is not an address is a peer without an address
+    /// (a Unix socket): a trusted proxy with `unix` in `trusted_proxies`, else
+    /// the one client `unknown`.
     pub peer: Option<String>,
+    /// The framework matches paths case-insensitively (Express by default):
+    /// `match: { path }` then ignores case too.
+    pub case_insensitive: bool,
+    /// The framework serves `/a/` as `/a` (Express by default): `match: { path }`
+    /// then ignores one trailing slash too.
+    pub ignore_trailing_slash: bool,
     /// Request headers, in order, names in any case.
     pub headers: Vec<(String, String)>,
     /// The authenticated user, if any.
@@ -49,7 +62,8 @@ pub struct RequestInfo {
 impl RequestInfo {
     /// From the JSON object the bindings and the HTTP vectors use:
     /// `method`, `path`, `route`, `peer`, `headers` (object or list of pairs),
-    /// `user`, `api_key`, `key`, `cost`, `now_ms`.
+    /// `user`, `api_key`, `key`, `cost`, `now_ms`, `case_insensitive`,
+    /// `ignore_trailing_slash`.
     pub fn from_value(value: &Value) -> Result<RequestInfo> {
         let obj = value
             .as_object()
@@ -95,16 +109,36 @@ impl RequestInfo {
             }
         }
         for k in obj.keys() {
-            const FIELDS: [&str; 10] = [
-                "method", "path", "route", "peer", "headers", "user", "api_key", "key", "cost", "now_ms",
+            const FIELDS: [&str; 12] = [
+                "method",
+                "path",
+                "route",
+                "peer",
+                "headers",
+                "user",
+                "api_key",
+                "key",
+                "cost",
+                "now_ms",
+                "case_insensitive",
+                "ignore_trailing_slash",
             ];
             if !FIELDS.contains(&k.as_str()) {
                 return Err(Error::config(format!("request.{k}"), "", "is not a request field"));
             }
         }
         let options = CheckOptions::from_values(obj.get("cost"), obj.get("now_ms"))?;
+        let flag = |field: &str| -> Result<bool> {
+            match obj.get(field) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(other) => Err(Error::config(format!("request.{field}"), other, "is not true or false")),
+            }
+        };
         Ok(RequestInfo {
             method: text("method")?.unwrap_or_else(|| "GET".into()),
+            case_insensitive: flag("case_insensitive")?,
+            ignore_trailing_slash: flag("ignore_trailing_slash")?,
             path: text("path")?.unwrap_or_else(|| "/".into()),
             route: text("route")?,
             peer: text("peer")?,
@@ -202,26 +236,62 @@ fn escape_part(value: &str) -> String {
 }
 
 fn in_list(list: &List, ip: Option<IpAddr>, req: &RequestInfo) -> bool {
+    let has = |entries: &[String], value: &Option<String>| value.as_ref().is_some_and(|v| entries.contains(v));
     ip.is_some_and(|ip| list.networks.iter().any(|n| n.contains(ip)))
-        || [&req.user, &req.api_key, &req.key]
-            .iter()
-            .any(|v| v.as_ref().is_some_and(|v| list.keys.contains(v)))
+        || has(&list.users, &req.user)
+        || has(&list.api_keys, &req.api_key)
+        || has(&list.keys, &req.key)
+}
+
+/// The `ip` dimension of a request whose client address is unknown.
+const UNKNOWN_CLIENT: &str = "unknown";
+
+/// The `route` dimension of a request the framework routed nowhere.
+const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// Says once per process that requests come without a client address.
+fn warn_unknown_client(unix: bool) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        let advice = if unix {
+            "the Unix-socket proxy sent no usable forwarding header"
+        } else {
+            "the peer has no address (a Unix socket?): add `unix` to trusted_proxies when a proxy connects over one"
+        };
+        eprintln!("polylimit: warning: a request's client address is unknown, so it is limited as the one client \"unknown\"; {advice}");
+    });
+}
+
+/// HEAD is GET without a body: GET rules apply to it and it is keyed as GET.
+fn effective_method(method: &str) -> &str {
+    if method.eq_ignore_ascii_case("HEAD") {
+        "GET"
+    } else {
+        method
+    }
 }
 
 impl Rule {
-    /// `route`: the request's route template in canonical form.
-    fn matches(&self, req: &RequestInfo, route: Option<&str>) -> bool {
-        self.methods
-            .as_ref()
-            .is_none_or(|m| m.iter().any(|m| m.eq_ignore_ascii_case(&req.method)))
-            && self.path.as_ref().is_none_or(|p| glob_match(p, &req.path))
-            && self.route.as_ref().is_none_or(|r| route == Some(r.as_str()))
+    /// `path`: the request's normalised path; `route`: its route template in canonical form.
+    fn matches(&self, req: &RequestInfo, path: &str, route: Option<&str>) -> bool {
+        let method = effective_method(&req.method);
+        self.methods.as_ref().is_none_or(|m| {
+            m.iter()
+                .any(|m| m.eq_ignore_ascii_case(method) || m.eq_ignore_ascii_case(&req.method))
+        }) && self.path.as_ref().is_none_or(|(exact, folded)| {
+            let mut pattern = if req.case_insensitive { folded } else { exact }.as_str();
+            if req.ignore_trailing_slash && pattern.len() > 1 {
+                pattern = pattern.strip_suffix('/').unwrap_or(pattern);
+            }
+            glob_match(pattern, path)
+        }) && self.route.as_ref().is_none_or(|r| route == Some(r.as_str()))
     }
 }
 
 struct Resolved<'a> {
     req: &'a RequestInfo,
-    ip: Option<String>,
+    /// The client address key, or `unknown`.
+    ip: String,
     /// The route template in canonical form, computed once per request.
     route: Option<Cow<'a, str>>,
 }
@@ -230,9 +300,9 @@ impl Resolved<'_> {
     fn value(&self, dim: &Dimension) -> Option<String> {
         let req = self.req;
         match dim {
-            Dimension::Ip => self.ip.clone(),
-            Dimension::Route => Some(self.route.as_deref().unwrap_or(&req.path).to_string()),
-            Dimension::Method => Some(req.method.to_ascii_uppercase()),
+            Dimension::Ip => Some(self.ip.clone()),
+            Dimension::Route => Some(self.route.as_deref().unwrap_or(UNMATCHED_ROUTE).to_string()),
+            Dimension::Method => Some(effective_method(&req.method).to_ascii_uppercase()),
             Dimension::User => req.user.clone(),
             Dimension::ApiKey => req.api_key.clone(),
             Dimension::Header(name) => req.header(name).map(str::to_string),
@@ -262,6 +332,9 @@ impl Limiter {
             .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
         let peer = req.peer.as_deref().and_then(parse_peer);
         let ip = client_ip(peer, &req.headers, &rules.trusted_proxies);
+        if ip.is_none() {
+            warn_unknown_client(rules.trusted_proxies.unix);
+        }
 
         if in_list(&rules.denylist, ip, req) {
             let mut outcome = Outcome::pass();
@@ -275,13 +348,18 @@ impl Limiter {
 
         let resolved = Resolved {
             req,
-            ip: ip.map(|ip| ip_key(ip, rules.ipv6_subnet)),
+            ip: ip.map_or_else(|| UNKNOWN_CLIENT.to_string(), |ip| ip_key(ip, rules.ipv6_subnet)),
             route: req.route.as_deref().map(route::canonical),
         };
+        let path = normalize_path(&req.path, req.case_insensitive, req.ignore_trailing_slash);
         let mut targets: Vec<(usize, String)> = Vec::new();
         let mut owners: Vec<(&Rule, bool)> = Vec::new();
         let mut seen = HashSet::new();
-        for rule in rules.rules.iter().filter(|r| r.matches(req, resolved.route.as_deref())) {
+        for rule in rules
+            .rules
+            .iter()
+            .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
+        {
             let policies = match &rule.target {
                 Target::Policies(p) => p.clone(),
                 Target::Tiers { by, tiers, default } => {

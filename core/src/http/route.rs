@@ -39,9 +39,109 @@ fn canonical_segment(segment: &str) -> &str {
     }
 }
 
+/// The path a router matches, from the request target a framework gives:
+/// an absolute-form target (`http://host/p`) reduced to its path, the query
+/// and fragment dropped, and percent-escapes of unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) decoded — never `%2F` or any other reserved or
+/// non-ASCII byte, whose escapes keep their meaning (hex digits in upper case).
+/// `case_insensitive` lowercases it (ASCII); `ignore_trailing_slash` drops one
+/// trailing `/` (never the root's).
+pub(crate) fn normalize_path(target: &str, case_insensitive: bool, ignore_trailing_slash: bool) -> Cow<'_, str> {
+    let mut path = target;
+    if let Some(scheme_end) = path.find("://") {
+        let scheme = &path[..scheme_end];
+        if !scheme.is_empty()
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        {
+            let rest = &path[scheme_end + 3..];
+            path = rest.find(['/', '?', '#']).map_or("", |i| &rest[i..]);
+        }
+    }
+    if let Some(i) = path.find(['?', '#']) {
+        path = &path[..i];
+    }
+    let trimmed = ignore_trailing_slash && path.len() > 1 && path.ends_with('/');
+    if trimmed {
+        path = &path[..path.len() - 1];
+    }
+    if path.is_empty() {
+        return Cow::Borrowed("/");
+    }
+    let folds = case_insensitive && path.bytes().any(|b| b.is_ascii_uppercase());
+    if !path.contains('%') && !folds {
+        return Cow::Borrowed(path);
+    }
+    let bytes = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = (bytes[i] == b'%')
+            .then(|| Some((hex(*bytes.get(i + 1)?)?, hex(*bytes.get(i + 2)?)?)))
+            .flatten();
+        if let Some((hi, lo)) = escape {
+            let decoded = hi << 4 | lo;
+            if decoded.is_ascii_alphanumeric() || b"-._~".contains(&decoded) {
+                out.push(char::from(decoded));
+            } else {
+                out.push('%');
+                out.push(char::from(bytes[i + 1].to_ascii_uppercase()));
+                out.push(char::from(bytes[i + 2].to_ascii_uppercase()));
+            }
+            i += 3;
+            continue;
+        }
+        let len = utf8_len(bytes[i]).min(bytes.len() - i);
+        out.push_str(path.get(i..i + len).unwrap_or_default());
+        i += len;
+    }
+    if case_insensitive {
+        out.make_ascii_lowercase();
+    }
+    Cow::Owned(out)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+/// The length of the UTF-8 sequence starting with `first` (1 for a continuation byte: never split).
+fn utf8_len(first: u8) -> usize {
+    match first {
+        0xF0..=0xF7 => 4,
+        0xE0..=0xEF => 3,
+        0xC0..=0xDF => 2,
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::canonical;
+    use super::{canonical, normalize_path};
+
+    #[test]
+    fn paths_are_normalised_as_routers_see_them() {
+        let n = |p| normalize_path(p, false, false).into_owned();
+        assert_eq!(n("/api/x"), "/api/x");
+        assert_eq!(n("http://evil.example/api/x"), "/api/x");
+        assert_eq!(n("https://evil.example:8443/api/x?q=1#f"), "/api/x");
+        assert_eq!(n("http://evil.example"), "/");
+        assert_eq!(n("http://evil.example?x"), "/");
+        assert_eq!(n("/api/x#f"), "/api/x");
+        assert_eq!(n("/api/x?next=/admin"), "/api/x");
+        assert_eq!(n("/%61pi/%7Euser/%2d%2E%5f"), "/api/~user/-._");
+        assert_eq!(n("/api%2Fx"), "/api%2Fx");
+        assert_eq!(n("/api%2fx/%20/%c3%a9"), "/api%2Fx/%20/%C3%A9");
+        assert_eq!(n("/bad%zz/%4"), "/bad%zz/%4");
+        assert_eq!(n("/é/%41"), "/é/A");
+        assert_eq!(n(""), "/");
+        assert_eq!(n("*"), "*");
+        assert_eq!(n("//evil.example/api/x"), "//evil.example/api/x");
+        assert_eq!(n("/api/x/"), "/api/x/");
+        assert_eq!(normalize_path("/API/%41b/", true, true), "/api/ab");
+        assert_eq!(normalize_path("/", true, true), "/");
+        assert_eq!(normalize_path("/API/X/", false, true), "/API/X");
+    }
 
     #[test]
     fn every_framework_spells_a_route_the_same_way() {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::client_ip::Cidr;
+use super::client_ip::{Cidr, ForwardedHeader, TrustedProxies};
 use super::headers::HeaderMode;
 use crate::error::{Error, Result};
 
@@ -71,24 +71,27 @@ pub(crate) struct Rule {
     /// Bounded label for metrics: the rule's name, route or path pattern.
     pub label: String,
     pub methods: Option<Vec<String>>,
-    pub path: Option<String>,
+    /// The path glob, its unreserved percent-escapes decoded, as written and in lower case.
+    pub path: Option<(String, String)>,
     pub route: Option<String>,
     pub key: Vec<Dimension>,
     pub target: Target,
     pub shadow: bool,
 }
 
-/// An allowlist or denylist: networks match the client address, other
-/// entries match the user, the API key or the caller's key.
+/// An allowlist or denylist: networks match the client address; typed
+/// entries (`user:…`, `api_key:…`, `key:…`) match that dimension only.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct List {
     pub networks: Vec<Cidr>,
+    pub users: Vec<String>,
+    pub api_keys: Vec<String>,
     pub keys: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct HttpRules {
-    pub trusted_proxies: Vec<Cidr>,
+    pub trusted_proxies: TrustedProxies,
     pub ipv6_subnet: u8,
     pub headers: HeaderMode,
     pub shadow: bool,
@@ -98,8 +101,9 @@ pub(crate) struct HttpRules {
 }
 
 /// Top-level fields of a rules file that belong to the HTTP layer.
-pub(crate) const HTTP_FIELDS: [&str; 7] = [
+pub(crate) const HTTP_FIELDS: [&str; 8] = [
     "trusted_proxies",
+    "forwarded_header",
     "ipv6_subnet",
     "headers",
     "shadow",
@@ -126,10 +130,32 @@ fn strings(value: &Value, field: &str) -> Result<Vec<String>> {
 
 fn list(value: Option<&Value>, field: &str) -> Result<List> {
     let mut out = List::default();
-    for entry in value.map(|v| strings(v, field)).transpose()?.unwrap_or_default() {
-        match Cidr::parse(&entry) {
-            Some(net) => out.networks.push(net),
-            None => out.keys.push(entry),
+    for (i, entry) in value
+        .map(|v| strings(v, field))
+        .transpose()?
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(net) = Cidr::parse(&entry) {
+            out.networks.push(net);
+            continue;
+        }
+        let typed = entry.split_once(':').and_then(|(kind, value)| {
+            let bucket = match kind {
+                "user" => &mut out.users,
+                "api_key" => &mut out.api_keys,
+                "key" => &mut out.keys,
+                _ => return None,
+            };
+            (!value.is_empty()).then(|| bucket.push(value.to_string()))
+        });
+        if typed.is_none() {
+            return Err(Error::config(
+                format!("{field}[{i}]"),
+                format!("{entry:?}"),
+                "is not a CIDR or a typed key (user:…, api_key:…, key:…)",
+            ));
         }
     }
     Ok(out)
@@ -141,22 +167,28 @@ impl HttpRules {
         obj: &serde_json::Map<String, Value>,
         policy_index: &dyn Fn(&str) -> Option<usize>,
     ) -> Result<HttpRules> {
-        let trusted_proxies = match obj.get("trusted_proxies") {
-            None => Vec::new(),
-            Some(v) => strings(v, "trusted_proxies")?
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    Cidr::parse(s).ok_or_else(|| {
-                        Error::config(
-                            format!("trusted_proxies[{i}]"),
-                            format!("{s:?}"),
-                            "is not an address or CIDR network",
-                        )
-                    })
-                })
-                .collect::<Result<_>>()?,
-        };
+        let mut trusted_proxies = TrustedProxies::default();
+        let entries = obj.get("trusted_proxies").map(|v| strings(v, "trusted_proxies"));
+        for (i, s) in entries.transpose()?.unwrap_or_default().iter().enumerate() {
+            if s == "unix" {
+                trusted_proxies.unix = true;
+                continue;
+            }
+            let net = Cidr::parse(s).ok_or_else(|| {
+                Error::config(
+                    format!("trusted_proxies[{i}]"),
+                    format!("{s:?}"),
+                    "is not an address, a CIDR network or unix",
+                )
+            })?;
+            trusted_proxies.networks.push(net);
+        }
+        if let Some(v) = obj.get("forwarded_header") {
+            trusted_proxies.header = v
+                .as_str()
+                .and_then(ForwardedHeader::parse)
+                .ok_or_else(|| Error::config("forwarded_header", v, "is not one of x-forwarded-for, forwarded"))?;
+        }
         let ipv6_subnet = match obj.get("ipv6_subnet") {
             None => 64,
             Some(v) => v
@@ -247,10 +279,8 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
                 "method" => methods = Some(strings(v, &field)?.iter().map(|s| s.to_ascii_uppercase()).collect()),
                 "path" => {
                     let p = v.as_str().filter(|p| p.starts_with('/') || *p == "*");
-                    path_glob = Some(
-                        p.ok_or_else(|| Error::config(&field, v, "is not a path starting with '/'"))?
-                            .to_string(),
-                    );
+                    let p = p.ok_or_else(|| Error::config(&field, v, "is not a path starting with '/'"))?;
+                    path_glob = Some(p.to_string());
                 }
                 "route" => {
                     let template = v.as_str().ok_or_else(|| Error::config(&field, v, "is not a string"))?;
@@ -338,10 +368,15 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
             .or_else(|| path_glob.clone())
             .unwrap_or_else(|| "*".into()),
     };
+    let path = path_glob.map(|p| {
+        let decoded = super::route::normalize_path(&p, false, false).into_owned();
+        let folded = decoded.to_ascii_lowercase();
+        (decoded, folded)
+    });
     Ok(Rule {
         label,
         methods,
-        path: path_glob,
+        path,
         route,
         key,
         target,
