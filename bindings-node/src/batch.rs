@@ -7,8 +7,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
-use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RuleDecision};
-use serde::{Serialize, Serializer};
+use polylimit::wire::{Case, OutcomeWire};
+use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo};
 use tokio::sync::mpsc;
 
 use napi::bindgen_prelude::{Float64Array, Function};
@@ -81,64 +81,6 @@ pub struct RequestCompletions {
     tsfn: Arc<TextTsfn>,
 }
 
-/// The core's [`Outcome`] as JavaScript reads it: camelCase names, headers as
-/// `[name, value]` pairs, no intermediate `serde_json::Value`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsOutcome<'a> {
-    status: Option<u16>,
-    headers: &'a [(String, String)],
-    body: Option<&'a str>,
-    delay_ms: u64,
-    decisions: JsDecisions<'a>,
-}
-
-impl<'a> From<&'a Outcome> for JsOutcome<'a> {
-    fn from(outcome: &'a Outcome) -> Self {
-        JsOutcome {
-            status: outcome.status,
-            headers: &outcome.headers,
-            body: outcome.body.as_deref(),
-            delay_ms: outcome.delay_ms,
-            decisions: JsDecisions(&outcome.decisions),
-        }
-    }
-}
-
-struct JsDecisions<'a>(&'a [RuleDecision]);
-
-impl Serialize for JsDecisions<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.0.iter().map(|d| JsRuleDecision {
-            rule: &d.rule,
-            policy: &d.policy,
-            allowed: d.decision.allowed,
-            limit: d.decision.limit,
-            remaining: d.decision.remaining,
-            reset_after_ms: d.decision.reset_after_ms,
-            retry_after_ms: d.decision.retry_after_ms,
-            delay_ms: d.decision.delay_ms,
-            source: d.decision.source.as_str(),
-            shadow: d.shadow,
-        }))
-    }
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct JsRuleDecision<'a> {
-    rule: &'a str,
-    policy: &'a str,
-    allowed: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
-    source: &'static str,
-    shadow: bool,
-}
-
 impl RequestCompletions {
     /// `handler(batch: string)` is called on the JS thread (weak, like [`Completions`]).
     pub fn new(handler: Function<'_, String, ()>) -> Result<RequestCompletions> {
@@ -168,7 +110,7 @@ impl RequestCompletions {
             queue.push(if was_empty { b'[' } else { b',' });
             // Serializing these types to a Vec cannot fail.
             let _ = match result {
-                Ok(outcome) => serde_json::to_writer(&mut *queue, &(id, 0, JsOutcome::from(outcome))),
+                Ok(outcome) => serde_json::to_writer(&mut *queue, &(id, 0, OutcomeWire::new(outcome, Case::Camel))),
                 Err(error) => serde_json::to_writer(&mut *queue, &(id, 1, error)),
             };
             was_empty

@@ -26,6 +26,7 @@ mod limiter;
 mod metrics;
 pub mod policy;
 mod store;
+pub mod wire;
 
 pub use algorithm::Verdict;
 pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
@@ -198,26 +198,9 @@ impl Outcome {
         }
     }
 
-    /// The outcome as the JSON object bindings read.
+    /// The outcome as the JSON object bindings read ([`crate::wire`]).
     pub fn to_value(&self) -> Value {
-        json!({
-            "status": self.status,
-            "headers": self.headers.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
-            "body": self.body,
-            "delay_ms": self.delay_ms,
-            "decisions": self.decisions.iter().map(|d| json!({
-                "rule": d.rule,
-                "policy": d.policy,
-                "allowed": d.decision.allowed,
-                "limit": d.decision.limit,
-                "remaining": d.decision.remaining,
-                "reset_after_ms": d.decision.reset_after_ms,
-                "retry_after_ms": d.decision.retry_after_ms,
-                "delay_ms": d.decision.delay_ms,
-                "source": d.decision.source.as_str(),
-                "shadow": d.shadow,
-            })).collect::<Vec<_>>(),
-        })
+        serde_json::to_value(crate::wire::OutcomeWire::new(self, crate::wire::Case::Snake)).unwrap_or(Value::Null)
     }
 }
 
