@@ -16,6 +16,7 @@
 
 mod algorithm;
 pub mod breaker;
+mod config;
 mod decision;
 mod document;
 pub mod duration;
@@ -25,6 +26,7 @@ mod http;
 mod limiter;
 mod metrics;
 pub mod policy;
+mod resilience;
 mod store;
 pub mod wire;
 
@@ -34,7 +36,7 @@ pub use decision::{CheckResult, Decision, Source};
 pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{HeaderMode, Outcome, RequestInfo, RuleDecision};
-pub use limiter::{CheckOptions, Limiter, LimiterConfig};
+pub use http::{HeaderMode, Limiter, Outcome, RequestInfo, RuleDecision};
+pub use limiter::{CheckOptions, LimiterConfig};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
 pub use store::redis::{script_sha, SCRIPT};

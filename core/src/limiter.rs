@@ -1,21 +1,22 @@
-//! The public entry point: a limiter holds policies and a store, and guards
-//! the store with a timeout, a circuit breaker and each policy's fallback.
+//! The limiter: policies and a store, the store guarded by [`crate::resilience`].
+//! It decides (policy, key) targets atomically; the public `Limiter`
+//! (`crate::http`) wraps it with the rules of a rules file.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
-use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
+use crate::breaker::{BreakerConfig, BreakerState};
 use crate::decision::{CheckResult, Decision, Source};
-use crate::duration::parse_duration_ms;
 use crate::error::{Error, Result};
-use crate::http::rules::{HttpRules, HTTP_FIELDS};
 use crate::metrics::Metrics;
-use crate::policy::{check_name, OnStoreError, Policy, MAX_COST};
+use crate::policy::{check_name, Policy, MAX_COST};
+use crate::resilience::Resilience;
+pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
@@ -58,118 +59,6 @@ impl LimiterConfig {
     pub fn with_store(mut self, store: impl Into<String>) -> LimiterConfig {
         self.store = store.into();
         self
-    }
-
-    /// Builds a configuration from the options object every binding passes:
-    /// `policy` (or `policies`: a list, or a map of name → policy), `store`,
-    /// `prefix`, `max_keys`, `timeout`, `connect_timeout`, `failure_threshold`, `cooldown`,
-    /// `half_open_probes`. Unknown fields are errors.
-    pub fn from_value(value: &Value) -> Result<LimiterConfig> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 10] = [
-            "policy",
-            "policies",
-            "store",
-            "prefix",
-            "max_keys",
-            "timeout",
-            "connect_timeout",
-            "failure_threshold",
-            "cooldown",
-            "half_open_probes",
-        ];
-        for key in obj.keys() {
-            if !FIELDS.contains(&key.as_str()) {
-                return Err(Error::config(
-                    key.as_str(),
-                    "",
-                    format!("is not a limiter option (expected one of {})", FIELDS.join(", ")),
-                ));
-            }
-        }
-        let policies = match (obj.get("policy"), obj.get("policies")) {
-            (Some(_), Some(_)) => return Err(Error::config("policies", "", "cannot be given together with policy")),
-            (Some(p), None) => vec![Policy::from_value(p, "policy")?],
-            (None, Some(Value::Array(list))) => list
-                .iter()
-                .enumerate()
-                .map(|(i, p)| Policy::from_value(p, &format!("policies[{i}]")))
-                .collect::<Result<_>>()?,
-            (None, Some(Value::Object(map))) => map
-                .iter()
-                .map(|(name, p)| {
-                    check_name("policies", name)?;
-                    let path = format!("policies.{name}");
-                    let policy = Policy::from_value(p, &path)?;
-                    Ok(if p.get("name").is_some() {
-                        policy
-                    } else {
-                        policy.with_name(name.as_str())
-                    })
-                })
-                .collect::<Result<_>>()?,
-            (None, Some(other)) => return Err(Error::config("policies", other, "is not a list or a map of policies")),
-            (None, None) => return Err(Error::config("policy", "", "is required")),
-        };
-        let mut config = LimiterConfig::new(policies[0].clone());
-        config.policies = policies;
-        if let Some(v) = obj.get("store") {
-            config.store = v
-                .as_str()
-                .ok_or_else(|| Error::config("store", v, "is not a string"))?
-                .to_string();
-        }
-        if let Some(v) = obj.get("prefix") {
-            config.prefix = v
-                .as_str()
-                .ok_or_else(|| Error::config("prefix", v, "is not a string"))?
-                .to_string();
-        }
-        if let Some(v) = obj.get("max_keys") {
-            config.max_keys =
-                v.as_u64()
-                    .filter(|n| *n > 0 && *n <= 1 << 32)
-                    .ok_or_else(|| Error::config("max_keys", v, "is not a positive integer"))? as usize;
-        }
-        let duration = |field: &str| -> Result<Option<Duration>> {
-            obj.get(field)
-                .map(|v| {
-                    v.as_str()
-                        .and_then(parse_duration_ms)
-                        .filter(|ms| *ms > 0)
-                        .map(Duration::from_millis)
-                        .ok_or_else(|| Error::config(field, v, "is not a duration like \"100ms\", \"30s\" above zero"))
-                })
-                .transpose()
-        };
-        if let Some(d) = duration("timeout")? {
-            config.timeout = d;
-        }
-        if let Some(d) = duration("connect_timeout")? {
-            config.connect_timeout = d;
-        }
-        if let Some(d) = duration("cooldown")? {
-            config.breaker.cooldown = d;
-        }
-        let count = |field: &str| -> Result<Option<u32>> {
-            obj.get(field)
-                .map(|v| {
-                    v.as_u64()
-                        .filter(|n| *n > 0 && *n <= 1_000_000)
-                        .map(|n| n as u32)
-                        .ok_or_else(|| Error::config(field, v, "is not a positive integer"))
-                })
-                .transpose()
-        };
-        if let Some(n) = count("failure_threshold")? {
-            config.breaker.threshold = n;
-        }
-        if let Some(n) = count("half_open_probes")? {
-            config.breaker.half_open_max = n;
-        }
-        Ok(config)
     }
 }
 
@@ -221,9 +110,6 @@ fn whole(value: &Value) -> Option<i64> {
     (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
 }
 
-/// One policy on one key; `true` for a shadow check (its denial blocks nothing).
-pub(crate) type Target<'a> = (usize, &'a str, bool);
-
 /// A policy ready to run: its numbers and the head of its store keys.
 struct Compiled {
     policy: Policy,
@@ -242,15 +128,15 @@ struct Inner {
     backend: Backend,
     /// The memory store; for Redis, the `local` fallback.
     memory: MemoryStore,
-    breaker: CircuitBreaker,
+    resilience: Resilience,
     closed: AtomicBool,
     metrics: Metrics,
-    rules: Option<HttpRules>,
 }
 
-/// A rate limiter. Cheap to clone; clones share state.
+/// The limiter's engine: compiled policies, the store, its resilience and
+/// the metrics. Cheap to clone; clones share state.
 #[derive(Clone)]
-pub struct Limiter {
+pub(crate) struct Engine {
     inner: Arc<Inner>,
 }
 
@@ -262,10 +148,10 @@ pub(crate) fn process_now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-impl Limiter {
+impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
-    pub fn new(config: LimiterConfig) -> Result<Limiter> {
+    pub(crate) fn new(config: LimiterConfig) -> Result<Engine> {
         if config.policies.is_empty() {
             return Err(Error::config("policies", "[]", "is empty"));
         }
@@ -325,65 +211,16 @@ impl Limiter {
             })
             .collect::<Vec<_>>();
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
-        Ok(Limiter {
+        Ok(Engine {
             inner: Arc::new(Inner {
                 policies,
                 backend,
                 memory: MemoryStore::new(config.max_keys),
-                breaker: CircuitBreaker::new(config.breaker),
+                resilience: Resilience::new(config.breaker),
                 closed: AtomicBool::new(false),
                 metrics,
-                rules: None,
             }),
         })
-    }
-
-    /// A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded
-    /// from the environment): limiter options, `policies`
-    /// (a map of name → policy), `rules`, `trusted_proxies`, `ipv6_subnet`,
-    /// `headers`, `shadow`, `allowlist`, `denylist`.
-    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Limiter> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::config(
-                "rules file",
-                format!("{:?}", path.display().to_string()),
-                format!("cannot be read: {e}"),
-            )
-        })?;
-        Limiter::from_rules(&text)
-    }
-
-    /// A limiter from the text of a rules file. `${NAME}` and
-    /// `${NAME:-default}` are replaced by environment variables, one value at
-    /// a time, after parsing.
-    pub fn from_rules(text: &str) -> Result<Limiter> {
-        Limiter::from_document(&crate::document::parse_rules(text)?)
-    }
-
-    /// A limiter from a parsed rules document whose variables are already
-    /// expanded ([`crate::parse_rules`] or [`crate::expand_document`]).
-    pub fn from_document(value: &Value) -> Result<Limiter> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
-        let (http, options): (serde_json::Map<_, _>, serde_json::Map<_, _>) = obj
-            .clone()
-            .into_iter()
-            .partition(|(k, _)| HTTP_FIELDS.contains(&k.as_str()));
-        if !options.contains_key("policies") {
-            return Err(Error::config("policies", "", "is required in a rules file"));
-        }
-        let config = LimiterConfig::from_value(&Value::Object(options))?;
-        let names: Vec<String> = config.policies.iter().map(|p| p.name().to_string()).collect();
-        let rules = HttpRules::from_value(&http, &|name| names.iter().position(|n| n == name))?;
-        let mut limiter = Limiter::new(config)?;
-        Arc::get_mut(&mut limiter.inner).expect("not shared yet").rules = Some(rules);
-        Ok(limiter)
-    }
-
-    pub(crate) fn http_rules(&self) -> Option<&HttpRules> {
-        self.inner.rules.as_ref()
     }
 
     pub(crate) fn policy_at(&self, index: usize) -> &Policy {
@@ -396,31 +233,14 @@ impl Limiter {
             .request(self.policy_at(policy).name(), rule, decision, blocked);
     }
 
-    /// A limiter from the options object of [`LimiterConfig::from_value`].
-    pub fn from_value(options: &Value) -> Result<Limiter> {
-        Limiter::new(LimiterConfig::from_value(options)?)
-    }
-
     /// The policies, in order.
-    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+    pub(crate) fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.inner.policies.iter().map(|c| &c.policy)
-    }
-
-    /// Checks `key` with cost 1 on the store's clock. With several policies,
-    /// returns the one closest to denying.
-    pub async fn check(&self, key: &str) -> Result<Decision> {
-        self.check_with(key, CheckOptions::default()).await
-    }
-
-    /// Checks `key` with options.
-    pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
-        let result = self.check_all(key, options).await?;
-        Ok(result.decision())
     }
 
     /// Checks `key` against every policy in one atomic decision: allowed only
     /// if all allow, and then all are charged; otherwise none is.
-    pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
+    pub(crate) async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
         let result = if let [_] = self.inner.policies.as_slice() {
             self.decide(&[(0, key, false)], options).await?
         } else {
@@ -530,111 +350,53 @@ impl Limiter {
         cost: i64,
     ) -> Result<CheckResult> {
         let inner = &*self.inner;
-        let Some(permit) = inner.breaker.acquire() else {
-            return Ok(self.fallback(targets, now, cost));
-        };
-        let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
-        let checks: Vec<RedisCheck<'_>> = targets
-            .iter()
-            .zip(&keys)
-            .map(|(&(i, _, shadow), keys)| {
-                let compiled = &inner.policies[i];
-                RedisCheck {
-                    params: &compiled.params,
-                    keys,
-                    shadow,
-                    penalty: compiled.penalty.as_ref(),
-                }
+        let answer = inner
+            .resilience
+            .call(&inner.metrics, || async move {
+                let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
+                let checks: Vec<RedisCheck<'_>> = targets
+                    .iter()
+                    .zip(&keys)
+                    .map(|(&(i, _, shadow), keys)| {
+                        let compiled = &inner.policies[i];
+                        RedisCheck {
+                            params: &compiled.params,
+                            keys,
+                            shadow,
+                            penalty: compiled.penalty.as_ref(),
+                        }
+                    })
+                    .collect();
+                redis.decide(&checks, now, cost).await
             })
-            .collect();
-        // The store bounds the call by `timeout`, a connect included. If
-        // this future is dropped first, the permit reports a failure.
-        let started = Instant::now();
-        let outcome = redis.decide(&checks, now, cost).await;
-        inner.metrics.store_latency(started.elapsed());
-        match outcome {
-            Ok((store_now, verdicts)) => {
-                permit.success();
+            .await?;
+        Ok(match answer {
+            Some((store_now, verdicts)) => {
                 let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
-                Ok(self.result(targets, store_now, allowed, verdicts, Source::Store))
+                self.result(targets, store_now, allowed, verdicts, Source::Store)
             }
-            Err(e @ Error::Store { .. }) => {
-                // The server answered: it is up, only this key is wrong.
-                permit.success();
-                inner.metrics.store_error();
-                Err(e)
-            }
-            Err(_) => {
-                permit.failure();
-                inner.metrics.store_error();
-                Ok(self.fallback(targets, now, cost))
-            }
-        }
+            None => self.fallback(targets, now, cost),
+        })
     }
 
-    /// Decides while the store cannot, per each policy's `on_store_error`.
+    /// Decides while the store cannot, per each policy's `on_store_error`
+    /// ([`Resilience::fallback`]), `local` policies on the memory store.
     pub(crate) fn fallback(&self, targets: &[Target<'_>], now: Option<i64>, cost: i64) -> CheckResult {
         let inner = &*self.inner;
         let now = now.unwrap_or_else(process_now_ms);
-        let mode = |i: usize| inner.policies[i].policy.on_store_error();
-        let any_closed = targets
-            .iter()
-            .any(|&(i, _, shadow)| mode(i) == OnStoreError::FailClosed && !shadow);
-        let local: Vec<Target<'_>> = targets
-            .iter()
-            .copied()
-            .filter(|&(i, _, _)| mode(i) == OnStoreError::Local)
-            .collect();
-        // Local policies are charged only if nothing else denies.
-        let local_result =
-            (!local.is_empty()).then(|| self.decide_memory(&local, now, cost, Source::Local, !any_closed));
-        let retry_ms = inner.breaker.retry_in().as_millis().max(1000) as u64;
-        let mut local_decisions = local_result.iter().flat_map(|r| r.decisions.iter().copied());
-        let decisions: Vec<Decision> = targets
-            .iter()
-            .map(|&(i, _, _)| {
-                let limit = inner.policies[i].policy.limit();
-                match mode(i) {
-                    OnStoreError::Local => local_decisions.next().unwrap_or(Decision {
-                        allowed: false,
-                        limit,
-                        remaining: 0,
-                        reset_after_ms: 0,
-                        retry_after_ms: None,
-                        delay_ms: 0,
-                        source: Source::Local,
-                    }),
-                    OnStoreError::FailOpen => Decision {
-                        allowed: true,
-                        limit,
-                        remaining: limit,
-                        reset_after_ms: 0,
-                        retry_after_ms: None,
-                        delay_ms: 0,
-                        source: Source::FailOpen,
-                    },
-                    OnStoreError::FailClosed => Decision {
-                        allowed: false,
-                        limit,
-                        remaining: 0,
-                        reset_after_ms: 0,
-                        retry_after_ms: Some(retry_ms),
-                        delay_ms: 0,
-                        source: Source::FailClosed,
-                    },
-                }
-            })
-            .collect();
-        let allowed = targets.iter().zip(&decisions).all(|(t, d)| d.allowed || t.2);
-        CheckResult {
-            allowed,
-            now_ms: now,
-            decisions,
-        }
+        inner.resilience.fallback(
+            targets,
+            now,
+            |i| {
+                let policy = &inner.policies[i].policy;
+                (policy.on_store_error(), policy.limit())
+            },
+            |local, charge| self.decide_memory(local, now, cost, Source::Local, charge),
+        )
     }
 
     /// Forgets `key` under every policy (in the store and the local fallback).
-    pub async fn reset(&self, key: &str) -> Result<()> {
+    pub(crate) async fn reset(&self, key: &str) -> Result<()> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -652,26 +414,26 @@ impl Limiter {
     }
 
     /// The store's breaker state (`Closed` for the memory store).
-    pub fn breaker_state(&self) -> BreakerState {
+    pub(crate) fn breaker_state(&self) -> BreakerState {
         match self.inner.backend {
             Backend::Memory => BreakerState::Closed,
-            Backend::Redis(_) => self.inner.breaker.state(),
+            Backend::Redis(_) => self.inner.resilience.state(),
         }
     }
 
     /// Metrics in Prometheus text format.
-    pub fn metrics_text(&self) -> String {
-        let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.breaker.state());
+    pub(crate) fn metrics_text(&self) -> String {
+        let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
         self.inner.metrics.render(breaker)
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
     }
 
-    /// Whether [`Limiter::close`] was called.
-    pub fn is_closed(&self) -> bool {
+    /// Whether [`Engine::close`] was called.
+    pub(crate) fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
     }
 }

@@ -8,6 +8,13 @@ use serde::Serialize;
 
 use crate::http::{Outcome, RuleDecision};
 
+impl Outcome {
+    /// The outcome as the JSON object bindings read ([`OutcomeWire`], snake_case).
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(OutcomeWire::new(self, Case::Snake)).unwrap_or(serde_json::Value::Null)
+    }
+}
+
 /// How field names are spelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Case {

@@ -10,12 +10,15 @@ pub(crate) mod rules;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::breaker::BreakerState;
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
-use crate::limiter::{process_now_ms, CheckOptions, Limiter, Target as Check};
+use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
+use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
 use route::normalize_path;
@@ -197,11 +200,6 @@ impl Outcome {
             decisions: Vec::new(),
         }
     }
-
-    /// The outcome as the JSON object bindings read ([`crate::wire`]).
-    pub fn to_value(&self) -> Value {
-        serde_json::to_value(crate::wire::OutcomeWire::new(self, crate::wire::Case::Snake)).unwrap_or(Value::Null)
-    }
 }
 
 /// Percent-escapes the separators of a composed key.
@@ -305,13 +303,86 @@ impl Resolved<'_> {
     }
 }
 
+/// A rate limiter: policies on a store guarded by a timeout, a circuit
+/// breaker and each policy's fallback, and, when built from a rules file,
+/// the rules that decide HTTP requests. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct Limiter {
+    engine: Engine,
+    rules: Option<Arc<HttpRules>>,
+}
+
 impl Limiter {
+    /// Builds a limiter. Fails only on bad configuration; a Redis store is
+    /// connected lazily, so an unreachable Redis is handled by the fallback.
+    pub fn new(config: LimiterConfig) -> Result<Limiter> {
+        Limiter::with_rules(config, None)
+    }
+
+    /// A limiter whose requests are decided by `rules` (built against
+    /// `config`'s policies: rule targets are indices into them).
+    pub(crate) fn with_rules(config: LimiterConfig, rules: Option<HttpRules>) -> Result<Limiter> {
+        Ok(Limiter {
+            engine: Engine::new(config)?,
+            rules: rules.map(Arc::new),
+        })
+    }
+
+    /// The policies, in order.
+    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
+        self.engine.policies()
+    }
+
+    /// Checks `key` with cost 1 on the store's clock. With several policies,
+    /// returns the one closest to denying.
+    pub async fn check(&self, key: &str) -> Result<Decision> {
+        self.check_with(key, CheckOptions::default()).await
+    }
+
+    /// Checks `key` with options.
+    pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        let result = self.check_all(key, options).await?;
+        Ok(result.decision())
+    }
+
+    /// Checks `key` against every policy in one atomic decision: allowed only
+    /// if all allow, and then all are charged; otherwise none is.
+    pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
+        self.engine.check_all(key, options).await
+    }
+
+    /// Forgets `key` under every policy (in the store and the local fallback).
+    pub async fn reset(&self, key: &str) -> Result<()> {
+        self.engine.reset(key).await
+    }
+
+    /// The store's breaker state (`Closed` for the memory store).
+    pub fn breaker_state(&self) -> BreakerState {
+        self.engine.breaker_state()
+    }
+
+    /// Metrics in Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        self.engine.metrics_text()
+    }
+
+    /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
+    pub fn close(&self) {
+        self.engine.close()
+    }
+
+    /// Whether [`Limiter::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
     /// Decides a request by the rules file: every matching rule is checked,
     /// the request passes only if all allow, and nothing is charged when one
     /// denies. Never fails because the store is down.
     pub async fn check_request(&self, req: &RequestInfo) -> Result<Outcome> {
         let rules = self
-            .http_rules()
+            .rules
+            .as_deref()
             .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
         let peer = req.peer.as_deref().and_then(parse_peer);
         let ip = client_ip(peer, &req.headers, &rules.trusted_proxies);
@@ -378,10 +449,10 @@ impl Limiter {
             .zip(&owners)
             .map(|((p, k), (_, shadow))| (*p, k.as_str(), *shadow))
             .collect();
-        let result = match self.decide(&pairs, options).await {
+        let result = match self.engine.decide(&pairs, options).await {
             Ok(result) => result,
             // A key holding foreign data: answer this request as if the store were down.
-            Err(Error::Store { .. }) => self.fallback(&pairs, options.now_ms, options.cost as i64),
+            Err(Error::Store { .. }) => self.engine.fallback(&pairs, options.now_ms, options.cost as i64),
             Err(e) => return Err(e),
         };
         Ok(self.outcome(rules, &targets, &owners, result))
@@ -400,7 +471,7 @@ impl Limiter {
             .zip(&result.decisions)
             .map(|(((p, _), (rule, shadow)), d)| RuleDecision {
                 rule: rule.label.clone(),
-                policy: self.policy_at(*p).name().to_string(),
+                policy: self.engine.policy_at(*p).name().to_string(),
                 decision: *d,
                 shadow: *shadow,
             })
@@ -408,7 +479,7 @@ impl Limiter {
         let blocking = |d: &RuleDecision| !d.decision.allowed && !d.shadow;
         let blocked = decisions.iter().any(blocking);
         for (d, (p, _)) in decisions.iter().zip(targets) {
-            self.record_request(*p, &d.rule, &d.decision, blocking(d));
+            self.engine.record_request(*p, &d.rule, &d.decision, blocking(d));
         }
 
         // Headers describe the enforced limits; shadow ones only when nothing is enforced.
@@ -419,7 +490,7 @@ impl Limiter {
             result.closest_among(enforced.into_iter())
         };
         let decision = result.decisions[shown];
-        let policy = self.policy_at(targets[shown].0);
+        let policy = self.engine.policy_at(targets[shown].0);
         let now_ms = if result.now_ms > 0 {
             result.now_ms
         } else {

@@ -1,0 +1,136 @@
+//! The guarded store call: a circuit breaker around the store (whose call is
+//! bounded by the limiter's `timeout` in `store/redis.rs`), and each policy's
+//! `on_store_error` fallback while the store cannot answer.
+
+use std::future::Future;
+use std::time::Instant;
+
+use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
+use crate::decision::{CheckResult, Decision, Source};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::policy::OnStoreError;
+
+/// One policy on one key: (policy index, key, `true` for a shadow check,
+/// whose denial blocks nothing).
+pub(crate) type Target<'a> = (usize, &'a str, bool);
+
+/// The breaker and the fallback of one limiter's store.
+pub(crate) struct Resilience {
+    breaker: CircuitBreaker,
+}
+
+impl Resilience {
+    pub(crate) fn new(config: BreakerConfig) -> Resilience {
+        Resilience {
+            breaker: CircuitBreaker::new(config),
+        }
+    }
+
+    /// The breaker's state.
+    pub(crate) fn state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Runs `call` if the breaker lets it through and reports how it went.
+    /// `Ok(None)`: the store cannot answer (breaker open, timeout, connection
+    /// lost), decide by [`Resilience::fallback`]. An [`Error::Store`] (the
+    /// server answered, only this key is wrong) counts as a success of the
+    /// store and is returned.
+    pub(crate) async fn call<T, Fut>(&self, metrics: &Metrics, call: impl FnOnce() -> Fut) -> Result<Option<T>>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
+        let Some(permit) = self.breaker.acquire() else {
+            return Ok(None);
+        };
+        // The store bounds the call by `timeout`, a connect included. If
+        // this future is dropped first, the permit reports a failure.
+        let started = Instant::now();
+        let outcome = call().await;
+        metrics.store_latency(started.elapsed());
+        match outcome {
+            Ok(answer) => {
+                permit.success();
+                Ok(Some(answer))
+            }
+            Err(e @ Error::Store { .. }) => {
+                // The server answered: it is up, only this key is wrong.
+                permit.success();
+                metrics.store_error();
+                Err(e)
+            }
+            Err(_) => {
+                permit.failure();
+                metrics.store_error();
+                Ok(None)
+            }
+        }
+    }
+
+    /// Decides while the store cannot, per each policy's `on_store_error`.
+    /// `policy(i)`: the mode and limit of policy `i`; `local(targets, charge)`:
+    /// the local (memory) decision of the `local` targets, charged or not.
+    pub(crate) fn fallback(
+        &self,
+        targets: &[Target<'_>],
+        now: i64,
+        policy: impl Fn(usize) -> (OnStoreError, u64),
+        local: impl FnOnce(&[Target<'_>], bool) -> CheckResult,
+    ) -> CheckResult {
+        let mode = |i: usize| policy(i).0;
+        let any_closed = targets
+            .iter()
+            .any(|&(i, _, shadow)| mode(i) == OnStoreError::FailClosed && !shadow);
+        let local_targets: Vec<Target<'_>> = targets
+            .iter()
+            .copied()
+            .filter(|&(i, _, _)| mode(i) == OnStoreError::Local)
+            .collect();
+        // Local policies are charged only if nothing else denies.
+        let local_result = (!local_targets.is_empty()).then(|| local(&local_targets, !any_closed));
+        let retry_ms = self.breaker.retry_in().as_millis().max(1000) as u64;
+        let mut local_decisions = local_result.iter().flat_map(|r| r.decisions.iter().copied());
+        let decisions: Vec<Decision> = targets
+            .iter()
+            .map(|&(i, _, _)| {
+                let (mode, limit) = policy(i);
+                match mode {
+                    OnStoreError::Local => local_decisions.next().unwrap_or(Decision {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_after_ms: 0,
+                        retry_after_ms: None,
+                        delay_ms: 0,
+                        source: Source::Local,
+                    }),
+                    OnStoreError::FailOpen => Decision {
+                        allowed: true,
+                        limit,
+                        remaining: limit,
+                        reset_after_ms: 0,
+                        retry_after_ms: None,
+                        delay_ms: 0,
+                        source: Source::FailOpen,
+                    },
+                    OnStoreError::FailClosed => Decision {
+                        allowed: false,
+                        limit,
+                        remaining: 0,
+                        reset_after_ms: 0,
+                        retry_after_ms: Some(retry_ms),
+                        delay_ms: 0,
+                        source: Source::FailClosed,
+                    },
+                }
+            })
+            .collect();
+        let allowed = targets.iter().zip(&decisions).all(|(t, d)| d.allowed || t.2);
+        CheckResult {
+            allowed,
+            now_ms: now,
+            decisions,
+        }
+    }
+}
