@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 
 /// Parses the text of a rules file (YAML or JSON) and expands its `${NAME}`
 /// and `${NAME:-default}` from the environment, one string at a time (see
-/// [`crate::env`]). A `${…}` may stand anywhere a scalar may, flow maps
+/// [`crate::expand_document`]). A `${…}` may stand anywhere a scalar may, flow maps
 /// included, where YAML would otherwise read its braces as structure.
 pub fn parse_rules(text: &str) -> Result<Value> {
     let (protected, variables) = Variables::protect(text);

@@ -1,4 +1,4 @@
-//! The limiter: policies and a store, the store guarded by [`crate::resilience`].
+//! The limiter: policies and a store, the store guarded by the `resilience` module.
 //! It decides (policy, key) targets atomically; the public `Limiter`
 //! (`crate::http`) wraps it with the rules of a rules file.
 
