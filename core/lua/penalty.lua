@@ -37,6 +37,7 @@ local function record_denial(key, c, now, threshold, within, forget_after, coold
     block = cooldowns[i]
     blocked_until = now + block
     level = level + 1
+    if level > #cooldowns then level = #cooldowns end
     denials = 0
     window_start = now
   end
