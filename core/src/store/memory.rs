@@ -1,6 +1,7 @@
 //! The embedded store: sharded maps, one lock per shard, idle keys expire,
 //! and `max_keys` bounds memory whatever the key cardinality.
 
+use std::borrow::Cow;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use indexmap::{Equivalent, IndexMap};
@@ -8,6 +9,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::penalty::{blocked_for, record_denial, PenaltyParams};
 use crate::algorithm::{blocked, decide, Params, State, Update, Verdict};
+use crate::store::keys::stored_key;
 
 const SHARDS: usize = 64;
 /// Entries examined for expiry on each new key, so idle keys are reclaimed
@@ -180,20 +182,20 @@ impl MemoryStore {
             return (verdict.allowed || one.shadow, vec![verdict]);
         }
         // Every key touched: the checks' keys, then their penalty records.
+        let stored: Vec<Cow<'_, str>> = checks.iter().map(|c| stored_key(c.key)).collect();
         let mut keys: Vec<MapKeyRef<'_>> = checks
             .iter()
-            .map(|c| MapKeyRef {
-                slot: c.slot,
-                key: c.key,
-            })
+            .zip(&stored)
+            .map(|(c, key)| MapKeyRef { slot: c.slot, key })
             .collect();
         let penalty_keys: Vec<Option<usize>> = checks
             .iter()
-            .map(|c| {
+            .zip(&stored)
+            .map(|(c, key)| {
                 c.penalty.map(|_| {
                     keys.push(MapKeyRef {
                         slot: c.slot | PENALTY_SLOT,
-                        key: c.key,
+                        key,
                     });
                     keys.len() - 1
                 })
@@ -253,9 +255,10 @@ impl MemoryStore {
     }
 
     pub fn decide_one(&self, check: &MemoryCheck<'_>, now: i64, cost: i64) -> Verdict {
+        let stored = stored_key(check.key);
         let key = MapKeyRef {
             slot: check.slot,
-            key: check.key,
+            key: &stored,
         };
         let mut shard = self.shards[self.shard_of(&key)].lock();
         let (verdict, update) = decide(check.params, shard.live(&key, now), now, cost);
@@ -267,7 +270,8 @@ impl MemoryStore {
 
     /// Forgets a key of one policy.
     pub fn reset(&self, slot: u32, key: &str) {
-        let key = MapKeyRef { slot, key };
+        let stored = stored_key(key);
+        let key = MapKeyRef { slot, key: &stored };
         self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
     }
 
@@ -275,6 +279,15 @@ impl MemoryStore {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Bytes of user key held, over every entry.
+    #[cfg(test)]
+    pub fn key_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map.keys().map(|k| k.key.len()).sum::<usize>())
+            .sum()
     }
 
     /// Drops every expired key now (also done incrementally on inserts).
@@ -319,6 +332,31 @@ mod tests {
             );
         }
         assert!(store.len() <= 640, "{} keys", store.len());
+    }
+
+    #[test]
+    fn max_keys_bounds_key_bytes() {
+        let store = MemoryStore::new(640);
+        let p = params("1/h");
+        let mut key = "k".repeat(100 * 1024);
+        for i in 0..1000 {
+            key.truncate(100 * 1024 - 8);
+            key.push_str(&format!("{i:08}"));
+            let check = MemoryCheck {
+                slot: 0,
+                params: &p,
+                key: &key,
+                shadow: false,
+                penalty: None,
+            };
+            assert!(store.decide_one(&check, 1_000, 1).allowed);
+            if i % 100 == 0 {
+                // The same long key is limited on its second check.
+                assert!(!store.decide_one(&check, 1_000, 1).allowed);
+            }
+        }
+        let bytes = store.key_bytes();
+        assert!(bytes <= 640 * 128, "{bytes} bytes of keys for {} keys", store.len());
     }
 
     #[test]
