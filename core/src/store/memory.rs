@@ -59,7 +59,9 @@ struct Entry {
     expires_at: i64,
 }
 
-type Hasher64 = foldhash::fast::FixedState;
+/// Seeded per store from a per-process random seed, so nobody can compute
+/// offline which keys share a shard or a bucket.
+type Hasher64 = foldhash::fast::RandomState;
 
 #[derive(Default)]
 struct Shard {
@@ -154,18 +156,20 @@ pub(crate) struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(max_keys: usize) -> MemoryStore {
+        let hasher = Hasher64::default();
         let shards = (0..SHARDS)
             .map(|i| {
                 Mutex::new(Shard {
                     map: IndexMap::with_hasher(Hasher64::default()),
-                    rng: 0x9E37_79B9_7F4A_7C15 ^ i as u64,
+                    // Eviction samples are unpredictable too.
+                    rng: hasher.hash_one(i),
                 })
             })
             .collect();
         MemoryStore {
             shards,
             per_shard_cap: (max_keys / SHARDS).max(1),
-            hasher: Hasher64::default(),
+            hasher,
         }
     }
 
@@ -357,6 +361,24 @@ mod tests {
         }
         let bytes = store.key_bytes();
         assert!(bytes <= 640 * 128, "{bytes} bytes of keys for {} keys", store.len());
+    }
+
+    #[test]
+    fn shards_are_seeded_per_store() {
+        let shards = |store: &MemoryStore| -> Vec<usize> {
+            (0..64)
+                .map(|i| {
+                    let key = format!("k{i}");
+                    store.shard_of(&MapKeyRef { slot: 0, key: &key })
+                })
+                .collect()
+        };
+        let a = MemoryStore::new(1000);
+        assert_eq!(shards(&a), shards(&a), "stable within a store");
+        // With a fixed seed every store maps the keys alike (and anyone can
+        // compute the mapping offline); seeded, 64 keys all landing alike has
+        // probability 64^-64.
+        assert_ne!(shards(&a), shards(&MemoryStore::new(1000)));
     }
 
     #[test]
