@@ -42,9 +42,11 @@ pub(crate) struct Violation {
 
 /// Records a denial by the rate limit at `now`.
 pub(crate) fn record_denial(p: &PenaltyParams, cells: Option<&[i64; 5]>, now: i64) -> Violation {
+    // Only an unblocked key records denials, so any block in `cells` is over:
+    // it is dropped, as an expired record would be (the clock going back
+    // then finds the same record whether or not a store had expired it).
     let (mut blocked_until, mut level, mut denials, mut window_start) = (0, 0, 0, now);
     if let Some(c) = cells {
-        blocked_until = c[0];
         level = c[1];
         denials = c[2];
         window_start = c[3];
