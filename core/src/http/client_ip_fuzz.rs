@@ -19,6 +19,14 @@ fn addressy() -> impl Strategy<Value = String> {
     ]
 }
 
+/// 1000 per property, or `POLYLIMIT_FUZZ_CASES` (`make fuzz`).
+fn cases() -> u32 {
+    std::env::var("POLYLIMIT_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
 fn header() -> impl Strategy<Value = (String, String)> {
     let name = prop_oneof![
         Just("X-Forwarded-For".to_string()),
@@ -46,7 +54,7 @@ fn ip() -> impl Strategy<Value = IpAddr> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn parse_peer_never_panics(text in addressy()) {
