@@ -16,7 +16,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use polylimit::{CheckOptions, Decision, Limiter, LimiterConfig, Policy};
+use polylimit::{CheckOptions, CheckResult, Decision, Limiter, LimiterConfig, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
@@ -259,31 +259,47 @@ fn decision_fields(d: &Decision) -> (bool, u64, u64, u64, Option<u64>, u64, &'st
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
-fn memory_limiters(policy: &Policy) -> Vec<Limiter> {
+fn config(policies: &[Policy]) -> LimiterConfig {
+    let mut config = LimiterConfig::new(policies[0].clone());
+    config.policies = policies.to_vec();
+    config
+}
+
+fn memory_limiters(policies: &[Policy]) -> Vec<Limiter> {
     // One memory limiter per key: a store sweeps expired keys when it inserts
     // others, and a later step with the clock moved back would then find a
     // state Redis (which expires on its own clock) still holds.
     (0..KEYS)
-        .map(|_| Limiter::new(LimiterConfig::new(policy.clone())).expect("valid policy"))
+        .map(|_| Limiter::new(config(policies)).expect("valid policies"))
         .collect()
+}
+
+type Fields = (bool, Vec<(bool, u64, u64, u64, Option<u64>, u64, &'static str)>);
+
+fn result_fields(r: &CheckResult) -> Fields {
+    (r.allowed, r.decisions.iter().map(decision_fields).collect())
 }
 
 fn play(
     runtime: &tokio::runtime::Runtime,
     redis_url: &str,
-    policy_value: &Value,
+    policy_values: &[Value],
     start: i64,
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
-    let policy = Policy::from_value(policy_value, "")
-        .map_err(|e| TestCaseError::fail(format!("the generator made an invalid policy: {e}")))?;
-    let limit = policy.limit();
-    let period = policy.period_ms() as i64;
-    let mut config = LimiterConfig::new(policy.clone()).with_store(redis_url);
+    let mut policies = Vec::with_capacity(policy_values.len());
+    for (i, value) in policy_values.iter().enumerate() {
+        let policy = Policy::from_value(value, "")
+            .map_err(|e| TestCaseError::fail(format!("the generator made an invalid policy: {e}")))?;
+        policies.push(policy.with_name(format!("p{i}")));
+    }
+    let limit = policies[0].limit();
+    let period = policies[0].period_ms() as i64;
+    let mut config = config(&policies).with_store(redis_url);
     config.prefix = format!("fuzz-{}", CASE.fetch_add(1, Ordering::Relaxed));
     config.timeout = Duration::from_secs(10);
     let redis = Limiter::new(config).map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let memory = memory_limiters(&policy);
+    let memory = memory_limiters(&policies);
 
     let mut now = start;
     let mut played = Vec::with_capacity(steps.len());
@@ -295,14 +311,14 @@ fn play(
         };
         let key = key(step.key);
         let on_memory = runtime
-            .block_on(memory[step.key].check_with(&key, options))
+            .block_on(memory[step.key].check_all(&key, options))
             .map_err(|e| TestCaseError::fail(format!("step {i}: memory: {e}")))?;
         let on_redis = runtime
-            .block_on(redis.check_with(&key, options))
+            .block_on(redis.check_all(&key, options))
             .map_err(|e| TestCaseError::fail(format!("step {i}: redis: {e}")))?;
         prop_assert_eq!(
-            decision_fields(&on_memory),
-            decision_fields(&on_redis),
+            result_fields(&on_memory),
+            result_fields(&on_redis),
             "step {} (key {:?}, cost {}, now_ms {}): memory vs redis",
             i,
             key,
@@ -314,15 +330,15 @@ fn play(
 
     // A denied step changes nothing: without them, the rest decides alike.
     // (A penalty records denials by design.)
-    if policy.penalty().is_none() {
-        let fresh = memory_limiters(&policy);
+    if policies.iter().all(|p| p.penalty().is_none()) {
+        let fresh = memory_limiters(&policies);
         for (i, (k, options, decision)) in played.iter().enumerate().filter(|(_, p)| p.2.allowed) {
             let again = runtime
-                .block_on(fresh[*k].check_with(&key(*k), *options))
+                .block_on(fresh[*k].check_all(&key(*k), *options))
                 .map_err(|e| TestCaseError::fail(format!("replay step {i}: {e}")))?;
             prop_assert_eq!(
-                decision_fields(&again),
-                decision_fields(decision),
+                result_fields(&again),
+                result_fields(decision),
                 "step {} (now_ms {:?}): a replay without the denied steps decided otherwise",
                 i,
                 options.now_ms
@@ -340,8 +356,13 @@ fn memory_and_redis_decide_alike() {
         .build()
         .unwrap();
     let url = server.url();
-    let result = runner(cases(400)).run(&(policy(), steps()), |(policy, (start, steps))| {
-        play(&runtime, &url, &policy, start, &steps)
+    // Mostly one policy; several are decided (and charged) atomically together.
+    let policies = prop_oneof![
+        3 => prop::collection::vec(policy(), 1..=1),
+        1 => prop::collection::vec(policy(), 2..=3),
+    ];
+    let result = runner(cases(400)).run(&(policies, steps()), |(policies, (start, steps))| {
+        play(&runtime, &url, &policies, start, &steps)
     });
     if let Err(e) = result {
         panic!("{e}");
