@@ -16,6 +16,8 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use polylimit::duration::MAX_DURATION_MS;
+use polylimit::policy::MAX_COST;
 use polylimit::{CheckOptions, CheckResult, Decision, Limiter, LimiterConfig, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -23,8 +25,6 @@ use serde_json::{json, Value};
 
 const MAX_NOW: i64 = 1 << 50;
 const MAX_SCALED: u64 = 1 << 50;
-const MAX_DURATION_MS: u64 = 100 * 365 * 86_400_000;
-const MAX_COST: u64 = 1 << 32;
 
 fn cases(default: u32) -> u32 {
     std::env::var("POLYLIMIT_FUZZ_CASES")
