@@ -55,6 +55,10 @@ pub(crate) const MAX_KEY_BYTES: usize = 128;
 
 /// The user key as the stores hold it: escaped, or hashed when long.
 pub(crate) fn stored_key(key: &str) -> Cow<'_, str> {
+    // The common case, checked without the general escaper: nothing to change.
+    if key.len() <= MAX_KEY_BYTES && !key.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
+        return Cow::Borrowed(key);
+    }
     let escaped = escape(key, b"{}");
     if escaped.len() <= MAX_KEY_BYTES {
         return escaped;
