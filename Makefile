@@ -1,10 +1,10 @@
-# polylimit: `make demo`, `make test`, `make bench`.
+# polylimit: `make demo`, `make test`, `make bench`, `make fuzz`.
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench deps redis-server rust-test lint
+.PHONY: demo test bench fuzz deps redis-server rust-test lint
 
 ## The example apps of every language on the memory store, the classic burst
 ## against each (REDIS_URL=redis://… shares one Redis between them).
@@ -35,6 +35,11 @@ lint:
 
 rust-test:
 	$(CARGO) test --workspace --quiet
+
+## The property-based fuzz tests with many more cases than `make test` runs.
+fuzz: deps
+	export POLYLIMIT_FUZZ_CASES=$${POLYLIMIT_FUZZ_CASES:-5000}; \
+	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
 
 bench: deps $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput

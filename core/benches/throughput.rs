@@ -1,7 +1,8 @@
 //! `make bench`: decisions per second of the memory store (one thread, all
 //! cores) and of Redis (1 and 64 in flight on one multiplexed connection),
 //! next to `redis-benchmark` running EVALSHA of the same script on the same
-//! server in the same run.
+//! server in the same run, and the cost inside Redis of a sliding-window-log
+//! denial at 10k live entries.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -120,21 +121,72 @@ fn redis_benchmark(port: u16, pipeline: u32) -> f64 {
         .unwrap_or_else(|| panic!("unexpected redis-benchmark output: {text}"))
 }
 
+const LOG_ENTRIES: u64 = 10_000;
+const LOG_DENIALS: u64 = 200;
+
+/// Sliding-window-log denials on a key holding 10k live entries: the retry
+/// computation runs inside Redis's single thread. Returns µs per call inside
+/// Redis (INFO commandstats) and µs per check seen by the caller.
+async fn log_denial_bench(redis: &support::RedisServer, key: &str, cost: u64) -> (f64, f64) {
+    let policy = Policy::from_value(&json!({"algorithm": "sliding_window_log", "rate": "10000/h"}), "").unwrap();
+    let mut config = LimiterConfig::new(policy).with_store(redis.url());
+    config.timeout = Duration::from_secs(5);
+    let limiter = Limiter::new(config).unwrap();
+    let at = |ms: u64| CheckOptions {
+        cost: 1,
+        now_ms: Some(1_000_000 + ms as i64),
+    };
+    for i in 0..LOG_ENTRIES {
+        assert!(limiter.check_with(key, at(i)).await.unwrap().allowed);
+    }
+    redis.command("CONFIG RESETSTAT");
+    let started = Instant::now();
+    for _ in 0..LOG_DENIALS {
+        let options = CheckOptions {
+            cost,
+            ..at(LOG_ENTRIES)
+        };
+        let d = limiter.check_with(key, options).await.unwrap();
+        assert!(!d.allowed && d.retry_after_ms.is_some());
+    }
+    let caller = started.elapsed().as_secs_f64() * 1e6 / LOG_DENIALS as f64;
+    let stats = redis.command("INFO commandstats").unwrap_or_default();
+    let inside = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected INFO commandstats: {stats}"));
+    (inside, caller)
+}
+
 fn main() {
     // cargo bench passes --bench; cargo test --benches passes nothing useful.
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let (one, all) = memory_bench();
-    println!("memory store, token_bucket, warm key:");
-    println!("  1 thread : {:>12.0} decisions/s (target >= 5,000,000)", one);
-    println!("  all cores: {:>12.0} decisions/s", all);
-
     let redis = support::RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // POLYLIMIT_BENCH=log runs only the sliding-window-log lines.
+    if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("log") {
+        throughput(&redis, &runtime);
+    }
+    println!("redis store, sliding_window_log denial at {LOG_ENTRIES} live entries (limit {LOG_ENTRIES}):");
+    for (key, cost) in [("log-1", 1), ("log-half", LOG_ENTRIES / 2), ("log-all", LOG_ENTRIES)] {
+        let (inside, caller) = runtime.block_on(log_denial_bench(&redis, key, cost));
+        println!("  cost {cost:>5}: {inside:>9.1} µs per call inside Redis, {caller:>9.1} µs per check");
+    }
+}
+
+fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+    let (one, all) = memory_bench();
+    println!("memory store, token_bucket, warm key:");
+    println!("  1 thread : {:>12.0} decisions/s (target >= 5,000,000)", one);
+    println!("  all cores: {:>12.0} decisions/s", all);
+
     let mut config = LimiterConfig::new(policy()).with_store(redis.url());
     config.timeout = Duration::from_secs(5);
     let limiter = Limiter::new(config).unwrap();

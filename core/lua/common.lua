@@ -12,6 +12,11 @@ local function fdiv(a, b)
   return math.floor(a / b)
 end
 
+-- ceil(a / b) for any a, b > 0.
+local function ceil_frac(a, b)
+  return -math.floor(-a / b)
+end
+
 local function fmt(n)
   return string.format('%d', n)
 end
@@ -46,6 +51,19 @@ local function wait_scaled(c, now, count)
   if c[1] > now then return (c[1] - now) * count + c[2] end
   if c[1] == now then return c[2] end
   return 0
+end
+
+-- Waits above this (scaled units) deny whatever the policy; below it every
+-- sum stays under 2^53. Mirrors gcra::MAX_WAIT_SCALED.
+local MAX_WAIT_SCALED = 4503599627370496
+
+-- A TAT more than MAX_WAIT_SCALED ahead (the clock went back by far): the
+-- wait as whole ms and a scaled remainder, or nil.
+local function far_ahead(c, now, count)
+  if c and c[1] > now and c[1] - now > fdiv(MAX_WAIT_SCALED, count) then
+    return c[1] - now, c[2]
+  end
+  return nil
 end
 
 local function write_tat(key, now, wait, count, ttl)

@@ -2,7 +2,14 @@
 local function gcra(keys, k, now, cost, count, period, burst)
   local key = keys[k]
   local cap = burst * period
-  local wait = wait_scaled(read_cells(key), now, count)
+  local c = read_cells(key)
+  local far_ms, far_rem = far_ahead(c, now, count)
+  if far_ms then
+    local reset = far_ms + ceil_div(far_rem, count)
+    if cost > burst then return false, 0, reset, false, 0 end
+    return false, 0, reset, far_ms + ceil_frac(far_rem + cost * period - cap, count), 0
+  end
+  local wait = wait_scaled(c, now, count)
   if cost > burst then
     return false, fdiv(cap - wait, period), ceil_div(wait, count), false, 0
   end

@@ -30,7 +30,15 @@ end
 -- leaky_bucket (shape): the queue's tail as a TAT; admitted iff wait <= max_delay
 local function leaky_bucket_shape(keys, k, now, cost, count, period, burst, max_delay)
   local key = keys[k]
-  local wait = wait_scaled(read_cells(key), now, count)
+  local c = read_cells(key)
+  local far_ms, far_rem = far_ahead(c, now, count)
+  if far_ms then
+    -- The queue's tail is further ahead than any max_delay: full.
+    local reset = far_ms + ceil_div(far_rem, count)
+    if cost > burst then return false, 0, reset, false, 0 end
+    return false, 0, reset, far_ms + ceil_frac(far_rem - max_delay, count), 0
+  end
+  local wait = wait_scaled(c, now, count)
   local function room(w)
     if w <= max_delay then return fdiv(max_delay - w, period) + 1 end
     return 0

@@ -19,7 +19,8 @@ end
 local function record_denial(key, c, now, threshold, within, forget_after, cooldowns)
   local blocked_until, level, denials, window_start = 0, 0, 0, now
   if c then
-    blocked_until, level, denials, window_start = c[1], c[2], c[3], c[4]
+    -- Only an unblocked key records denials: any block in c is over.
+    level, denials, window_start = c[2], c[3], c[4]
     if now > c[5] then
       level = level - fdiv(now - c[5], forget_after)
       if level < 0 then level = 0 end
@@ -37,6 +38,7 @@ local function record_denial(key, c, now, threshold, within, forget_after, coold
     block = cooldowns[i]
     blocked_until = now + block
     level = level + 1
+    if level > #cooldowns then level = #cooldowns end
     denials = 0
     window_start = now
   end

@@ -1,5 +1,7 @@
 -- sliding_window_log: KEYS[k] holds cells {sum, seq}, KEYS[k+1] a sorted set
--- of admissions scored by time, member "<seq>:<cost>".
+-- of admissions scored by time, member "<seq>:<cost>". Live entries cost at
+-- least 1 each and at most `limit` in all, so a key never holds more than
+-- `limit` live entries; each admission drops the expired ones.
 local function entry_cost(member)
   return tonumber(string.match(member, ':(%d+)$'))
 end
@@ -39,19 +41,33 @@ local function sliding_window_log(keys, k, now, cost, count, period, limit)
       write_cells(key, used + cost, seq + 1, 0, ttl)
     end
   end
-  -- The oldest live entries expire first: find the one that makes room.
-  local freed, offset, retry = 0, 0, false
-  while not retry do
-    local page = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(cutoff), '+inf', 'WITHSCORES', 'LIMIT', offset, 64)
-    if #page == 0 then break end
+  -- The oldest live entries expire first: find the one whose expiry makes
+  -- room. Every entry costs at least 1, so it is among the `need` oldest live
+  -- entries, and among the `limit - cost + 1` newest (what stays live after it
+  -- fits beside `cost`): one bounded range query from the nearer end.
+  local need = used + cost - limit
+  local keep = limit - cost
+  local retry = false
+  if need <= keep + 1 then
+    local freed = 0
+    local page = redis.call('ZRANGEBYSCORE', log, '(' .. fmt(cutoff), '+inf', 'WITHSCORES', 'LIMIT', 0, fmt(need))
     for i = 1, #page, 2 do
       freed = freed + entry_cost(page[i])
-      if used - freed + cost <= limit then
+      if freed >= need then
         retry = tonumber(page[i + 1]) + period - now
         break
       end
     end
-    offset = offset + 64
+  else
+    local kept = 0
+    local page = redis.call('ZREVRANGEBYSCORE', log, '+inf', '(' .. fmt(cutoff), 'WITHSCORES', 'LIMIT', 0, fmt(keep + 1))
+    for i = 1, #page, 2 do
+      kept = kept + entry_cost(page[i])
+      if kept > keep then
+        retry = tonumber(page[i + 1]) + period - now
+        break
+      end
+    end
   end
   return false, limit - used, reset(newest), retry, 0
 end

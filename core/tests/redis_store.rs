@@ -139,3 +139,30 @@ async fn reset_forgets_a_key() {
     limiter.reset("k").await.unwrap();
     assert!(limiter.check("k").await.unwrap().allowed);
 }
+
+#[tokio::test]
+async fn long_keys_are_stored_hashed() {
+    let redis = support::RedisServer::start();
+    let config = LimiterConfig::new(policy(json!({
+        "algorithm": "sliding_window_log", "rate": "1/h",
+        "penalty": {"threshold": 1, "within": "1m", "cooldowns": ["1s"]}
+    })))
+    .with_store(redis.url());
+    let limiter = Limiter::new(config).unwrap();
+    let at = CheckOptions {
+        cost: 1,
+        now_ms: Some(1_000),
+    };
+    let long = "k".repeat(100 * 1024);
+    assert!(limiter.check_with(&long, at).await.unwrap().allowed);
+    assert!(
+        !limiter.check_with(&long, at).await.unwrap().allowed,
+        "the long key is limited"
+    );
+    let reply = redis.command("KEYS *").unwrap();
+    let keys: Vec<&str> = reply.lines().filter(|l| l.starts_with("polylimit:")).collect();
+    assert_eq!(keys.len(), 3, "state, log and penalty record: {reply:.300}");
+    for key in keys {
+        assert!(key.len() < 120 && key.contains(":{%#"), "{key:.300}");
+    }
+}

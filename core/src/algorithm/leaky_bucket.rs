@@ -2,8 +2,8 @@
 //! iff level + cost <= burst), `shape` is the queue (a request waits until the
 //! previous ones have dripped out, admitted iff that wait <= max_delay).
 
-use super::gcra::{tat_cells, wait_scaled};
-use super::{ceil_div, never_fits, verdict, Params, Update, Verdict};
+use super::gcra::{far_ahead, tat_cells, wait_scaled};
+use super::{ceil_div, ceil_frac, never_fits, verdict, Params, Update, Verdict};
 
 /// Cells: `[level * period, last_ms]`.
 pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
@@ -40,6 +40,15 @@ pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost
 
 /// Cells: the queue's tail as a TAT, like GCRA.
 pub(crate) fn decide_shape(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
+    if let Some((ms, rem)) = far_ahead(cells, now, p.count) {
+        // The queue's tail is further ahead than any max_delay: full.
+        let reset = ms + ceil_div(rem, p.count);
+        if cost > p.burst {
+            return never_fits(0, reset);
+        }
+        let retry = ms + ceil_frac(rem - p.max_delay, p.count);
+        return (verdict(false, 0, reset, Some(retry)), None);
+    }
     let wait = wait_scaled(cells, now, p.count);
     // Requests of cost 1 still admitted after a queue tail `wait` ahead.
     let room = |wait: i64| {

@@ -198,6 +198,11 @@ pub(crate) fn ceil_div(a: i64, b: i64) -> i64 {
     }
 }
 
+/// `ceil(a / b)` for any `a`, `b > 0`.
+pub(crate) fn ceil_frac(a: i64, b: i64) -> i64 {
+    -(-a).div_euclid(b)
+}
+
 /// A verdict for a cost that can never fit: denied, no retry time.
 pub(crate) fn never_fits(remaining: i64, reset_after: i64) -> (Verdict, Option<Update>) {
     (

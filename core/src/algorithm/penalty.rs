@@ -1,6 +1,7 @@
 //! Progressive blocking: `threshold` denials within `within` block the key for
-//! the next cooldown; each block steps the level up, and the level steps down
-//! once per `forget_after` without denials. Mirrored by `core/lua/penalty.lua`.
+//! the next cooldown; each block steps the level up (to at most the number of
+//! cooldowns), and the level steps down once per `forget_after` without
+//! denials. Mirrored by `core/lua/penalty.lua`.
 //!
 //! Cells: `[blocked_until_ms, level, denials, window_start_ms, last_denial_ms]`.
 //! Once its time to live has passed the state equals a new key's (level 0).
@@ -41,9 +42,11 @@ pub(crate) struct Violation {
 
 /// Records a denial by the rate limit at `now`.
 pub(crate) fn record_denial(p: &PenaltyParams, cells: Option<&[i64; 5]>, now: i64) -> Violation {
+    // Only an unblocked key records denials, so any block in `cells` is over:
+    // it is dropped, as an expired record would be (the clock going back
+    // then finds the same record whether or not a store had expired it).
     let (mut blocked_until, mut level, mut denials, mut window_start) = (0, 0, 0, now);
     if let Some(c) = cells {
-        blocked_until = c[0];
         level = c[1];
         denials = c[2];
         window_start = c[3];
@@ -60,7 +63,9 @@ pub(crate) fn record_denial(p: &PenaltyParams, cells: Option<&[i64; 5]>, now: i6
     if denials >= p.threshold {
         let cooldown = p.cooldowns[(level as usize).min(p.cooldowns.len() - 1)];
         blocked_until = now + cooldown;
-        level += 1;
+        // Past the last cooldown a higher level blocks no longer; capping it
+        // bounds how long the record lives (`level * forget_after`).
+        level = (level + 1).min(p.cooldowns.len() as i64);
         denials = 0;
         window_start = now;
         block_ms = Some(cooldown);

@@ -50,16 +50,25 @@ pub(crate) fn decide(p: &Params, log: Option<&Log>, now: i64, cost: i64) -> (Ver
         let v = verdict(true, limit - used - cost, reset(Some(newest)), None);
         (v, Some(Update::LogAppend { cutoff, at: now, cost }))
     } else {
-        // The oldest entries expire first; find the one whose expiry makes room.
-        let mut freed = 0;
-        let mut retry = None;
-        for &(t, c) in live {
-            freed += c;
-            if used - freed + cost <= limit {
-                retry = Some(t + p.period - now);
-                break;
-            }
-        }
+        // The oldest entries expire first; find the one whose expiry makes
+        // room. Every entry costs at least 1, so it is among the `need`
+        // oldest and among the `keep + 1` newest: walk from the nearer end.
+        let need = used + cost - limit;
+        let keep = limit - cost;
+        let found = if need <= keep + 1 {
+            let mut freed = 0;
+            live.take(need as usize).find(|&&(_, c)| {
+                freed += c;
+                freed >= need
+            })
+        } else {
+            let mut kept = 0;
+            live.rev().take(keep as usize + 1).find(|&&(_, c)| {
+                kept += c;
+                kept > keep
+            })
+        };
+        let retry = found.map(|&(t, _)| t + p.period - now);
         (verdict(false, limit - used, reset(newest), retry), None)
     }
 }

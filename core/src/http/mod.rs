@@ -3,6 +3,8 @@
 //! No binding computes a key, a client address, a header or a body itself.
 
 pub(crate) mod client_ip;
+#[cfg(test)]
+mod client_ip_fuzz;
 pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;

@@ -4,8 +4,16 @@
 //! policy name), so two different keys never map to the same store key and no
 //! input can choose its cluster slot: the hash tag is always exactly the
 //! escaped key, and every key of one decision for that key shares it.
+//!
+//! A user key whose escaped form is longer than [`MAX_KEY_BYTES`] is stored
+//! as `%#` and the SHA-256 (hex) of that form, in both stores: `max_keys`
+//! then bounds their bytes too. Escaping turns every `%` into `%25`, so no
+//! escaped key contains `%#` and a hashed key never equals a literal one.
 
 use std::borrow::Cow;
+use std::fmt::Write;
+
+use sha2::{Digest, Sha256};
 
 use crate::algorithm::Kind;
 
@@ -42,6 +50,28 @@ pub(crate) fn escape<'a>(text: &'a str, special: &[u8]) -> Cow<'a, str> {
     Cow::Owned(out)
 }
 
+/// The longest user key, escaped, that a store holds as is.
+pub(crate) const MAX_KEY_BYTES: usize = 128;
+
+/// The user key as the stores hold it: escaped, or hashed when long.
+pub(crate) fn stored_key(key: &str) -> Cow<'_, str> {
+    // The common case, checked without the general escaper: nothing to change.
+    if key.len() <= MAX_KEY_BYTES && !key.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
+        return Cow::Borrowed(key);
+    }
+    let escaped = escape(key, b"{}");
+    if escaped.len() <= MAX_KEY_BYTES {
+        return escaped;
+    }
+    let digest = Sha256::digest(escaped.as_bytes());
+    let mut out = String::with_capacity(2 + 2 * digest.len());
+    out.push_str("%#");
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    Cow::Owned(out)
+}
+
 /// `<prefix>:<algorithm>:<policy name>:{` — everything before the user key.
 pub(crate) fn key_head(prefix: &str, kind: Kind, policy_name: &str) -> String {
     format!("{prefix}:{}:{}:{{", kind_name(kind), escape(policy_name, b"{}:"))
@@ -49,7 +79,7 @@ pub(crate) fn key_head(prefix: &str, kind: Kind, policy_name: &str) -> String {
 
 /// The full store key for `key` under `head`.
 pub(crate) fn store_key(head: &str, key: &str) -> String {
-    let key = escape(key, b"{}");
+    let key = stored_key(key);
     let mut out = String::with_capacity(head.len() + key.len() + 1);
     out.push_str(head);
     out.push_str(&key);
@@ -67,6 +97,29 @@ mod tests {
         assert_eq!(head, "polylimit:gcra:pay%3Aments:{");
         assert_eq!(store_key(&head, "user:42"), "polylimit:gcra:pay%3Aments:{user:42}");
         assert_eq!(store_key(&head, "a}{b%"), "polylimit:gcra:pay%3Aments:{a%7D%7Bb%25}");
+    }
+
+    #[test]
+    fn long_keys_are_hashed() {
+        let literal = "a".repeat(MAX_KEY_BYTES);
+        assert_eq!(stored_key(&literal), literal.as_str());
+        // The limit applies to the escaped form: 43 `{` escape to 129 bytes.
+        assert_eq!(stored_key(&"{".repeat(42)).len(), 126);
+        let braces = "{".repeat(43);
+        let long = stored_key(&braces);
+        assert!(long.starts_with("%#") && long.len() == 66, "{long}");
+        let a = format!("{literal}{}", "x".repeat(72));
+        let b = format!("{literal}{}", "y".repeat(72));
+        assert_ne!(stored_key(&a), stored_key(&b));
+        assert_eq!(stored_key(&a), stored_key(&a.clone()));
+        // A short key spelling a hash is escaped, so it stays distinct.
+        let hashed = stored_key(&a).into_owned();
+        assert_eq!(stored_key(&hashed), format!("%25{}", &hashed[1..]));
+        assert_eq!(
+            stored_key(&"k".repeat(100 * 1024)).len(),
+            66,
+            "a 100 KiB key is stored in 66 bytes"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The embedded store: sharded maps, one lock per shard, idle keys expire,
 //! and `max_keys` bounds memory whatever the key cardinality.
 
+use std::borrow::Cow;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use indexmap::{Equivalent, IndexMap};
@@ -8,6 +9,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::penalty::{blocked_for, record_denial, PenaltyParams};
 use crate::algorithm::{blocked, decide, Params, State, Update, Verdict};
+use crate::store::keys::stored_key;
 
 const SHARDS: usize = 64;
 /// Entries examined for expiry on each new key, so idle keys are reclaimed
@@ -57,7 +59,9 @@ struct Entry {
     expires_at: i64,
 }
 
-type Hasher64 = foldhash::fast::FixedState;
+/// Seeded per store from a per-process random seed, so nobody can compute
+/// offline which keys share a shard or a bucket.
+type Hasher64 = foldhash::fast::RandomState;
 
 #[derive(Default)]
 struct Shard {
@@ -152,18 +156,20 @@ pub(crate) struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(max_keys: usize) -> MemoryStore {
+        let hasher = Hasher64::default();
         let shards = (0..SHARDS)
             .map(|i| {
                 Mutex::new(Shard {
                     map: IndexMap::with_hasher(Hasher64::default()),
-                    rng: 0x9E37_79B9_7F4A_7C15 ^ i as u64,
+                    // Eviction samples are unpredictable too.
+                    rng: hasher.hash_one(i),
                 })
             })
             .collect();
         MemoryStore {
             shards,
             per_shard_cap: (max_keys / SHARDS).max(1),
-            hasher: Hasher64::default(),
+            hasher,
         }
     }
 
@@ -180,20 +186,20 @@ impl MemoryStore {
             return (verdict.allowed || one.shadow, vec![verdict]);
         }
         // Every key touched: the checks' keys, then their penalty records.
+        let stored: Vec<Cow<'_, str>> = checks.iter().map(|c| stored_key(c.key)).collect();
         let mut keys: Vec<MapKeyRef<'_>> = checks
             .iter()
-            .map(|c| MapKeyRef {
-                slot: c.slot,
-                key: c.key,
-            })
+            .zip(&stored)
+            .map(|(c, key)| MapKeyRef { slot: c.slot, key })
             .collect();
         let penalty_keys: Vec<Option<usize>> = checks
             .iter()
-            .map(|c| {
+            .zip(&stored)
+            .map(|(c, key)| {
                 c.penalty.map(|_| {
                     keys.push(MapKeyRef {
                         slot: c.slot | PENALTY_SLOT,
-                        key: c.key,
+                        key,
                     });
                     keys.len() - 1
                 })
@@ -253,9 +259,10 @@ impl MemoryStore {
     }
 
     pub fn decide_one(&self, check: &MemoryCheck<'_>, now: i64, cost: i64) -> Verdict {
+        let stored = stored_key(check.key);
         let key = MapKeyRef {
             slot: check.slot,
-            key: check.key,
+            key: &stored,
         };
         let mut shard = self.shards[self.shard_of(&key)].lock();
         let (verdict, update) = decide(check.params, shard.live(&key, now), now, cost);
@@ -267,7 +274,8 @@ impl MemoryStore {
 
     /// Forgets a key of one policy.
     pub fn reset(&self, slot: u32, key: &str) {
-        let key = MapKeyRef { slot, key };
+        let stored = stored_key(key);
+        let key = MapKeyRef { slot, key: &stored };
         self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
     }
 
@@ -275,6 +283,15 @@ impl MemoryStore {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Bytes of user key held, over every entry.
+    #[cfg(test)]
+    pub fn key_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map.keys().map(|k| k.key.len()).sum::<usize>())
+            .sum()
     }
 
     /// Drops every expired key now (also done incrementally on inserts).
@@ -319,6 +336,49 @@ mod tests {
             );
         }
         assert!(store.len() <= 640, "{} keys", store.len());
+    }
+
+    #[test]
+    fn max_keys_bounds_key_bytes() {
+        let store = MemoryStore::new(640);
+        let p = params("1/h");
+        let mut key = "k".repeat(100 * 1024);
+        for i in 0..1000 {
+            key.truncate(100 * 1024 - 8);
+            key.push_str(&format!("{i:08}"));
+            let check = MemoryCheck {
+                slot: 0,
+                params: &p,
+                key: &key,
+                shadow: false,
+                penalty: None,
+            };
+            assert!(store.decide_one(&check, 1_000, 1).allowed);
+            if i % 100 == 0 {
+                // The same long key is limited on its second check.
+                assert!(!store.decide_one(&check, 1_000, 1).allowed);
+            }
+        }
+        let bytes = store.key_bytes();
+        assert!(bytes <= 640 * 128, "{bytes} bytes of keys for {} keys", store.len());
+    }
+
+    #[test]
+    fn shards_are_seeded_per_store() {
+        let shards = |store: &MemoryStore| -> Vec<usize> {
+            (0..64)
+                .map(|i| {
+                    let key = format!("k{i}");
+                    store.shard_of(&MapKeyRef { slot: 0, key: &key })
+                })
+                .collect()
+        };
+        let a = MemoryStore::new(1000);
+        assert_eq!(shards(&a), shards(&a), "stable within a store");
+        // With a fixed seed every store maps the keys alike (and anyone can
+        // compute the mapping offline); seeded, 64 keys all landing alike has
+        // probability 64^-64.
+        assert_ne!(shards(&a), shards(&MemoryStore::new(1000)));
     }
 
     #[test]
