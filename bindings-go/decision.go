@@ -5,7 +5,10 @@ package polylimit
 */
 import "C"
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Source says who decided.
 type Source string
@@ -44,7 +47,16 @@ type Decision struct {
 	Source Source
 }
 
-func ms(v C.uint64_t) time.Duration { return time.Duration(v) * time.Millisecond }
+func ms(v C.uint64_t) time.Duration { return millis(uint64(v)) }
+
+// millis is v milliseconds, saturating where time.Duration ends (about 292
+// years): the core reports exact times however far a clock jumped.
+func millis(v uint64) time.Duration {
+	if v > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(v) * time.Millisecond
+}
 
 func decisionFromC(d *C.polylimit_decision_t) Decision {
 	source := Source("unknown")

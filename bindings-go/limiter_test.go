@@ -3,6 +3,7 @@ package polylimit
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -245,4 +246,13 @@ func indexOf(s, sub string) int {
 		}
 	}
 	return -1
+}
+
+func TestMillisSaturatesWhereDurationEnds(t *testing.T) {
+	if got := millis(1500); got != 1500*time.Millisecond {
+		t.Fatalf("1500 ms: %v", got)
+	}
+	if got := millis(1 << 62); got != time.Duration(math.MaxInt64) {
+		t.Fatalf("2^62 ms wrapped to %v", got)
+	}
 }

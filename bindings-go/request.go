@@ -77,7 +77,7 @@ func parseOutcome(text string) (*Outcome, error) {
 	if err := json.Unmarshal([]byte(text), &raw); err != nil {
 		return nil, &Error{Kind: ErrInternal, Message: "outcome: " + err.Error()}
 	}
-	o := &Outcome{Headers: raw.Headers, Delay: time.Duration(raw.DelayMs) * time.Millisecond}
+	o := &Outcome{Headers: raw.Headers, Delay: millis(raw.DelayMs)}
 	if raw.Status != nil {
 		o.Status = *raw.Status
 	}
@@ -87,11 +87,11 @@ func parseOutcome(text string) (*Outcome, error) {
 	for _, d := range raw.Decisions {
 		dec := Decision{
 			Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-			ResetAfter: time.Duration(d.ResetAfterMs) * time.Millisecond,
-			Delay:      time.Duration(d.DelayMs) * time.Millisecond, Source: Source(d.Source),
+			ResetAfter: millis(d.ResetAfterMs),
+			Delay:      millis(d.DelayMs), Source: Source(d.Source),
 		}
 		if d.RetryAfterMs != nil {
-			dec.RetryAfter, dec.HasRetryAfter = time.Duration(*d.RetryAfterMs)*time.Millisecond, true
+			dec.RetryAfter, dec.HasRetryAfter = millis(*d.RetryAfterMs), true
 		}
 		o.Decisions = append(o.Decisions, RuleDecision{Rule: d.Rule, Policy: d.Policy, Shadow: d.Shadow, Decision: dec})
 	}

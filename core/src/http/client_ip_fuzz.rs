@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use proptest::prelude::*;
 
-use super::client_ip::{client_ip, parse_peer, Cidr};
+use super::client_ip::{client_ip, parse_peer, Cidr, ForwardedHeader, TrustedProxies};
 
 /// Text made mostly of the characters addresses, ports, networks and
 /// `Forwarded` elements are written with, so the parsers get deep.
@@ -77,10 +77,17 @@ proptest! {
         peer in prop::option::of(ip()),
         headers in prop::collection::vec(header(), 0..6),
         trusted in prop::collection::vec(addressy(), 0..4),
+        unix in any::<bool>(),
+        forwarded in any::<bool>(),
     ) {
-        let mut trusted: Vec<Cidr> = trusted.iter().filter_map(|t| Cidr::parse(t)).collect();
-        trusted.extend(Cidr::parse("10.0.0.0/8"));
-        let got = client_ip(peer, &headers, &trusted);
-        prop_assert_eq!(got.is_some(), peer.is_some());
+        let mut networks: Vec<Cidr> = trusted.iter().filter_map(|t| Cidr::parse(t)).collect();
+        networks.extend(Cidr::parse("10.0.0.0/8"));
+        let header = if forwarded { ForwardedHeader::Forwarded } else { ForwardedHeader::XForwardedFor };
+        let proxies = TrustedProxies { networks, unix, header };
+        let got = client_ip(peer, &headers, &proxies);
+        if !unix {
+            // Without a trusted Unix-socket proxy, no peer address means no client address.
+            prop_assert_eq!(got.is_some(), peer.is_some());
+        }
     }
 }
