@@ -31,6 +31,8 @@ func TestCircuitBreakerOpensProbesAndCloses(t *testing.T) {
 	if err := b.Call(ok, fallback); !errors.Is(err, ErrBreakerOpen) || calls != before {
 		t.Fatalf("open: %v, calls %d→%d", err, before, calls)
 	}
+	// The cooldown ending is what is tested: the breaker's clock is the wall
+	// clock, so the cooldown is short (50 ms) and slept just past.
 	time.Sleep(70 * time.Millisecond)
 	if b.State() != BreakerHalfOpen {
 		t.Fatalf("after the cooldown: %s", b.State())

@@ -28,7 +28,7 @@ async function serve(pluginOptions, extra = () => {}) {
   app.get('/health', { config: { rateLimit: false } }, async () => 'healthy');
   extra(app);
   await app.listen({ port: 0, host: '127.0.0.1' });
-  return { url: `http://127.0.0.1:${app.server.address().port}`, app, close: () => app.close() };
+  return { url: `http://127.0.0.1:${app.server.address().port}`, app, limiter: app.polylimit, close: () => app.close() };
 }
 
 scenarios(test, serve, () => redis.url, 'fastify');

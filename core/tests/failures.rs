@@ -275,7 +275,9 @@ async fn a_silent_connection_is_replaced() {
     assert_eq!(limiter.breaker_state(), BreakerState::Open);
 
     // New connections through the proxy forward: the probe after the
-    // cooldown must use one, not the silent socket.
+    // cooldown must use one, not the silent socket. The breaker's clock is
+    // the wall clock, so this sleeps just past the 50 ms cooldown: the probe
+    // that only its end lets through is what is tested.
     tokio::time::sleep(Duration::from_millis(60)).await;
     let d = limiter.check("k").await.unwrap();
     assert_eq!(d.source, Source::Store, "the probe reused the dead connection");

@@ -1,11 +1,10 @@
 //! The three scenarios every reader of a rate-limiting article expects, on a
-//! real Redis with burst 10 and rate 1/s, on the server's clock.
+//! real Redis with burst 10 and rate 1/s, on the server's clock (the refill
+//! scenario passes `now_ms` so no test waits for time to pass).
 
 mod support;
 
-use std::time::Duration;
-
-use polylimit::{Limiter, LimiterConfig, Policy, Source};
+use polylimit::{CheckOptions, Limiter, LimiterConfig, Policy, Source};
 use serde_json::json;
 
 fn limiter(redis: &support::RedisServer, algorithm: &str) -> Limiter {
@@ -52,23 +51,30 @@ async fn fifty_concurrent_checks_admit_exactly_ten() {
     }
 }
 
+// The refill is decided by the script from the `now` it is given: the drain
+// passes a fixed `now_ms` and the checks after it one 2 s later, instead of
+// sleeping 2 s on the wall clock.
 #[tokio::test]
 async fn after_draining_two_seconds_refill_two() {
     let redis = support::RedisServer::start();
     let limiter = limiter(&redis, "token_bucket");
+    let start = 1_700_000_000_000;
+    let at = |now_ms: i64| CheckOptions {
+        cost: 1,
+        now_ms: Some(now_ms),
+    };
     for _ in 0..10 {
-        assert!(limiter.check("drain").await.unwrap().allowed);
+        assert!(limiter.check_with("drain", at(start)).await.unwrap().allowed);
     }
-    let denied = limiter.check("drain").await.unwrap();
+    let denied = limiter.check_with("drain", at(start)).await.unwrap();
     assert!(!denied.allowed);
     assert!(
         denied.retry_after_ms.is_some_and(|ms| ms > 0 && ms <= 1000),
         "{denied:?}"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let mut got = Vec::new();
     for _ in 0..3 {
-        got.push(limiter.check("drain").await.unwrap().allowed);
+        got.push(limiter.check_with("drain", at(start + 2000)).await.unwrap().allowed);
     }
     assert_eq!(got, [true, true, false]);
 }

@@ -12,6 +12,7 @@ def test_redis_killed_mid_run_then_back(apps, redis, run):
     paths = ["/api/local", "/api/open", "/api/closed"]
     seen = Counter()
     stop = threading.Event()
+    flowing = threading.Event()
 
     def background_load():
         # Traffic that keeps flowing through the kill and the restart.
@@ -19,11 +20,13 @@ def test_redis_killed_mid_run_then_back(apps, redis, run):
             for app in apps.values():
                 for path in paths:
                     seen[(path, app.request(path, headers={"X-Run": "load"}).status)] += 1
+            flowing.set()
 
     load = threading.Thread(target=background_load)
     load.start()
     try:
-        time.sleep(0.3)
+        # The kill lands with traffic in flight: after one full round of it, not after a fixed time.
+        assert flowing.wait(10), "the background load did not get through one round"
         redis.kill()
         for app in apps.values():
             key = {"X-Run": f"{run['X-Run']}-{app.name}"}
@@ -40,6 +43,7 @@ def test_redis_killed_mid_run_then_back(apps, redis, run):
         redis.start()  # the same port, empty: no persistence
         # Back when each app's breaker has closed: five fresh keys in a row
         # decided by the store (a fail_closed policy answers 200, not 503).
+        # This polls: the breakers' cooldown (1 s of wall clock) ending is what is tested.
         deadline = time.monotonic() + 15
         pending = set(apps)
         probe = 0
