@@ -580,18 +580,24 @@ mod tests {
 
     use super::{is_key_error_reply, RedisStore, Timeouts};
 
-    // A listener that never accepts: the kernel completes the TCP handshake,
-    // nothing answers Redis's. The call gives up after its timeout; the
-    // connect goes on until the store is dropped, and not after.
-    #[tokio::test]
-    async fn a_connect_in_flight_ends_with_its_store() {
+    /// A store on a listener that never answers: calls give up after 20 ms,
+    /// a connect would go on for 30 s.
+    fn silent_store() -> (std::net::TcpListener, RedisStore) {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
         let timeouts = Timeouts {
             call: Duration::from_millis(20),
             connect: Duration::from_secs(30),
         };
-        let store = RedisStore::open(&url, timeouts).unwrap();
+        (silent, RedisStore::open(&url, timeouts).unwrap())
+    }
+
+    // A listener that never accepts: the kernel completes the TCP handshake,
+    // nothing answers Redis's. The call gives up after its timeout; the
+    // connect goes on until the store is dropped, and not after.
+    #[tokio::test]
+    async fn a_connect_in_flight_ends_with_its_store() {
+        let (_silent, store) = silent_store();
         assert!(store.delete(&["k".to_string()]).await.is_err());
         assert!(store.shared.slot.lock().attempt.is_some(), "the connect goes on");
         let (shared, target) = (Arc::downgrade(&store.shared), Arc::downgrade(&store.target));
@@ -614,13 +620,7 @@ mod tests {
     // failing on the dead one forever.
     #[test]
     fn an_attempt_lost_with_its_runtime_is_replaced() {
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
-        let timeouts = Timeouts {
-            call: Duration::from_millis(20),
-            connect: Duration::from_secs(30),
-        };
-        let store = RedisStore::open(&url, timeouts).unwrap();
+        let (_silent, store) = silent_store();
         let runtime = || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
