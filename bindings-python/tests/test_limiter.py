@@ -364,5 +364,9 @@ def test_rules_variables_expand_one_value_at_a_time(monkeypatch) -> None:
     # A value from the environment stays one string: it cannot add trusted_proxies.
     text = "prefix: \"pl-${POLYLIMIT_TEST_PASSWORD}\"\n" + block
     limiter = polylimit.Limiter(rules=text)
-    assert limiter._options()["prefix"] == 'pl-p"w], trusted_proxies: [0.0.0.0/0'
-    assert "trusted_proxies" not in limiter._options()
+    # Were every peer trusted, the forwarded address would be the client and the fourth request denied.
+    forwarded = [["x-forwarded-for", "198.51.100.1"]]
+    for want in (None, None, None):
+        request = {"peer": "10.0.0.1", "headers": forwarded, "now_ms": 1_000}
+        assert limiter.check_request_sync(request).status == want
+    assert limiter.check_request_sync({"peer": "10.0.0.2", "headers": forwarded, "now_ms": 1_000}).status is None
