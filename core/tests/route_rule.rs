@@ -144,4 +144,10 @@ async fn a_route_rule_and_the_rules_file_share_keys_and_http_settings() {
         Err(Error::Config { field, .. }) => assert_eq!(field, "rule"),
         other => panic!("{other:?}"),
     }
+
+    // Closed, the limiter refuses every request, even a denylisted one, through either path.
+    limiter.close();
+    let banned = request("10.0.0.1", Some("banned"));
+    assert!(matches!(limiter.check_route(&banned, &rule).await, Err(Error::Closed)));
+    assert!(matches!(limiter.check_request(&banned).await, Err(Error::Closed)));
 }
