@@ -4,12 +4,12 @@
 
 use std::path::PathBuf;
 
-use polylimit::{CheckOptions, Limiter, RequestInfo};
+use polylimit::{CheckOptions, Limiter, RequestInfo, RouteRule};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::Value;
 
-use crate::convert::{to_py, to_value};
+use crate::convert::to_value;
 use crate::decision::{PyDecision, PyOutcome};
 use crate::errors::{config_error, IntoPyResult};
 use crate::{future, runtime};
@@ -18,8 +18,17 @@ use crate::{future, runtime};
 #[pyclass(subclass, module = "polylimit._polylimit", name = "Limiter")]
 pub struct PyLimiter {
     inner: Limiter,
-    /// The options or rules the limiter was built from (for derived limiters).
-    options: Value,
+}
+
+/// A per-route rule of one limiter (`Limiter.route_rule`), for `check_route`.
+#[pyclass(frozen, module = "polylimit._polylimit", name = "RouteRule")]
+pub struct PyRouteRule(RouteRule);
+
+#[pymethods]
+impl PyRouteRule {
+    fn __repr__(&self) -> String {
+        format!("<{:?}>", self.0)
+    }
 }
 
 /// `cost` and `now_ms` as Python gave them, checked by the core's one rule.
@@ -77,7 +86,7 @@ impl PyLimiter {
         };
         let Some(document) = document else {
             let inner = py.detach(|| Limiter::from_value(&value)).into_py_result()?;
-            return Ok(PyLimiter { inner, options: value });
+            return Ok(PyLimiter { inner });
         };
         let mut parsed = document.into_py_result()?;
         let Value::Object(extra) = value else {
@@ -90,7 +99,7 @@ impl PyLimiter {
             }
         }
         let inner = py.detach(|| Limiter::from_document(&parsed)).into_py_result()?;
-        Ok(PyLimiter { inner, options: parsed })
+        Ok(PyLimiter { inner })
     }
 
     /// Checks `key`; an awaitable resolving to a `Decision`. Runs on the
@@ -159,6 +168,47 @@ impl PyLimiter {
             .into_py_result()
     }
 
+    /// A rule for one route (what `limit` and `depends` check): `key` is a list
+    /// of key dimensions, `policy` one of this limiter's policy names (`None`:
+    /// all). Bad values raise `ConfigError` naming `key` or `policy`.
+    #[pyo3(signature = (key, policy=None))]
+    fn route_rule(&self, key: Vec<String>, policy: Option<String>) -> PyResult<PyRouteRule> {
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        self.inner
+            .route_rule(&key, policy.as_deref())
+            .map(PyRouteRule)
+            .into_py_result()
+    }
+
+    /// Decides a request (a dict, as for `check_request`) by one route rule of
+    /// this limiter, on its state; an awaitable resolving to an `Outcome`.
+    fn check_route<'py>(
+        &self,
+        py: Python<'py>,
+        request: &Bound<'py, PyAny>,
+        rule: &Bound<'py, PyRouteRule>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = request_info(request)?;
+        let rule = rule.get().0.clone();
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.check_route(&req, &rule).await })
+    }
+
+    /// `check_route`, blocking with the GIL released.
+    fn check_route_sync(
+        &self,
+        py: Python<'_>,
+        request: &Bound<'_, PyAny>,
+        rule: &Bound<'_, PyRouteRule>,
+    ) -> PyResult<PyOutcome> {
+        let req = request_info(request)?;
+        let rule = &rule.get().0;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.check_route(&req, rule)))
+            .map(PyOutcome)
+            .into_py_result()
+    }
+
     /// Forgets every policy's state for `key`; an awaitable.
     fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
@@ -197,10 +247,5 @@ impl PyLimiter {
     #[getter]
     fn policy_names(&self) -> Vec<String> {
         self.inner.policies().map(|p| p.name().to_string()).collect()
-    }
-
-    /// The options (or rules) this limiter was built from, as plain objects.
-    fn _options<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.options)
     }
 }

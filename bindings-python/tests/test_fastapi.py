@@ -375,3 +375,115 @@ def test_head_and_absolute_form_targets_match_get_rules(store: str) -> None:
             assert got[0] in (200, 404) and got[1] == 429, (first, got)
         finally:
             server.stop()
+
+
+# Decorators and dependencies check through the limiter they come from: one state, one set of
+# metrics, one close(). Endpoints may declare their own Request and Response parameters.
+
+from fastapi import Request, Response  # noqa: E402
+from fastapi.responses import JSONResponse  # noqa: E402
+
+
+def shared_app(limiter: polylimit.Limiter, handle_closed: bool = True) -> FastAPI:
+    app = FastAPI()
+    install(app)
+    if handle_closed:
+
+        @app.exception_handler(polylimit.ClosedError)
+        async def closed(request: Request, exc: Exception):
+            return JSONResponse({"closed": type(exc).__name__}, status_code=503)
+
+    @app.get("/a")
+    @limiter.limit(key="ip", per_route=False)
+    async def a():
+        return {"route": "a"}
+
+    @app.get("/b")
+    @limiter.limit(key="ip", per_route=False)
+    def b():
+        return {"route": "b"}
+
+    @app.get("/c", dependencies=[Depends(limiter.depends(key="ip", per_route=False))])
+    async def c():
+        return {"route": "c"}
+
+    return app
+
+
+def test_decorators_and_dependencies_share_the_parent(store: str) -> None:
+    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("share"))
+    server = Server(shared_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            statuses = [client.get(path).status_code for path in ["/a", "/b", "/c"] * 4]
+        assert statuses == [200] * 10 + [429] * 2
+        metrics = limiter.metrics_text()
+        for line in [
+            'polylimit_requests_total{policy="default",route="route_rule",decision="allowed",source="store"} 10',
+            'polylimit_requests_total{policy="default",route="route_rule",decision="denied",source="store"} 2',
+            'rate_limit_blocked_total{policy="default",route="route_rule"} 2',
+        ]:
+            assert line in metrics, metrics
+        # The parent's own checks see the same state: the client's `ip` key is drained.
+        assert not limiter.check_sync("ip=127.0.0.1").allowed
+    finally:
+        server.stop()
+
+
+def test_closed_parent_refuses_through_decorator_and_dependency() -> None:
+    limiter = polylimit.Limiter(policy=SLOW, prefix=unique_prefix("closed"))
+    handled, unhandled = Server(shared_app(limiter)), Server(shared_app(limiter, handle_closed=False))
+    try:
+        with httpx.Client(base_url=handled.url) as client:
+            assert [client.get(path).status_code for path in ("/a", "/b", "/c")] == [200, 200, 200]
+            limiter.close()
+            for path in ("/a", "/b", "/c"):
+                answer = client.get(path)
+                assert (answer.status_code, answer.json()) == (503, {"closed": "ClosedError"}), path
+        with httpx.Client(base_url=unhandled.url) as client:
+            assert client.get("/a").status_code == 500  # ClosedError, unhandled by the app
+    finally:
+        handled.stop()
+        unhandled.stop()
+
+
+def request_response_app(limiter: polylimit.Limiter) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/request")
+    @limiter.limit("ip")
+    async def with_request(request: Request):
+        return {"path": request.url.path}
+
+    @app.get("/response")
+    @limiter.limit("ip")
+    def with_response(response: Response):
+        response.headers["x-own"] = "yes"
+        return {"ok": True}
+
+    @app.get("/both/{item_id}")
+    @limiter.limit("ip")
+    async def with_both(item_id: int, request: Request, response: Response):
+        response.headers["x-own"] = "both"
+        return {"item": item_id, "path": request.url.path}
+
+    return app
+
+
+def test_endpoints_declaring_request_or_response(store: str) -> None:
+    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("reqresp"))
+    server = Server(request_response_app(limiter))
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            first = client.get("/request")
+            assert (first.status_code, first.json()) == (200, {"path": "/request"})
+            assert dict(rate_headers(first))["x-ratelimit-remaining"] == "9"
+            own = client.get("/response")
+            assert (own.status_code, own.headers["x-own"]) == (200, "yes")
+            assert dict(rate_headers(own))["x-ratelimit-remaining"] == "9"
+            both = client.get("/both/3")
+            assert (both.status_code, both.json(), both.headers["x-own"]) == (200, {"item": 3, "path": "/both/3"}, "both")
+            assert dict(rate_headers(both))["x-ratelimit-remaining"] == "9"
+            assert [client.get("/request").status_code for _ in range(10)] == [200] * 9 + [429]
+    finally:
+        server.stop()

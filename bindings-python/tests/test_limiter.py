@@ -366,5 +366,34 @@ def test_rules_variables_expand_one_value_at_a_time(monkeypatch) -> None:
     # A value from the environment stays one string: it cannot add trusted_proxies.
     text = "prefix: \"pl-${POLYLIMIT_TEST_PASSWORD}\"\n" + block
     limiter = polylimit.Limiter(rules=text)
-    assert limiter._options()["prefix"] == 'pl-p"w], trusted_proxies: [0.0.0.0/0'
-    assert "trusted_proxies" not in limiter._options()
+    # Were every peer trusted, the forwarded address would be the client and the fourth request denied.
+    forwarded = [["x-forwarded-for", "198.51.100.1"]]
+    for want in (None, None, None):
+        request = {"peer": "10.0.0.1", "headers": forwarded, "now_ms": 1_000}
+        assert limiter.check_request_sync(request).status == want
+    assert limiter.check_request_sync({"peer": "10.0.0.2", "headers": forwarded, "now_ms": 1_000}).status is None
+
+
+def test_route_rules_are_validated_once_and_decided_by_their_limiter() -> None:
+    limiter = polylimit.Limiter(policies=[{"name": "api", "rate": "1/min", "burst": 2}, {"name": "day", "rate": "100/d"}])
+    for key, policy, field in ((["ip", "shoe"], None, "key"), ([], None, "key"), (["ip"], "nope", "policy")):
+        with pytest.raises(polylimit.ConfigError) as err:
+            limiter.route_rule(key, policy)
+        assert err.value.field == field
+    rule = limiter.route_rule(["key"], "api")
+    request = {"peer": "203.0.113.7", "key": "k", "now_ms": 1_000}
+
+    async def check_async():
+        return await limiter.check_route(request, rule)
+
+    outcomes = [limiter.check_route_sync(request, rule), asyncio.run(check_async())]
+    outcomes.append(limiter.check_route_sync(request, limiter.route_rule(["key"], "api")))
+    assert [o.status for o in outcomes] == [None, None, 429]
+    assert [d["policy"] for d in outcomes[2].decisions] == ["api"]
+    assert 'route="route_rule",decision="denied"' in limiter.metrics_text()
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter(policy={"rate": "1/s"}).check_route_sync(request, rule)
+    assert err.value.field == "rule"
+    limiter.close()
+    with pytest.raises(polylimit.ClosedError):
+        limiter.check_route_sync(request, rule)

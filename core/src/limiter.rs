@@ -223,6 +223,11 @@ impl Engine {
         })
     }
 
+    /// Whether `other` is this engine or a clone of it (the same limiter).
+    pub(crate) fn same(&self, other: &Engine) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn policy_at(&self, index: usize) -> &Policy {
         &self.inner.policies[index].policy
     }

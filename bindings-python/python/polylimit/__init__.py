@@ -10,10 +10,9 @@ FastAPI/Starlette adapters: ``limiter.limit(...)`` (decorator), ``limiter.depend
 from __future__ import annotations
 
 import inspect
-import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from . import _polylimit
 from ._polylimit import (
@@ -98,7 +97,8 @@ class Limiter(_NativeLimiter):
         cost: int = 1,
         per_route: bool = True,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator for a FastAPI route (placed under ``@app.get(...)``); see ``polylimit.fastapi``."""
+        """Decorator for a FastAPI route (placed under ``@app.get(...)``), checked through this limiter
+        (its state, metrics and ``close()``); see ``polylimit.fastapi``."""
         from .fastapi import limit
 
         return limit(self, key, policy=policy, cost=cost, per_route=per_route)
@@ -111,51 +111,17 @@ class Limiter(_NativeLimiter):
         cost: int = 1,
         per_route: bool = True,
     ) -> Callable[..., Any]:
-        """A dependency for ``Depends(...)``: raises ``RateLimitExceeded`` when refused."""
+        """A dependency for ``Depends(...)``, checked through this limiter: raises ``RateLimitExceeded``
+        when refused."""
         from .fastapi import depends
 
         return depends(self, key, policy=policy, cost=cost, per_route=per_route)
-
-    def _http_limiter(self, dims: List[str], policy: Optional[str]) -> "_NativeLimiter":
-        """A limiter whose rules apply ``policy`` (default: all of this limiter's) by ``dims``.
-
-        It shares the store (same Redis keys and prefix) but, on the memory store, not the state.
-        Cached per (dims, policy).
-        """
-        cache = self.__dict__.setdefault("_http_limiters", {})
-        ident = (tuple(dims), policy)
-        if ident not in cache:
-            options = dict(self._options())
-            # Keep a rules file's client-IP and header settings; drop its rules and lists.
-            for field in ("rules", "shadow", "allowlist", "denylist"):
-                options.pop(field, None)
-            policies = _policy_map(options.pop("policy", None), options.pop("policies", None))
-            names = [policy] if policy is not None else list(policies)
-            if policy is not None and policy not in policies:
-                err = ConfigError(f'policy: "{policy}" is not a policy of this limiter')
-                err.field, err.value, err.kind = "policy", json.dumps(policy), "config"
-                raise err
-            options["policies"] = policies
-            options["rules"] = [{"key": dims, "policy": names}]
-            cache[ident] = _NativeLimiter(rules=json.dumps(options))
-        return cache[ident]
 
     async def __aenter__(self) -> "Limiter":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _policy_map(policy: Any, policies: Any) -> Dict[str, Any]:
-    if policy is not None:
-        return {policy.get("name", "default"): {k: v for k, v in policy.items() if k != "name"}}
-    if isinstance(policies, dict):
-        return policies
-    out: Dict[str, Any] = {}
-    for p in policies or []:
-        out[p.get("name", "default")] = {k: v for k, v in p.items() if k != "name"}
-    return out
 
 
 class CircuitOpenError(PolylimitError):

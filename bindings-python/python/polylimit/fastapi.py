@@ -2,9 +2,10 @@
 ``RequestInfo`` → ``Outcome``: this module only reads the ASGI scope and writes
 the outcome's status, headers and body; it computes no key, IP or header.
 
-* ``@limiter.limit(key="ip")`` under ``@app.get(...)``: the route needs no
-  ``Request`` parameter. The wrapper's signature gains two keyword-only
-  parameters (a ``Request`` and a ``Response``) that FastAPI injects and the
+* ``@limiter.limit(key="ip")`` under ``@app.get(...)``: the route may declare
+  ``request: Request`` and ``response: Response`` or not. The wrapper uses the
+  endpoint's own ``Request``/``Response`` parameters when it has them, and
+  otherwise adds keyword-only ones to its signature that FastAPI injects and the
   wrapper removes before calling the endpoint (the slowapi/FastAPI practice of
   adding a dependency to the signature). A refusal is returned as a response
   with the exact body; headers go on the endpoint's response.
@@ -20,6 +21,13 @@ the outcome's status, headers and body; it computes no key, IP or header.
 ``(request) -> str | None`` whose result becomes the core's ``key`` dimension
 (None: the request is not limited). With ``per_route=True`` (the default) each
 decorated route has its own limit (the ``route`` dimension is added).
+
+``limit`` and ``depends`` check through the limiter they are called on (a
+``route_rule`` of it, validated when the route is decorated): the same store,
+memory state and metrics (labelled ``route="route_rule"``), the rules file's
+client-address, list and header settings when it has them. Once that limiter is
+closed they raise ``polylimit.ClosedError`` from the route: a 500 unless the app
+handles it (``app.add_exception_handler(ClosedError, ...)``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import asyncio
 import functools
 import inspect
 import json
+import typing
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from starlette.concurrency import run_in_threadpool
@@ -37,7 +46,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._polylimit import Limiter as _NativeLimiter, Outcome
+from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule
 
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
 
@@ -105,11 +114,12 @@ def _dims(key: KeySpec, per_route: bool) -> Tuple[List[str], Hook]:
 
 
 class _Check:
-    """One decorator's or dependency's check: a derived limiter with one rule."""
+    """One decorator's or dependency's check: a rule of the user's limiter, decided through it."""
 
     def __init__(self, limiter: Any, key: KeySpec, policy: Optional[str], cost: int, per_route: bool) -> None:
         dims, self.hook = _dims(key, per_route)
-        self.limiter: _NativeLimiter = limiter._http_limiter(dims, policy)
+        self.limiter: _NativeLimiter = limiter
+        self.rule: RouteRule = limiter.route_rule(dims, policy)
         self.cost = cost
 
     async def __call__(self, request: Request) -> Optional[Outcome]:
@@ -120,7 +130,17 @@ class _Check:
                 key = await key
             if key is None:
                 return None
-        return await self.limiter.check_request(request_info(request.scope, key=key, cost=self.cost))
+        return await self.limiter.check_route(request_info(request.scope, key=key, cost=self.cost), self.rule)
+
+
+def _own_parameter(params: List[inspect.Parameter], hints: Dict[str, Any], kind: type) -> Optional[str]:
+    """The endpoint's parameter FastAPI fills with a ``kind`` (``Request``, ``Response``), if any:
+    FastAPI injects one of each per endpoint, so the wrapper must share it rather than add its own."""
+    for param in params:
+        annotation = hints.get(param.name, param.annotation)
+        if isinstance(annotation, type) and issubclass(annotation, kind):
+            return param.name
+    return None
 
 
 def limit(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
@@ -130,10 +150,20 @@ def limit(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, co
     def decorator(endpoint: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         is_async = inspect.iscoroutinefunction(endpoint)
 
+        sig = inspect.signature(endpoint)
+        params = list(sig.parameters.values())
+        try:
+            # String annotations (``from __future__ import annotations``) resolved in the endpoint's module.
+            hints = typing.get_type_hints(endpoint, include_extras=True)
+        except Exception:  # noqa: BLE001 - unresolvable: FastAPI reports it with the raw annotations
+            hints = {}
+        own_request = _own_parameter(params, hints, Request)
+        own_response = _own_parameter(params, hints, Response)
+
         @functools.wraps(endpoint)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            request: Request = kwargs.pop(_REQUEST)
-            response: Response = kwargs.pop(_RESPONSE)
+            request: Request = kwargs[own_request] if own_request else kwargs.pop(_REQUEST)
+            response: Response = kwargs[own_response] if own_response else kwargs.pop(_RESPONSE)
             outcome = await check(request)
             if outcome is not None:
                 if outcome.status is not None:
@@ -150,12 +180,12 @@ def limit(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, co
                     target.headers[name] = value
             return result
 
-        sig = inspect.signature(endpoint)
-        params = list(sig.parameters.values())
-        extra = [
-            inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request),
-            inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response),
-        ]
+        params = [p.replace(annotation=hints[p.name]) if p.name in hints else p for p in params]
+        extra = []
+        if own_request is None:
+            extra.append(inspect.Parameter(_REQUEST, inspect.Parameter.KEYWORD_ONLY, annotation=Request))
+        if own_response is None:
+            extra.append(inspect.Parameter(_RESPONSE, inspect.Parameter.KEYWORD_ONLY, annotation=Response))
         at = len(params)
         if params and params[-1].kind is inspect.Parameter.VAR_KEYWORD:
             at -= 1

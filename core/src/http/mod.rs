@@ -24,7 +24,7 @@ use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
 use route::normalize_path;
-use rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
+use rules::{glob_match, key_dimensions, Dimension, HttpRules, List, Rule, Target};
 
 /// What the limiter needs to know about a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -305,6 +305,34 @@ impl Resolved<'_> {
     }
 }
 
+/// The metrics label of every [`RouteRule`]: bounded, never a key.
+const ROUTE_RULE_LABEL: &str = "route_rule";
+
+/// A rule for one route (a decorator's or a dependency's), built and
+/// validated once by [`Limiter::route_rule`] and checked through the limiter
+/// that built it by [`Limiter::check_route`]: same store, same state, same
+/// metrics, same [`Limiter::close`].
+#[derive(Clone)]
+pub struct RouteRule {
+    rule: Rule,
+    /// The limiter whose policy indices `rule` holds.
+    owner: Engine,
+}
+
+impl std::fmt::Debug for RouteRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let key: Vec<String> = self.rule.key.iter().map(Dimension::name).collect();
+        let policies: Vec<&str> = match &self.rule.target {
+            Target::Policies(p) => p.iter().map(|&i| self.owner.policy_at(i).name()).collect(),
+            Target::Tiers { .. } => Vec::new(),
+        };
+        f.debug_struct("RouteRule")
+            .field("key", &key)
+            .field("policies", &policies)
+            .finish()
+    }
+}
+
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
 /// breaker and each policy's fallback, and, when built from a rules file,
 /// the rules that decide HTTP requests. Cheap to clone; clones share state.
@@ -380,12 +408,76 @@ impl Limiter {
 
     /// Decides a request by the rules file: every matching rule is checked,
     /// the request passes only if all allow, and nothing is charged when one
-    /// denies. Never fails because the store is down.
+    /// denies. Never fails because the store is down; fails with
+    /// [`Error::Closed`] once the limiter is closed.
     pub async fn check_request(&self, req: &RequestInfo) -> Result<Outcome> {
         let rules = self
             .rules
             .as_deref()
             .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        self.decide_request(rules, &rules.rules, req).await
+    }
+
+    /// A rule for one route, checked by [`Limiter::check_route`]: the request
+    /// is limited by `policy` (a policy name of this limiter; `None`: every
+    /// policy) on a key made of the dimensions `key` (as a rules file's `key`:
+    /// `ip`, `route`, `method`, `user`, `api_key`, `header:<name>`, `key`,
+    /// `global`). Bad input is a config error naming `key` or `policy`.
+    pub fn route_rule(&self, key: &[&str], policy: Option<&str>) -> Result<RouteRule> {
+        if key.is_empty() {
+            return Err(Error::config("key", "[]", "names no key dimension"));
+        }
+        let key = key_dimensions(key, "key")?;
+        let policies = match policy {
+            None => (0..self.engine.policies().count()).collect(),
+            Some(name) => {
+                let index =
+                    self.engine.policies().position(|p| p.name() == name).ok_or_else(|| {
+                        Error::config("policy", format!("{name:?}"), "is not a policy of this limiter")
+                    })?;
+                vec![index]
+            }
+        };
+        Ok(RouteRule {
+            rule: Rule {
+                label: ROUTE_RULE_LABEL.into(),
+                methods: None,
+                path: None,
+                route: None,
+                key,
+                target: Target::Policies(policies),
+                shadow: false,
+            },
+            owner: self.engine.clone(),
+        })
+    }
+
+    /// Decides a request by one [`RouteRule`] of this limiter, instead of the
+    /// rules file's rules, on this limiter's state: the same outcome, headers,
+    /// bodies and metrics (labelled `route_rule`) as [`Limiter::check_request`].
+    /// The client address, IPv6 prefix, header mode, allowlist, denylist and
+    /// `shadow` come from the rules file, when the limiter was built from one.
+    /// Fails with [`Error::Closed`] once the limiter is closed.
+    pub async fn check_route(&self, req: &RequestInfo, rule: &RouteRule) -> Result<Outcome> {
+        if !rule.owner.same(&self.engine) {
+            return Err(Error::config("rule", "", "was built by another limiter"));
+        }
+        match self.rules.as_deref() {
+            Some(rules) => self.decide_request(rules, std::slice::from_ref(&rule.rule), req).await,
+            None => {
+                let defaults = HttpRules::default();
+                self.decide_request(&defaults, std::slice::from_ref(&rule.rule), req)
+                    .await
+            }
+        }
+    }
+
+    /// Decides `req` by the `candidates` that match it, with `rules`'
+    /// client-address, list, shadow and header rules.
+    async fn decide_request(&self, rules: &HttpRules, candidates: &[Rule], req: &RequestInfo) -> Result<Outcome> {
+        if self.engine.is_closed() {
+            return Err(Error::Closed);
+        }
         let peer = req.peer.as_deref().and_then(parse_peer);
         let ip = client_ip(peer, &req.headers, &rules.trusted_proxies);
         if ip.is_none() {
@@ -411,8 +503,7 @@ impl Limiter {
         let mut targets: Vec<(usize, String)> = Vec::new();
         let mut owners: Vec<(&Rule, bool)> = Vec::new();
         let mut seen = HashSet::new();
-        for rule in rules
-            .rules
+        for rule in candidates
             .iter()
             .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
         {

@@ -24,7 +24,7 @@ pub(crate) enum Dimension {
 }
 
 impl Dimension {
-    fn parse(text: &str) -> Option<Dimension> {
+    pub fn parse(text: &str) -> Option<Dimension> {
         Some(match text {
             "ip" => Dimension::Ip,
             "route" => Dimension::Route,
@@ -98,6 +98,25 @@ pub(crate) struct HttpRules {
     pub allowlist: List,
     pub denylist: List,
     pub rules: Vec<Rule>,
+}
+
+/// Keys an IPv6 client by its /64 unless the rules file says otherwise.
+const DEFAULT_IPV6_SUBNET: u8 = 64;
+
+impl Default for HttpRules {
+    /// The HTTP settings of a limiter built without a rules file: the peer is
+    /// the client, IPv6 keyed by /64, both header sets, no lists, no rules.
+    fn default() -> HttpRules {
+        HttpRules {
+            trusted_proxies: TrustedProxies::default(),
+            ipv6_subnet: DEFAULT_IPV6_SUBNET,
+            headers: HeaderMode::Both,
+            shadow: false,
+            allowlist: List::default(),
+            denylist: List::default(),
+            rules: Vec::new(),
+        }
+    }
 }
 
 /// Top-level fields of a rules file that belong to the HTTP layer.
@@ -190,7 +209,7 @@ impl HttpRules {
                 .ok_or_else(|| Error::config("forwarded_header", v, "is not one of x-forwarded-for, forwarded"))?;
         }
         let ipv6_subnet = match obj.get("ipv6_subnet") {
-            None => 64,
+            None => DEFAULT_IPV6_SUBNET,
             Some(v) => v
                 .as_u64()
                 .filter(|n| (1..=128).contains(n))
@@ -198,7 +217,7 @@ impl HttpRules {
                 as u8,
         };
         let headers = match obj.get("headers") {
-            None => HeaderMode::Both,
+            None => HttpRules::default().headers,
             Some(v) => v
                 .as_str()
                 .and_then(HeaderMode::parse)
@@ -229,6 +248,23 @@ impl HttpRules {
             rules,
         })
     }
+}
+
+/// A rule's `key`: each entry a dimension, or an error naming `field` and the entry.
+pub(crate) fn key_dimensions(names: &[impl AsRef<str>], field: &str) -> Result<Vec<Dimension>> {
+    names
+        .iter()
+        .map(|d| {
+            let d = d.as_ref();
+            Dimension::parse(d).ok_or_else(|| {
+                Error::config(
+                    field,
+                    format!("{d:?}"),
+                    "is not a key dimension (ip, route, method, user, api_key, header:<name>, key, global)",
+                )
+            })
+        })
+        .collect()
 }
 
 fn policies(value: &Value, field: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Vec<usize>> {
@@ -298,18 +334,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
     }
     let key = match obj.get("key") {
         None => vec![Dimension::Ip],
-        Some(v) => strings(v, &at("key"))?
-            .iter()
-            .map(|d| {
-                Dimension::parse(d).ok_or_else(|| {
-                    Error::config(
-                        at("key"),
-                        format!("{d:?}"),
-                        "is not a key dimension (ip, route, method, user, api_key, header:<name>, key, global)",
-                    )
-                })
-            })
-            .collect::<Result<_>>()?,
+        Some(v) => key_dimensions(&strings(v, &at("key"))?, &at("key"))?,
     };
     let target = match (obj.get("policy"), obj.get("tiers")) {
         (Some(_), Some(_)) => return Err(Error::config(at("tiers"), "", "cannot be given together with policy")),
