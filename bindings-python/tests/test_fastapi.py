@@ -154,12 +154,12 @@ def test_drain_then_wait_two_seconds(store: str) -> None:
     server = Server(build_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
-            route_check = limiter._http_limiter(["route", "ip"], None)  # the decorator's check
+            rule = limiter.route_rule(["route", "ip"])  # the decorator's rule (per_route, key="ip")
             two_seconds_ago = int(time.time() * 1000) - 2000
             request = {"method": "GET", "path": "/decorated", "route": "/decorated", "peer": "127.0.0.1",
                        "now_ms": two_seconds_ago}
             drained = 0
-            while route_check.check_request_sync(request).status is None:
+            while limiter.check_route_sync(request, rule).status is None:
                 drained += 1
             assert drained == 10
             assert [client.get("/decorated").status_code for _ in range(3)] == [200, 200, 429]
