@@ -143,6 +143,7 @@ impl Update {
 /// Decides one check. `state` is what the store holds for the key (`None`
 /// for a new or expired key); `cost` is at least 1. Returns the verdict and,
 /// when allowed, the update to store. Denied requests consume nothing.
+#[inline]
 pub(crate) fn decide(p: &Params, state: Option<&State>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
     let cells = match state {
         Some(State::Cells(c)) => Some(c),

@@ -84,6 +84,7 @@ impl Shard {
         x as usize
     }
 
+    #[inline]
     fn store(&mut self, key: &MapKeyRef<'_>, update: Update, now: i64, ttl: u64, cap: usize) {
         let expires_at = now.saturating_add(ttl.max(1) as i64);
         if let Some(entry) = self.map.get_mut(key) {
@@ -180,6 +181,7 @@ impl MemoryStore {
     /// Decides every check atomically: each sees the state of its key, and
     /// none is charged unless every non-shadow check allows (and `charge` is
     /// set). Penalties record the denials of their policy when charging.
+    #[inline]
     pub fn decide(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64, charge: bool) -> (bool, Vec<Verdict>) {
         if let ([one], true, None) = (checks, charge, checks.first().and_then(|c| c.penalty)) {
             let verdict = self.decide_one(one, now, cost);
@@ -258,6 +260,7 @@ impl MemoryStore {
         (all, verdicts)
     }
 
+    #[inline]
     pub fn decide_one(&self, check: &MemoryCheck<'_>, now: i64, cost: i64) -> Verdict {
         let stored = stored_key(check.key);
         let key = MapKeyRef {
