@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { limiterFor, decide, pathOf } = require('./options');
+const { limiterFor, routeRuleFor, decide, pathOf } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -10,9 +10,12 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * Options familiar from express-rate-limit: `windowMs`, `limit`/`max`, `keyGenerator(req, res)`,
  * `skip(req, res)`, `handler(req, res, next, outcome)`, `standardHeaders`, `legacyHeaders`,
  * `requestPropertyName` (default `rateLimit`). Also `user(req)` and `apiKey(req)` for those key dimensions.
+ * `rateLimit({ limiter, key: ['ip'], policy: 'api' })` checks through that limiter's route rule
+ * (its store, state, metrics and `close()`); `rateLimit({ limiter })` applies its rules file.
  */
 function rateLimit(options = {}) {
   const limiter = limiterFor(options);
+  const rule = routeRuleFor(options);
   const { skip, handler } = options;
   const property = options.requestPropertyName ?? 'rateLimit';
 
@@ -21,7 +24,7 @@ function rateLimit(options = {}) {
       if (skip && (await skip(req, res))) return next();
       const target = req.originalUrl ?? req.url;
       const route = routeOf(req, pathOf(target));
-      const outcome = await decide(limiter, options, req, target, route, matching(req.app), req, res);
+      const outcome = await decide(limiter, rule, options, req, target, route, matching(req.app), req, res);
       if (property) req[property] = outcome;
       for (const [name, value] of outcome.headers) res.setHeader(name, value);
       if (outcome.status !== null) {

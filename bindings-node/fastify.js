@@ -2,9 +2,11 @@
 // Fastify plugin: an onRequest hook turns the request into the core's
 // RequestInfo and the core's Outcome into the reply. Route-level config:
 // `config: { rateLimit: false }` exempts a route; `config: { rateLimit: {...} }`
-// gives it its own limiter (same options as the plugin's).
+// gives it its own limiter (same options as the plugin's), or, under a plugin
+// registered with `{ limiter }`, `{ key, policy }` checks through that limiter's
+// route rule (same store, state, metrics and `close()`).
 const fp = require('fastify-plugin');
-const { limiterFor, decide } = require('./options');
+const { limiterFor, routeRuleFor, decide } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -21,12 +23,12 @@ function matching(fastify) {
   return { caseInsensitive: !caseSensitive, ignoreTrailingSlash: Boolean(ignoreTrailingSlash) };
 }
 
-function hookFor(limiter, options, match) {
+function hookFor(limiter, rule, options, match) {
   const { skip, handler } = options;
   return async function polylimitOnRequest(request, reply) {
     if (skip && (await skip(request, reply))) return;
     const route = (request.routeOptions && request.routeOptions.url) || undefined;
-    const outcome = await decide(limiter, options, request.raw, request.raw.url, route, match, request, reply);
+    const outcome = await decide(limiter, rule, options, request.raw, request.raw.url, route, match, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
     for (const [name, value] of outcome.headers) reply.raw.setHeader(name, value);
@@ -42,7 +44,7 @@ async function polylimitFastify(fastify, options) {
   const { global = true, ...rest } = options || {};
   const base = global || rest.policy || rest.rules || rest.limiter ? limiterFor(rest) : null;
   const match = matching(fastify);
-  const baseHook = base && hookFor(base, rest, match);
+  const baseHook = base && hookFor(base, routeRuleFor(rest), rest, match);
   fastify.decorate('polylimit', base);
   fastify.addHook('onRoute', (route) => {
     const config = route.config && route.config.rateLimit;
@@ -50,9 +52,15 @@ async function polylimitFastify(fastify, options) {
     let hook = null;
     if (config && typeof config === 'object') {
       const merged = { ...rest, ...config };
-      // Its own key space, so it never shares state with the plugin-wide limiter.
-      if (config.prefix === undefined) merged.prefix = `${rest.prefix ?? 'polylimit'}:route:${route.url}`;
-      hook = hookFor(limiterFor(merged), merged, match);
+      const rule = routeRuleFor(merged);
+      if (rule) {
+        // The route's rule on the user's limiter: its store, state, metrics and close().
+        hook = hookFor(merged.limiter, rule, merged, match);
+      } else {
+        // Its own key space, so it never shares state with the plugin-wide limiter.
+        if (config.prefix === undefined) merged.prefix = `${rest.prefix ?? 'polylimit'}:route:${route.url}`;
+        hook = hookFor(limiterFor(merged), null, merged, match);
+      }
     } else if (global && baseHook) {
       hook = baseHook;
     }

@@ -109,11 +109,21 @@ export class Limiter {
   static fromRules(rules: string | object): Limiter;
   check(key: string, options?: CheckOptions): Promise<Decision>;
   checkRequest(request: RequestInfo): Promise<Outcome>;
+  /**
+   * A rule for one route, checked through this limiter (same store, state, metrics, `close()`):
+   * the middlewares' `rateLimit({ limiter, key, policy })`. Throws a ConfigError naming `key` or `policy`.
+   */
+  routeRule(key: string | string[], policy?: string): RouteRule;
   reset(key: string): Promise<void>;
   metricsText(): string;
   readonly breakerState: 'closed' | 'open' | 'half_open';
   close(): void;
   readonly closed: boolean;
+}
+
+/** An opaque rule for one route, from `Limiter.routeRule`; only the limiter that built it checks with it. */
+export interface RouteRule {
+  readonly __polylimitRouteRule: unique symbol;
 }
 
 export class CircuitBreaker {
@@ -148,8 +158,14 @@ export class InternalError extends PolylimitError {}
 export class CircuitOpenError extends PolylimitError {}
 
 /** Options shared by the Express middleware and the Fastify plugin. */
-export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOptions, 'policies'> {
-  /** A limiter built from rules (`Limiter.fromFile`). */
+export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOptions, 'policies' | 'policy'> {
+  /** The middleware's own policy; with `limiter`, the name of one of that limiter's policies. */
+  policy?: Policy | string;
+  /**
+   * A limiter you built (`new Limiter`, `Limiter.fromFile`): without `key`/`policy` its rules decide;
+   * with them (`policy` a policy name of it) the route checks through `limiter.routeRule(key, policy)`,
+   * sharing its store, state, metrics and `close()`.
+   */
   limiter?: Limiter;
   /** A rules file path, or the rules object. */
   rules?: string | object;

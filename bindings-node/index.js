@@ -190,6 +190,46 @@ class Limiter {
     );
   }
 
+  /**
+   * A rule for one route, checked through this limiter (same store, state, metrics and
+   * `close()`): `key` names its key dimensions (`['ip']`, `'user'`, `'header:x-tenant'`, …),
+   * `policy` one of this limiter's policies (default: all). An opaque object for the
+   * middlewares (`rateLimit({ limiter, key, policy })`); bad input throws a ConfigError.
+   */
+  routeRule(key, policy) {
+    const dims = Array.isArray(key) ? key : [key];
+    for (const dim of dims) {
+      if (typeof dim !== 'string') {
+        throw new ConfigError(`key: ${JSON.stringify(key)} is not a list of key dimensions`, 'key', String(key));
+      }
+    }
+    if (policy !== undefined && policy !== null && typeof policy !== 'string') {
+      const shown = JSON.stringify(policy);
+      throw new ConfigError(`policy: ${shown} is not a policy name of this limiter`, 'policy', String(shown));
+    }
+    return call(() => this._native.routeRule(dims, policy ?? undefined));
+  }
+
+  /** _checkHttp decided by `rule` (from `routeRule`) instead of the limiter's rules. Internal. */
+  _checkRoute(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
+    return this._flight.start((id) =>
+      this._native.checkRouteBatched(
+        id,
+        rule,
+        method,
+        path,
+        route,
+        peer,
+        rawHeaders,
+        key,
+        user,
+        apiKey,
+        caseInsensitive,
+        ignoreTrailingSlash,
+      ),
+    );
+  }
+
   /** Forgets every policy's state for `key`. */
   reset(key) {
     try {

@@ -73,6 +73,19 @@ function limiterFor(options) {
 }
 
 /**
+ * The route rule of a middleware that shares the user's limiter: with `limiter` and a `key`
+ * or `policy` (a policy name of that limiter), the middleware checks through
+ * `limiter.routeRule(key, policy)` (key default `['ip']`, `['key']` with a `keyGenerator`)
+ * instead of the limiter's whole rules. Null otherwise. Bad key/policy throw a ConfigError here,
+ * when the middleware is built.
+ */
+function routeRuleFor(options) {
+  if (!options.limiter || (options.key === undefined && options.policy === undefined)) return null;
+  const key = options.key ?? (options.keyGenerator ? ['key'] : ['ip']);
+  return options.limiter.routeRule(key, options.policy);
+}
+
+/**
  * The pathname a Node router matches for a request target (as `parseurl` gives Express's
  * router): an absolute-form target's path, without query or fragment. Only for asking the
  * router which route it picks; the core is given the target itself and normalises it.
@@ -90,11 +103,13 @@ function pathOf(url) {
  * its method, request target, peer address (absent on a Unix socket) and `rawHeaders`
  * (as received) go to the core as they are; `match` is the router's path matching
  * (`caseInsensitive`, `ignoreTrailingSlash`); `req` and `res` go to the `keyGenerator`,
- * `user` and `apiKey` functions.
+ * `user` and `apiKey` functions. `rule` (from `routeRuleFor`), when given, decides instead of
+ * the limiter's rules.
  */
-async function decide(limiter, options, raw, target, route, match, req, res) {
+async function decide(limiter, rule, options, raw, target, route, match, req, res) {
   const { keyGenerator, user, apiKey } = options;
-  return limiter._checkHttp(
+  const check = rule ? limiter._checkRoute.bind(limiter, rule) : limiter._checkHttp.bind(limiter);
+  return check(
     raw.method,
     target,
     route,
@@ -113,4 +128,4 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { limiterFor, decide, pathOf };
+module.exports = { limiterFor, routeRuleFor, decide, pathOf };

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 use polylimit::wire::{Case, OutcomeWire};
-use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo};
+use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
 
 use napi::bindgen_prelude::{Float64Array, Function};
@@ -131,6 +131,14 @@ pub enum Job {
     },
     /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
     Request { id: u32, request: RequestInfo },
+    /// A route middleware's request, decided by one [`RouteRule`] of the
+    /// limiter (`Limiter::check_route`), answered like `Request`. Shared, so
+    /// a request costs no copy of the rule.
+    Route {
+        id: u32,
+        request: RequestInfo,
+        rule: Arc<RouteRule>,
+    },
 }
 
 /// Starts the task that runs the limiter's checks and returns its queue.
@@ -164,12 +172,24 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
             completions.complete(id, result);
         }
         Job::Request { id, request } => {
-            let result = match AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await {
-                Ok(Ok(outcome)) => Ok(outcome),
-                Ok(Err(e)) => Err(to_napi(e).reason),
-                Err(_) => Err(panic_error()),
-            };
-            completions.text.complete(id, result.as_ref().map_err(String::as_str));
+            let result = AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await;
+            complete_request(&completions, id, result);
+        }
+        Job::Route { id, request, rule } => {
+            let result = AssertUnwindSafe(limiter.check_route(&request, &rule))
+                .catch_unwind()
+                .await;
+            complete_request(&completions, id, result);
         }
     }
+}
+
+/// Hands a request's outcome, error or panic to the text channel.
+fn complete_request(completions: &Completions, id: u32, result: std::thread::Result<polylimit::Result<Outcome>>) {
+    let result = match result {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Ok(Err(e)) => Err(to_napi(e).reason),
+        Err(_) => Err(panic_error()),
+    };
+    completions.text.complete(id, result.as_ref().map_err(String::as_str));
 }

@@ -3,12 +3,13 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use futures_util::FutureExt;
 use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
-use polylimit::{CheckOptions, Limiter, RequestInfo};
+use polylimit::{CheckOptions, Limiter, RequestInfo, RouteRule};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -52,6 +53,47 @@ fn loose(value: Option<Unknown<'_>>) -> Result<Option<Value>> {
         ValueType::Boolean => Value::Bool(unsafe { value.cast()? }),
         other => Value::String(format!("<{other}>")),
     }))
+}
+
+/// A route rule built by `NativeLimiter.routeRule`; opaque to JavaScript.
+#[napi]
+pub struct NativeRouteRule {
+    rule: Arc<RouteRule>,
+}
+
+/// The core's request from a middleware's typed arguments (see `check_http_batched`).
+#[allow(clippy::too_many_arguments)]
+fn http_request(
+    method: String,
+    path: String,
+    route: Option<String>,
+    peer: Option<String>,
+    raw_headers: Vec<String>,
+    key: Option<String>,
+    user: Option<String>,
+    api_key: Option<String>,
+    case_insensitive: Option<bool>,
+    ignore_trailing_slash: Option<bool>,
+) -> RequestInfo {
+    let mut flat = raw_headers.into_iter();
+    let mut headers = Vec::with_capacity(flat.len() / 2);
+    while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+        headers.push((name, value));
+    }
+    RequestInfo {
+        method,
+        path,
+        route,
+        peer,
+        headers,
+        user,
+        api_key,
+        key,
+        cost: None,
+        now_ms: None,
+        case_insensitive: case_insensitive.unwrap_or(false),
+        ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
+    }
 }
 
 #[napi]
@@ -156,26 +198,71 @@ impl NativeLimiter {
         case_insensitive: Option<bool>,
         ignore_trailing_slash: Option<bool>,
     ) -> Result<()> {
-        let mut flat = raw_headers.into_iter();
-        let mut headers = Vec::with_capacity(flat.len() / 2);
-        while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
-            headers.push((name, value));
-        }
-        let request = RequestInfo {
+        let request = http_request(
             method,
             path,
             route,
             peer,
-            headers,
+            raw_headers,
+            key,
             user,
             api_key,
-            key,
-            cost: None,
-            now_ms: None,
-            case_insensitive: case_insensitive.unwrap_or(false),
-            ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
-        };
+            case_insensitive,
+            ignore_trailing_slash,
+        );
         self.send(Job::Request { id, request })
+    }
+
+    /// A rule for one route (a middleware's `key` and `policy`), checked
+    /// through this limiter by `checkRouteBatched`. Bad input is a config
+    /// error naming `key` or `policy`.
+    #[napi]
+    pub fn route_rule(&self, key: Vec<String>, policy: Option<String>) -> Result<NativeRouteRule> {
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        guard(|| {
+            self.inner
+                .route_rule(&key, policy.as_deref())
+                .map(|rule| NativeRouteRule { rule: Arc::new(rule) })
+                .map_err(to_napi)
+        })
+    }
+
+    /// `checkHttpBatched` decided by `rule` (from `routeRule`) instead of the
+    /// limiter's rules: same store, state, metrics and `close`.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn check_route_batched(
+        &self,
+        id: u32,
+        rule: &NativeRouteRule,
+        method: String,
+        path: String,
+        route: Option<String>,
+        peer: Option<String>,
+        raw_headers: Vec<String>,
+        key: Option<String>,
+        user: Option<String>,
+        api_key: Option<String>,
+        case_insensitive: Option<bool>,
+        ignore_trailing_slash: Option<bool>,
+    ) -> Result<()> {
+        let request = http_request(
+            method,
+            path,
+            route,
+            peer,
+            raw_headers,
+            key,
+            user,
+            api_key,
+            case_insensitive,
+            ignore_trailing_slash,
+        );
+        self.send(Job::Route {
+            id,
+            request,
+            rule: rule.rule.clone(),
+        })
     }
 
     fn send(&self, job: Job) -> Result<()> {

@@ -14,6 +14,7 @@ import {
   Decision,
   Outcome,
   Policy,
+  RouteRule,
 } from '../../index';
 
 async function main(): Promise<void> {
@@ -31,10 +32,12 @@ async function main(): Promise<void> {
   const v: number | string = await breaker.call(async () => 1, () => 'fallback');
   const mw = rateLimit({ policy, key: ['ip', 'route'], keyGenerator: () => 'k', skip: () => false });
   const l2: Limiter = mw.limiter;
+  const rule: RouteRule = rules.routeRule(['ip'], 'api');
+  const routeMw = rateLimit({ limiter: rules, key: 'user', policy: 'api', user: () => 'u' });
   const plugin: (f: any, o: any) => Promise<void> = polylimitFastify;
   const errors: Array<typeof PolylimitError> = [ConfigError, StoreUnavailableError, StoreError, ClosedError, InternalError, CircuitOpenError];
   const e = new ConfigError('x') as ConfigError;
   const field: string = e.field;
-  void [retry, status, text, v, l2, plugin, errors, field, breaker.state];
+  void [retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state];
 }
 void main;

@@ -1,0 +1,138 @@
+'use strict';
+// Per-route middlewares on the user's limiter (issue 14): `rateLimit({ limiter, key, policy })`
+// and Fastify's `config: { rateLimit: { key, policy } }` check through `limiter.routeRule`,
+// so they share its state, metrics and close(). Real servers on loopback; memory and a real Redis.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const express = require('express');
+const Fastify = require('fastify');
+const { rateLimit } = require('../express');
+const polylimitFastify = require('../fastify');
+const { Limiter, ConfigError } = require('..');
+const { RedisServer } = require('./support');
+const { request } = require('./http_support');
+
+let redis;
+test.before(async () => {
+  redis = await RedisServer.start();
+});
+test.after(async () => {
+  await redis.kill();
+});
+
+let seq = 0;
+const STORES = { memory: () => 'memory', redis: () => redis.url };
+
+function userLimiter(store) {
+  return new Limiter({
+    policies: { api: { rate: '1/min', burst: 3 }, other: { rate: '1/min', burst: 100 } },
+    store: store(),
+    prefix: `node-route-rule-${process.pid}-${seq++}`,
+  });
+}
+
+const ALLOWED = 'polylimit_requests_total{policy="api",route="route_rule",decision="allowed",source="store"} 2';
+const DENIED = 'polylimit_requests_total{policy="api",route="route_rule",decision="denied",source="store"} 1';
+
+/** Two routes and `limiter.check` on one budget; after close() the routes answer through the error path. */
+async function sharesTheLimiter(url, limiter, errors) {
+  assert.equal((await request(`${url}/a`)).status, 200);
+  assert.equal((await request(`${url}/b`)).status, 200);
+  // The route rule keys the request as `ip=<client>`: the same budget as a direct check.
+  const direct = await limiter.check('ip=127.0.0.1');
+  assert.equal(direct.allowed, true);
+  assert.equal(direct.remaining, 0);
+  const refused = await request(`${url}/a`);
+  assert.equal(refused.status, 429);
+  const header = (name) => (refused.headers.find(([n]) => n === name) || [])[1];
+  // Only the route's policy, not every policy of the limiter.
+  assert.equal(header('RateLimit-Policy'), '"api";q=3;w=180');
+  const metrics = limiter.metricsText();
+  assert.ok(metrics.includes(ALLOWED), metrics);
+  assert.ok(metrics.includes(DENIED), metrics);
+
+  limiter.close();
+  const closed = await request(`${url}/b`);
+  assert.equal(closed.status, 500);
+  assert.equal(errors.length, 1);
+  assert.equal(errors[0].code, 'POLYLIMIT_CLOSED');
+  // No hidden limiter decided it: the user's metrics did not move.
+  assert.equal(limiter.metricsText(), metrics);
+}
+
+for (const [name, store] of Object.entries(STORES)) {
+  test(`express routes with { limiter, key, policy } share the user's limiter (${name})`, async () => {
+    const limiter = userLimiter(store);
+    const errors = [];
+    const app = express();
+    app.get('/a', rateLimit({ limiter, key: ['ip'], policy: 'api' }), (req, res) => res.send('a'));
+    app.get('/b', rateLimit({ limiter, key: 'ip', policy: 'api' }), (req, res) => res.send('b'));
+    app.use((err, req, res, next) => {
+      errors.push(err);
+      res.status(500).send(err.code);
+    });
+    const server = await new Promise((resolve) => {
+      const s = app.listen(0, '127.0.0.1', () => resolve(s));
+    });
+    try {
+      await sharesTheLimiter(`http://127.0.0.1:${server.address().port}`, limiter, errors);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  test(`fastify route config { key, policy } shares the plugin's limiter (${name})`, async () => {
+    const limiter = userLimiter(store);
+    const errors = [];
+    const app = Fastify();
+    app.setErrorHandler((err, request, reply) => {
+      errors.push(err);
+      reply.code(500).send({ error: err.code });
+    });
+    await app.register(polylimitFastify, { limiter, global: false });
+    app.get('/a', { config: { rateLimit: { key: ['ip'], policy: 'api' } } }, async () => 'a');
+    app.get('/b', { config: { rateLimit: { key: 'ip', policy: 'api' } } }, async () => 'b');
+    app.get('/free', async () => 'free');
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const url = `http://127.0.0.1:${app.server.address().port}`;
+      assert.equal((await request(`${url}/free`)).status, 200);
+      await sharesTheLimiter(url, limiter, errors);
+    } finally {
+      await app.close();
+    }
+  });
+}
+
+test('a bad key or policy for the shared limiter is a ConfigError when the middleware is built', async () => {
+  const limiter = userLimiter(STORES.memory);
+  const cases = [
+    [{ key: ['ip', 'shoe'], policy: 'api' }, 'key', '"shoe"'],
+    [{ key: [], policy: 'api' }, 'key', '[]'],
+    [{ key: ['ip'], policy: 'nope' }, 'policy', '"nope"'],
+    [{ policy: { rate: '1/s' } }, 'policy', '{"rate":"1/s"}'],
+  ];
+  for (const [options, field, value] of cases) {
+    const where = JSON.stringify(options);
+    assert.throws(
+      () => rateLimit({ limiter, ...options }),
+      (e) => e instanceof ConfigError && e.field === field && e.value === value,
+      `express ${where}`,
+    );
+    const app = Fastify();
+    await app.register(polylimitFastify, { limiter, global: false });
+    await assert.rejects(
+      (async () => {
+        app.get('/x', { config: { rateLimit: options } }, async () => 'x');
+        await app.ready();
+      })(),
+      (e) => e instanceof ConfigError && e.field === field && e.value === value,
+      `fastify ${where}`,
+    );
+    await app.close().catch(() => {});
+  }
+  // The rules-limiter form without key/policy is unchanged, and a good rule builds.
+  assert.equal(typeof rateLimit({ limiter }), 'function');
+  assert.equal(typeof rateLimit({ limiter, key: ['route', 'header:x-tenant'], policy: 'other' }), 'function');
+  limiter.close();
+});
