@@ -172,10 +172,12 @@ class Limiter {
    * checkRequest for the Express and Fastify middlewares: typed arguments instead of
    * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
    */
-  _checkHttp(method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
+  /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
+  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
     return this._flight.start((id) =>
       this._native.checkHttpBatched(
         id,
+        rule,
         method,
         path,
         route,
@@ -208,26 +210,6 @@ class Limiter {
       throw new ConfigError(`policy: ${shown} is not a policy name of this limiter`, 'policy', String(shown));
     }
     return call(() => this._native.routeRule(dims, policy ?? undefined));
-  }
-
-  /** _checkHttp decided by `rule` (from `routeRule`) instead of the limiter's rules. Internal. */
-  _checkRoute(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
-    return this._flight.start((id) =>
-      this._native.checkRouteBatched(
-        id,
-        rule,
-        method,
-        path,
-        route,
-        peer,
-        rawHeaders,
-        key,
-        user,
-        apiKey,
-        caseInsensitive,
-        ignoreTrailingSlash,
-      ),
-    );
   }
 
   /** Forgets every policy's state for `key`. */

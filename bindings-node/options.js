@@ -108,8 +108,8 @@ function pathOf(url) {
  */
 async function decide(limiter, rule, options, raw, target, route, match, req, res) {
   const { keyGenerator, user, apiKey } = options;
-  const check = rule ? limiter._checkRoute.bind(limiter, rule) : limiter._checkHttp.bind(limiter);
-  return check(
+  return limiter._checkHttp(
+    rule,
     raw.method,
     target,
     route,

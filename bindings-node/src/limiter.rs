@@ -181,12 +181,15 @@ impl NativeLimiter {
     /// (no JSON): `raw_headers` is Node's `rawHeaders`, `[name, value, name,
     /// value, …]` in the order received; `peer` is absent for a Unix socket;
     /// `case_insensitive` / `ignore_trailing_slash` are the router's matching
-    /// rules. The outcome arrives like `checkRequestBatched`'s.
+    /// rules. With a `rule` (from `routeRule`) the request is decided by that
+    /// rule instead of the limiter's rules (same store, state, metrics and
+    /// `close`). The outcome arrives like `checkRequestBatched`'s.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
         &self,
         id: u32,
+        rule: Option<&NativeRouteRule>,
         method: String,
         path: String,
         route: Option<String>,
@@ -210,7 +213,14 @@ impl NativeLimiter {
             case_insensitive,
             ignore_trailing_slash,
         );
-        self.send(Job::Request { id, request })
+        self.send(match rule {
+            Some(rule) => Job::Route {
+                id,
+                request,
+                rule: rule.rule.clone(),
+            },
+            None => Job::Request { id, request },
+        })
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
@@ -224,44 +234,6 @@ impl NativeLimiter {
                 .route_rule(&key, policy.as_deref())
                 .map(|rule| NativeRouteRule { rule: Arc::new(rule) })
                 .map_err(to_napi)
-        })
-    }
-
-    /// `checkHttpBatched` decided by `rule` (from `routeRule`) instead of the
-    /// limiter's rules: same store, state, metrics and `close`.
-    #[napi]
-    #[allow(clippy::too_many_arguments)]
-    pub fn check_route_batched(
-        &self,
-        id: u32,
-        rule: &NativeRouteRule,
-        method: String,
-        path: String,
-        route: Option<String>,
-        peer: Option<String>,
-        raw_headers: Vec<String>,
-        key: Option<String>,
-        user: Option<String>,
-        api_key: Option<String>,
-        case_insensitive: Option<bool>,
-        ignore_trailing_slash: Option<bool>,
-    ) -> Result<()> {
-        let request = http_request(
-            method,
-            path,
-            route,
-            peer,
-            raw_headers,
-            key,
-            user,
-            api_key,
-            case_insensitive,
-            ignore_trailing_slash,
-        );
-        self.send(Job::Route {
-            id,
-            request,
-            rule: rule.rule.clone(),
         })
     }
 
