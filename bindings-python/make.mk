@@ -1,4 +1,4 @@
-# bindings-python: the pyo3 wheel, built into /work/main/.venv by maturin,
+# bindings-python: the pyo3 wheel, built into the checkout's .venv by maturin,
 # and its pytest suite (vectors on memory + real Redis, FastAPI over uvicorn).
 PY_DIR := bindings-python
 PY_VENV := $(CURDIR)/.venv

@@ -61,41 +61,6 @@ pub struct NativeRouteRule {
     rule: Arc<RouteRule>,
 }
 
-/// The core's request from a middleware's typed arguments (see `check_http_batched`).
-#[allow(clippy::too_many_arguments)]
-fn http_request(
-    method: String,
-    path: String,
-    route: Option<String>,
-    peer: Option<String>,
-    raw_headers: Vec<String>,
-    key: Option<String>,
-    user: Option<String>,
-    api_key: Option<String>,
-    case_insensitive: Option<bool>,
-    ignore_trailing_slash: Option<bool>,
-) -> RequestInfo {
-    let mut flat = raw_headers.into_iter();
-    let mut headers = Vec::with_capacity(flat.len() / 2);
-    while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
-        headers.push((name, value));
-    }
-    RequestInfo {
-        method,
-        path,
-        route,
-        peer,
-        headers,
-        user,
-        api_key,
-        key,
-        cost: None,
-        now_ms: None,
-        case_insensitive: case_insensitive.unwrap_or(false),
-        ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
-    }
-}
-
 #[napi]
 impl NativeLimiter {
     /// From the options object (`policy` | `policies`, `store`, `prefix`, …).
@@ -201,18 +166,25 @@ impl NativeLimiter {
         case_insensitive: Option<bool>,
         ignore_trailing_slash: Option<bool>,
     ) -> Result<()> {
-        let request = http_request(
+        let mut flat = raw_headers.into_iter();
+        let mut headers = Vec::with_capacity(flat.len() / 2);
+        while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
+            headers.push((name, value));
+        }
+        let request = RequestInfo {
             method,
             path,
             route,
             peer,
-            raw_headers,
-            key,
+            headers,
             user,
             api_key,
-            case_insensitive,
-            ignore_trailing_slash,
-        );
+            key,
+            cost: None,
+            now_ms: None,
+            case_insensitive: case_insensitive.unwrap_or(false),
+            ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
+        };
         self.send(match rule {
             Some(rule) => Job::Route {
                 id,
@@ -224,7 +196,7 @@ impl NativeLimiter {
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
-    /// through this limiter by `checkRouteBatched`. Bad input is a config
+    /// through this limiter by `checkHttpBatched`. Bad input is a config
     /// error naming `key` or `policy`.
     #[napi]
     pub fn route_rule(&self, key: Vec<String>, policy: Option<String>) -> Result<NativeRouteRule> {
