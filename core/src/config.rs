@@ -5,13 +5,16 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
+use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
-use crate::http::rules::{HttpRules, HTTP_FIELDS};
+use crate::http::rules::{key_dimensions, HttpRules, HTTP_FIELDS};
 use crate::http::Limiter;
 use crate::limiter::LimiterConfig;
+use crate::options::{canonical, field_as_written, Naming};
 use crate::policy::{check_name, Policy};
 
 impl LimiterConfig {
@@ -129,9 +132,23 @@ impl LimiterConfig {
 }
 
 impl Limiter {
-    /// A limiter from the options object of [`LimiterConfig::from_value`].
+    /// A limiter from the options object of a binding, in that language's
+    /// [`Naming`]: `policy`/`policies` with `key` (one rule on those
+    /// dimensions, default `["ip"]`), or `rules` (YAML/JSON text or a map) /
+    /// `rules_file` (a path), each with limiter and HTTP options that
+    /// override the document's. The options are listed in
+    /// [`crate::options::OPTIONS`].
+    pub fn build(naming: Naming, options: &Value) -> Result<Limiter> {
+        as_written(naming, options, || {
+            let resolved = Resolved::resolve(naming, options, &process_env)?;
+            Limiter::with_rules(resolved.config, Some(resolved.rules))
+        })
+    }
+
+    /// [`Limiter::build`] with Rust's names: the options object of
+    /// [`LimiterConfig::from_value`] plus the HTTP options and `rules`.
     pub fn from_value(options: &Value) -> Result<Limiter> {
-        Limiter::new(LimiterConfig::from_value(options)?)
+        Limiter::build(Naming::Snake, options)
     }
 
     /// A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded
@@ -139,22 +156,15 @@ impl Limiter {
     /// (a map of name → policy), `rules`, `trusted_proxies`, `ipv6_subnet`,
     /// `headers`, `shadow`, `allowlist`, `denylist`.
     pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Limiter> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::config(
-                "rules file",
-                format!("{:?}", path.display().to_string()),
-                format!("cannot be read: {e}"),
-            )
-        })?;
-        Limiter::from_rules(&text)
+        let path = path.as_ref().to_string_lossy().into_owned();
+        Limiter::build(Naming::Snake, &serde_json::json!({ "rules_file": path }))
     }
 
     /// A limiter from the text of a rules file. `${NAME}` and
     /// `${NAME:-default}` are replaced by environment variables, one value at
     /// a time, after parsing.
     pub fn from_rules(text: &str) -> Result<Limiter> {
-        Limiter::from_document(&crate::document::parse_rules(text)?)
+        Limiter::build(Naming::Snake, &serde_json::json!({ "rules": text }))
     }
 
     /// A limiter from a parsed rules document whose variables are already
@@ -163,16 +173,197 @@ impl Limiter {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
-        let (http, options): (serde_json::Map<_, _>, serde_json::Map<_, _>) = obj
-            .clone()
-            .into_iter()
-            .partition(|(k, _)| HTTP_FIELDS.contains(&k.as_str()));
-        if !options.contains_key("policies") {
-            return Err(Error::config("policies", "", "is required in a rules file"));
+        let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
+        Limiter::with_rules(resolved.config, Some(resolved.rules))
+    }
+}
+
+/// The configuration a limiter would be built from, in canonical form: every
+/// option under its rules-file name with its effective value (defaults
+/// included), each policy with every field, and the rules. Errors are the
+/// ones [`Limiter::build`] gives. Conformance vectors compare this across
+/// languages; loading it back as a rules document gives the same limiter.
+pub fn effective_config(naming: Naming, options: &Value) -> Result<Value> {
+    effective_config_with(naming, options, &process_env)
+}
+
+/// [`effective_config`] with `${NAME}` values from `lookup` instead of the
+/// process environment (for tests).
+#[doc(hidden)]
+pub fn effective_config_with(
+    naming: Naming,
+    options: &Value,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Value> {
+    as_written(naming, options, || {
+        let resolved = Resolved::resolve(naming, options, lookup)?;
+        let described = resolved.describe();
+        // Building validates what parsing alone does not (store URL, policy names).
+        Limiter::with_rules(resolved.config, Some(resolved.rules))?.close();
+        Ok(described)
+    })
+}
+
+/// Runs `build`; its configuration error names the field as the user wrote it
+/// ([`field_as_written`]).
+fn as_written<T>(naming: Naming, options: &Value, build: impl FnOnce() -> Result<T>) -> Result<T> {
+    build().map_err(|e| match e {
+        Error::Config { field, value, message } => Error::Config {
+            field: field_as_written(naming, options, &field),
+            value,
+            message,
+        },
+        other => other,
+    })
+}
+
+/// Where the policies and rules came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A rules document: `policies` required, its `rules` used.
+    Document,
+    /// The shorthand: `policy`/`policies` and `key` make one rule.
+    Shorthand,
+}
+
+/// Options resolved into the two halves a limiter is made of.
+struct Resolved {
+    config: LimiterConfig,
+    rules: HttpRules,
+    /// The HTTP fields as given (with the shorthand's rule), for `describe`.
+    http: Map<String, Value>,
+}
+
+impl Resolved {
+    fn resolve(naming: Naming, options: &Value, lookup: Lookup<'_>) -> Result<Resolved> {
+        let mut opts = canonical(naming, options)?;
+        let document = match (opts.remove("rules"), opts.remove("rules_file")) {
+            (Some(_), Some(_)) => {
+                return Err(Error::config("rules_file", "", "cannot be given together with rules"));
+            }
+            (Some(Value::String(text)), None) => Some(parse_rules_with(&text, lookup)?),
+            (Some(v @ Value::Object(_)), None) => Some(expand_with(v, lookup)?),
+            (Some(other), None) => return Err(Error::config("rules", other, "is not rules text or a map")),
+            (None, Some(Value::String(path))) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::config(
+                        "rules_file",
+                        Value::String(path.clone()),
+                        format!("cannot be read: {e}"),
+                    )
+                })?;
+                Some(parse_rules_with(&text, lookup)?)
+            }
+            (None, Some(other)) => return Err(Error::config("rules_file", other, "is not a path")),
+            (None, None) => None,
+        };
+        match document {
+            None => Resolved::from_parts(opts, Map::new(), Origin::Shorthand),
+            Some(Value::Object(doc)) => {
+                for field in ["policy", "policies", "key"] {
+                    if opts.contains_key(field) {
+                        return Err(Error::config(
+                            field,
+                            "",
+                            "cannot be given together with a rules document (rules, rules_file): put it in the document",
+                        ));
+                    }
+                }
+                Resolved::from_parts(doc, opts, Origin::Document)
+            }
+            Some(other) => Err(Error::config("rules file", other, "is not a map")),
+        }
+    }
+
+    /// `fields` with `overrides` on top, split into limiter options and HTTP fields.
+    fn from_parts(fields: Map<String, Value>, overrides: Map<String, Value>, origin: Origin) -> Result<Resolved> {
+        let mut all = fields;
+        all.extend(overrides);
+        let key = all.remove("key");
+        let (mut http, options): (Map<_, _>, Map<_, _>) =
+            all.into_iter().partition(|(k, _)| HTTP_FIELDS.contains(&k.as_str()));
+        if origin == Origin::Document {
+            if !options.contains_key("policies") {
+                return Err(Error::config("policies", "", "is required in a rules file"));
+            }
+            if let Some(k) = key {
+                return Err(Error::config(
+                    "key",
+                    k,
+                    "is not a rules-file field (rules name their key)",
+                ));
+            }
         }
         let config = LimiterConfig::from_value(&Value::Object(options))?;
         let names: Vec<String> = config.policies.iter().map(|p| p.name().to_string()).collect();
+        if origin == Origin::Shorthand {
+            if http.contains_key("rules") {
+                return Err(Error::config(
+                    "rules",
+                    "",
+                    "is a rules document here; give it as rules, not with policy",
+                ));
+            }
+            let key = match key {
+                None => vec!["ip".to_string()],
+                Some(Value::String(s)) => vec![s],
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        v.as_str()
+                            .map(str::to_string)
+                            .ok_or_else(|| Error::config(format!("key[{i}]"), v, "is not a string"))
+                    })
+                    .collect::<Result<_>>()?,
+                Some(other) => return Err(Error::config("key", other, "is not a key dimension or a list of them")),
+            };
+            key_dimensions(&key, "key")?;
+            // Named after its policies: the `route` label of the limiter's metrics.
+            let joined = names.join("+");
+            let name = if joined.len() <= 128 {
+                joined
+            } else {
+                "limit".to_string()
+            };
+            let rule = serde_json::json!({ "name": name, "key": key, "policy": names });
+            http.insert("rules".into(), Value::Array(vec![rule]));
+        }
         let rules = HttpRules::from_value(&http, &|name| names.iter().position(|n| n == name))?;
-        Limiter::with_rules(config, Some(rules))
+        Ok(Resolved { config, rules, http })
+    }
+
+    fn describe(&self) -> Value {
+        let ms = |d: Duration| Value::String(format!("{}ms", d.as_millis()));
+        let list = |field: &str| match self.http.get(field) {
+            None => Value::Array(Vec::new()),
+            Some(Value::String(s)) => Value::Array(vec![Value::String(s.clone())]),
+            Some(v) => v.clone(),
+        };
+        let c = &self.config;
+        let policies: Map<String, Value> = c
+            .policies
+            .iter()
+            .map(|p| (p.name().to_string(), p.to_value()))
+            .collect();
+        serde_json::json!({
+            "store": c.store,
+            "prefix": c.prefix,
+            "max_keys": c.max_keys,
+            "timeout": ms(c.timeout),
+            "connect_timeout": ms(c.connect_timeout),
+            "failure_threshold": c.breaker.threshold,
+            "cooldown": ms(c.breaker.cooldown),
+            "half_open_probes": c.breaker.half_open_max,
+            "policies": policies,
+            "trusted_proxies": list("trusted_proxies"),
+            "forwarded_header": self.rules.trusted_proxies.header.name(),
+            "ipv6_subnet": self.rules.ipv6_subnet,
+            "headers": self.rules.headers.as_str(),
+            "shadow": self.rules.shadow,
+            "allowlist": list("allowlist"),
+            "denylist": list("denylist"),
+            "rules": self.http.get("rules").cloned().unwrap_or(Value::Array(Vec::new())),
+        })
     }
 }

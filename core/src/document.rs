@@ -15,9 +15,14 @@ use crate::error::{Error, Result};
 /// [`crate::expand_document`]). A `${…}` may stand anywhere a scalar may, flow maps
 /// included, where YAML would otherwise read its braces as structure.
 pub fn parse_rules(text: &str) -> Result<Value> {
+    parse_rules_with(text, &crate::env::process_env)
+}
+
+/// [`parse_rules`] with the variables from `lookup`.
+pub(crate) fn parse_rules_with(text: &str, lookup: crate::env::Lookup<'_>) -> Result<Value> {
     let (protected, variables) = Variables::protect(text);
     let document = parse(&protected, "rules file")?;
-    crate::env::expand_document(variables.restore(document))
+    crate::env::expand_with(variables.restore(document), lookup)
 }
 
 /// The `${…}` (and `$${…}`) of a text, replaced by plain tokens while YAML

@@ -15,10 +15,21 @@ use crate::error::{Error, Result};
 /// Expands every string of `document` (map keys included, which stay strings)
 /// from the process environment. Errors name the field (`policies.api.burst`).
 pub fn expand_document(document: Value) -> Result<Value> {
-    expand_value(document, "", &|name| std::env::var(name).ok())
+    expand_with(document, &process_env)
 }
 
-type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+/// The variables of the process environment.
+pub(crate) fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Where `${NAME}` values come from: the process environment, or a test's map.
+pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// [`expand_document`] with the variables from `lookup`.
+pub(crate) fn expand_with(document: Value, lookup: Lookup<'_>) -> Result<Value> {
+    expand_value(document, "", lookup)
+}
 
 fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
     let at = |key: &str| {

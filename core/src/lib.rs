@@ -25,6 +25,7 @@ mod error;
 mod http;
 mod limiter;
 mod metrics;
+pub mod options;
 pub mod policy;
 mod resilience;
 mod store;
@@ -32,11 +33,15 @@ pub mod wire;
 
 pub use algorithm::Verdict;
 pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
+pub use config::effective_config;
+#[doc(hidden)]
+pub use config::effective_config_with;
 pub use decision::{CheckResult, Decision, Source};
 pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{HeaderMode, Limiter, Outcome, RequestInfo, RouteRule, RuleDecision};
 pub use limiter::{CheckOptions, LimiterConfig};
+pub use options::Naming;
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
 pub use store::redis::{script_sha, SCRIPT};

@@ -395,6 +395,46 @@ impl Policy {
     pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
     }
+
+    /// The policy with every field spelled out, defaults included, in the
+    /// form [`Policy::from_value`] reads back (durations as `"<n>ms"`).
+    pub fn to_value(&self) -> Value {
+        let ms = |n: u64| Value::String(format!("{n}ms"));
+        let mut out = serde_json::Map::new();
+        out.insert("name".into(), self.name.clone().into());
+        out.insert("algorithm".into(), self.algorithm.as_str().into());
+        out.insert("rate".into(), format!("{}/{}ms", self.count, self.period_ms).into());
+        if !self.algorithm.is_window() {
+            out.insert("burst".into(), self.burst.into());
+        }
+        if self.algorithm == Algorithm::TokenBucket {
+            let refill = match self.refill {
+                Refill::Continuous => "continuous",
+                Refill::Interval => "interval",
+            };
+            out.insert("refill".into(), refill.into());
+        }
+        if self.algorithm == Algorithm::LeakyBucket {
+            let mode = match self.mode {
+                LeakyMode::Police => "police",
+                LeakyMode::Shape => "shape",
+            };
+            out.insert("mode".into(), mode.into());
+            if self.mode == LeakyMode::Shape {
+                out.insert("max_delay".into(), ms(self.max_delay_ms()));
+            }
+        }
+        out.insert("on_store_error".into(), self.on_store_error.as_str().into());
+        if let Some(p) = &self.penalty {
+            let mut penalty = serde_json::Map::new();
+            penalty.insert("threshold".into(), p.threshold.into());
+            penalty.insert("within".into(), ms(p.within_ms));
+            penalty.insert("cooldowns".into(), p.cooldowns_ms.iter().map(|c| ms(*c)).collect());
+            penalty.insert("forget_after".into(), ms(p.forget_after_ms));
+            out.insert("penalty".into(), penalty.into());
+        }
+        Value::Object(out)
+    }
 }
 
 /// `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"` → (count, period_ms).

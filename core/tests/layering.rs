@@ -12,6 +12,8 @@ const LAYERS: &[&str] = &[
     "duration",
     "env",
     "document",
+    // The option names of each language.
+    "options",
     "policy",
     "algorithm",
     // The result of a check, built from the algorithms' verdicts.

@@ -93,7 +93,7 @@ impl ForwardedHeader {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ForwardedHeader::XForwardedFor => "x-forwarded-for",
             ForwardedHeader::Forwarded => "forwarded",

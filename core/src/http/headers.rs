@@ -26,6 +26,15 @@ impl HeaderMode {
             _ => return None,
         })
     }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HeaderMode::Legacy => "legacy",
+            HeaderMode::Ietf => "ietf",
+            HeaderMode::Both => "both",
+            HeaderMode::None => "none",
+        }
+    }
 }
 
 fn ceil_secs(ms: u64) -> u64 {
