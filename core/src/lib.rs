@@ -44,4 +44,4 @@ pub use http::{HeaderMode, Limiter, Outcome, RequestInfo, RouteRule, RuleDecisio
 pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
-pub use store::redis::{script_sha, SCRIPT};
+pub use store::redis::{library, script_sha, Library, SCRIPT};

@@ -1,5 +1,5 @@
 //! The Redis store's contract: key layout and TTLs, the server's clock,
-//! NOSCRIPT reload, a key holding the wrong type, composite atomicity.
+//! the function library and the script fallback (reloaded when lost), a key holding the wrong type, composite atomicity.
 
 mod support;
 
@@ -58,11 +58,49 @@ async fn the_server_clock_decides_without_now_ms() {
     assert_eq!(d.reset_after_ms as i64, window_end - result.now_ms);
 }
 
+/// `calls=` of one command in INFO commandstats (0 when never called).
+fn calls(redis: &support::RedisServer, command: &str) -> u64 {
+    let stats = redis.command("INFO commandstats").unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
 #[tokio::test]
-async fn script_flush_is_survived() {
+async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     let redis = support::RedisServer::start();
     let limiter =
         Limiter::new(LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3}))).with_store(redis.url())).unwrap();
+    assert_eq!(limiter.check("k").await.unwrap().remaining, 2);
+    let library = &polylimit::library().function;
+    assert!(redis.command("FUNCTION LIST").unwrap().contains(library.as_str()));
+    assert_eq!(
+        (calls(&redis, "fcall"), calls(&redis, "evalsha")),
+        (2, 0),
+        "one FCALL before the load, one after"
+    );
+    assert_eq!(redis.command("FUNCTION FLUSH").unwrap(), "+OK\r\n");
+    let d = limiter.check("k").await.unwrap();
+    assert_eq!(
+        (d.source, d.remaining),
+        (Source::Store, 1),
+        "the library is loaded again"
+    );
+    assert_eq!((calls(&redis, "fcall"), calls(&redis, "evalsha")), (4, 0));
+}
+
+#[tokio::test]
+async fn without_functions_decisions_are_a_script_reloaded_on_noscript() {
+    let redis = support::RedisServer::start();
+    // A user whose ACL refuses functions (as a Redis before 7 lacks them).
+    let reply = redis
+        .command("ACL SETUSER scripts on >pw ~* &* +@all -fcall -function")
+        .unwrap();
+    assert_eq!(reply, "+OK\r\n");
+    let url = redis.url().replace("redis://", "redis://scripts:pw@");
+    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3}))).with_store(url)).unwrap();
     assert_eq!(limiter.check("k").await.unwrap().remaining, 2);
     assert_eq!(redis.command("SCRIPT FLUSH").unwrap(), "+OK\r\n");
     let d = limiter.check("k").await.unwrap();
@@ -71,6 +109,8 @@ async fn script_flush_is_survived() {
         (Source::Store, 1),
         "NOSCRIPT reloads the script"
     );
+    assert_eq!(calls(&redis, "fcall"), 0, "refused once, never tried again");
+    assert!(calls(&redis, "evalsha") >= 2);
 }
 
 #[tokio::test]

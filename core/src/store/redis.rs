@@ -1,38 +1,75 @@
-//! The Redis store: one atomic script call per decision over one shared,
-//! multiplexed connection (or a cluster connection), EVALSHA with a fallback
-//! to EVAL when the server lost its script cache.
+//! The Redis store: one atomic call per decision over one shared,
+//! multiplexed connection (or a cluster connection). On Redis 7 the decision
+//! is a function (FCALL of a library loaded once, reloaded when the server
+//! lost it); where functions are missing or not permitted, and on Cluster,
+//! the same code runs as a script (EVALSHA, EVAL when the server lost its
+//! script cache).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, IntoConnectionInfo, RedisError, ServerErrorKind};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, ServerErrorKind};
 use tokio::sync::watch;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
 use crate::error::{Error, Result};
 
+/// The algorithm functions of the decision code.
+macro_rules! algorithms {
+    () => {
+        concat!(
+            include_str!("../../lua/common.lua"),
+            include_str!("../../lua/token_bucket.lua"),
+            include_str!("../../lua/gcra.lua"),
+            include_str!("../../lua/leaky_bucket.lua"),
+            include_str!("../../lua/fixed_window.lua"),
+            include_str!("../../lua/sliding_window_counter.lua"),
+            include_str!("../../lua/sliding_window_log.lua"),
+            include_str!("../../lua/penalty.lua"),
+        )
+    };
+}
+
+/// The dispatcher: one decision over `KEYS` and `ARGV`.
+const CHECK: &str = include_str!("../../lua/check.lua");
+
 /// The decision script: the algorithm functions then the dispatcher.
-pub const SCRIPT: &str = concat!(
-    include_str!("../../lua/common.lua"),
-    include_str!("../../lua/token_bucket.lua"),
-    include_str!("../../lua/gcra.lua"),
-    include_str!("../../lua/leaky_bucket.lua"),
-    include_str!("../../lua/fixed_window.lua"),
-    include_str!("../../lua/sliding_window_counter.lua"),
-    include_str!("../../lua/sliding_window_log.lua"),
-    include_str!("../../lua/penalty.lua"),
-    include_str!("../../lua/check.lua"),
-);
+pub const SCRIPT: &str = concat!(algorithms!(), include_str!("../../lua/check.lua"));
 
 /// The SHA1 of [`SCRIPT`], as EVALSHA wants it.
 pub fn script_sha() -> String {
     redis::Script::new(SCRIPT).get_hash().to_string()
+}
+
+/// The decision code as a Redis 7 function library. Its top level (every
+/// algorithm's function) runs once, when the library loads; a script runs
+/// it on every call. Library and function are named after the script's
+/// SHA1, so processes running different polylimit versions on one Redis each
+/// call their own.
+pub struct Library {
+    /// The name of the library and of its one function, for FCALL.
+    pub function: String,
+    /// The source, for FUNCTION LOAD.
+    pub code: String,
+}
+
+/// The decision library ([`Library`]).
+pub fn library() -> &'static Library {
+    static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+        let function = format!("polylimit_{}", &script_sha()[..16]);
+        let code = format!(
+            "#!lua name={function}\n{}\nlocal function check(KEYS, ARGV)\n{CHECK}\nend\nredis.register_function('{function}', check)\n",
+            algorithms!()
+        );
+        Library { function, code }
+    });
+    &LIBRARY
 }
 
 /// One policy's part of a decision: its store keys (the penalty record's
@@ -100,6 +137,9 @@ pub(crate) struct RedisStore {
     target: Arc<Target>,
     shared: Arc<Shared>,
     sha: String,
+    /// Whether decisions go through the function library: until the server
+    /// shows it has no functions (Redis < 7) or may not use them (ACL).
+    functions: AtomicBool,
     /// Deadline of every call, waiting for a connect included.
     timeout: Duration,
     /// Deadline of opening a connection (TCP, TLS and the handshake), which
@@ -176,9 +216,12 @@ impl RedisStore {
             Target::Single(redis::Client::open(info).map_err(bad)?)
         };
         Ok(RedisStore {
-            target: Arc::new(target),
             shared: Arc::new(Shared::default()),
             sha: script_sha(),
+            // Cluster decisions stay scripts: a library would have to be
+            // loaded on every primary, and re-loaded on each after failover.
+            functions: AtomicBool::new(matches!(target, Target::Single(_))),
+            target: Arc::new(target),
             timeout: timeouts.call,
             connect_timeout: timeouts.connect,
         })
@@ -261,7 +304,7 @@ impl RedisStore {
         }
     }
 
-    async fn query(connection: &mut Connection, cmd: &Cmd) -> Result<Vec<i64>, RedisError> {
+    async fn query<T: FromRedisValue>(connection: &mut Connection, cmd: &Cmd) -> Result<T, RedisError> {
         match connection {
             Connection::Single(c) => cmd.query_async(c).await,
             Connection::Cluster(c) => cmd.query_async(c).await,
@@ -337,16 +380,15 @@ impl RedisStore {
         now: Option<i64>,
         cost: i64,
     ) -> Result<(i64, Vec<Verdict>)> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha);
-        push_args(&mut cmd, checks, now, cost);
-        let mut reply = Self::query(connection, &cmd).await;
-        if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            // The server restarted or ran SCRIPT FLUSH: EVAL loads the script again.
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(SCRIPT);
-            push_args(&mut eval, checks, now, cost);
-            reply = Self::query(connection, &eval).await;
+        let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
+        if self.functions.load(Ordering::Relaxed) {
+            reply = self.call_function(connection, checks, now, cost).await;
+            if matches!(&reply, Err(e) if functions_unusable(e)) {
+                self.functions.store(false, Ordering::Relaxed);
+            }
+        }
+        if !self.functions.load(Ordering::Relaxed) {
+            reply = self.call_script(connection, checks, now, cost).await;
         }
         let values = reply.map_err(|e| {
             if is_key_error(&e) {
@@ -361,6 +403,52 @@ impl RedisStore {
             }
         })?;
         parse_reply(&values, checks.len())
+    }
+
+    /// FCALL of the library's function, loading the library when the server
+    /// does not have it (first use, a restart without persistence, FUNCTION FLUSH).
+    async fn call_function(
+        &self,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<Vec<i64>, RedisError> {
+        let library = library();
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&library.function);
+        push_args(&mut cmd, checks, now, cost);
+        let reply = Self::query(connection, &cmd).await;
+        if !matches!(&reply, Err(e) if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("Function not found")))
+        {
+            return reply;
+        }
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&library.code);
+        Self::query::<String>(connection, &load).await?;
+        Self::query(connection, &cmd).await
+    }
+
+    /// EVALSHA of the script, EVAL when the server lost its script cache.
+    async fn call_script(
+        &self,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<Vec<i64>, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha);
+        push_args(&mut cmd, checks, now, cost);
+        let mut reply = Self::query(connection, &cmd).await;
+        if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            // The server restarted or ran SCRIPT FLUSH: EVAL loads the script again.
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(SCRIPT);
+            push_args(&mut eval, checks, now, cost);
+            reply = Self::query(connection, &eval).await;
+        }
+        reply
     }
 
     /// Deletes keys.
@@ -543,6 +631,16 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     }
     let inner = rest.trim_start_matches('-').split_whitespace().next().unwrap_or("");
     KEY_CODES.contains(&inner)
+}
+
+/// The server cannot run polylimit's function: Redis < 7 has no FCALL or
+/// FUNCTION (`ERR unknown command`), or an ACL refuses them (`NOPERM`).
+fn functions_unusable(e: &RedisError) -> bool {
+    match e.code() {
+        Some("NOPERM") => true,
+        Some("ERR") => e.detail().is_some_and(|d| d.starts_with("unknown command")),
+        _ => false,
+    }
 }
 
 fn unavailable(e: RedisError) -> Error {
