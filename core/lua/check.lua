@@ -24,6 +24,29 @@ else
 end
 local cost = tonumber(ARGV[2])
 
+-- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.
+local function reply_values(remaining, reset, retry)
+  if remaining < 0 then remaining = 0 end
+  if reset < 0 then reset = 0 end
+  if retry then
+    if retry < 0 then retry = 0 end
+  else
+    retry = -1
+  end
+  return remaining, reset, retry
+end
+
+-- One policy without a penalty, the common case: the same decision without
+-- the bookkeeping of several policies (commits held back, penalties).
+if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 then
+  local allowed, remaining, reset, retry, delay, commit = KINDS[tonumber(ARGV[3])](KEYS, 1, now, cost,
+    tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+  if allowed then commit() end
+  remaining, reset, retry = reply_values(remaining, reset, retry)
+  local all = (allowed or tonumber(ARGV[8]) == 1) and 1 or 0
+  return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0}
+end
+
 local out = {1, now}
 local commits = {}
 local penalties = {}
@@ -55,13 +78,7 @@ for b = 3, #ARGV, STRIDE do
   elseif not shadow then
     out[1] = 0
   end
-  if remaining < 0 then remaining = 0 end
-  if reset < 0 then reset = 0 end
-  if retry then
-    if retry < 0 then retry = 0 end
-  else
-    retry = -1
-  end
+  remaining, reset, retry = reply_values(remaining, reset, retry)
   out[at], out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] =
     allowed and 1 or 0, remaining, reset, retry, delay, penalized
   if not allowed and blocked == 0 and pkey then

@@ -42,7 +42,7 @@ local function expire_after(ttl)
 end
 
 local function write_cells(key, a, b, c, ttl)
-  redis.call('SET', key, fmt(a) .. ' ' .. fmt(b) .. ' ' .. fmt(c), 'PX', expire_after(ttl))
+  redis.call('SET', key, string.format('%d %d %d', a, b, c), 'PX', expire_after(ttl))
 end
 
 -- `max(TAT, now) - now` in scaled units, from cells {tat_ms, tat_rem}.
