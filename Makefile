@@ -4,7 +4,7 @@ CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench fuzz deps redis-server rust-test lint
+.PHONY: demo test bench bench-start fuzz deps redis-server rust-test lint
 
 ## The example apps of every language on the memory store, the classic burst
 ## against each (REDIS_URL=redis://… shares one Redis between them).
@@ -41,5 +41,12 @@ fuzz: deps
 	export POLYLIMIT_FUZZ_CASES=$${POLYLIMIT_FUZZ_CASES:-5000}; \
 	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
 
-bench: deps $(BINDING_BENCHES)
+## Every benchmark appends its lines to $$POLYLIMIT_BENCH_OUT; bench/report.py turns
+## them into bench/results.json and the README's benchmark table.
+export POLYLIMIT_BENCH_OUT := $(CURDIR)/target/bench/lines.jsonl
+bench-start:
+	mkdir -p $(dir $(POLYLIMIT_BENCH_OUT)) && rm -f $(POLYLIMIT_BENCH_OUT)
+
+bench: deps bench-start $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput
+	python3 bench/report.py

@@ -158,6 +158,21 @@ fn minimal_script(port: u16, pipeline: u32) -> f64 {
     )
 }
 
+/// Appends one result line to `$POLYLIMIT_BENCH_OUT` (JSON lines, read by
+/// bench/report.py into bench/results.json and the README table).
+fn record(line: serde_json::Value) {
+    let Ok(path) = std::env::var("POLYLIMIT_BENCH_OUT") else {
+        return;
+    };
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    writeln!(file, "{line}").unwrap();
+}
+
 /// The median of `rounds` measurements.
 fn median(mut rounds: Vec<f64>) -> f64 {
     rounds.sort_by(f64::total_cmp);
@@ -221,6 +236,10 @@ fn main() {
     for (key, cost) in [("log-1", 1), ("log-half", LOG_ENTRIES / 2), ("log-all", LOG_ENTRIES)] {
         let (inside, caller) = runtime.block_on(log_denial_bench(&redis, key, cost));
         println!("  cost {cost:>5}: {inside:>9.1} µs per call inside Redis, {caller:>9.1} µs per check");
+        record(
+            json!({"suite": "rust", "what": format!("Redis, sliding log denial at {LOG_ENTRIES} entries, cost {cost}, inside Redis"),
+            "value": inside, "unit": "µs"}),
+        );
     }
 }
 
@@ -229,6 +248,11 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
     println!("memory store, token_bucket, warm key:");
     println!("  1 thread : {:>12.0} decisions/s (target >= 5,000,000)", one);
     println!("  all cores: {:>12.0} decisions/s", all);
+    record(
+        json!({"suite": "rust", "what": "memory store, token bucket, warm key, 1 thread", "value": one, "unit": "decisions/s",
+        "ratio": one / 5e6, "baseline": "5 M/s", "baseline_value": 5e6, "target": 1.0}),
+    );
+    record(json!({"suite": "rust", "what": "memory store, all cores", "value": all, "unit": "decisions/s"}));
 
     let mut config = LimiterConfig::new(policy()).with_store(redis.url());
     config.timeout = Duration::from_secs(5);
@@ -261,5 +285,18 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
     println!(
         "  64 in flight: {ours_64:>9.0} decisions/s  redis-benchmark -P 64 of a minimal token-bucket script {minimal_64:>9.0}/s  ratio {:.2} (target >= 0.90)",
         ours_64 / minimal_64
+    );
+    record(
+        json!({"suite": "rust", "what": "Redis, 1 in flight", "value": ours_1, "unit": "decisions/s",
+        "ratio": ours_1 / fn_1, "baseline": "redis-benchmark -c 1 of the same FCALL", "baseline_value": fn_1}),
+    );
+    record(
+        json!({"suite": "rust", "what": "Redis, 64 in flight, one connection", "value": ours_64, "unit": "decisions/s",
+        "ratio": ours_64 / fn_64, "baseline": "redis-benchmark -P 64 of the same FCALL", "baseline_value": fn_64}),
+    );
+    record(
+        json!({"suite": "rust", "what": "Redis, 64 in flight, one policy", "value": ours_64, "unit": "decisions/s",
+        "ratio": ours_64 / minimal_64, "baseline": "redis-benchmark -P 64 of a minimal token-bucket script",
+        "baseline_value": minimal_64, "target": 0.9}),
     );
 }

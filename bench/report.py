@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Collects the lines every benchmark of `make bench` recorded into
+bench/results.json and regenerates the README's benchmark table from it.
+
+Each benchmark appends JSON lines to $POLYLIMIT_BENCH_OUT (one object per
+printed line): {"suite", "what", "value", "unit", and optionally "baseline"
+(what the ratio is against), "baseline_value", "ratio", "target" (a minimum
+ratio), "peers" (name -> version)}. A line with a target says whether it is
+met. Run by `make bench` after the benchmarks; `python3 bench/report.py`
+alone re-renders the table from bench/results.json.
+"""
+
+import datetime
+import json
+import os
+import platform
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results.json")
+README = os.path.join(ROOT, "README.md")
+BEGIN = "<!-- benchmark table: generated from bench/results.json by bench/report.py -->\n"
+END = "<!-- end of benchmark table -->"
+
+
+def load_lines(path):
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if text.strip():
+                try:
+                    lines.append(json.loads(text))
+                except json.JSONDecodeError as e:
+                    sys.exit(f"{path}:{n}: not JSON: {e}")
+    return lines
+
+
+def fmt(value, unit):
+    if unit == "decisions/s" or unit == "req/s":
+        if value >= 1e6:
+            return f"{value / 1e6:.2f} M {unit}"
+        return f"{value / 1e3:.1f} k {unit}"
+    if unit == "ms" or unit == "µs":
+        return f"{value:.2f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{value:g} {unit}"
+
+
+def row(line):
+    result = fmt(line["value"], line["unit"])
+    if "ratio" in line:
+        base = line.get("baseline", "")
+        if "baseline_value" in line:
+            base += f" ({fmt(line['baseline_value'], line['unit'])})"
+        result += f" = {line['ratio']:.2f} × {base}"
+    target = ""
+    if "target" in line:
+        met = line["ratio"] >= line["target"]
+        target = f"≥ {line['target']:g} {'✓' if met else '✗ (see note)'}"
+    return f"| {line['suite']} | {line['what']} | {result} | {target} |"
+
+
+def table(results):
+    out = ["| suite | what | result | target |", "|---|---|---|---|"]
+    out += [row(line) for line in results["lines"]]
+    peers = {}
+    for line in results["lines"]:
+        peers.update(line.get("peers", {}))
+    text = "\n".join(out) + "\n"
+    if peers:
+        text += "\nPeers, newest releases at the run: " + ", ".join(f"{k} {v}" for k, v in sorted(peers.items())) + ".\n"
+    text += f"\nRun of {results['date']} on {results['machine']}.\n"
+    return text
+
+
+def render_readme(results):
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        sys.exit(f"README.md has no benchmark table markers ({BEGIN.strip()} … {END})")
+    text = text[: start + len(BEGIN)] + table(results) + text[end:]
+    with open(README, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def main():
+    source = os.environ.get("POLYLIMIT_BENCH_OUT")
+    if source:
+        lines = load_lines(source)
+        if not lines:
+            sys.exit(f"{source}: no benchmark recorded a line")
+        results = {
+            "date": datetime.date.today().isoformat(),
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}, {platform.system()}",
+            "lines": lines,
+        }
+        with open(RESULTS, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+    else:
+        with open(RESULTS, encoding="utf-8") as f:
+            results = json.load(f)
+    render_readme(results)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
