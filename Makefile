@@ -41,7 +41,7 @@ fuzz: deps
 	export POLYLIMIT_FUZZ_CASES=$${POLYLIMIT_FUZZ_CASES:-5000}; \
 	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
 
-## Every benchmark appends its lines to $$POLYLIMIT_BENCH_OUT; bench/report.py turns
+## Every benchmark appends its lines to $POLYLIMIT_BENCH_OUT; bench/report.py turns
 ## them into bench/results.json and the README's benchmark table.
 export POLYLIMIT_BENCH_OUT := $(CURDIR)/target/bench/lines.jsonl
 bench-start:
