@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 	"testing"
+	"time"
 )
 
 // vectorFiles reads $POLYLIMIT_VECTORS/<sub>/*.json (default
@@ -124,9 +125,8 @@ func TestConformanceVectors(t *testing.T) {
 					seen[c.Name] = true
 					// A generous timeout: the vectors pin decisions, and a loaded CI
 					// machine must not turn a slow Redis answer into a fallback one.
-					opts, _ := json.Marshal(map[string]any{"policy": c.Policy, "store": url, "timeout": "10s",
-						"prefix": fmt.Sprintf("go-conf-%d-%d", fi, ci)})
-					l, err := NewFromJSON(opts)
+					l, err := New(Options{Rules: fmt.Sprintf(`{"policies": [%s]}`, c.Policy), Store: url,
+						Timeout: 10 * time.Second, Prefix: fmt.Sprintf("go-conf-%d-%d", fi, ci)})
 					if err != nil {
 						t.Fatalf("%s: %q: %v", name, c.Name, err)
 					}

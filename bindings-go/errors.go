@@ -41,8 +41,9 @@ func (e *Error) Error() string { return "polylimit: " + e.Message }
 // Unwrap returns the kind, so errors.Is(err, ErrClosed) works.
 func (e *Error) Unwrap() error { return e.Kind }
 
-// ConfigError is a bad configuration value: Field is its path
-// (policies.api.rate), Value what was given (JSON syntax).
+// ConfigError is a bad configuration value: Field is its path as written,
+// in Options' names (Policy.Rate, IPv6Subnet) or a rules document's
+// (policies.api.rate); Value is what was given (JSON syntax).
 type ConfigError struct {
 	Field   string
 	Value   string

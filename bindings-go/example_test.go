@@ -3,6 +3,7 @@ package polylimit_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 )
@@ -24,4 +25,17 @@ func Example() {
 	// true 1 0s
 	// true 0 0s
 	// false 0 100ms
+}
+
+func ExampleEffectiveConfig() {
+	config, err := polylimit.EffectiveConfig(polylimit.Options{
+		Policy:  &polylimit.Policy{Rate: "10/s"},
+		Timeout: 250 * time.Millisecond,
+	})
+	if err != nil {
+		panic(err)
+	}
+	policy := config["policies"].(map[string]any)["default"].(map[string]any)
+	fmt.Println(config["store"], config["timeout"], policy["rate"], policy["burst"])
+	// Output: memory 250ms 10/1000ms 10
 }

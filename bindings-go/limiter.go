@@ -44,42 +44,59 @@ func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.i
 	return l, nil
 }
 
+// optionsJSON is opts as the core reads it: the struct as encoding/json
+// writes it, in Go's field names.
+func optionsJSON(opts Options) (*C.char, error) {
+	text, err := json.Marshal(opts)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidArgument, Message: err.Error()}
+	}
+	return C.CString(string(text)), nil
+}
+
 // New builds a limiter from options. It fails only on bad configuration
-// (a *ConfigError naming the field); Redis is connected lazily.
+// (a *ConfigError naming the field as written: "Policy.Rate"); Redis is
+// connected lazily.
 func New(opts Options) (*Limiter, error) {
-	doc, err := opts.rulesDocument()
+	text, err := optionsJSON(opts)
 	if err != nil {
 		return nil, err
 	}
-	return FromRules(string(doc))
-}
-
-// NewFromJSON builds a limiter from the options object every binding accepts,
-// as JSON: {"policy": {...}, "store": "redis://…", "prefix": …, "timeout": "100ms", …}.
-func NewFromJSON(options []byte) (*Limiter, error) {
-	text := C.CString(string(options))
 	defer C.free(unsafe.Pointer(text))
 	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
-		return C.polylimit_limiter_new(text, out, err)
+		return C.polylimit_limiter_build(text, out, err)
 	})
 }
 
-// FromRules builds a limiter from the text of a rules file (YAML or JSON).
-func FromRules(rules string) (*Limiter, error) {
-	text := C.CString(rules)
-	defer C.free(unsafe.Pointer(text))
-	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
-		return C.polylimit_limiter_from_rules(text, out, err)
-	})
-}
+// FromRules builds a limiter from the text of a rules file (YAML or JSON):
+// New(Options{Rules: rules}).
+func FromRules(rules string) (*Limiter, error) { return New(Options{Rules: rules}) }
 
-// FromFile builds a limiter from a rules file (YAML or JSON).
-func FromFile(path string) (*Limiter, error) {
-	text := C.CString(path)
+// FromFile builds a limiter from a rules file (YAML or JSON):
+// New(Options{RulesFile: path}).
+func FromFile(path string) (*Limiter, error) { return New(Options{RulesFile: path}) }
+
+// EffectiveConfig is the configuration New(opts) would build, in canonical
+// form: every option under its rules-file name with its effective value
+// (defaults included), each policy with every field, and the rules. Errors
+// are New's.
+func EffectiveConfig(opts Options) (map[string]any, error) {
+	text, err := optionsJSON(opts)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(text))
-	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
-		return C.polylimit_limiter_from_file(text, out, err)
-	})
+	var out *C.char
+	var cerr *C.polylimit_error_t
+	if rc := C.polylimit_effective_config(text, &out, &cerr); rc != C.POLYLIMIT_OK {
+		return nil, takeError(rc, cerr)
+	}
+	defer C.polylimit_string_free(out)
+	var config map[string]any
+	if err := json.Unmarshal([]byte(C.GoString(out)), &config); err != nil {
+		return nil, &Error{Kind: ErrInternal, Message: "effective configuration: " + err.Error()}
+	}
+	return config, nil
 }
 
 // CheckOption adjusts one check.

@@ -418,8 +418,8 @@ func TestMiddlewareForwardedHeaderOption(t *testing.T) {
 	}
 	_, err := New(Options{Policy: &Policy{Rate: "1/s"}, ForwardedHeader: "x-real-ip"})
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.Field != "forwarded_header" || !strings.Contains(ce.Message, `"x-real-ip" is not one of x-forwarded-for, forwarded`) {
-		t.Errorf("bad forwarded_header: %v", err)
+	if !errors.As(err, &ce) || ce.Field != "ForwardedHeader" || !strings.Contains(ce.Message, `"x-real-ip" is not one of x-forwarded-for, forwarded`) {
+		t.Errorf("bad ForwardedHeader: %v", err)
 	}
 }
 

@@ -388,21 +388,27 @@ pub(crate) fn field_as_written(naming: Naming, options: &Value, field: &str) -> 
     if naming == Naming::Snake {
         return field.to_string();
     }
+    // Written: present, and for Go not a zero value (a struct marshalled as
+    // is lists every field, set or not).
+    let written_in = |node: Option<&Value>, key: &str| {
+        node.and_then(|n| n.get(key))
+            .is_some_and(|v| naming != Naming::Go || !is_zero(v))
+    };
     let with_document = ["rules", "rules_file"]
         .iter()
         .filter_map(|snake| Table::Options.spell(naming, snake))
-        .any(|name| options.get(name).is_some());
+        .any(|name| written_in(Some(options), name));
     let mut node = Some(options);
     let mut table = Table::Options;
     let mut out = Vec::new();
     for segment in field.split('.') {
         let (name, index) = segment.split_at(segment.find('[').unwrap_or(segment.len()));
-        let obj = node.and_then(Value::as_object);
+        let obj = node.filter(|n| n.is_object());
         let written = match table.spell(naming, name) {
-            _ if obj.is_some_and(|o| o.contains_key(name)) => name,
+            _ if written_in(obj, name) => name,
             // A document's `rules` is its rule list, not the option holding the document.
             _ if with_document && name == "rules" => name,
-            Some(spelled) if !with_document || obj.is_some_and(|o| o.contains_key(spelled)) => spelled,
+            Some(spelled) if !with_document || written_in(obj, spelled) => spelled,
             _ => name,
         };
         out.push(format!("{written}{index}"));

@@ -140,3 +140,42 @@ fn an_effective_configuration_loads_back_as_itself() {
     let again = effective_config_with(Naming::Snake, &json!({ "rules": first.clone() }), &|_| None).unwrap();
     assert_eq!(first, again);
 }
+
+/// Go hands over its `Options` struct marshalled as is: every field, zero
+/// values included. A zero value is not a field the user wrote, so errors in
+/// a rules document keep the document's names, and options beside it keep Go's.
+#[test]
+fn go_zero_values_do_not_rename_a_documents_fields() {
+    let go = |rules: &str, extra: Value| {
+        let mut options = json!({
+            "Policy": null, "Policies": null, "KeyBy": null, "Rules": rules, "RulesFile": "",
+            "Store": "", "Prefix": "", "MaxKeys": 0, "Timeout": 0, "ConnectTimeout": 0,
+            "FailureThreshold": 0, "Cooldown": 0, "HalfOpenProbes": 0, "TrustedProxies": null,
+            "ForwardedHeader": "", "IPv6Subnet": 0, "Headers": "", "Shadow": false,
+            "Allowlist": null, "Denylist": null,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            options[k] = v.clone();
+        }
+        match effective_config_with(Naming::Go, &options, &|_| None) {
+            Err(Error::Config { field, .. }) => field,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        go("policies: { api: { rate: ten/s } }\n", json!({})),
+        "policies.api.rate"
+    );
+    assert_eq!(
+        go("store: postgres://x\npolicies: { api: { rate: 1/s } }\n", json!({})),
+        "store"
+    );
+    assert_eq!(
+        go("policies: { api: { rate: 1/s } }\n", json!({"Store": "postgres://x"})),
+        "Store"
+    );
+    assert_eq!(
+        go("", json!({"Policy": {"Rate": "1/s"}, "ForwardedHeader": "x-real-ip"})),
+        "ForwardedHeader"
+    );
+}

@@ -198,36 +198,29 @@ const char *polylimit_source_name(int32_t source);
 // `err` is NULL or an error written by this library, not yet freed.
 void polylimit_error_free(struct polylimit_error_t *err);
 
-// Builds a limiter from the options object as JSON (`{"policy": {...},
-// "store": "redis://…", "prefix": …, "timeout": "100ms", …}`, SPEC §2, §5).
+// Builds a limiter from the options as JSON in Go's names (`Policy`,
+// `Policies`, `KeyBy`, `Rules`, `RulesFile`, `Store`, `Timeout` in
+// nanoseconds, …; the core's options list, SPEC §2, §5, §6). Errors name
+// the field as written (`Policy.Rate`).
 //
 // # Safety
-// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-// writable. The limiter written to `*out` is freed once with
+// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL
+// or writable. The limiter written to `*out` is freed once with
 // `polylimit_limiter_free`.
-int32_t polylimit_limiter_new(const char *options_json,
-                              struct polylimit_limiter_t **out,
-                              struct polylimit_error_t **err);
+int32_t polylimit_limiter_build(const char *options_json,
+                                struct polylimit_limiter_t **out,
+                                struct polylimit_error_t **err);
 
-// Builds a limiter from the text of a rules file (YAML or JSON, SPEC §6).
+// The configuration `polylimit_limiter_build` would build from
+// `options_json`, in canonical form (rules-file names, every default, JSON),
+// in `*out_json` (free with `polylimit_string_free`); or its error.
 //
 // # Safety
-// `rules` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-// writable. The limiter written to `*out` is freed once with
-// `polylimit_limiter_free`.
-int32_t polylimit_limiter_from_rules(const char *rules,
-                                     struct polylimit_limiter_t **out,
-                                     struct polylimit_error_t **err);
-
-// Builds a limiter from a rules file on disk.
-//
-// # Safety
-// `path` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-// writable. The limiter written to `*out` is freed once with
-// `polylimit_limiter_free`.
-int32_t polylimit_limiter_from_file(const char *path,
-                                    struct polylimit_limiter_t **out,
-                                    struct polylimit_error_t **err);
+// `options_json` is NULL or a NUL-terminated string; `out_json` and `err`
+// are NULL or writable.
+int32_t polylimit_effective_config(const char *options_json,
+                                   char **out_json,
+                                   struct polylimit_error_t **err);
 
 // Checks `key` (`key_len` bytes of UTF-8) with `cost`, at `now_ms` (a
 // negative value: the store's clock). Returns `POLYLIMIT_OK` with `*out`

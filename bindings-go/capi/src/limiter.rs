@@ -1,4 +1,4 @@
-//! The limiter handle: build, check (ready at once or through a callback),
+//! The limiter handle: build (and the effective configuration), check (ready at once or through a callback),
 //! check a request, reset, metrics, close, free.
 
 use std::ffi::c_char;
@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use polylimit::wire::{Case, OutcomeWire};
-use polylimit::{CheckOptions, Limiter, RequestInfo};
+use polylimit::{CheckOptions, Limiter, Naming, RequestInfo};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
@@ -133,58 +133,66 @@ unsafe fn build(
     })
 }
 
-/// Builds a limiter from the options object as JSON (`{"policy": {...},
-/// "store": "redis://…", "prefix": …, "timeout": "100ms", …}`, SPEC §2, §5).
+/// The options object `options_json` (JSON, the Go `Options` struct as
+/// `encoding/json` writes it: `{"Policy": {"Rate": "10/s"}, "Store": …,
+/// "Timeout": 100000000}`; zero values are unset) as the core reads it.
 ///
 /// # Safety
-/// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-/// writable. The limiter written to `*out` is freed once with
+/// `options_json` is NULL or a NUL-terminated string.
+unsafe fn options_arg(options_json: *const c_char) -> Result<serde_json::Value, FfiError> {
+    // SAFETY: the caller's promise, passed on.
+    let text = unsafe { cstr_arg(options_json, "options_json") }?;
+    Ok(polylimit::parse_document(text, "options")?)
+}
+
+/// Builds a limiter from the options as JSON in Go's names (`Policy`,
+/// `Policies`, `KeyBy`, `Rules`, `RulesFile`, `Store`, `Timeout` in
+/// nanoseconds, …; the core's options list, SPEC §2, §5, §6). Errors name
+/// the field as written (`Policy.Rate`).
+///
+/// # Safety
+/// `options_json` is NULL or a NUL-terminated string; `out` and `err` are NULL
+/// or writable. The limiter written to `*out` is freed once with
 /// `polylimit_limiter_free`.
 #[no_mangle]
-pub unsafe extern "C" fn polylimit_limiter_new(
+pub unsafe extern "C" fn polylimit_limiter_build(
     options_json: *const c_char,
     out: *mut *mut polylimit_limiter_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
+    // SAFETY: the caller's promises above are the ones `build` and `options_arg` need.
     unsafe {
         build(out, err, || {
-            let text = cstr_arg(options_json, "options_json")?;
-            Ok(Limiter::from_value(&polylimit::parse_document(text, "options")?)?)
+            let options = options_arg(options_json)?;
+            Ok(Limiter::build(Naming::Go, &options)?)
         })
     }
 }
 
-/// Builds a limiter from the text of a rules file (YAML or JSON, SPEC §6).
+/// The configuration `polylimit_limiter_build` would build from
+/// `options_json`, in canonical form (rules-file names, every default, JSON),
+/// in `*out_json` (free with `polylimit_string_free`); or its error.
 ///
 /// # Safety
-/// `rules` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-/// writable. The limiter written to `*out` is freed once with
-/// `polylimit_limiter_free`.
+/// `options_json` is NULL or a NUL-terminated string; `out_json` and `err`
+/// are NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn polylimit_limiter_from_rules(
-    rules: *const c_char,
-    out: *mut *mut polylimit_limiter_t,
+pub unsafe extern "C" fn polylimit_effective_config(
+    options_json: *const c_char,
+    out_json: *mut *mut c_char,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
-    unsafe { build(out, err, || Ok(Limiter::from_rules(cstr_arg(rules, "rules")?)?)) }
-}
-
-/// Builds a limiter from a rules file on disk.
-///
-/// # Safety
-/// `path` is NULL or a NUL-terminated string; `out` and `err` are NULL or
-/// writable. The limiter written to `*out` is freed once with
-/// `polylimit_limiter_free`.
-#[no_mangle]
-pub unsafe extern "C" fn polylimit_limiter_from_file(
-    path: *const c_char,
-    out: *mut *mut polylimit_limiter_t,
-    err: *mut *mut polylimit_error_t,
-) -> i32 {
-    // SAFETY: the caller's promises above are the ones `build` and `cstr_arg` need.
-    unsafe { build(out, err, || Ok(Limiter::from_file(cstr_arg(path, "path")?)?)) }
+    guard(err, || {
+        if out_json.is_null() {
+            return Err(FfiError::invalid("out_json is NULL"));
+        }
+        // SAFETY: the caller passes NULL or a NUL-terminated string.
+        let options = unsafe { options_arg(options_json) }?;
+        let config = polylimit::effective_config(Naming::Go, &options)?;
+        // SAFETY: checked above.
+        unsafe { *out_json = c_string(config.to_string()) };
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
 }
 
 fn options(cost: u64, now_ms: i64) -> CheckOptions {

@@ -18,8 +18,8 @@ static int failures = 0;
 int main(void) {
   polylimit_limiter_t *limiter = NULL;
   polylimit_error_t *err = NULL;
-  int32_t rc = polylimit_limiter_new(
-      "{\"policy\": {\"algorithm\": \"gcra\", \"rate\": \"10/s\", \"burst\": 2}}", &limiter, &err);
+  int32_t rc = polylimit_limiter_build(
+      "{\"Policy\": {\"Algorithm\": \"gcra\", \"Rate\": \"10/s\", \"Burst\": 2}, \"Store\": \"\"}", &limiter, &err);
   CHECK(rc == POLYLIMIT_OK && limiter != NULL && err == NULL);
 
   polylimit_decision_t d;
@@ -60,15 +60,25 @@ int main(void) {
   polylimit_limiter_free(limiter);
 
   polylimit_limiter_t *bad = NULL;
-  rc = polylimit_limiter_new("{\"policy\": {\"rate\": \"ten/s\"}}", &bad, &err);
-  CHECK(rc == POLYLIMIT_CONFIG && bad == NULL && strcmp(err->field, "policy.rate") == 0 &&
+  rc = polylimit_limiter_build("{\"Policy\": {\"Rate\": \"ten/s\"}}", &bad, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && bad == NULL && strcmp(err->field, "Policy.Rate") == 0 &&
         strcmp(err->value, "\"ten/s\"") == 0);
+  polylimit_error_free(err);
+
+  /* The effective configuration: canonical names, durations from nanoseconds. */
+  err = NULL;
+  char *config = NULL;
+  rc = polylimit_effective_config("{\"Policy\": {\"Rate\": \"1/s\"}, \"Timeout\": 250000000}", &config, &err);
+  CHECK(rc == POLYLIMIT_OK && strstr(config, "\"timeout\":\"250ms\"") != NULL);
+  polylimit_string_free(config);
+  rc = polylimit_effective_config("{\"Timeout\": 1}", &config, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && strcmp(err->field, "Timeout") == 0);
   polylimit_error_free(err);
 
   /* The rules path: an outcome as JSON. */
   err = NULL;
-  rc = polylimit_limiter_from_rules(
-      "policies: {api: {rate: 1/s, burst: 1}}\nrules: [{key: [ip], policy: api}]\n", &limiter, &err);
+  rc = polylimit_limiter_build(
+      "{\"Rules\": \"policies: {api: {rate: 1/s, burst: 1}}\\nrules: [{key: [ip], policy: api}]\\n\"}", &limiter, &err);
   CHECK(rc == POLYLIMIT_OK);
   const char *req = "{\"path\": \"/x\", \"peer\": \"203.0.113.7\", \"now_ms\": 1700000000000}";
   char *outcome = NULL;
