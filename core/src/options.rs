@@ -100,9 +100,9 @@ const fn spec(
 /// Every limiter option, in the order the README tables list them.
 pub const OPTIONS: &[OptionSpec] = &[
     spec("policy", "policy", "Policy", Kind::Policy, "", "the policy (SPEC §2)"),
-    spec("policies", "policies", "Policies", Kind::Policies, "", "several policies, decided atomically (a list, or a map of name → policy)"),
+    spec("policies", "policies", "Policies", Kind::Policies, "", "several policies, each named, decided atomically: none is charged when one denies"),
     spec("key", "key", "KeyBy", Kind::Plain, "[\"ip\"]", "key dimensions of the one rule built from `policy`: ip, route, method, user, api_key, header:<name>, key, global"),
-    spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document: YAML/JSON text or a map; other options override its fields"),
+    spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2"),
     spec("prefix", "prefix", "Prefix", Kind::Plain, "polylimit", "first segment of every store key"),
@@ -472,13 +472,13 @@ pub fn markdown_table(naming: Naming) -> String {
             out.push_str(&format!("| `{name}` | {default} | {} |\n", spec.doc));
         }
     }
-    let unit = match naming {
-        Naming::Snake => "a number of seconds (`timeout=0.25`)",
-        Naming::Camel => "a number of milliseconds (`timeout: 250`)",
-        Naming::Go => "a `time.Duration`",
+    let durations = match naming {
+        Naming::Snake => "Durations are text (`\"250ms\"`, `\"1m30s\"`) or a number of seconds (`timeout=0.25`)",
+        Naming::Camel => "Durations are text (`'250ms'`, `'1m30s'`) or a number of milliseconds (`timeout: 250`)",
+        Naming::Go => "Durations are `time.Duration` values",
     };
     out.push_str(&format!(
-        "\nDurations are text (`\"250ms\"`, `\"1m30s\"`) or {unit}; a rules document's `${{NAME:-default}}` is expanded from the environment.\n"
+        "\n{durations}, in whole milliseconds; a rules document's `${{NAME:-default}}` is expanded from the environment.\n"
     ));
     out
 }
