@@ -371,6 +371,9 @@ impl Limiter {
 
     /// Checks `key` with options.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        if let Some(decision) = self.engine.check_one_now(key, options) {
+            return decision;
+        }
         let result = self.check_all(key, options).await?;
         Ok(result.decision())
     }
