@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
-use crate::breaker::{BreakerConfig, BreakerState};
+use crate::breaker::{BreakerConfig, BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -478,6 +478,11 @@ impl Engine {
             Backend::Memory => BreakerState::Closed,
             Backend::Redis(_) => self.inner.resilience.state(),
         }
+    }
+
+    /// The store's breaker reads the time from `clock` from now on.
+    pub(crate) fn set_breaker_clock(&self, clock: Arc<dyn Clock>) {
+        self.inner.resilience.set_clock(clock);
     }
 
     /// Metrics in Prometheus text format.
