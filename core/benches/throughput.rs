@@ -2,7 +2,8 @@
 //! cores) and of Redis (1 and 64 in flight on one multiplexed connection),
 //! next to `redis-benchmark` running EVALSHA of the same script on the same
 //! server in the same run, and the cost inside Redis of a sliding-window-log
-//! denial at 10k live entries.
+//! denial at 10k live entries. `POLYLIMIT_BENCH=memory` runs only the
+//! memory-store lines, `POLYLIMIT_BENCH=log` only the sliding-window-log ones.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -223,6 +224,11 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // POLYLIMIT_BENCH=memory runs only the memory-store lines (no Redis).
+    if std::env::var("POLYLIMIT_BENCH").as_deref() == Ok("memory") {
+        print_memory();
+        return;
+    }
     let redis = support::RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -243,7 +249,7 @@ fn main() {
     }
 }
 
-fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+fn print_memory() {
     let (one, all) = memory_bench();
     println!("memory store, token_bucket, warm key:");
     println!("  1 thread : {:>12.0} decisions/s (target >= 5,000,000)", one);
@@ -253,6 +259,10 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
         "ratio": one / 5e6, "baseline": "5 M/s", "baseline_value": 5e6, "target": 1.0}),
     );
     record(json!({"suite": "rust", "what": "memory store, all cores", "value": all, "unit": "decisions/s"}));
+}
+
+fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+    print_memory();
 
     let mut config = LimiterConfig::new(policy()).with_store(redis.url());
     config.timeout = Duration::from_secs(5);

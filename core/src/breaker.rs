@@ -2,7 +2,9 @@
 //! `half_open_max` probes through after `cooldown`, close when they all succeed.
 //! Guards every store, and is offered to users for their own downstream calls.
 
+use std::fmt::Debug;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,63 @@ impl Default for BreakerConfig {
     }
 }
 
+/// Where a breaker reads the time. [`SystemClock`] (the process's monotonic
+/// clock) unless one is given to [`CircuitBreaker::with_clock`]; tests give a
+/// [`ManualClock`] and move it instead of sleeping through a cooldown.
+pub trait Clock: Send + Sync + Debug {
+    /// The current time.
+    fn now(&self) -> Instant;
+}
+
+/// The process's monotonic clock, [`Instant::now`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A clock that stands still until [`ManualClock::advance`] moves it. Clones
+/// share the time, so a test keeps one and gives the other to a breaker.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    start: Instant,
+    /// Nanoseconds since `start`.
+    elapsed: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock reading the current time, and standing still there.
+    pub fn new() -> ManualClock {
+        ManualClock {
+            start: Instant::now(),
+            elapsed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Moves the time forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .elapsed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_add(nanos)));
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        self.start + Duration::from_nanos(self.elapsed.load(Ordering::Acquire))
+    }
+}
+
 #[derive(Debug)]
 enum Phase {
     Closed { failures: u32 },
@@ -63,6 +122,8 @@ struct State {
     phase: Phase,
     /// Counts half-open rounds, so a probe from an earlier round reports nothing.
     round: u64,
+    /// Read under the lock, so every transition sees one time.
+    clock: Arc<dyn Clock>,
 }
 
 #[derive(Debug)]
@@ -87,30 +148,25 @@ pub struct Permit {
 impl Permit {
     /// Reports a successful call.
     pub fn success(mut self) {
-        self.report(true, Instant::now());
+        self.report(true);
     }
 
     /// Reports a failed call.
     pub fn failure(mut self) {
-        self.report(false, Instant::now());
+        self.report(false);
     }
 
-    fn report(&mut self, ok: bool, now: Instant) {
+    fn report(&mut self, ok: bool) {
         if std::mem::replace(&mut self.reported, true) {
             return;
         }
-        self.shared.report(self.probe, ok, now);
-    }
-
-    #[cfg(test)]
-    fn report_at(mut self, ok: bool, now: Instant) {
-        self.report(ok, now);
+        self.shared.report(self.probe, ok);
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.report(false, Instant::now());
+        self.report(false);
     }
 }
 
@@ -130,8 +186,9 @@ pub struct CircuitBreaker {
 }
 
 impl Shared {
-    fn acquire(self: &Arc<Self>, now: Instant) -> Option<Permit> {
+    fn acquire(self: &Arc<Self>) -> Option<Permit> {
         let mut state = self.state.lock();
+        let now = state.clock.now();
         let probe = match &mut state.phase {
             Phase::Closed { .. } => None,
             Phase::Open { until } => {
@@ -160,8 +217,9 @@ impl Shared {
         })
     }
 
-    fn report(&self, probe: Option<u64>, ok: bool, now: Instant) {
+    fn report(&self, probe: Option<u64>, ok: bool) {
         let mut state = self.state.lock();
+        let now = state.clock.now();
         let round = state.round;
         let open = Phase::Open {
             until: now + self.config.cooldown,
@@ -193,8 +251,13 @@ impl Shared {
 }
 
 impl CircuitBreaker {
-    /// A closed breaker.
+    /// A closed breaker on the process's clock.
     pub fn new(config: BreakerConfig) -> CircuitBreaker {
+        CircuitBreaker::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// A closed breaker that reads the time from `clock`.
+    pub fn with_clock(config: BreakerConfig, clock: Arc<dyn Clock>) -> CircuitBreaker {
         CircuitBreaker {
             shared: Arc::new(Shared {
                 config: BreakerConfig {
@@ -205,6 +268,7 @@ impl CircuitBreaker {
                 state: Mutex::new(State {
                     phase: Phase::Closed { failures: 0 },
                     round: 0,
+                    clock,
                 }),
             }),
         }
@@ -215,30 +279,34 @@ impl CircuitBreaker {
         self.shared.config
     }
 
-    /// The current state (an open breaker whose cooldown ended reads `HalfOpen`).
-    pub fn state(&self) -> BreakerState {
-        self.state_at(Instant::now())
+    /// Reads the time from `clock` from now on (the limiter's hook for
+    /// tests; an open breaker's cooldown ends at the same instant of it).
+    pub(crate) fn set_clock(&self, clock: Arc<dyn Clock>) {
+        self.shared.state.lock().clock = clock;
     }
 
-    fn state_at(&self, now: Instant) -> BreakerState {
-        match &self.shared.state.lock().phase {
+    /// The current state (an open breaker whose cooldown ended reads `HalfOpen`).
+    pub fn state(&self) -> BreakerState {
+        let state = self.shared.state.lock();
+        match &state.phase {
             Phase::Closed { .. } => BreakerState::Closed,
-            Phase::Open { until } if now < *until => BreakerState::Open,
+            Phase::Open { until } if state.clock.now() < *until => BreakerState::Open,
             Phase::Open { .. } | Phase::HalfOpen { .. } => BreakerState::HalfOpen,
         }
     }
 
     /// Time until an open breaker lets a probe through; zero otherwise.
     pub fn retry_in(&self) -> Duration {
-        match &self.shared.state.lock().phase {
-            Phase::Open { until } => until.saturating_duration_since(Instant::now()),
+        let state = self.shared.state.lock();
+        match &state.phase {
+            Phase::Open { until } => until.saturating_duration_since(state.clock.now()),
             _ => Duration::ZERO,
         }
     }
 
     /// Asks to make a call. `None`: the breaker is open, do not call.
     pub fn acquire(&self) -> Option<Permit> {
-        self.shared.acquire(Instant::now())
+        self.shared.acquire()
     }
 
     /// Reports a successful call (the same as [`Permit::success`]; a permit
@@ -279,24 +347,38 @@ impl CircuitBreaker {
 mod tests {
     use super::*;
 
-    fn breaker(cooldown_ms: u64) -> CircuitBreaker {
-        CircuitBreaker::new(BreakerConfig {
+    fn config(cooldown_ms: u64) -> BreakerConfig {
+        BreakerConfig {
             threshold: 5,
             cooldown: Duration::from_millis(cooldown_ms),
             half_open_max: 3,
-        })
+        }
+    }
+
+    /// A breaker on the process's clock.
+    fn breaker(cooldown_ms: u64) -> CircuitBreaker {
+        CircuitBreaker::new(config(cooldown_ms))
+    }
+
+    /// A breaker on a clock the test moves, and that clock.
+    fn manual(cooldown_ms: u64) -> (CircuitBreaker, ManualClock) {
+        let clock = ManualClock::new();
+        (
+            CircuitBreaker::with_clock(config(cooldown_ms), Arc::new(clock.clone())),
+            clock,
+        )
     }
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
 
-    /// Opens `b` at `t` with `threshold` failures.
-    fn open(b: &CircuitBreaker, t: Instant) {
+    /// Opens `b` with `threshold` failures.
+    fn open(b: &CircuitBreaker) {
         for _ in 0..b.config().threshold {
-            b.shared.acquire(t).unwrap().report_at(false, t);
+            b.acquire().unwrap().failure();
         }
-        assert_eq!(b.state_at(t), BreakerState::Open);
+        assert_eq!(b.state(), BreakerState::Open);
     }
 
     #[test]
@@ -321,46 +403,84 @@ mod tests {
     }
 
     #[test]
-    fn half_open_probes_close_or_reopen() {
-        let b = breaker(20);
-        let t0 = Instant::now();
-        open(&b, t0);
-        let t = t0 + ms(30);
-        assert_eq!(b.state_at(t), BreakerState::HalfOpen);
-        let mut probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t).unwrap()).collect();
-        assert!(b.shared.acquire(t).is_none(), "at most half_open_max probes");
-        probes.pop().unwrap().report_at(true, t);
-        probes.pop().unwrap().report_at(true, t);
-        assert_eq!(b.state_at(t), BreakerState::HalfOpen);
-        probes.pop().unwrap().report_at(true, t);
-        assert_eq!(b.state_at(t), BreakerState::Closed);
+    fn the_default_clock_is_the_process_clock() {
+        // A 1 ms cooldown ends on the real clock without anyone moving it.
+        let b = breaker(1);
+        open(&b);
+        let opened = Instant::now();
+        while b.state() == BreakerState::Open {
+            assert!(opened.elapsed() < Duration::from_secs(5), "a 1 ms cooldown never ended");
+            std::thread::yield_now();
+        }
+        assert!(opened.elapsed() < Duration::from_secs(5));
+        assert!(b.acquire().is_some(), "the process clock ended the cooldown");
+    }
 
-        open(&b, t);
-        let t = t + ms(30);
-        b.shared.acquire(t).unwrap().report_at(false, t);
-        assert_eq!(b.state_at(t), BreakerState::Open, "a failed probe reopens");
+    #[test]
+    fn a_manual_clock_moves_only_when_advanced() {
+        let clock = ManualClock::new();
+        let t0 = clock.now();
+        std::thread::sleep(ms(2));
+        assert_eq!(clock.now(), t0, "it stands still");
+        let shared = clock.clone();
+        shared.advance(ms(30));
+        assert_eq!(clock.now(), t0 + ms(30), "clones share the time");
+        clock.advance(Duration::MAX);
+        assert!(clock.now() > t0 + ms(30), "a huge step saturates");
+    }
+
+    #[test]
+    fn the_cooldown_runs_on_the_breakers_clock() {
+        let (b, clock) = manual(20);
+        open(&b);
+        assert_eq!(b.retry_in(), ms(20));
+        clock.advance(ms(19));
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.retry_in(), ms(1));
+        assert!(b.acquire().is_none(), "open until the cooldown ends");
+        clock.advance(ms(1));
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        assert_eq!(b.retry_in(), Duration::ZERO);
+        assert!(b.acquire().is_some(), "a probe once it ends");
+    }
+
+    #[test]
+    fn half_open_probes_close_or_reopen() {
+        let (b, clock) = manual(20);
+        open(&b);
+        clock.advance(ms(30));
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        let mut probes: Vec<_> = (0..3).map(|_| b.acquire().unwrap()).collect();
+        assert!(b.acquire().is_none(), "at most half_open_max probes");
+        probes.pop().unwrap().success();
+        probes.pop().unwrap().success();
+        assert_eq!(b.state(), BreakerState::HalfOpen);
+        probes.pop().unwrap().success();
+        assert_eq!(b.state(), BreakerState::Closed);
+
+        open(&b);
+        clock.advance(ms(30));
+        b.acquire().unwrap().failure();
+        assert_eq!(b.state(), BreakerState::Open, "a failed probe reopens");
+        assert_eq!(b.retry_in(), ms(20), "for a whole cooldown from the failure");
     }
 
     #[test]
     fn dropped_probes_count_as_failures_and_free_their_slots() {
-        let b = breaker(20);
-        let t0 = Instant::now();
-        open(&b, t0);
-        let t = t0 + ms(30);
-        let probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t).unwrap()).collect();
+        let (b, clock) = manual(20);
+        open(&b);
+        clock.advance(ms(30));
+        let probes: Vec<_> = (0..3).map(|_| b.acquire().unwrap()).collect();
         // Their callers were cancelled: the permits are dropped unreported.
         drop(probes);
-        assert!(b.state_at(t) != BreakerState::Closed, "a dropped probe is no success");
-        let t = Instant::now() + ms(30);
-        let probe = b
-            .shared
-            .acquire(t)
-            .expect("the breaker probes again after the cooldown");
-        probe.report_at(true, t);
+        assert_eq!(b.state(), BreakerState::Open, "a dropped probe is a failure");
+        clock.advance(ms(30));
+        let probe = b.acquire().expect("the breaker probes again after the cooldown");
+        probe.success();
         for _ in 0..2 {
-            b.shared.acquire(t).unwrap().report_at(true, t);
+            b.acquire().unwrap().success();
         }
-        assert_eq!(b.state_at(t), BreakerState::Closed);
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[test]
@@ -379,21 +499,20 @@ mod tests {
 
     #[test]
     fn a_probe_of_an_earlier_round_reports_nothing() {
-        let b = breaker(20);
-        let t0 = Instant::now();
-        open(&b, t0);
-        let t1 = t0 + ms(30);
-        let late = b.shared.acquire(t1).unwrap();
-        b.shared.acquire(t1).unwrap().report_at(false, t1);
-        let t2 = t1 + ms(30);
-        let probes: Vec<_> = (0..3).map(|_| b.shared.acquire(t2).unwrap()).collect();
+        let (b, clock) = manual(20);
+        open(&b);
+        clock.advance(ms(30));
+        let late = b.acquire().unwrap();
+        b.acquire().unwrap().failure();
+        clock.advance(ms(30));
+        let probes: Vec<_> = (0..3).map(|_| b.acquire().unwrap()).collect();
         // The late probe's success belongs to the first round: it frees no slot here.
-        late.report_at(true, t2);
-        assert!(b.shared.acquire(t2).is_none());
+        late.success();
+        assert!(b.acquire().is_none());
         for p in probes {
-            p.report_at(true, t2);
+            p.success();
         }
-        assert_eq!(b.state_at(t2), BreakerState::Closed);
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[tokio::test]

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Params, Verdict};
-use crate::breaker::{BreakerConfig, BreakerState};
+use crate::breaker::{BreakerConfig, BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -258,10 +258,40 @@ impl Engine {
         Ok(result)
     }
 
-    /// Decides `(policy index, key)` pairs atomically.
-    pub(crate) async fn decide(&self, targets: &[Target<'_>], options: CheckOptions) -> Result<CheckResult> {
+    /// [`Engine::check_all`] of a limiter with one policy and no penalty on
+    /// the memory store, decided now: the hot path, with no future to poll
+    /// and nothing to allocate. `None` for any other limiter.
+    #[inline]
+    pub(crate) fn check_one_now(&self, key: &str, options: CheckOptions) -> Option<Result<Decision>> {
         let inner = &*self.inner;
-        if inner.closed.load(Ordering::Acquire) {
+        let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
+            return None;
+        };
+        if compiled.penalty.is_some() {
+            return None;
+        }
+        let cost = match self.validate(options) {
+            Ok(cost) => cost,
+            Err(e) => return Some(Err(e)),
+        };
+        let now = options.now_ms.unwrap_or_else(process_now_ms);
+        let check = MemoryCheck {
+            slot: 0,
+            params: &compiled.params,
+            key,
+            shadow: false,
+            penalty: None,
+        };
+        let verdict = inner.memory.decide_one(&check, now, cost);
+        let decision = Decision::from_verdict(verdict, compiled.policy.limit(), Source::Store);
+        inner.metrics.decision(0, &decision);
+        Some(Ok(decision))
+    }
+
+    /// The cost of a check whose options are valid on an open limiter.
+    #[inline]
+    fn validate(&self, options: CheckOptions) -> Result<i64> {
+        if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         if options.cost == 0 || options.cost > MAX_COST {
@@ -276,22 +306,46 @@ impl Engine {
                 return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
             }
         }
+        Ok(options.cost as i64)
+    }
+
+    /// Decides `(policy index, key)` pairs atomically.
+    pub(crate) async fn decide(&self, targets: &[Target<'_>], options: CheckOptions) -> Result<CheckResult> {
+        let inner = &*self.inner;
+        let cost = self.validate(options)?;
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
-        let cost = options.cost as i64;
-        let result = match &inner.backend {
+        match &inner.backend {
             Backend::Memory => {
                 let now = options.now_ms.unwrap_or_else(process_now_ms);
-                self.decide_memory(targets, now, cost, Source::Store, true)
+                Ok(self.decide_memory(targets, now, cost, Source::Store, true))
             }
-            Backend::Redis(redis) => self.decide_redis(redis, targets, options.now_ms, cost).await?,
-        };
-        Ok(result)
+            // Boxed: the Redis call's state machine is large, and every
+            // future that awaits this one (the memory path's too) would
+            // otherwise carry it and copy it on each move.
+            Backend::Redis(redis) => Box::pin(self.decide_redis(redis, targets, options.now_ms, cost)).await,
+        }
     }
 
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
+        if let ([(i, key, shadow)], true) = (targets, charge) {
+            let compiled = &inner.policies[*i];
+            if compiled.penalty.is_none() {
+                // One key, charged, no penalty record: no vector of checks.
+                let check = MemoryCheck {
+                    slot: *i as u32,
+                    params: &compiled.params,
+                    key,
+                    shadow: *shadow,
+                    penalty: None,
+                };
+                let verdict = inner.memory.decide_one(&check, now, cost);
+                let allowed = verdict.allowed || *shadow;
+                return self.result(targets, now, allowed, [verdict], source);
+            }
+        }
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
             .map(|&(i, key, shadow)| {
@@ -314,7 +368,7 @@ impl Engine {
         targets: &[Target<'_>],
         now: i64,
         allowed: bool,
-        verdicts: Vec<Verdict>,
+        verdicts: impl IntoIterator<Item = Verdict>,
         source: Source,
     ) -> CheckResult {
         let decisions = targets
@@ -424,6 +478,11 @@ impl Engine {
             Backend::Memory => BreakerState::Closed,
             Backend::Redis(_) => self.inner.resilience.state(),
         }
+    }
+
+    /// The store's breaker reads the time from `clock` from now on.
+    pub(crate) fn set_breaker_clock(&self, clock: Arc<dyn Clock>) {
+        self.inner.resilience.set_clock(clock);
     }
 
     /// Metrics in Prometheus text format.

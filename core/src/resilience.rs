@@ -5,7 +5,9 @@
 use std::future::Future;
 use std::time::Instant;
 
-use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker};
+use std::sync::Arc;
+
+use crate::breaker::{BreakerConfig, BreakerState, CircuitBreaker, Clock};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -25,6 +27,11 @@ impl Resilience {
         Resilience {
             breaker: CircuitBreaker::new(config),
         }
+    }
+
+    /// The breaker reads the time from `clock` from now on.
+    pub(crate) fn set_clock(&self, clock: Arc<dyn Clock>) {
+        self.breaker.set_clock(clock);
     }
 
     /// The breaker's state.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use polylimit::breaker::ManualClock;
 use polylimit::{BreakerState, Limiter, LimiterConfig, Policy, Source};
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -17,6 +18,14 @@ fn limiter(url: &str, on_store_error: &str, cooldown_ms: u64) -> Limiter {
     let mut config = LimiterConfig::new(policy).with_store(url);
     config.breaker.cooldown = Duration::from_millis(cooldown_ms);
     Limiter::new(config).unwrap()
+}
+
+/// Puts `limiter`'s store breaker on a clock the test moves: a cooldown ends
+/// when the test says so, never by sleeping.
+fn manual_clock(limiter: &Limiter) -> ManualClock {
+    let clock = ManualClock::new();
+    limiter.set_breaker_clock(Arc::new(clock.clone()));
+    clock
 }
 
 #[derive(Default)]
@@ -60,10 +69,15 @@ async fn load(limiter: &Limiter, log: Arc<Mutex<Log>>, until: Instant) {
     }
 }
 
+// The breaker runs on a manual clock: its 500 ms cooldown ends once in the
+// middle of the outage (a probe round that fails) and once right after the
+// restart, when the test moves the clock, not while the load runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_then_restart() {
     let mut redis = support::RedisServer::start();
-    let limiter = limiter(&redis.url(), "local", 500);
+    let cooldown = Duration::from_millis(500);
+    let limiter = limiter(&redis.url(), "local", cooldown.as_millis() as u64);
+    let clock = manual_clock(&limiter);
 
     let before = Arc::new(Mutex::new(Log::default()));
     load(&limiter, before.clone(), Instant::now() + Duration::from_millis(500)).await;
@@ -79,7 +93,11 @@ async fn sigkill_under_load_then_restart() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(2),
     );
-    load(&limiter, outage.clone(), Instant::now() + outage_len).await;
+    load(&limiter, outage.clone(), Instant::now() + outage_len / 2).await;
+    assert_eq!(limiter.breaker_state(), BreakerState::Open, "the outage opened it");
+    clock.advance(cooldown);
+    assert_eq!(limiter.breaker_state(), BreakerState::HalfOpen);
+    load(&limiter, outage.clone(), Instant::now() + outage_len / 2).await;
     let outage = outage.lock().await;
     assert_eq!(outage.errors, 0, "no check raises while Redis is down");
     assert_eq!(
@@ -88,8 +106,11 @@ async fn sigkill_under_load_then_restart() {
         "{:?}",
         outage.by_source
     );
-    // Open, or half-open if a cooldown just ended: either way it opened.
-    assert_ne!(limiter.breaker_state(), BreakerState::Closed);
+    assert_eq!(
+        limiter.breaker_state(),
+        BreakerState::Open,
+        "the probes after the cooldown failed and reopened it"
+    );
     assert!(
         outage.slowest < Duration::from_millis(400),
         "slowest check during the outage: {:?}",
@@ -98,6 +119,7 @@ async fn sigkill_under_load_then_restart() {
 
     redis.restart();
     let restarted = Instant::now();
+    clock.advance(cooldown);
     let after = Arc::new(Mutex::new(Log::default()));
     load(&limiter, after.clone(), Instant::now() + Duration::from_secs(2)).await;
     let after = after.lock().await;
@@ -106,7 +128,7 @@ async fn sigkill_under_load_then_restart() {
         .first_store
         .expect("decisions return to the store after a restart")
         - restarted;
-    assert!(back < Duration::from_millis(1500), "back to the store after {back:?}");
+    assert!(back < Duration::from_millis(1000), "back to the store after {back:?}");
     assert_eq!(limiter.breaker_state(), BreakerState::Closed);
     println!(
         "outage of {outage_len:?} under 50 callers: checks by source {:?}, slowest {:?}; \
@@ -119,6 +141,7 @@ async fn sigkill_under_load_then_restart() {
 async fn sigstop_every_check_returns_within_the_timeout() {
     let redis = support::RedisServer::start();
     let limiter = limiter(&redis.url(), "fail_open", 300);
+    let clock = manual_clock(&limiter);
     assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
 
     redis.pause();
@@ -150,14 +173,21 @@ async fn sigstop_every_check_returns_within_the_timeout() {
     );
 
     redis.resume();
+    assert_eq!(
+        limiter.check("again").await.unwrap().source,
+        Source::FailOpen,
+        "open until its cooldown ends, Redis back or not"
+    );
+    // The breaker's clock ends the cooldown; a probe that still finds Redis
+    // catching up reopens it, and the next cooldown is ended the same way.
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
+        clock.advance(Duration::from_millis(300));
         let d = limiter.check("again").await.unwrap();
         if d.source == Source::Store {
             break;
         }
         assert!(Instant::now() < deadline, "still {:?} 3 s after SIGCONT", d.source);
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -204,8 +234,8 @@ fn limiter_with(url: &str, on_store_error: &str, options: serde_json::Value) -> 
     Limiter::from_value(&options).unwrap()
 }
 
-// The breaker's clock is the wall clock: the cooldown is 50 ms and the test
-// sleeps just past it, because cooldowns ending is what it tests.
+// The breaker runs on a manual clock: the test ends each 50 ms cooldown by
+// moving it, because cooldowns ending is what it tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_probes_do_not_wedge_the_breaker() {
     let redis = support::RedisServer::start();
@@ -214,6 +244,7 @@ async fn cancelled_probes_do_not_wedge_the_breaker() {
         "local",
         json!({"cooldown": "50ms", "timeout": "100ms", "connect_timeout": "200ms"}),
     );
+    let clock = manual_clock(&limiter);
     assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
 
     redis.pause();
@@ -230,18 +261,23 @@ async fn cancelled_probes_do_not_wedge_the_breaker() {
 
     // Half-open: three probes start, and their callers give up (a client
     // disconnected, a deadline passed): the futures are dropped.
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    clock.advance(Duration::from_millis(50));
     assert_eq!(limiter.breaker_state(), BreakerState::HalfOpen);
     let probes = async { tokio::join!(limiter.check("p1"), limiter.check("p2"), limiter.check("p3")) };
     assert!(tokio::time::timeout(Duration::from_millis(20), probes).await.is_err());
-    assert_ne!(
+    assert_eq!(
         limiter.breaker_state(),
-        BreakerState::Closed,
-        "a cancelled probe is no success"
+        BreakerState::Open,
+        "a cancelled probe is a failure: the breaker reopens"
     );
 
     redis.resume();
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        limiter.check("healthy").await.unwrap().source,
+        Source::Local,
+        "no probe before the new cooldown ends"
+    );
+    clock.advance(Duration::from_millis(50));
     let d = limiter.check("healthy").await.unwrap();
     assert_eq!(
         d.source,
@@ -261,6 +297,7 @@ async fn a_silent_connection_is_replaced() {
         "local",
         json!({"failure_threshold": 1, "cooldown": "50ms", "timeout": "100ms", "connect_timeout": "500ms"}),
     );
+    let clock = manual_clock(&limiter);
     assert_eq!(limiter.check("warm").await.unwrap().source, Source::Store);
 
     proxy.black_hole();
@@ -275,10 +312,10 @@ async fn a_silent_connection_is_replaced() {
     assert_eq!(limiter.breaker_state(), BreakerState::Open);
 
     // New connections through the proxy forward: the probe after the
-    // cooldown must use one, not the silent socket. The breaker's clock is
-    // the wall clock, so this sleeps just past the 50 ms cooldown: the probe
-    // that only its end lets through is what is tested.
-    tokio::time::sleep(Duration::from_millis(60)).await;
+    // cooldown must use one, not the silent socket. The test ends the 50 ms
+    // cooldown on the breaker's clock: the probe that only its end lets
+    // through is what is tested.
+    clock.advance(Duration::from_millis(50));
     let d = limiter.check("k").await.unwrap();
     assert_eq!(d.source, Source::Store, "the probe reused the dead connection");
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::breaker::BreakerState;
+use crate::breaker::{BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
@@ -371,6 +371,9 @@ impl Limiter {
 
     /// Checks `key` with options.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        if let Some(decision) = self.engine.check_one_now(key, options) {
+            return decision;
+        }
         let result = self.check_all(key, options).await?;
         Ok(result.decision())
     }
@@ -389,6 +392,15 @@ impl Limiter {
     /// The store's breaker state (`Closed` for the memory store).
     pub fn breaker_state(&self) -> BreakerState {
         self.engine.breaker_state()
+    }
+
+    /// For tests: the store's circuit breaker reads the time from `clock`
+    /// (a [`crate::breaker::ManualClock`]) instead of the process's clock, so
+    /// a test moves it past a cooldown instead of sleeping. Set it before the
+    /// first check; clones of this limiter share it.
+    #[doc(hidden)]
+    pub fn set_breaker_clock(&self, clock: Arc<dyn Clock>) {
+        self.engine.set_breaker_clock(clock)
     }
 
     /// Metrics in Prometheus text format.

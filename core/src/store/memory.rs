@@ -84,16 +84,49 @@ impl Shard {
         x as usize
     }
 
+    /// Stores `update` for `key`: on its entry, or on a new one.
     #[inline]
     fn store(&mut self, key: &MapKeyRef<'_>, update: Update, now: i64, ttl: u64, cap: usize) {
+        match self.map.get_index_of(key) {
+            Some(index) => self.update_at(index, update, now, ttl),
+            None => self.insert(key, update, now, ttl, cap),
+        }
+    }
+
+    /// Decides one check and stores its update, looking the key up once.
+    #[inline]
+    fn decide_and_store(&mut self, key: &MapKeyRef<'_>, params: &Params, now: i64, cost: i64, cap: usize) -> Verdict {
+        let index = self.map.get_index_of(key);
+        let live = index
+            .and_then(|i| self.map.get_index(i))
+            .filter(|(_, e)| now < e.expires_at)
+            .map(|(_, e)| &e.state);
+        let (verdict, update) = decide(params, live, now, cost);
+        if let Some(update) = update {
+            let ttl = verdict.reset_after_ms;
+            match index {
+                Some(index) => self.update_at(index, update, now, ttl),
+                None => self.insert(key, update, now, ttl, cap),
+            }
+        }
+        verdict
+    }
+
+    /// Stores `update` on the entry at `index`.
+    #[inline]
+    fn update_at(&mut self, index: usize, update: Update, now: i64, ttl: u64) {
         let expires_at = now.saturating_add(ttl.max(1) as i64);
-        if let Some(entry) = self.map.get_mut(key) {
+        if let Some((_, entry)) = self.map.get_index_mut(index) {
             let old = std::mem::replace(&mut entry.state, State::Cells([0; 3]));
             let old = (now < entry.expires_at).then_some(old);
             entry.state = update.apply(old);
             entry.expires_at = expires_at;
-            return;
         }
+    }
+
+    /// Stores `update` for a key the shard does not hold.
+    fn insert(&mut self, key: &MapKeyRef<'_>, update: Update, now: i64, ttl: u64, cap: usize) {
+        let expires_at = now.saturating_add(ttl.max(1) as i64);
         self.sweep(now, SWEEP_PER_INSERT);
         if self.map.len() >= cap {
             self.evict_one();
@@ -174,6 +207,7 @@ impl MemoryStore {
         }
     }
 
+    #[inline]
     fn shard_of(&self, key: &MapKeyRef<'_>) -> usize {
         (self.hasher.hash_one(key) >> 58) as usize % SHARDS
     }
@@ -267,12 +301,9 @@ impl MemoryStore {
             slot: check.slot,
             key: &stored,
         };
-        let mut shard = self.shards[self.shard_of(&key)].lock();
-        let (verdict, update) = decide(check.params, shard.live(&key, now), now, cost);
-        if let Some(update) = update {
-            shard.store(&key, update, now, verdict.reset_after_ms, self.per_shard_cap);
-        }
-        verdict
+        self.shards[self.shard_of(&key)]
+            .lock()
+            .decide_and_store(&key, check.params, now, cost, self.per_shard_cap)
     }
 
     /// Forgets a key of one policy.
