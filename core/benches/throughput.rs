@@ -56,6 +56,50 @@ fn memory_bench() -> (f64, f64) {
     (one, all)
 }
 
+const MANY_KEYS: u64 = 1_000_000;
+
+/// The process's resident memory in bytes (Linux).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// Decisions/s over 1M distinct keys (each check a different key, round
+/// robin, so the map is large and cache-cold) and the resident bytes each
+/// idle key costs.
+fn many_keys_bench() -> (f64, f64) {
+    // A slow refill, so every key holds state (an idle bucket is not stored).
+    let slow = Policy::from_value(&json!({"rate": "1/h", "burst": 1000}), "").unwrap();
+    let mut config = LimiterConfig::new(slow);
+    config.max_keys = MANY_KEYS as usize * 2;
+    let limiter = Limiter::new(config).unwrap();
+    let keys: Vec<String> = (0..MANY_KEYS).map(|i| format!("user:{i}")).collect();
+    let before = resident_bytes();
+    for key in &keys {
+        limiter
+            .check_with(key, CheckOptions::default())
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+    }
+    let per_key = (resident_bytes().saturating_sub(before)) as f64 / MANY_KEYS as f64;
+    let started = Instant::now();
+    for key in &keys {
+        let d = limiter
+            .check_with(key, CheckOptions::default())
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(d.allowed);
+    }
+    (MANY_KEYS as f64 / started.elapsed().as_secs_f64(), per_key)
+}
+
 async fn redis_bench(limiter: &Limiter, in_flight: u64) -> f64 {
     limiter.check("bench").await.unwrap();
     let started = Instant::now();
@@ -259,6 +303,14 @@ fn print_memory() {
         "ratio": one / 5e6, "baseline": "5 M/s", "baseline_value": 5e6, "target": 1.0}),
     );
     record(json!({"suite": "rust", "what": "memory store, all cores", "value": all, "unit": "decisions/s"}));
+    let (many, per_key) = many_keys_bench();
+    println!("  1 thread, {MANY_KEYS} keys round robin: {many:>12.0} decisions/s, {per_key:.0} resident bytes per idle key (key text included)");
+    record(
+        json!({"suite": "rust", "what": format!("memory store, {MANY_KEYS} keys round robin, 1 thread"), "value": many, "unit": "decisions/s"}),
+    );
+    record(
+        json!({"suite": "rust", "what": "memory store, resident bytes per idle key (key text included)", "value": per_key.round(), "unit": "bytes"}),
+    );
 }
 
 fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
