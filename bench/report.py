@@ -5,7 +5,8 @@ bench/results.json and regenerates the README's benchmark table from it.
 Each benchmark appends JSON lines to $POLYLIMIT_BENCH_OUT (one object per
 printed line): {"suite", "what", "value", "unit", and optionally "baseline"
 (what the ratio is against), "baseline_value", "ratio", "target" (a minimum
-ratio), "peers" (name -> version)}. A line with a target says whether it is
+ratio), "peers" (name -> version), "detail" (the table's text for lines that
+carry several numbers, e.g. latency percentiles)}. A line with a target says whether it is
 met. Run by `make bench` after the benchmarks; `python3 bench/report.py`
 alone re-renders the table from bench/results.json.
 """
@@ -47,7 +48,9 @@ def fmt(value, unit):
 
 def row(line):
     result = fmt(line["value"], line["unit"])
-    if "ratio" in line:
+    if "detail" in line:
+        result = line["detail"]
+    elif "ratio" in line:
         base = line.get("baseline", "")
         if "baseline_value" in line:
             base += f" ({fmt(line['baseline_value'], line['unit'])})"

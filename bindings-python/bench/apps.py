@@ -1,5 +1,6 @@
-"""The two FastAPI apps of the HTTP benchmark; `BENCH_APP` picks one, `REDIS_URL` the store.
-Both limit one route per client IP with a fixed window high enough never to refuse."""
+"""The FastAPI apps of the HTTP benchmark; `BENCH_APP` picks one (`polylimit`, `slowapi`, or `none`:
+the same route unlimited, the baseline), `REDIS_URL` the store. The limited ones limit one route per
+client IP with a fixed window high enough never to refuse."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ if os.environ["BENCH_APP"] == "polylimit":
 
     @app.get("/hello")
     @limiter.limit(key="ip")
+    async def hello():
+        return {"hello": "world"}
+
+elif os.environ["BENCH_APP"] == "none":
+
+    @app.get("/hello")
     async def hello():
         return {"hello": "world"}
 

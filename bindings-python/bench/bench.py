@@ -1,13 +1,18 @@
 """`make bench` for the Python binding: decisions/s of `await limiter.check()`
 with 64 concurrent tasks on a real Redis next to the `limits` library's async
-Redis moving-window limiter on the same server in the same run; `check_sync`
-in a tight loop; FastAPI + polylimit vs FastAPI + slowapi req/s under the same
-load (servers in their own processes, a raw keep-alive HTTP/1.1 load generator)."""
+Redis moving-window limiter on the same server in the same run; the latency of
+one decision at 1, 32 and 256 concurrent tasks, beside `limits`; `check_sync`
+in a tight loop; FastAPI + polylimit vs FastAPI + slowapi vs FastAPI alone,
+req/s under the same load (servers in their own processes, a raw keep-alive
+HTTP/1.1 load generator). Rounds alternate the contenders; medians are
+reported and each line is recorded for bench/report.py."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -21,7 +26,45 @@ import polylimit  # noqa: E402
 
 TASKS = 64
 SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+
+
+def version(package: str) -> str:
+    from importlib.metadata import version as installed
+
+    return installed(package)
+
+
+PEERS = {name: version(name) for name in ("limits", "slowapi", "fastapi")}
+
+
+def record(**line) -> None:
+    """Appends one result line to $POLYLIMIT_BENCH_OUT (read by bench/report.py)."""
+    path = os.environ.get("POLYLIMIT_BENCH_OUT")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"suite": "python", **line}, ensure_ascii=False) + "\n")
+
+
+async def latencies(check, tasks: int, per_task: int) -> list:
+    """Seconds each check took, `tasks` running at once."""
+    out: list = []
+
+    async def worker(i: int) -> None:
+        key = f"lat:{tasks}:{i}"
+        for _ in range(per_task):
+            t = time.perf_counter()
+            await check(key)
+            out.append(time.perf_counter() - t)
+
+    await asyncio.gather(*(worker(i) for i in range(tasks)))
+    return out
+
+
+def percentiles(samples: list) -> tuple:
+    s = sorted(samples)
+    pick = lambda q: s[min(len(s) - 1, int(q * len(s)))] * 1000  # noqa: E731
+    return pick(0.5), pick(0.99), pick(0.999)
 
 
 async def run_tasks(check, tasks: int = TASKS, seconds: float = SECONDS) -> float:
@@ -41,13 +84,12 @@ async def run_tasks(check, tasks: int = TASKS, seconds: float = SECONDS) -> floa
     return sum(counts) / (time.perf_counter() - start)
 
 
-async def bench_polylimit(url: str) -> float:
+def polylimit_check(url: str):
     limiter = polylimit.Limiter(policy={"algorithm": "sliding_window_log", "rate": "100000000/min"}, store=url)
-    await run_tasks(limiter.check, seconds=0.5)  # warm-up: connection, script load
-    return await run_tasks(limiter.check)
+    return limiter.check
 
 
-async def bench_limits(url: str) -> float:
+def limits_check(url: str):
     from limits import parse
     from limits.aio.storage import RedisStorage
     from limits.aio.strategies import MovingWindowRateLimiter
@@ -59,8 +101,19 @@ async def bench_limits(url: str) -> float:
     async def check(key: str) -> bool:
         return await limiter.hit(item, key)
 
-    await run_tasks(check, seconds=0.5)
+    return check
+
+
+async def throughput(make_check, url: str) -> float:
+    check = make_check(url)
+    await run_tasks(check, seconds=0.5)  # warm-up: connection, script load
     return await run_tasks(check)
+
+
+async def latency(make_check, url: str, tasks: int) -> tuple:
+    check = make_check(url)
+    await latencies(check, min(tasks, 8), 20)  # warm-up
+    return percentiles(await latencies(check, tasks, max(20, 4000 // tasks)))
 
 
 def bench_sync(store: str, seconds: float = 2.0) -> float:
@@ -141,28 +194,57 @@ def bench_http(app: str, url: str) -> float:
 
 def main() -> None:
     redis = RedisServer()
+    median = statistics.median
     try:
         url = redis.url
-        print(f"polylimit Python benchmark ({os.cpu_count()} cores, {TASKS} concurrent tasks, best of {ROUNDS} x {SECONDS:g} s)")
-        # Alternate the peers and keep each one's best round: the machine may be shared.
-        ours = theirs = 0.0
+        peers = ", ".join(f"{k} {v}" for k, v in PEERS.items())
+        print(f"polylimit Python benchmark ({os.cpu_count()} cores, {TASKS} concurrent tasks, "
+              f"median of {ROUNDS} alternating x {SECONDS:g} s; {peers})")
+        ours, theirs = [], []
         for _ in range(ROUNDS):
             redis.command("FLUSHALL")  # every run starts from empty logs
-            ours = max(ours, asyncio.run(bench_polylimit(url)))
+            ours.append(asyncio.run(throughput(polylimit_check, url)))
             redis.command("FLUSHALL")
-            theirs = max(theirs, asyncio.run(bench_limits(url)))
+            theirs.append(asyncio.run(throughput(limits_check, url)))
+        ours, theirs = median(ours), median(theirs)
         print(f"  await limiter.check()  redis, sliding_window_log : {ours:>10,.0f} decisions/s")
-        print(f"  limits MovingWindow    redis (async, coredis)     : {theirs:>10,.0f} decisions/s")
+        print(f"  limits MovingWindow    redis (async)              : {theirs:>10,.0f} decisions/s")
         print(f"  ratio polylimit / limits                          : {ours / theirs:>10.2f}x  (target >= 4x)")
-        print(f"  check_sync loop        redis                      : {bench_sync(url):>10,.0f} decisions/s")
-        print(f"  check_sync loop        memory                     : {bench_sync('memory'):>10,.0f} decisions/s")
-        ours_http = slow_http = 0.0
+        record(what=f"await check(), {TASKS} tasks, Redis, sliding log", value=ours, unit="decisions/s",
+               baseline="limits MovingWindow (async Redis)", baseline_value=theirs, ratio=ours / theirs,
+               target=4, peers={"limits": PEERS["limits"]})
+        for tasks in (1, 32, 256):
+            redis.command("FLUSHALL")
+            p = asyncio.run(latency(polylimit_check, url, tasks))
+            redis.command("FLUSHALL")
+            q = asyncio.run(latency(limits_check, url, tasks))
+            print(f"  latency, {tasks:>3} tasks: polylimit p50/p99/p99.9 {p[0]:.2f}/{p[1]:.2f}/{p[2]:.2f} ms"
+                  f"   limits {q[0]:.2f}/{q[1]:.2f}/{q[2]:.2f} ms")
+            record(what=f"latency of one check on Redis, {tasks} concurrent: p50/p99/p99.9", value=p[1], unit="ms",
+                   baseline="limits p99", baseline_value=q[1], p50=p[0], p99=p[1], p999=p[2],
+                   peer_p50=q[0], peer_p99=q[1], peer_p999=q[2],
+                   detail=f"{p[0]:.2f} / {p[1]:.2f} / {p[2]:.2f} ms; limits {q[0]:.2f} / {q[1]:.2f} / {q[2]:.2f} ms")
+        sync_redis, sync_memory = bench_sync(url), bench_sync("memory")
+        print(f"  check_sync loop        redis                      : {sync_redis:>10,.0f} decisions/s")
+        print(f"  check_sync loop        memory                     : {sync_memory:>10,.0f} decisions/s")
+        record(what="check_sync loop, Redis", value=sync_redis, unit="decisions/s")
+        record(what="check_sync loop, memory", value=sync_memory, unit="decisions/s")
+        runs = {"polylimit": [], "slowapi": [], "none": []}
         for _ in range(ROUNDS):
-            ours_http = max(ours_http, bench_http("polylimit", url))
-            slow_http = max(slow_http, bench_http("slowapi", url))
-        print(f"  FastAPI + polylimit    redis                      : {ours_http:>10,.0f} req/s")
-        print(f"  FastAPI + slowapi      redis                      : {slow_http:>10,.0f} req/s")
-        print(f"  ratio polylimit / slowapi                         : {ours_http / slow_http:>10.2f}x  (target > 1x)")
+            for app in runs:
+                runs[app].append(bench_http(app, url))
+        ours_http, slow_http, bare = (median(runs[a]) for a in ("polylimit", "slowapi", "none"))
+        print(f"  FastAPI + polylimit    redis                      : {ours_http:>10,.0f} req/s ({ours_http / bare:.2f} of unlimited)")
+        print(f"  FastAPI + slowapi      redis                      : {slow_http:>10,.0f} req/s ({slow_http / bare:.2f} of unlimited)")
+        print(f"  FastAPI, no limiter                               : {bare:>10,.0f} req/s")
+        print(f"  ratio polylimit / slowapi                         : {ours_http / slow_http:>10.2f}x  (target >= 1.5x)")
+        record(what="FastAPI + polylimit, Redis", value=ours_http, unit="req/s", baseline="FastAPI + slowapi",
+               baseline_value=slow_http, ratio=ours_http / slow_http, target=1.5,
+               peers={"slowapi": PEERS["slowapi"], "fastapi": PEERS["fastapi"]})
+        record(what="FastAPI + polylimit, Redis, vs no limiter", value=ours_http, unit="req/s",
+               baseline="FastAPI alone", baseline_value=bare, ratio=ours_http / bare)
+        record(what="FastAPI + slowapi, Redis, vs no limiter", value=slow_http, unit="req/s",
+               baseline="FastAPI alone", baseline_value=bare, ratio=slow_http / bare)
     finally:
         redis.kill()
 
