@@ -314,7 +314,10 @@ fn print_memory() {
 }
 
 fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
-    print_memory();
+    // POLYLIMIT_BENCH=redis runs only the Redis throughput lines.
+    if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("redis") {
+        print_memory();
+    }
 
     let mut config = LimiterConfig::new(policy()).with_store(redis.url());
     config.timeout = Duration::from_secs(5);
