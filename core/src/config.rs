@@ -11,7 +11,7 @@ use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
 use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
-use crate::http::rules::{key_dimensions, HttpRules, HTTP_FIELDS};
+use crate::http::rules::{key_dimensions, strings, HttpRules, HTTP_FIELDS};
 use crate::http::Limiter;
 use crate::limiter::LimiterConfig;
 use crate::options::{canonical, field_as_written, Naming};
@@ -306,17 +306,7 @@ impl Resolved {
             }
             let key = match key {
                 None => vec!["ip".to_string()],
-                Some(Value::String(s)) => vec![s],
-                Some(Value::Array(items)) => items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        v.as_str()
-                            .map(str::to_string)
-                            .ok_or_else(|| Error::config(format!("key[{i}]"), v, "is not a string"))
-                    })
-                    .collect::<Result<_>>()?,
-                Some(other) => return Err(Error::config("key", other, "is not a key dimension or a list of them")),
+                Some(v) => strings(&v, "key")?,
             };
             key_dimensions(&key, "key")?;
             // Named after its policies: the `route` label of the limiter's metrics.

@@ -131,7 +131,7 @@ pub(crate) const HTTP_FIELDS: [&str; 8] = [
     "rules",
 ];
 
-fn strings(value: &Value, field: &str) -> Result<Vec<String>> {
+pub(crate) fn strings(value: &Value, field: &str) -> Result<Vec<String>> {
     match value {
         Value::String(s) => Ok(vec![s.clone()]),
         Value::Array(items) => items
