@@ -2,16 +2,21 @@
 //! requests take.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyDelta, PyDeltaAccess, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
 
 use crate::errors::config_error;
 
-/// Converts dicts, lists, tuples, str, int, float, bool and None; any other
-/// object with a `to_dict()` method (the typed `Policy`) is converted through it.
+/// Converts dicts, lists, tuples, str, int, float, bool and None; a
+/// `datetime.timedelta` becomes the duration text `"<n>ms"`, an `os.PathLike`
+/// its path; any other object
+/// with a `to_dict()` method (the typed `Policy`) is converted through it.
 pub(crate) fn to_value(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Value> {
     if obj.is_none() {
         return Ok(Value::Null);
+    }
+    if let Ok(delta) = obj.cast::<PyDelta>() {
+        return timedelta_ms(delta, field);
     }
     if let Ok(b) = obj.cast::<PyBool>() {
         return Ok(Value::Bool(b.is_true()));
@@ -60,6 +65,10 @@ pub(crate) fn to_value(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Value> {
         }
         return Ok(Value::Array(items));
     }
+    if obj.hasattr("__fspath__")? {
+        // A path (`pathlib.Path`, any `os.PathLike`): its text, as `rules_file` takes.
+        return to_value(&obj.call_method0("__fspath__")?, field);
+    }
     if obj.hasattr("to_dict")? {
         return to_value(&obj.call_method0("to_dict")?, field);
     }
@@ -68,6 +77,21 @@ pub(crate) fn to_value(obj: &Bound<'_, PyAny>, field: &str) -> PyResult<Value> {
         &obj.repr()?.to_string(),
         "is not a dict, list, str, number, bool or None",
     ))
+}
+
+/// A timedelta as `"<n>ms"`, in whole milliseconds (finer is a `ConfigError`).
+fn timedelta_ms(delta: &Bound<'_, PyDelta>, field: &str) -> PyResult<Value> {
+    let micros = i128::from(delta.get_days()) * 86_400_000_000
+        + i128::from(delta.get_seconds()) * 1_000_000
+        + i128::from(delta.get_microseconds());
+    if micros % 1000 != 0 {
+        return Err(config_error(
+            field,
+            &delta.repr()?.to_string(),
+            "is finer than a millisecond",
+        ));
+    }
+    Ok(Value::String(format!("{}ms", micros / 1000)))
 }
 
 /// JSON → plain Python objects (dict, list, str, int, float, bool, None).

@@ -24,6 +24,7 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<limiter::PyRouteRule>()?;
     m.add_class::<breaker::PyCircuitBreaker>()?;
     m.add_class::<breaker::PyPermit>()?;
+    m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())
 }

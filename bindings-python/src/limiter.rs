@@ -2,16 +2,14 @@
 //! call (as an awaitable on the shared tokio runtime, or blocking with the GIL
 //! released), and maps the error.
 
-use std::path::PathBuf;
-
-use polylimit::{CheckOptions, Limiter, RequestInfo, RouteRule};
+use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::convert::to_value;
+use crate::convert::{to_py, to_value};
 use crate::decision::{PyDecision, PyOutcome};
-use crate::errors::{config_error, IntoPyResult};
+use crate::errors::IntoPyResult;
 use crate::{future, runtime};
 
 /// A rate limiter (memory or Redis store). Cheap to share between tasks and threads.
@@ -38,6 +36,46 @@ fn check_options(cost: Option<&Bound<'_, PyAny>>, now_ms: Option<&Bound<'_, PyAn
     CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
 }
 
+/// Every argument of `Limiter(...)` / `effective_config(...)` as one options
+/// object, under the names the user wrote (`Naming::Snake`).
+pub(crate) fn options_value(
+    policy: Option<&Bound<'_, PyAny>>,
+    store: Option<&Bound<'_, PyAny>>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Value> {
+    let mut map = match options {
+        Some(o) => match to_value(o.as_any(), "")? {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        },
+        None => Map::new(),
+    };
+    // `policy` and `store` are the two positional options; left out (None), not given.
+    for (name, arg) in [("policy", policy), ("store", store)] {
+        if let Some(arg) = arg.filter(|a| !a.is_none()) {
+            map.insert(name.to_string(), to_value(arg, name)?);
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+/// `polylimit.effective_config(**options)`: the configuration `Limiter(...)`
+/// would be built from, in canonical form, as a plain dict.
+#[pyfunction]
+#[pyo3(signature = (policy=None, store=None, **options))]
+pub(crate) fn effective_config<'py>(
+    py: Python<'py>,
+    policy: Option<&Bound<'py, PyAny>>,
+    store: Option<&Bound<'py, PyAny>>,
+    options: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let value = options_value(policy, store, options)?;
+    let config = py
+        .detach(|| polylimit::effective_config(Naming::Snake, &value))
+        .into_py_result()?;
+    to_py(py, &config)
+}
+
 fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
     RequestInfo::from_value(&to_value(request, "request")?).into_py_result()
 }
@@ -45,60 +83,18 @@ fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
 #[pymethods]
 impl PyLimiter {
     /// `Limiter(policy, store="memory", **options)`, or `Limiter(rules=...)` /
-    /// `Limiter(rules_file=...)` for a rules file (YAML/JSON text or a dict).
+    /// `Limiter(rules_file=...)` for a rules document: every argument goes
+    /// into one options object that the core reads (`Limiter::build`).
     #[new]
-    #[pyo3(signature = (policy=None, store=None, *, rules=None, rules_file=None, **options))]
+    #[pyo3(signature = (policy=None, store=None, **options))]
     fn new(
         py: Python<'_>,
         policy: Option<&Bound<'_, PyAny>>,
-        store: Option<String>,
-        rules: Option<&Bound<'_, PyAny>>,
-        rules_file: Option<PathBuf>,
+        store: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let mut value = match options {
-            Some(o) => to_value(o.as_any(), "")?,
-            None => Value::Object(Default::default()),
-        };
-        if let Some(p) = policy {
-            value["policy"] = to_value(p, "policy")?;
-        }
-        if let Some(s) = store {
-            value["store"] = Value::String(s);
-        }
-        // A rules document, its `${NAME}` expanded by the core, one value at a time.
-        let document = match (rules, rules_file) {
-            (Some(_), Some(_)) => return Err(config_error("rules", "", "and rules_file are exclusive")),
-            (Some(r), None) => Some(match r.extract::<String>() {
-                Ok(text) => polylimit::parse_rules(&text),
-                Err(_) => polylimit::expand_document(to_value(r, "rules")?),
-            }),
-            (None, Some(path)) => Some(polylimit::parse_rules(&std::fs::read_to_string(&path).map_err(
-                |e| {
-                    config_error(
-                        "rules file",
-                        &format!("{:?}", path.display().to_string()),
-                        &format!("cannot be read: {e}"),
-                    )
-                },
-            )?)),
-            (None, None) => None,
-        };
-        let Some(document) = document else {
-            let inner = py.detach(|| Limiter::from_value(&value)).into_py_result()?;
-            return Ok(PyLimiter { inner });
-        };
-        let mut parsed = document.into_py_result()?;
-        let Value::Object(extra) = value else {
-            unreachable!("options is a dict")
-        };
-        if !extra.is_empty() {
-            // Keyword options override the file's (store, prefix, …).
-            if let Value::Object(map) = &mut parsed {
-                map.extend(extra);
-            }
-        }
-        let inner = py.detach(|| Limiter::from_document(&parsed)).into_py_result()?;
+        let value = options_value(policy, store, options)?;
+        let inner = py.detach(|| Limiter::build(Naming::Snake, &value)).into_py_result()?;
         Ok(PyLimiter { inner })
     }
 

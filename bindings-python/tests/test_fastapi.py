@@ -224,6 +224,33 @@ def test_middleware_rules_file(store: str, tmp_path) -> None:
         server.stop()
 
 
+def test_middleware_takes_the_options_of_limiter(store: str) -> None:
+    # No limiter: the middleware builds one through the core from Limiter's own options.
+    app = FastAPI()
+    app.add_middleware(PolylimitMiddleware, policy={"rate": "10/min", "burst": 2}, key=["header:x-user"],
+                       store=store, prefix=unique_prefix("mwopt"), headers="ietf")
+
+    @app.get("/health")
+    async def health():
+        return {"ok": True}
+
+    server = Server(app)
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            first = client.get("/health", headers={"x-user": "a"})
+            assert [r.status_code for r in [first] + [client.get("/health", headers={"x-user": "a"}) for _ in range(2)]] == [200, 200, 429]
+            assert client.get("/health", headers={"x-user": "b"}).status_code == 200  # its own key
+            names = {k for k, _ in rate_headers(first)}
+            assert "ratelimit-policy" in names and "x-ratelimit-limit" not in names
+    finally:
+        server.stop()
+    with pytest.raises(TypeError):
+        PolylimitMiddleware(app, polylimit.Limiter(policy=SLOW), policy=SLOW)
+    with pytest.raises(polylimit.ConfigError) as err:
+        PolylimitMiddleware(app, policy=SLOW, trusted_proxies=["nowhere"])
+    assert err.value.field.startswith("trusted_proxies")
+
+
 def test_fail_closed_503_when_redis_is_down(tmp_path) -> None:
     redis = RedisServer()
     rules = dict(RULES, timeout="100ms")

@@ -209,7 +209,7 @@ def test_from_file(tmp_path, redis_server) -> None:
         assert limiter.check_sync("direct", now_ms=0).limit == 2
     with pytest.raises(polylimit.ConfigError) as err:
         polylimit.Limiter.from_file(tmp_path / "missing.yaml")
-    assert err.value.field == "rules file"
+    assert err.value.field == "rules_file"  # the option, as written
 
 
 def test_redis_down_falls_back_without_raising() -> None:
@@ -397,3 +397,54 @@ def test_route_rules_are_validated_once_and_decided_by_their_limiter() -> None:
     limiter.close()
     with pytest.raises(polylimit.ClosedError):
         limiter.check_route_sync(request, rule)
+
+
+# One options list, read by the core: every argument of Limiter(...) is an option of it.
+
+
+def test_policy_with_http_options_builds_one_rule_keyed_by_ip() -> None:
+    limiter = polylimit.Limiter(policy={"rate": "1/min", "burst": 2}, trusted_proxies=["10.0.0.0/8"], headers="ietf")
+    forwarded = [["x-forwarded-for", "198.51.100.1"]]
+    # The trusted proxy's forwarded client is the key: the third request from either proxy is refused.
+    statuses = [limiter.check_request_sync({"peer": peer, "headers": forwarded, "now_ms": 1_000}).status
+                for peer in ("10.0.0.1", "10.0.0.2", "10.0.0.3")]
+    assert statuses == [None, None, 429]
+    refused = limiter.check_request_sync({"peer": "10.0.0.1", "headers": forwarded, "now_ms": 1_000})
+    names = {name.lower() for name, _ in refused.headers}
+    assert "ratelimit-policy" in names and "x-ratelimit-limit" not in names  # headers="ietf"
+    keyed = polylimit.Limiter(policy={"rate": "1/min", "burst": 1}, key=["user"])
+    assert [keyed.check_request_sync({"peer": "203.0.113.7", "user": u, "now_ms": 1}).status for u in "aab"] == [None, 429, None]
+
+
+def test_effective_config_is_a_plain_dict_of_the_core_resolution() -> None:
+    config = polylimit.effective_config(policy={"rate": "5/s"}, headers="ietf", cooldown=2)
+    assert type(config) is dict
+    assert config["headers"] == "ietf"
+    assert config["cooldown"] == "2000ms"  # a number is seconds
+    assert config["rules"][0]["key"] == ["ip"]
+    again = polylimit.effective_config(rules=config)
+    assert again == config
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.effective_config(policy={"rate": "5/s"}, headers="loud")
+    assert err.value.field == "headers"
+
+
+def test_timedelta_durations_are_whole_milliseconds() -> None:
+    from datetime import timedelta
+
+    config = polylimit.effective_config(policy={"rate": "5/s"}, timeout=timedelta(milliseconds=250),
+                                        cooldown=timedelta(minutes=1, seconds=30))
+    assert (config["timeout"], config["cooldown"]) == ("250ms", "90000ms")
+    polylimit.Limiter(policy={"rate": "5/s"}, connect_timeout=timedelta(seconds=2)).close()
+    with pytest.raises(polylimit.ConfigError) as err:
+        polylimit.Limiter(policy={"rate": "5/s"}, timeout=timedelta(microseconds=1500))
+    assert (err.value.field, err.value.value) == ("timeout", "datetime.timedelta(microseconds=1500)")
+
+
+def test_rules_and_rules_file_are_options_of_the_core(tmp_path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("prefix: from-file\npolicies:\n  api: { rate: 1/s }\nrules:\n  - { policy: api }\n")
+    assert polylimit.effective_config(rules_file=str(path))["prefix"] == "from-file"
+    # An option beside the document overrides its field.
+    assert polylimit.effective_config(rules_file=str(path), prefix="mine")["prefix"] == "mine"
+    assert polylimit.Limiter(rules_file=path).policy_names == ["api"]

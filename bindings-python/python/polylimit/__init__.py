@@ -28,6 +28,7 @@ from ._polylimit import (
     StoreError,
     StoreUnavailableError,
     __version__,
+    effective_config,
 )
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "__version__",
+    "effective_config",
 ]
 
 # A forked child (gunicorn --preload, multiprocessing's fork) inherits the
@@ -74,8 +76,11 @@ class Policy:
 class Limiter(_NativeLimiter):
     """A rate limiter: ``Limiter(policy=..., store="memory", **options)``.
 
-    Options: ``policies``, ``prefix``, ``max_keys``, ``timeout``, ``connect_timeout``,
-    ``failure_threshold``, ``cooldown``, ``half_open_probes`` (SPEC §4-5). Bad values raise ``ConfigError``.
+    Every argument is one option of the core (the README's Options table): ``policy``/``policies``
+    with ``key`` (one rule, default ``["ip"]``), or ``rules``/``rules_file`` (a rules document whose
+    fields the other options override), and the store, breaker and HTTP options. Durations are text
+    (``"250ms"``), seconds, or a ``timedelta``. Bad values raise ``ConfigError``;
+    ``polylimit.effective_config(...)`` shows what the same arguments resolve to.
     """
 
     @classmethod

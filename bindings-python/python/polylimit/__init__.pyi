@@ -1,5 +1,6 @@
 """Type stubs for ``polylimit``."""
 
+from datetime import timedelta
 from os import PathLike
 from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypeVar, Union
 
@@ -16,6 +17,7 @@ from ._polylimit import (
     StoreError as StoreError,
     StoreUnavailableError as StoreUnavailableError,
     __version__ as __version__,
+    effective_config as effective_config,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -51,8 +53,13 @@ class Limiter(_NativeLimiter):
         policy: Union[Policy, Mapping[str, Any], None] = None,
         store: Optional[str] = None,
         *,
+        policies: Any = None,
+        key: Optional[Sequence[str]] = None,
         rules: Union[str, Mapping[str, Any], None] = None,
         rules_file: Union[str, "PathLike[str]", None] = None,
+        timeout: Union[str, float, timedelta, None] = None,
+        connect_timeout: Union[str, float, timedelta, None] = None,
+        cooldown: Union[str, float, timedelta, None] = None,
         **options: Any,
     ) -> "Limiter": ...
     @classmethod

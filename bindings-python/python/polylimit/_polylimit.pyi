@@ -1,7 +1,8 @@
 """Type stubs for the native module ``polylimit._polylimit``."""
 
 from os import PathLike
-from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Tuple, Union, final
+from datetime import timedelta
+from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 __version__: str
 
@@ -66,8 +67,13 @@ class Limiter:
         policy: Any = None,
         store: Optional[str] = None,
         *,
+        policies: Any = None,
+        key: Optional[Sequence[str]] = None,
         rules: Union[str, Mapping[str, Any], None] = None,
         rules_file: Union[str, "PathLike[str]", None] = None,
+        timeout: Union[str, float, timedelta, None] = None,
+        connect_timeout: Union[str, float, timedelta, None] = None,
+        cooldown: Union[str, float, timedelta, None] = None,
         **options: Any,
     ) -> "Limiter": ...
     def check(self, key: str, cost: int = 1, now_ms: Optional[int] = None) -> Awaitable[Decision]: ...
@@ -102,4 +108,17 @@ class CircuitBreaker:
     @property
     def retry_in(self) -> float: ...
 
+def effective_config(
+    policy: Any = None,
+    store: Optional[str] = None,
+    *,
+    policies: Any = None,
+    key: Optional[Sequence[str]] = None,
+    rules: Union[str, Mapping[str, Any], None] = None,
+    rules_file: Union[str, "PathLike[str]", None] = None,
+    timeout: Union[str, float, timedelta, None] = None,
+    connect_timeout: Union[str, float, timedelta, None] = None,
+    cooldown: Union[str, float, timedelta, None] = None,
+    **options: Any,
+) -> Dict[str, Any]: ...
 def _after_fork_in_child() -> None: ...

@@ -13,8 +13,9 @@ the outcome's status, headers and body; it computes no key, IP or header.
   the response and raises ``RateLimitExceeded`` (a Starlette ``HTTPException``)
   when refused. Call ``install(app)`` once to render it with the exact body
   (otherwise FastAPI's default handler wraps it in ``{"detail": ...}``).
-* ``app.add_middleware(PolylimitMiddleware, limiter=Limiter.from_file(path))``:
-  a pure ASGI middleware that applies a rules file to every HTTP request.
+* ``app.add_middleware(PolylimitMiddleware, limiter=Limiter.from_file(path))`` (or the
+  options of ``Limiter(...)``): a pure ASGI middleware that applies the limiter's rules to
+  every HTTP request.
 
 ``key`` is a dimension of the core (``ip``, ``user``, ``api_key``, ``method``,
 ``route``, ``header:<name>``), a list of them, or a callable
@@ -248,10 +249,13 @@ def _route_template(scope: Scope) -> Optional[str]:
 
 
 class PolylimitMiddleware:
-    """ASGI middleware applying a rules file to every HTTP request.
+    """ASGI middleware applying a limiter's rules to every HTTP request.
 
-    ``PolylimitMiddleware(app, limiter=Limiter.from_file("polylimit.yaml"))`` or ``rules_file=...``.
-    ``user`` / ``api_key`` / ``key``: optional ``(request) -> str | None`` hooks for those dimensions.
+    ``PolylimitMiddleware(app, limiter=Limiter.from_file("polylimit.yaml"))``, or the options of
+    ``Limiter(...)`` themselves (``rules_file=...``, ``policy=..., key=[...]``, ``trusted_proxies=...``),
+    which build the limiter through the core. ``user`` / ``api_key`` / ``key``: optional
+    ``(request) -> str | None`` hooks for those dimensions (a ``key`` that is not callable is the
+    ``key`` option: the dimensions of the rule built from ``policy``).
     """
 
     def __init__(
@@ -259,20 +263,23 @@ class PolylimitMiddleware:
         app: ASGIApp,
         limiter: Optional[_NativeLimiter] = None,
         *,
-        rules_file: Optional[str] = None,
         user: Hook = None,
         api_key: Hook = None,
-        key: Hook = None,
+        key: Any = None,
+        **options: Any,
     ) -> None:
-        if (limiter is None) == (rules_file is None):
-            raise TypeError("PolylimitMiddleware needs exactly one of limiter= or rules_file=")
+        hook: Hook = key if callable(key) else None
+        if key is not None and hook is None:
+            options["key"] = key
         if limiter is None:
             from . import Limiter
 
-            limiter = Limiter.from_file(rules_file)
+            limiter = Limiter(**options)
+        elif options:
+            raise TypeError(f"PolylimitMiddleware takes limiter= or limiter options, not both ({', '.join(options)})")
         self.app = app
         self.limiter = limiter
-        self.hooks = {"user": user, "api_key": api_key, "key": key}
+        self.hooks = {"user": user, "api_key": api_key, "key": hook}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
