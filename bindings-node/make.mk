@@ -25,7 +25,7 @@ node-test: node-build redis-server
 	cd $(NODE_DIR) && node --test --test-concurrency=1 test/*.test.js
 
 node-bench: node-build redis-server
-	cd $(NODE_DIR) && node bench/check.js && node bench/express.js
+	cd $(NODE_DIR) && node bench/check.js && node bench/http.js
 
 BINDING_DEPS += node-deps
 BINDING_TESTS += node-test

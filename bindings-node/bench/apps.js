@@ -1,0 +1,64 @@
+'use strict';
+// One app of bench/http.js: `node apps.js <express|fastify> <polylimit|peer|none> <redis url>`.
+// polylimit and the framework's usual Redis-backed limiter allow everything (a
+// limit never reached), so every request pays for one decision; `none` is the
+// same app unlimited. Prints the port once listening.
+const [framework, which, redisUrl] = process.argv.slice(2);
+const LIMIT = 1000000000;
+
+function peerRedis() {
+  const Redis = require('ioredis');
+  return new Redis(redisUrl);
+}
+
+async function expressApp() {
+  const express = require('express');
+  const app = express();
+  if (which === 'polylimit') {
+    const { rateLimit } = require('../express');
+    app.use(rateLimit({ policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` }, store: redisUrl, prefix: 'bench-express' }));
+  } else if (which === 'peer') {
+    const { rateLimit } = require('express-rate-limit');
+    const { RedisStore } = require('rate-limit-redis');
+    const client = peerRedis();
+    app.use(
+      rateLimit({
+        windowMs: 60000,
+        limit: LIMIT,
+        standardHeaders: 'draft-7',
+        legacyHeaders: true,
+        store: new RedisStore({ sendCommand: (command, ...args) => client.call(command, ...args), prefix: 'bench-erl:' }),
+      }),
+    );
+  }
+  app.get('/', (req, res) => res.send('ok'));
+  return new Promise((resolve) => {
+    const server = app.listen(0, '127.0.0.1', () => resolve(server.address().port));
+  });
+}
+
+async function fastifyApp() {
+  const app = require('fastify')();
+  if (which === 'polylimit') {
+    await app.register(require('../fastify'), {
+      policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` },
+      store: redisUrl,
+      prefix: 'bench-fastify',
+    });
+  } else if (which === 'peer') {
+    await app.register(require('@fastify/rate-limit'), { max: LIMIT, timeWindow: 60000, redis: peerRedis(), nameSpace: 'bench-frl:' });
+  }
+  app.get('/', async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return app.server.address().port;
+}
+
+(framework === 'fastify' ? fastifyApp() : expressApp()).then(
+  (port) => process.send({ port }),
+  (e) => {
+    console.error(e);
+    process.exit(1);
+  },
+);
+process.on('disconnect', () => process.exit(0));
+process.on('SIGINT', () => process.exit(0));
