@@ -159,6 +159,15 @@ test('a closed limiter rejects with ClosedError', async () => {
   await assert.rejects(limiter.check('k'), (e) => e instanceof ClosedError && e.code === 'POLYLIMIT_CLOSED');
 });
 
+test('a reset that fails on the runtime rejects with the typed error and a plain message', async () => {
+  const limiter = new Limiter({ policy: { rate: '1/s' } });
+  limiter.close();
+  await assert.rejects(
+    limiter.reset('k'),
+    (e) => e instanceof ClosedError && e.code === 'POLYLIMIT_CLOSED' && !e.message.includes('{'),
+  );
+});
+
 for (const store of ['memory', 'redis']) {
   test(`reset forgets a key (${store})`, async () => {
     const limiter = new Limiter({
