@@ -58,7 +58,7 @@ async function polylimitFastify(fastify, options) {
         hook = hookFor(merged.limiter, rule, merged, match);
       } else {
         // Its own key space, so it never shares state with the plugin-wide limiter.
-        if (config.prefix === undefined) merged.prefix = `${prefixOf(merged)}:route:${route.url}`;
+        if (config.prefix === undefined && !merged.limiter) merged.prefix = `${prefixOf(merged)}:route:${route.url}`;
         hook = hookFor(limiterFor(merged), null, merged, match);
       }
     } else if (global && baseHook) {
