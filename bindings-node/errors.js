@@ -56,21 +56,20 @@ const BY_CODE = {
   POLYLIMIT_INTERNAL: InternalError,
 };
 
-/** Turns an error thrown by the addon into the matching class (others pass through). */
+/**
+ * The error of the addon's properties `{ code, message, field?, value? }` (an error it threw,
+ * or a record of a failed check), as the class of its code.
+ */
+function fromRecord(record) {
+  if (record.code === 'POLYLIMIT_CONFIG') return new ConfigError(record.message, record.field, record.value);
+  return new (BY_CODE[record.code] || InternalError)(record.message);
+}
+
+/** Turns an error thrown by the addon (it carries `code`, `field`, `value`) into its class; others pass through. */
 function fromNative(e) {
-  if (!(e instanceof Error) || !e.message.startsWith('{"')) return e;
-  let record;
-  try {
-    record = JSON.parse(e.message);
-  } catch {
-    return e;
-  }
-  if (!record || typeof record.polylimit !== 'string') return e;
-  const err =
-    record.polylimit === 'POLYLIMIT_CONFIG'
-      ? new ConfigError(record.message, record.field, record.value)
-      : new (BY_CODE[record.polylimit] || InternalError)(record.message);
-  return err;
+  if (!(e instanceof Error) || e instanceof PolylimitError) return e;
+  if (typeof e.code !== 'string' || !e.code.startsWith('POLYLIMIT_')) return e;
+  return fromRecord(e);
 }
 
 module.exports = {
@@ -82,4 +81,5 @@ module.exports = {
   InternalError,
   CircuitOpenError,
   fromNative,
+  fromRecord,
 };

@@ -6,7 +6,7 @@
 // registered with `{ limiter }`, `{ key, policy }` checks through that limiter's
 // route rule (same store, state, metrics and `close()`).
 const fp = require('fastify-plugin');
-const { limiterFor, routeRuleFor, decide } = require('./options');
+const { limiterFor, routeRuleFor, decide, prefixOf } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -58,7 +58,7 @@ async function polylimitFastify(fastify, options) {
         hook = hookFor(merged.limiter, rule, merged, match);
       } else {
         // Its own key space, so it never shares state with the plugin-wide limiter.
-        if (config.prefix === undefined) merged.prefix = `${rest.prefix ?? 'polylimit'}:route:${route.url}`;
+        if (config.prefix === undefined && !merged.limiter) merged.prefix = `${prefixOf(merged)}:route:${route.url}`;
         hook = hookFor(limiterFor(merged), null, merged, match);
       }
     } else if (global && baseHook) {

@@ -18,9 +18,19 @@ export interface Policy {
 /** A duration: ms as a number, or text like `"100ms"`, `"30s"`, `"1m30s"`. */
 export type Duration = number | string;
 
+/**
+ * The core's one options list, in JavaScript's names (snake_case names are accepted too). Options
+ * beside `rules`/`rulesFile` override the document's.
+ */
 export interface LimiterOptions {
   policy?: Policy;
   policies?: Policy[] | Record<string, Policy>;
+  /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
+  key?: string | string[];
+  /** A rules document (SPEC §6): its YAML or JSON text, or the object. */
+  rules?: string | object;
+  /** A rules file path (YAML or JSON). */
+  rulesFile?: string;
   /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`. */
   store?: string;
   prefix?: string;
@@ -32,6 +42,23 @@ export interface LimiterOptions {
   failureThreshold?: number;
   cooldown?: Duration;
   halfOpenProbes?: number;
+  /** express-rate-limit style: a fixed window of `windowMs` with `limit` (or `max`) requests. */
+  windowMs?: Duration;
+  limit?: number;
+  max?: number;
+  headers?: 'legacy' | 'ietf' | 'both' | 'none';
+  standardHeaders?: boolean;
+  legacyHeaders?: boolean;
+  /** Proxies whose forwarding header names the client: CIDRs, and `unix` for a proxy on a Unix socket. */
+  trustedProxies?: string[];
+  /** The one header read from a trusted proxy (the other is ignored). Default `x-forwarded-for`. */
+  forwardedHeader?: 'x-forwarded-for' | 'forwarded';
+  ipv6Subnet?: number;
+  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
+  allowlist?: string[];
+  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
+  denylist?: string[];
+  shadow?: boolean;
 }
 
 export interface CheckOptions {
@@ -103,10 +130,10 @@ export interface Outcome {
 
 export class Limiter {
   constructor(options: LimiterOptions);
-  /** From a rules file (YAML or JSON). */
-  static fromFile(path: string): Limiter;
-  /** From the text (YAML or JSON) or the object of a rules file. */
-  static fromRules(rules: string | object): Limiter;
+  /** From a rules file (YAML or JSON): `new Limiter({ ...options, rulesFile: path })`. */
+  static fromFile(path: string, options?: LimiterOptions): Limiter;
+  /** From the text (YAML or JSON) or the object of a rules file: `new Limiter({ ...options, rules })`. */
+  static fromRules(rules: string | object, options?: LimiterOptions): Limiter;
   check(key: string, options?: CheckOptions): Promise<Decision>;
   checkRequest(request: RequestInfo): Promise<Outcome>;
   /**
@@ -157,8 +184,15 @@ export class ClosedError extends PolylimitError {}
 export class InternalError extends PolylimitError {}
 export class CircuitOpenError extends PolylimitError {}
 
+/**
+ * The configuration `new Limiter(options)` would be built from, in canonical form: every option under
+ * its rules-file (snake_case) name with its effective value, each policy with every field, and the
+ * rules. Throws the ConfigError the constructor would.
+ */
+export function effectiveConfig(options: LimiterOptions): Record<string, unknown>;
+
 /** Options shared by the Express middleware and the Fastify plugin. */
-export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOptions, 'policies' | 'policy'> {
+export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOptions, 'policy'> {
   /** The middleware's own policy; with `limiter`, the name of one of that limiter's policies. */
   policy?: Policy | string;
   /**
@@ -167,27 +201,6 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
    * sharing its store, state, metrics and `close()`.
    */
   limiter?: Limiter;
-  /** A rules file path, or the rules object. */
-  rules?: string | object;
-  /** Key dimensions: `ip`, `route`, `method`, `user`, `api_key`, `header:<name>`, `key`, `global`. Default `['ip']`. */
-  key?: string | string[];
-  /** express-rate-limit style: a fixed window of `windowMs` with `limit` (or `max`) requests. */
-  windowMs?: number;
-  limit?: number;
-  max?: number;
-  headers?: 'legacy' | 'ietf' | 'both' | 'none';
-  standardHeaders?: boolean;
-  legacyHeaders?: boolean;
-  /** Proxies whose forwarding header names the client: CIDRs, and `unix` for a proxy on a Unix socket. */
-  trustedProxies?: string[];
-  /** The one header read from a trusted proxy (the other is ignored). Default `x-forwarded-for`. */
-  forwardedHeader?: 'x-forwarded-for' | 'forwarded';
-  ipv6Subnet?: number;
-  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
-  allowlist?: string[];
-  /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
-  denylist?: string[];
-  shadow?: boolean;
   /** The caller's key (the `key` dimension). */
   keyGenerator?: (req: Req, res: Res) => string | Promise<string>;
   user?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;

@@ -4,32 +4,14 @@
 const native = require('./native');
 const errors = require('./errors');
 
-const { ConfigError, CircuitOpenError, fromNative } = errors;
+const { ConfigError, CircuitOpenError, fromNative, fromRecord } = errors;
 
-// camelCase spellings of the core's snake_case limiter options.
-const OPTION_NAMES = {
-  maxKeys: 'max_keys',
-  connectTimeout: 'connect_timeout',
-  failureThreshold: 'failure_threshold',
-  halfOpenProbes: 'half_open_probes',
-  trustedProxies: 'trusted_proxies',
-  forwardedHeader: 'forwarded_header',
-  ipv6Subnet: 'ipv6_subnet',
-};
-
-/** Options as the core reads them: snake_case names, durations in ms as strings. */
-function coreOptions(options) {
+/** The options object the addon reads (JavaScript's names; the core checks every field). */
+function optionsObject(options) {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     throw new ConfigError(`options: ${JSON.stringify(options)} is not an object`, 'options', String(options));
   }
-  const out = {};
-  for (const [name, value] of Object.entries(options)) {
-    if (value === undefined) continue;
-    const field = OPTION_NAMES[name] || name;
-    const duration = field === 'timeout' || field === 'connect_timeout' || field === 'cooldown';
-    out[field] = duration && typeof value === 'number' ? `${value}ms` : value;
-  }
-  return out;
+  return options;
 }
 
 function call(fn) {
@@ -40,8 +22,9 @@ function call(fn) {
   }
 }
 
-function rejectWith(e) {
-  throw fromNative(e);
+/** A promise of the addon that resolves with null or an error record (JSON): rejects with the error. */
+function settled(failure) {
+  if (failure !== null && failure !== undefined) throw fromRecord(JSON.parse(failure));
 }
 
 function noop() {}
@@ -101,7 +84,7 @@ function inFlight() {
       for (const [id, failed, value] of JSON.parse(text)) {
         const settle = pending.get(id);
         pending.delete(id);
-        if (failed) settle.reject(fromNative(new Error(value)));
+        if (failed) settle.reject(fromRecord(value));
         else settle.resolve(value);
       }
       idle();
@@ -121,27 +104,25 @@ const REQUEST_NAMES = {
 
 class Limiter {
   /**
-   * @param {object} options `{ policy | policies, store, prefix, maxKeys, timeout, connectTimeout, failureThreshold, cooldown, halfOpenProbes }`
+   * @param {object} options the core's options in JavaScript's names: `policy` | `policies` with `key`,
+   * or `rules` (YAML/JSON text or an object) | `rulesFile` (a path), and `store`, `prefix`, `maxKeys`,
+   * `timeout`, `connectTimeout`, `failureThreshold`, `cooldown`, `halfOpenProbes`, `trustedProxies`, … (README)
    */
   constructor(options) {
-    if (options instanceof native.NativeLimiter) {
-      this._native = options;
-    } else {
-      this._native = call(() => new native.NativeLimiter(coreOptions(options)));
-    }
+    const given = optionsObject(options);
+    this._native = call(() => new native.NativeLimiter(given));
     this._flight = inFlight();
     this._native.setCompletionHandlers(this._flight.onDecisions, this._flight.onText);
   }
 
-  /** A limiter from a rules file (YAML or JSON, SPEC §6). */
-  static fromFile(path) {
-    return new Limiter(call(() => native.NativeLimiter.fromFile(String(path))));
+  /** A limiter from a rules file (YAML or JSON, SPEC §6): `new Limiter({ ...options, rulesFile: path })`. */
+  static fromFile(path, options = {}) {
+    return new Limiter({ ...optionsObject(options), rulesFile: path });
   }
 
-  /** A limiter from the text (YAML or JSON) or object of a rules file. */
-  static fromRules(rules) {
-    const text = typeof rules === 'string' ? rules : JSON.stringify(coreOptions(rules));
-    return new Limiter(call(() => native.NativeLimiter.fromRules(text)));
+  /** A limiter from the text (YAML or JSON) or object of a rules file: `new Limiter({ ...options, rules })`. */
+  static fromRules(rules, options = {}) {
+    return new Limiter({ ...optionsObject(options), rules });
   }
 
   /** Decides one request for `key`: `{ allowed, limit, remaining, resetAfterMs, retryAfterMs, delayMs, source }`. */
@@ -215,7 +196,7 @@ class Limiter {
   /** Forgets every policy's state for `key`. */
   reset(key) {
     try {
-      return this._native.reset(String(key)).then(undefined, rejectWith);
+      return this._native.reset(String(key)).then(settled);
     } catch (e) {
       return Promise.reject(fromNative(e));
     }
@@ -286,12 +267,24 @@ class CircuitBreaker {
   }
 }
 
+/**
+ * The configuration `new Limiter(options)` would be built from, in canonical form (every option
+ * under its rules-file name with its effective value, each policy with every field, the rules).
+ * Bad options throw the ConfigError the constructor would.
+ */
+function effectiveConfig(options) {
+  const given = optionsObject(options);
+  return call(() => native.effectiveConfig(given));
+}
+
 module.exports = {
   Limiter,
   CircuitBreaker,
+  effectiveConfig,
   ...errors,
 };
 delete module.exports.fromNative;
+delete module.exports.fromRecord;
 Object.defineProperty(module.exports, 'rateLimit', {
   enumerable: true,
   get: () => require('./express').rateLimit,

@@ -14,6 +14,7 @@ export const {
   ClosedError,
   InternalError,
   CircuitOpenError,
+  effectiveConfig,
 } = polylimit;
 export const rateLimit = require('./express.js').rateLimit;
 export const polylimitFastify = require('./fastify.js');

@@ -1,75 +1,33 @@
 'use strict';
 // Middleware options → a Limiter built from rules. Only option translation
 // lives here: keys, headers, bodies and client IPs are decided by the core.
-const { Limiter, ConfigError } = require('./index');
+const { Limiter, effectiveConfig } = require('./index');
 
-// Rules-file fields the middleware options pass through (camelCase accepted).
-const PASS = {
-  store: 'store',
-  prefix: 'prefix',
-  maxKeys: 'max_keys',
-  max_keys: 'max_keys',
-  timeout: 'timeout',
-  connectTimeout: 'connect_timeout',
-  connect_timeout: 'connect_timeout',
-  failureThreshold: 'failure_threshold',
-  failure_threshold: 'failure_threshold',
-  cooldown: 'cooldown',
-  halfOpenProbes: 'half_open_probes',
-  half_open_probes: 'half_open_probes',
-  trustedProxies: 'trusted_proxies',
-  trusted_proxies: 'trusted_proxies',
-  forwardedHeader: 'forwarded_header',
-  forwarded_header: 'forwarded_header',
-  ipv6Subnet: 'ipv6_subnet',
-  ipv6_subnet: 'ipv6_subnet',
-  allowlist: 'allowlist',
-  denylist: 'denylist',
-  shadow: 'shadow',
-};
+// The middleware's own options: the rest go to the core as they are (its one options list).
+const MIDDLEWARE_ONLY = ['limiter', 'keyGenerator', 'user', 'apiKey', 'skip', 'handler', 'requestPropertyName'];
 
-/** express-rate-limit's `windowMs` + `limit` (or `max`) as a fixed-window policy. */
-function policyOf(options) {
-  if (options.policy) return options.policy;
-  const limit = options.limit ?? options.max;
-  if (limit === undefined && options.windowMs === undefined) {
-    throw new ConfigError('policy: is required (or windowMs and limit)', 'policy', '');
+/**
+ * The options of the limiter a middleware builds: its options minus the middleware's own and
+ * minus functions; with a `keyGenerator` and no `key`, the one rule is keyed by its result.
+ */
+function coreOptionsOf(options) {
+  const out = {};
+  for (const [name, value] of Object.entries(options)) {
+    if (value === undefined || typeof value === 'function' || MIDDLEWARE_ONLY.includes(name)) continue;
+    out[name] = value;
   }
-  return { algorithm: 'fixed_window', rate: `${limit ?? 5}/${options.windowMs ?? 60000}ms` };
-}
-
-/** The core's `headers` mode from `headers`, or express-rate-limit's standardHeaders/legacyHeaders. */
-function headersOf(options) {
-  if (options.headers !== undefined) return options.headers;
-  if (options.standardHeaders === undefined && options.legacyHeaders === undefined) return undefined;
-  const ietf = options.standardHeaders !== undefined ? Boolean(options.standardHeaders) : true;
-  const legacy = options.legacyHeaders !== undefined ? Boolean(options.legacyHeaders) : true;
-  return ietf && legacy ? 'both' : ietf ? 'ietf' : legacy ? 'legacy' : 'none';
+  if (options.keyGenerator && options.key === undefined) out.key = ['key'];
+  return out;
 }
 
 /**
- * A limiter for middleware options: `limiter` (a Limiter built from rules), `rules`
- * (a rules file path, or the rules object), or an inline `policy` with `key`
- * dimensions (default `['ip']`, `['key']` with a `keyGenerator`).
+ * A limiter for middleware options: `limiter` (a Limiter you built), or one built by the core
+ * from the other options (`policy` | `policies` with `key`, `rules` text or object, `rulesFile`,
+ * `windowMs` + `limit`, `store`, …).
  */
 function limiterFor(options) {
   if (options.limiter) return options.limiter;
-  if (typeof options.rules === 'string') return Limiter.fromFile(options.rules);
-  if (options.rules) return Limiter.fromRules(options.rules);
-  const policy = { ...policyOf(options) };
-  const name = policy.name || 'default';
-  delete policy.name;
-  const key = options.key ?? (options.keyGenerator ? ['key'] : ['ip']);
-  const rules = {
-    policies: { [name]: policy },
-    rules: [{ name, key: Array.isArray(key) ? key : [key], policy: name }],
-  };
-  for (const [from, to] of Object.entries(PASS)) {
-    if (options[from] !== undefined) rules[to] = options[from];
-  }
-  const headers = headersOf(options);
-  if (headers !== undefined) rules.headers = headers;
-  return Limiter.fromRules(rules);
+  return new Limiter(coreOptionsOf(options));
 }
 
 /**
@@ -128,4 +86,9 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { limiterFor, routeRuleFor, decide, pathOf };
+/** The key prefix the core gives a limiter built from these middleware options. */
+function prefixOf(options) {
+  return effectiveConfig(coreOptionsOf(options)).prefix;
+}
+
+module.exports = { limiterFor, routeRuleFor, decide, pathOf, prefixOf };

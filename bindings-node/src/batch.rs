@@ -16,7 +16,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Result, Status};
 
 use crate::decision::record;
-use crate::errors::to_napi;
+use crate::errors::record as error_record;
 
 type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
 
@@ -51,10 +51,10 @@ impl Completions {
     }
 
     /// Queues the result of check `id`; wakes the JS thread if the queue was empty.
-    pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, String>) {
+    pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
         let record = match result {
             Ok(d) => record(id, &d),
-            Err(message) => return self.text.complete(id, Err(&message)),
+            Err(error) => return self.text.complete(id, Err(&error)),
         };
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -71,7 +71,7 @@ impl Completions {
 type TextTsfn = ThreadsafeFunction<(), (), String, Status, false, true>;
 
 /// Finished `checkRequest` calls of one limiter, handed to JavaScript as one
-/// JSON text per wake-up: `[[id, 0, outcome], [id, 1, "error record"], …]`,
+/// JSON text per wake-up: `[[id, 0, outcome], [id, 1, {code, message, field?, value?}], …]`,
 /// each outcome already in the shape `index.js` resolves with ([`JsOutcome`]),
 /// so JavaScript only runs `JSON.parse`.
 #[derive(Clone)]
@@ -103,7 +103,7 @@ impl RequestCompletions {
     }
 
     /// Queues the outcome or error (JSON record) of request `id`.
-    pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &str>) {
+    pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &serde_json::Value>) {
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let was_empty = queue.is_empty();
@@ -157,8 +157,8 @@ pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::Unbounded
     tx
 }
 
-fn panic_error() -> String {
-    to_napi(polylimit::Error::Internal("panic in a check".into())).reason
+fn panic_error() -> serde_json::Value {
+    error_record(&polylimit::Error::Internal("panic in a check".into()))
 }
 
 async fn run(limiter: Limiter, completions: Completions, job: Job) {
@@ -166,7 +166,7 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
         Job::Check { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.check_with(&key, options)).catch_unwind().await {
                 Ok(Ok(d)) => Ok(d),
-                Ok(Err(e)) => Err(to_napi(e).reason),
+                Ok(Err(e)) => Err(error_record(&e)),
                 Err(_) => Err(panic_error()),
             };
             completions.complete(id, result);
@@ -188,8 +188,8 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
 fn complete_request(completions: &Completions, id: u32, result: std::thread::Result<polylimit::Result<Outcome>>) {
     let result = match result {
         Ok(Ok(outcome)) => Ok(outcome),
-        Ok(Err(e)) => Err(to_napi(e).reason),
+        Ok(Err(e)) => Err(error_record(&e)),
         Err(_) => Err(panic_error()),
     };
-    completions.text.complete(id, result.as_ref().map_err(String::as_str));
+    completions.text.complete(id, result.as_ref());
 }

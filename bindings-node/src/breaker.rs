@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use napi::bindgen_prelude::Either;
-use napi::Result;
+use napi::{Env, Result};
 use napi_derive::napi;
 use polylimit::breaker::Permit;
 use polylimit::{BreakerConfig, CircuitBreaker};
@@ -21,11 +21,11 @@ pub struct NativeCircuitBreaker {
     permits: Mutex<HashMap<u32, Permit>>,
 }
 
-fn count(field: &str, v: f64) -> Result<u32> {
+fn count(env: &Env, field: &str, v: f64) -> Result<u32> {
     if v.fract() == 0.0 && (1.0..=u32::MAX as f64).contains(&v) {
         Ok(v as u32)
     } else {
-        Err(config(field, v, "is not a positive integer"))
+        Err(config(env, field, v, "is not a positive integer"))
     }
 }
 
@@ -33,22 +33,22 @@ fn count(field: &str, v: f64) -> Result<u32> {
 impl NativeCircuitBreaker {
     /// `threshold` failures open it for `cooldown_ms`; `half_open_max` probes close it.
     #[napi(constructor)]
-    pub fn new(threshold: f64, cooldown: Either<f64, String>, half_open_max: f64) -> Result<Self> {
+    pub fn new(env: Env, threshold: f64, cooldown: Either<f64, String>, half_open_max: f64) -> Result<Self> {
         let cooldown_ms = match cooldown {
             Either::A(ms) => ms,
             Either::B(text) => match polylimit::duration::parse_duration_ms(&text) {
                 Some(ms) => ms as f64,
-                None => return Err(config("cooldown", format!("{text:?}"), "is not a duration")),
+                None => return Err(config(&env, "cooldown", format!("{text:?}"), "is not a duration")),
             },
         };
         if !(cooldown_ms.is_finite() && cooldown_ms > 0.0) {
-            return Err(config("cooldown", cooldown_ms, "is not a positive duration"));
+            return Err(config(&env, "cooldown", cooldown_ms, "is not a positive duration"));
         }
         Ok(NativeCircuitBreaker {
             inner: CircuitBreaker::new(BreakerConfig {
-                threshold: count("threshold", threshold)?,
+                threshold: count(&env, "threshold", threshold)?,
                 cooldown: Duration::from_micros((cooldown_ms * 1000.0) as u64),
-                half_open_max: count("halfOpenMax", half_open_max)?,
+                half_open_max: count(&env, "halfOpenMax", half_open_max)?,
             }),
             next: 0,
             permits: Mutex::default(),

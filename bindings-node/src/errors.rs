@@ -1,10 +1,13 @@
-//! One mapping from `polylimit::Error` to a JS error. The message carries a
-//! JSON record (`{"polylimit": code, field, value, message}`) that `index.js`
-//! turns into an `Error` subclass with a stable `code`.
+//! One mapping from `polylimit::Error` to a JS error: an `Error` whose
+//! `message` is the core's plain message, with `code` (stable per kind) and,
+//! for config errors, `field` and `value` as properties. `errors.js` gives it
+//! its class. Off the JS thread, errors travel as a [`record`] (a JSON object
+//! of the same properties) and JavaScript builds the error.
 
-use napi::{Error, Status};
+use napi::bindgen_prelude::JsObjectValue;
+use napi::{Env, Error, Status};
 use polylimit::ErrorKind;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The stable JS code of an error kind.
 pub fn code(kind: ErrorKind) -> &'static str {
@@ -17,28 +20,46 @@ pub fn code(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// Converts a core error to a napi error (see the module doc).
-pub fn to_napi(e: polylimit::Error) -> Error {
-    let (field, value) = match &e {
-        polylimit::Error::Config { field, value, .. } => (Some(field.clone()), Some(value.clone())),
-        _ => (None, None),
-    };
-    let record = json!({
-        "polylimit": code(e.kind()),
-        "field": field,
-        "value": value,
-        "message": e.to_string(),
-    });
-    Error::new(Status::GenericFailure, record.to_string())
+/// The properties of the JS error for `e`: `code`, `message`, and for a
+/// config error `field` and `value`.
+pub fn record(e: &polylimit::Error) -> Value {
+    let mut out = json!({ "code": code(e.kind()), "message": e.to_string() });
+    if let polylimit::Error::Config { field, value, .. } = e {
+        out["field"] = Value::String(field.clone());
+        out["value"] = Value::String(value.clone());
+    }
+    out
+}
+
+/// Throws the JS error of `e` on `env` and returns the napi error that tells
+/// napi an exception is already pending (so it throws nothing else).
+pub fn throw(env: &Env, e: polylimit::Error) -> Error {
+    let message = e.to_string();
+    let built = (|| -> napi::Result<()> {
+        let mut error = env.create_error(Error::new(Status::GenericFailure, message.clone()))?;
+        if let Value::Object(props) = record(&e) {
+            for (name, value) in props {
+                if let Value::String(text) = value {
+                    error.set_named_property(&name, env.create_string(&text)?)?;
+                }
+            }
+        }
+        env.throw(error)
+    })();
+    match built {
+        Ok(()) => Error::new(Status::PendingException, message),
+        // Could not build the object: a plain error with the message.
+        Err(_) => Error::new(Status::GenericFailure, message),
+    }
 }
 
 /// A config error raised by the binding itself (bad argument type).
-pub fn config(field: &str, value: impl std::fmt::Display, message: &str) -> Error {
-    to_napi(polylimit::Error::config(field, value, message))
+pub fn config(env: &Env, field: &str, value: impl std::fmt::Display, message: &str) -> Error {
+    throw(env, polylimit::Error::config(field, value, message))
 }
 
 /// Maps a panic to an internal error so it never crosses the FFI boundary.
-pub fn guard<T>(f: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
+pub fn guard<T>(env: &Env, f: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => {
@@ -47,7 +68,7 @@ pub fn guard<T>(f: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".into());
-            Err(to_napi(polylimit::Error::Internal(what)))
+            Err(throw(env, polylimit::Error::Internal(what)))
         }
     }
 }

@@ -9,7 +9,7 @@ mod errors;
 mod limiter;
 
 pub use breaker::NativeCircuitBreaker;
-pub use limiter::{NativeLimiter, NativeRouteRule};
+pub use limiter::{effective_config, NativeLimiter, NativeRouteRule};
 
 /// Requests are allocated on the JS thread and freed on the runtime's, and
 /// outcomes the other way round; glibc's malloc serializes such frees on an

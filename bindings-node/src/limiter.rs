@@ -9,12 +9,12 @@ use futures_util::FutureExt;
 use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
-use polylimit::{CheckOptions, Limiter, RequestInfo, RouteRule};
+use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::batch::{dispatcher, Completions, Job, RequestCompletions};
-use crate::errors::{config, guard, to_napi};
+use crate::errors::{config, guard, record, throw};
 use crate::integral;
 
 /// The native limiter class (use `Limiter` from `index.js`).
@@ -27,14 +27,16 @@ pub struct NativeLimiter {
 }
 
 /// Runs `fut` on napi's tokio runtime; a panic becomes an internal error.
-fn spawn<T, F>(env: &Env, fut: F) -> Result<PromiseRaw<'_, T>>
+/// Runs `fut` on napi's tokio runtime; the promise resolves with null, or
+/// with the error's [`record`] as JSON text (a panic is an internal error),
+/// which `index.js` turns into the rejection.
+fn spawn<F>(env: &Env, fut: F) -> Result<PromiseRaw<'_, Option<String>>>
 where
-    T: 'static + Send + napi::bindgen_prelude::ToNapiValue,
-    F: 'static + Send + Future<Output = Result<T>>,
+    F: 'static + Send + Future<Output = polylimit::Result<()>>,
 {
-    env.spawn_future(AssertUnwindSafe(fut).catch_unwind().map(|r| match r {
-        Ok(r) => r,
-        Err(_) => Err(to_napi(polylimit::Error::Internal("panic in a check".into()))),
+    env.spawn_future(AssertUnwindSafe(fut).catch_unwind().map(|r| {
+        let r = r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in a check".into())));
+        Ok(r.err().map(|e| record(&e).to_string()))
     }))
 }
 
@@ -63,33 +65,15 @@ pub struct NativeRouteRule {
 
 #[napi]
 impl NativeLimiter {
-    /// From the options object (`policy` | `policies`, `store`, `prefix`, …).
+    /// From the options object, in JavaScript's names (`policy` |
+    /// `policies`, `key`, `rules` (text or object), `rulesFile`, `store`, …):
+    /// the core's one options list ([`Limiter::build`]).
     #[napi(constructor)]
-    pub fn new(options: Value) -> Result<Self> {
-        guard(|| {
-            within_runtime_if_available(|| Limiter::from_value(&integral(options)))
+    pub fn new(env: Env, options: Value) -> Result<Self> {
+        guard(&env, || {
+            within_runtime_if_available(|| Limiter::build(Naming::Camel, &integral(options)))
                 .map(|inner| NativeLimiter { inner, jobs: None })
-                .map_err(to_napi)
-        })
-    }
-
-    /// From a rules file (YAML or JSON).
-    #[napi(factory)]
-    pub fn from_file(path: String) -> Result<Self> {
-        guard(|| {
-            within_runtime_if_available(|| Limiter::from_file(&path))
-                .map(|inner| NativeLimiter { inner, jobs: None })
-                .map_err(to_napi)
-        })
-    }
-
-    /// From the text of a rules file.
-    #[napi(factory)]
-    pub fn from_rules(text: String) -> Result<Self> {
-        guard(|| {
-            within_runtime_if_available(|| Limiter::from_rules(&text))
-                .map(|inner| NativeLimiter { inner, jobs: None })
-                .map_err(to_napi)
+                .map_err(|e| throw(&env, e))
         })
     }
 
@@ -116,6 +100,7 @@ impl NativeLimiter {
     #[napi(ts_args_type = "id: number, key: string, cost?: number, nowMs?: number")]
     pub fn check_batched(
         &self,
+        env: Env,
         id: u32,
         key: String,
         cost: Option<Unknown<'_>>,
@@ -125,21 +110,21 @@ impl NativeLimiter {
             CheckOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
                 // The option's JavaScript name.
                 polylimit::Error::Config { field, value, message } if field == "now_ms" => {
-                    config("nowMs", value, &message)
+                    config(&env, "nowMs", value, &message)
                 }
-                e => to_napi(e),
+                e => throw(&env, e),
             })?;
-        self.send(Job::Check { id, key, options })
+        self.send(&env, Job::Check { id, key, options })
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); the
     /// outcome arrives through the request completion handler.
     #[napi]
-    pub fn check_request_batched(&self, id: u32, request: String) -> Result<()> {
+    pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let value: Value =
-            serde_json::from_str(&request).map_err(|e| config("request", "", &format!("is not JSON: {e}")))?;
-        let request = RequestInfo::from_value(&value).map_err(to_napi)?;
-        self.send(Job::Request { id, request })
+            serde_json::from_str(&request).map_err(|e| config(&env, "request", "", &format!("is not JSON: {e}")))?;
+        let request = RequestInfo::from_value(&value).map_err(|e| throw(&env, e))?;
+        self.send(&env, Job::Request { id, request })
     }
 
     /// Starts deciding request `id` for a middleware, from typed arguments
@@ -153,6 +138,7 @@ impl NativeLimiter {
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
         &self,
+        env: Env,
         id: u32,
         rule: Option<&NativeRouteRule>,
         method: String,
@@ -185,42 +171,46 @@ impl NativeLimiter {
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
         };
-        self.send(match rule {
-            Some(rule) => Job::Route {
-                id,
-                request,
-                rule: rule.rule.clone(),
+        self.send(
+            &env,
+            match rule {
+                Some(rule) => Job::Route {
+                    id,
+                    request,
+                    rule: rule.rule.clone(),
+                },
+                None => Job::Request { id, request },
             },
-            None => Job::Request { id, request },
-        })
+        )
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
     /// through this limiter by `checkHttpBatched`. Bad input is a config
     /// error naming `key` or `policy`.
     #[napi]
-    pub fn route_rule(&self, key: Vec<String>, policy: Option<String>) -> Result<NativeRouteRule> {
+    pub fn route_rule(&self, env: Env, key: Vec<String>, policy: Option<String>) -> Result<NativeRouteRule> {
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
-        guard(|| {
+        guard(&env, || {
             self.inner
                 .route_rule(&key, policy.as_deref())
                 .map(|rule| NativeRouteRule { rule: Arc::new(rule) })
-                .map_err(to_napi)
+                .map_err(|e| throw(&env, e))
         })
     }
 
-    fn send(&self, job: Job) -> Result<()> {
+    fn send(&self, env: &Env, job: Job) -> Result<()> {
         self.jobs
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
-            .ok_or_else(|| to_napi(polylimit::Error::Closed))
+            .ok_or_else(|| throw(env, polylimit::Error::Closed))
     }
 
-    /// Forgets every policy's state for `key`.
-    #[napi(ts_return_type = "Promise<void>")]
-    pub fn reset<'e>(&self, env: &'e Env, key: String) -> Result<PromiseRaw<'e, ()>> {
+    /// Forgets every policy's state for `key`: resolves with null, or with
+    /// the error record (JSON) that `index.js` rejects with.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn reset<'e>(&self, env: &'e Env, key: String) -> Result<PromiseRaw<'e, Option<String>>> {
         let limiter = self.inner.clone();
-        spawn(env, async move { limiter.reset(&key).await.map_err(to_napi) })
+        spawn(env, async move { limiter.reset(&key).await })
     }
 
     /// Prometheus text of the limiter's metrics.
@@ -248,4 +238,14 @@ impl NativeLimiter {
     pub fn closed(&self) -> bool {
         self.inner.is_closed()
     }
+}
+
+/// The configuration a limiter would be built from (`effectiveConfig` in
+/// `index.js`): every option under its rules-file name with its effective
+/// value, each policy with every field, and the rules.
+#[napi]
+pub fn effective_config(env: Env, options: Value) -> Result<Value> {
+    guard(&env, || {
+        polylimit::effective_config(Naming::Camel, &integral(options)).map_err(|e| throw(&env, e))
+    })
 }

@@ -96,7 +96,7 @@ test('express: path rules follow Express routing: case-insensitive, trailing sla
 test('express: forwardedHeader is checked when the limiter is built', () => {
   assert.throws(
     () => rateLimit({ policy: { rate: '1/s' }, forwardedHeader: 'x-real-ip' }),
-    (e) => e.field === 'forwarded_header' && /"x-real-ip" is not one of x-forwarded-for, forwarded/.test(e.message),
+    (e) => e.field === 'forwardedHeader' && /"x-real-ip" is not one of x-forwarded-for, forwarded/.test(e.message),
   );
   assert.throws(
     () => rateLimit({ policy: { rate: '1/s' }, allowlist: ['svc-batch'] }),
@@ -222,7 +222,7 @@ test('express: a rules file with a route template and key dimensions', async () 
     ].join('\n'),
   );
   const app = express();
-  const mw = rateLimit({ rules: file });
+  const mw = rateLimit({ rulesFile: file });
   app.get('/api/items/:id', mw, (req, res) => res.send(`item ${req.params.id}`));
   const server = await new Promise((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));

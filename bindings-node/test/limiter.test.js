@@ -57,11 +57,52 @@ test('config errors are ConfigError with code, field and value', () => {
   assert.throws(() => new Limiter(null), (e) => e instanceof ConfigError && e.field === 'options');
   assert.throws(
     () => new Limiter({ policy: { rate: '1/s' }, connectTimeout: 0 }),
-    (e) => e.field === 'connect_timeout' && e.value === '"0ms"',
+    (e) => e.field === 'connectTimeout' && e.value === '"0ms"',
   );
   assert.ok(new Limiter({ policy: { rate: '1/s' }, connectTimeout: 250 }));
   assert.ok(new Limiter({ policy: { rate: '1/s' }, connectTimeout: '1s' }));
-  assert.throws(() => Limiter.fromFile('/nonexistent/polylimit.yaml'), (e) => e.code === 'POLYLIMIT_CONFIG' && e.field === 'rules file');
+  assert.throws(() => Limiter.fromFile('/nonexistent/polylimit.yaml'), (e) => e.code === 'POLYLIMIT_CONFIG' && e.field === 'rulesFile');
+});
+
+test('the addon throws Errors with code, field and value as properties and a plain message', () => {
+  const native = require('../native');
+  assert.throws(
+    () => new native.NativeLimiter({ policy: { rate: 'ten/s' } }),
+    (e) =>
+      e instanceof Error &&
+      e.code === 'POLYLIMIT_CONFIG' &&
+      e.field === 'policy.rate' &&
+      e.value === '"ten/s"' &&
+      !e.message.includes('{') &&
+      e.message.startsWith('policy.rate: "ten/s" is not'),
+  );
+  for (const bad of [{ policy: { rate: '1/s' }, maxKeys: -1 }, { rulesFile: '/nonexistent/x.yaml' }, { rules: 'a: [' }]) {
+    assert.throws(
+      () => polylimit.effectiveConfig(bad),
+      (e) => e instanceof ConfigError && e.code === 'POLYLIMIT_CONFIG' && typeof e.field === 'string' && typeof e.value === 'string' && !e.message.includes('{'),
+    );
+  }
+});
+
+test('one options list: rules text or object, rulesFile, and options that override the document', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'polylimit-'));
+  const file = path.join(dir, 'rules.yaml');
+  const text = 'prefix: doc\npolicies:\n  api: { rate: 2/s }\nrules:\n  - { key: [global], policy: api }\n';
+  fs.writeFileSync(file, text);
+  try {
+    assert.equal(polylimit.effectiveConfig({ rulesFile: file }).prefix, 'doc');
+    assert.equal(polylimit.effectiveConfig({ rules: text, prefix: 'mine' }).prefix, 'mine');
+    const object = { policies: { api: { rate: '2/s' } }, rules: [{ key: ['global'], policy: 'api' }] };
+    assert.equal(polylimit.effectiveConfig({ rules: object, maxKeys: 7 }).max_keys, 7);
+    for (const limiter of [Limiter.fromFile(file, { prefix: 'x' }), Limiter.fromRules(object), new Limiter({ rules: text })]) {
+      const req = { path: '/', peer: '192.0.2.1', nowMs: 1700000000000 };
+      await limiter.checkRequest(req);
+      await limiter.checkRequest(req);
+      assert.equal((await limiter.checkRequest(req)).status, 429);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
 });
 
 test('bad check arguments reject with ConfigError', async () => {
@@ -116,6 +157,15 @@ test('a closed limiter rejects with ClosedError', async () => {
   limiter.close();
   assert.equal(limiter.closed, true);
   await assert.rejects(limiter.check('k'), (e) => e instanceof ClosedError && e.code === 'POLYLIMIT_CLOSED');
+});
+
+test('a reset that fails on the runtime rejects with the typed error and a plain message', async () => {
+  const limiter = new Limiter({ policy: { rate: '1/s' } });
+  limiter.close();
+  await assert.rejects(
+    limiter.reset('k'),
+    (e) => e instanceof ClosedError && e.code === 'POLYLIMIT_CLOSED' && !e.message.includes('{'),
+  );
 });
 
 for (const store of ['memory', 'redis']) {
@@ -188,7 +238,6 @@ test('fromFile and fromRules build a rules limiter for checkRequest', async () =
   } finally {
     fs.rmSync(dir, { recursive: true });
   }
-  await assert.rejects(new Limiter({ policy: { rate: '1/s' } }).checkRequest({}), (e) => e.field === 'rules');
 });
 
 test('CircuitBreaker opens, falls back and closes after probes', async () => {

@@ -6,7 +6,7 @@ const { rateLimit } = require('polylimit/express');
 const rules = process.env.POLYLIMIT_RULES || path.join(__dirname, '..', 'polylimit.yaml');
 
 const app = express();
-const limit = rateLimit({ rules, user: (req) => req.get('x-user') }); // user: stands in for your auth
+const limit = rateLimit({ rulesFile: rules, user: (req) => req.get('x-user') }); // user: stands in for your auth
 app.use(limit);
 app.get('/api/:name', (req, res) => res.json({ hello: req.params.name }));
 app.post('/api/payments/:id', (req, res) => res.json({ paid: req.params.id }));

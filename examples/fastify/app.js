@@ -7,7 +7,7 @@ const rules = process.env.POLYLIMIT_RULES || path.join(__dirname, '..', 'polylim
 
 async function main() {
   const app = Fastify();
-  await app.register(polylimit, { rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
+  await app.register(polylimit, { rulesFile: rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
   app.get('/api/:name', async (request) => ({ hello: request.params.name }));
   app.post('/api/payments/:id', async (request) => ({ paid: request.params.id }));
   app.get('/metrics', async (request, reply) => reply.type('text/plain').send(app.polylimit.metricsText()));

@@ -11,6 +11,7 @@ import {
   CircuitOpenError,
   rateLimit,
   polylimitFastify,
+  effectiveConfig,
   Decision,
   Outcome,
   Policy,
@@ -22,7 +23,10 @@ async function main(): Promise<void> {
   const limiter = new Limiter({ policy, store: 'memory', maxKeys: 1000, timeout: '100ms' });
   const d: Decision = await limiter.check('user:1', { cost: 1, nowMs: 0 });
   const retry: number | null = d.retryAfterMs;
-  const rules = Limiter.fromFile('polylimit.yaml');
+  const rules = Limiter.fromFile('polylimit.yaml', { store: 'memory' });
+  const inline = new Limiter({ rules: 'policies: {}', prefix: 'p' });
+  const fromText = Limiter.fromRules({ policies: { api: { rate: '1/s' } } }, { shadow: true });
+  const cfg: Record<string, unknown> = effectiveConfig({ rulesFile: 'polylimit.yaml', windowMs: 60000, limit: 5 });
   const o: Outcome = await rules.checkRequest({ path: '/api', peer: '127.0.0.1', apiKey: 'k' });
   const status: number | null = o.status;
   await limiter.reset('user:1');
@@ -38,6 +42,6 @@ async function main(): Promise<void> {
   const errors: Array<typeof PolylimitError> = [ConfigError, StoreUnavailableError, StoreError, ClosedError, InternalError, CircuitOpenError];
   const e = new ConfigError('x') as ConfigError;
   const field: string = e.field;
-  void [retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state];
+  void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state];
 }
 void main;
