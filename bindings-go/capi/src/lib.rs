@@ -21,6 +21,7 @@ pub mod breaker;
 pub mod decision;
 pub mod errors;
 pub mod limiter;
+pub mod packed;
 
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
