@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -173,6 +174,7 @@ func record(l line) {
 	l.Suite = "go"
 	data, err := json.Marshal(l)
 	must(err)
+	must(os.MkdirAll(filepath.Dir(path), 0o755))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	must(err)
 	_, err = f.Write(append(data, '\n'))
