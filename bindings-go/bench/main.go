@@ -152,9 +152,9 @@ func (l line) with(peers ...string) line {
 
 // record prints l and appends it to $POLYLIMIT_BENCH_OUT when set.
 func record(l line) {
-	text := fmt.Sprintf("  %-50s %10.0f %s", l.What, l.Value, l.Unit)
+	text := fmt.Sprintf("  %-64s %10.0f %s", l.What, l.Value, l.Unit)
 	if l.Unit == "ms" {
-		text = fmt.Sprintf("  %-50s %10.3f %s", l.What, l.Value, l.Unit)
+		text = fmt.Sprintf("  %-64s %10.3f %s", l.What, l.Value, l.Unit)
 	}
 	if l.Ratio != nil {
 		text += fmt.Sprintf("  %.2fx %s", *l.Ratio, l.Baseline)
@@ -287,6 +287,25 @@ func middleware(addr string) {
 	must(err)
 	peer := ululehttp.NewMiddleware(ulule.New(store, ulule.Rate{Period: time.Second, Limit: 1000000})).Handler(ok)
 
+	// The same handler writing, with no limiter, the headers the middleware
+	// sets on an allowed request: what those headers alone cost on the wire
+	// (the server writes them, the client in this process parses them).
+	sample := httptest.NewRecorder()
+	limited("memory").ServeHTTP(sample, httptest.NewRequest("GET", "/api/x", nil))
+	rateHeaders := http.Header{}
+	for name, values := range sample.Header() {
+		if name != "Content-Type" {
+			rateHeaders[name] = values
+		}
+	}
+	withHeaders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for name, values := range rateHeaders {
+			h[name] = values
+		}
+		io.WriteString(w, "ok")
+	})
+
 	handlers := []struct {
 		name    string
 		handler http.Handler
@@ -296,6 +315,7 @@ func middleware(addr string) {
 		{name: "memory", handler: limited("memory")},
 		{name: "redis", handler: limited("redis://" + addr)},
 		{name: "ulule", handler: peer},
+		{name: "headers", handler: withHeaders},
 	}
 	for round := 0; round < rounds; round++ {
 		for i := range handlers {
@@ -309,6 +329,11 @@ func middleware(addr string) {
 	record(line{What: "net/http handler, no limiter", Value: plain, Unit: "req/s"})
 	record(line{What: "net/http polylimit middleware, memory store", Value: memory, Unit: "req/s"}.
 		against("no limiter", plain).atLeast(0.9))
+	headers := median(handlers[4].runs)
+	record(line{What: fmt.Sprintf("net/http handler writing the %d rate-limit headers, no limiter", len(rateHeaders)), Value: headers, Unit: "req/s"}.
+		against("no limiter", plain))
+	record(line{What: "net/http polylimit middleware, memory store, vs the same headers", Value: memory, Unit: "req/s"}.
+		against("headers, no limiter", headers))
 	record(line{What: "net/http polylimit middleware, redis", Value: onRedis, Unit: "req/s"}.
 		against("no limiter", plain).atLeast(0.5))
 	record(line{What: "net/http ulule/limiter middleware, redis", Value: theirs, Unit: "req/s"}.
