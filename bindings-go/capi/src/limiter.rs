@@ -5,6 +5,7 @@ use std::ffi::c_char;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
 use polylimit::wire::{Case, OutcomeWire};
@@ -616,4 +617,182 @@ pub unsafe extern "C" fn polylimit_limiter_free(limiter: *mut polylimit_limiter_
         // SAFETY: the handle came from `build` and is freed once.
         let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(limiter) })));
     }
+}
+
+/// A completed pending operation, as `polylimit_completions_take` hands it
+/// over: the `ctx` given to `polylimit_pending_queue`, its status, and its
+/// result (a check's `decision`; a request's packed outcome in `bytes`,
+/// `bytes_len` long, freed with `polylimit_bytes_free`; on error `error`,
+/// freed with `polylimit_error_free`).
+#[repr(C)]
+pub struct polylimit_completion_t {
+    /// The `ctx` of `polylimit_pending_queue`.
+    pub ctx: usize,
+    /// `POLYLIMIT_OK` or an error code.
+    pub status: i32,
+    /// A check's decision (OK, `bytes` NULL).
+    pub decision: polylimit_decision_t,
+    /// A request's packed outcome (OK), owned by the caller.
+    pub bytes: *mut u8,
+    /// The length of `bytes`.
+    pub bytes_len: usize,
+    /// The error (not OK), owned by the caller.
+    pub error: *mut polylimit_error_t,
+}
+
+/// Completed operations waiting for the caller, and whether a wake-up byte
+/// is already on its way (at most one is: the socket never fills).
+#[derive(Default)]
+struct Queue {
+    done: Vec<(usize, Result<Done, FfiError>)>,
+    signaled: bool,
+}
+
+struct Completions {
+    queue: std::sync::Mutex<Queue>,
+    /// Written by the runtime; its peer is the caller's (non-blocking) end.
+    signal: std::os::unix::net::UnixStream,
+    reader: std::os::unix::net::UnixStream,
+}
+
+fn completions() -> Result<&'static Completions, FfiError> {
+    static COMPLETIONS: OnceLock<Result<Completions, String>> = OnceLock::new();
+    COMPLETIONS
+        .get_or_init(|| {
+            let (signal, reader) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+            reader.set_nonblocking(true).map_err(|e| e.to_string())?;
+            Ok(Completions {
+                queue: std::sync::Mutex::new(Queue::default()),
+                signal,
+                reader,
+            })
+        })
+        .as_ref()
+        .map_err(|e| FfiError::Core(polylimit::Error::Internal(format!("completion socket: {e}"))))
+}
+
+/// The file descriptor (non-blocking, owned by the library: never close it)
+/// that becomes readable when operations queued by `polylimit_pending_queue`
+/// complete: read what is there, then call `polylimit_completions_take`
+/// until it returns fewer than it could. Lets a caller wait in its own event
+/// loop (Go's netpoller) instead of being called from a runtime thread.
+///
+/// # Safety
+/// `fd` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_completions_fd(fd: *mut i32, err: *mut *mut polylimit_error_t) -> i32 {
+    guard(err, || {
+        if fd.is_null() {
+            return Err(FfiError::invalid("fd is NULL"));
+        }
+        use std::os::fd::AsRawFd;
+        let c = completions()?;
+        // SAFETY: checked above.
+        unsafe { *fd = c.reader.as_raw_fd() };
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
+/// Runs a pending operation on the polylimit runtime; when it completes, it
+/// is queued for `polylimit_completions_take` with `ctx`, and the
+/// completions fd becomes readable. Consumes `pending`. Returns
+/// `POLYLIMIT_PENDING`, or an error code (and frees `pending`).
+///
+/// # Safety
+/// `pending` is NULL or a pending operation from this library not yet
+/// started or freed.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_pending_queue(pending: *mut polylimit_pending_t, ctx: usize) -> i32 {
+    if pending.is_null() {
+        return Status::POLYLIMIT_INVALID_ARGUMENT as i32;
+    }
+    // SAFETY: `pending` came from `Box::into_raw` in this crate and is consumed once.
+    let pending = unsafe { Box::from_raw(pending) };
+    let queued = catch_unwind(AssertUnwindSafe(move || {
+        let Ok(c) = completions() else {
+            return Status::POLYLIMIT_INTERNAL;
+        };
+        let work = pending.work;
+        runtime().spawn(async move {
+            let result = CatchUnwind(work).await;
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                let wake = {
+                    let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+                    q.done.push((ctx, result));
+                    !std::mem::replace(&mut q.signaled, true)
+                };
+                if wake {
+                    use std::io::Write;
+                    // One byte: the reader drains the queue before it clears the flag.
+                    let _ = (&c.signal).write(&[1]);
+                }
+            }));
+        });
+        Status::POLYLIMIT_PENDING
+    }));
+    queued.unwrap_or(Status::POLYLIMIT_INTERNAL) as i32
+}
+
+/// Moves up to `cap` completed operations into `out` and writes how many to
+/// `*n`. When fewer than `cap` came, the queue is empty and the next
+/// completion makes the fd readable again.
+///
+/// # Safety
+/// `out` points to `cap` writable completions (NULL with `cap` 0); `n` is
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_completions_take(
+    out: *mut polylimit_completion_t,
+    cap: usize,
+    n: *mut usize,
+) -> i32 {
+    let taken = catch_unwind(AssertUnwindSafe(|| {
+        if n.is_null() || (out.is_null() && cap != 0) {
+            return Status::POLYLIMIT_INVALID_ARGUMENT;
+        }
+        let Ok(c) = completions() else {
+            return Status::POLYLIMIT_INTERNAL;
+        };
+        let batch: Vec<_> = {
+            let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let k = q.done.len().min(cap);
+            let batch = q.done.drain(..k).collect();
+            if q.done.is_empty() && k < cap {
+                q.signaled = false;
+            }
+            batch
+        };
+        let count = batch.len();
+        for (i, (ctx, result)) in batch.into_iter().enumerate() {
+            let mut done = polylimit_completion_t {
+                ctx,
+                status: Status::POLYLIMIT_OK as i32,
+                decision: polylimit_decision_t::default(),
+                bytes: std::ptr::null_mut(),
+                bytes_len: 0,
+                error: std::ptr::null_mut(),
+            };
+            match result {
+                Ok(Done::Decision(d)) => done.decision = d,
+                Ok(Done::Bytes(b)) => {
+                    done.bytes_len = b.len();
+                    done.bytes = Box::into_raw(b.into_boxed_slice()).cast::<u8>();
+                }
+                Ok(Done::Text(t)) => {
+                    done.bytes_len = t.len();
+                    done.bytes = Box::into_raw(t.into_bytes().into_boxed_slice()).cast::<u8>();
+                }
+                Err(e) => {
+                    done.status = e.status() as i32;
+                    done.error = e.into_raw();
+                }
+            }
+            // SAFETY: `i < count <= cap`, and `out` has `cap` writable completions.
+            unsafe { out.add(i).write(done) };
+        }
+        // SAFETY: checked above.
+        unsafe { *n = count };
+        Status::POLYLIMIT_OK
+    }));
+    taken.unwrap_or(Status::POLYLIMIT_INTERNAL) as i32
 }
