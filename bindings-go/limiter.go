@@ -179,19 +179,12 @@ func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (D
 	}
 }
 
-// awaitPending starts an operation that waits for the store, whose result
-// comes to a channel (through the completion queue, or a callback when the
-// queue is missing), and waits for it or for ctx.
+// awaitPending starts an operation that waits for the store, with a callback
+// that sends its result to a channel, and waits for it or for ctx.
 func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, error) {
 	ch := make(chan result, 1)
 	h := cgo.NewHandle(ch)
-	var rc C.int32_t
-	if queueCompletions() {
-		rc = C.polylimit_pending_queue(pending, C.size_t(h))
-	} else {
-		rc = C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h))
-	}
-	if rc != C.POLYLIMIT_PENDING {
+	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
 		h.Delete()
 		return result{}, &Error{Kind: kindOf(rc), Message: "cannot start a pending check"}
 	}

@@ -159,26 +159,6 @@ typedef void (*polylimit_callback_t)(size_t ctx,
                                      size_t text_len,
                                      const struct polylimit_error_t *error);
 
-// A completed pending operation, as `polylimit_completions_take` hands it
-// over: the `ctx` given to `polylimit_pending_queue`, its status, and its
-// result (a check's `decision`; a request's packed outcome in `bytes`,
-// `bytes_len` long, freed with `polylimit_bytes_free`; on error `error`,
-// freed with `polylimit_error_free`).
-typedef struct polylimit_completion_t {
-  // The `ctx` of `polylimit_pending_queue`.
-  size_t ctx;
-  // `POLYLIMIT_OK` or an error code.
-  int32_t status;
-  // A check's decision (OK, `bytes` NULL).
-  struct polylimit_decision_t decision;
-  // A request's packed outcome (OK), owned by the caller.
-  uint8_t *bytes;
-  // The length of `bytes`.
-  size_t bytes_len;
-  // The error (not OK), owned by the caller.
-  struct polylimit_error_t *error;
-} polylimit_completion_t;
-
 // Frees a string returned by polylimit. NULL is ignored.
 //
 // # Safety
@@ -430,34 +410,5 @@ void polylimit_limiter_close(const struct polylimit_limiter_t *limiter);
 // `limiter` is NULL or a handle from this library not yet freed; no call
 // using it may be running or start afterwards.
 void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
-
-// The file descriptor (non-blocking, owned by the library: never close it)
-// that becomes readable when operations queued by `polylimit_pending_queue`
-// complete: read what is there, then call `polylimit_completions_take`
-// until it returns fewer than it could. Lets a caller wait in its own event
-// loop (Go's netpoller) instead of being called from a runtime thread.
-//
-// # Safety
-// `fd` and `err` are NULL or writable.
-int32_t polylimit_completions_fd(int32_t *fd, struct polylimit_error_t **err);
-
-// Runs a pending operation on the polylimit runtime; when it completes, it
-// is queued for `polylimit_completions_take` with `ctx`, and the
-// completions fd becomes readable. Consumes `pending`. Returns
-// `POLYLIMIT_PENDING`, or an error code (and frees `pending`).
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet
-// started or freed.
-int32_t polylimit_pending_queue(struct polylimit_pending_t *pending, size_t ctx);
-
-// Moves up to `cap` completed operations into `out` and writes how many to
-// `*n`. When fewer than `cap` came, the queue is empty and the next
-// completion makes the fd readable again.
-//
-// # Safety
-// `out` points to `cap` writable completions (NULL with `cap` 0); `n` is
-// NULL or writable.
-int32_t polylimit_completions_take(struct polylimit_completion_t *out, size_t cap, size_t *n);
 
 #endif  /* POLYLIMIT_H */
