@@ -43,7 +43,7 @@ fuzz: deps
 
 ## Every benchmark appends its lines to $POLYLIMIT_BENCH_OUT; bench/report.py turns
 ## them into bench/results.json and the README's benchmark table.
-export POLYLIMIT_BENCH_OUT := $(CURDIR)/target/bench/lines.jsonl
+export POLYLIMIT_BENCH_OUT ?= $(CURDIR)/target/bench/lines.jsonl
 bench-start:
 	mkdir -p $(dir $(POLYLIMIT_BENCH_OUT)) && rm -f $(POLYLIMIT_BENCH_OUT)
 

@@ -59,10 +59,6 @@ func millis(v uint64) time.Duration {
 }
 
 func decisionFromC(d *C.polylimit_decision_t) Decision {
-	source := Source("unknown")
-	if i := int(d.source); i >= 0 && i < len(sources) {
-		source = sources[i]
-	}
 	return Decision{
 		Allowed:       bool(d.allowed),
 		Limit:         uint64(d.limit),
@@ -71,6 +67,14 @@ func decisionFromC(d *C.polylimit_decision_t) Decision {
 		RetryAfter:    ms(d.retry_after_ms),
 		HasRetryAfter: bool(d.has_retry_after),
 		Delay:         ms(d.delay_ms),
-		Source:        source,
+		Source:        sourceOf(int(d.source)),
 	}
+}
+
+// sourceOf is the Source of a polylimit_source_t.
+func sourceOf(i int) Source {
+	if i >= 0 && i < len(sources) {
+		return sources[i]
+	}
+	return Source("unknown")
 }

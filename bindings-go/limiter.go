@@ -14,6 +14,13 @@ extern void polylimitGoDone(size_t, int32_t, polylimit_decision_t *, char *, siz
 static polylimit_callback_t polylimit_go_done(void) {
 	return (polylimit_callback_t)polylimitGoDone;
 }
+
+// The decisions made at once neither keep a Go pointer nor call Go: their
+// out-pointers may then live on the caller's stack.
+#cgo noescape polylimit_limiter_try_check
+#cgo nocallback polylimit_limiter_try_check
+#cgo noescape polylimit_limiter_try_check_request
+#cgo nocallback polylimit_limiter_try_check_request
 */
 import "C"
 
@@ -137,9 +144,10 @@ func await(ctx context.Context, ch chan result) (result, error) {
 }
 
 // Check decides whether key may proceed. With several policies the decision
-// is the one closest to denying. A memory-store check completes on the
-// calling goroutine; a Redis check waits on a channel (no OS thread is held),
-// and returns ctx.Err() if ctx ends first.
+// is the one closest to denying. A decision made at once (memory store, a
+// local decision) completes on the calling goroutine with no callback; a
+// Redis check waits on a channel (no OS thread is held), and returns
+// ctx.Err() if ctx ends first.
 func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (Decision, error) {
 	o := checkOptions{cost: 1, nowMs: -1}
 	for _, opt := range opts {
@@ -148,32 +156,39 @@ func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (D
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	ch := make(chan result, 1)
-	h := cgo.NewHandle(ch)
 	var out C.polylimit_decision_t
+	var pending *C.polylimit_pending_t
 	var cerr *C.polylimit_error_t
 	keyPtr, keyLen := stringArg(key)
 	l.mu.RLock()
 	if l.ptr == nil {
 		l.mu.RUnlock()
-		h.Delete()
 		return Decision{}, closedError()
 	}
-	rc := C.polylimit_limiter_check(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out,
-		C.polylimit_go_done(), C.size_t(h), &cerr)
+	rc := C.polylimit_limiter_try_check(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out, &pending, &cerr)
 	l.mu.RUnlock()
 	runtime.KeepAlive(key)
 	switch rc {
 	case C.POLYLIMIT_OK:
-		h.Delete()
 		return decisionFromC(&out), nil
 	case C.POLYLIMIT_PENDING:
-		r, err := await(ctx, ch)
+		r, err := awaitPending(ctx, pending)
 		return r.decision, err
 	default:
-		h.Delete()
 		return Decision{}, takeError(rc, cerr)
 	}
+}
+
+// awaitPending starts an operation that waits for the store, with a callback
+// that sends its result to a channel, and waits for it or for ctx.
+func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, error) {
+	ch := make(chan result, 1)
+	h := cgo.NewHandle(ch)
+	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
+		h.Delete()
+		return result{}, &Error{Kind: kindOf(rc), Message: "cannot start a pending check"}
+	}
+	return await(ctx, ch)
 }
 
 // checkBlocking is Check through polylimit_limiter_check_blocking: the cgo
@@ -205,46 +220,70 @@ func (l *Limiter) CheckRequest(ctx context.Context, req *RequestInfo) (*Outcome,
 }
 
 // checkRequest is CheckRequest; without decisions, Outcome.Decisions stays
-// empty and the answer is cheaper to build and read (the middleware's case).
+// empty and the answer is cheaper to build and read.
 func (l *Limiter) checkRequest(ctx context.Context, req *RequestInfo, withDecisions bool) (*Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, &Error{Kind: ErrInvalidArgument, Message: err.Error()}
+	p := getPacker()
+	defer putPacker(p)
+	p.request(req)
+	var flags C.uint32_t
+	if withDecisions {
+		flags |= C.POLYLIMIT_WITH_DECISIONS
 	}
-	ch := make(chan result, 1)
-	h := cgo.NewHandle(ch)
-	var out *C.char
+	if req.CaseInsensitive {
+		flags |= C.POLYLIMIT_CASE_INSENSITIVE
+	}
+	if req.IgnoreTrailingSlash {
+		flags |= C.POLYLIMIT_IGNORE_TRAILING_SLASH
+	}
+	var nowMs int64
+	if req.NowMs != nil {
+		nowMs = *req.NowMs
+		flags |= C.POLYLIMIT_HAS_NOW_MS
+	}
+	packed, err := l.tryRequest(ctx, p, req.Cost, nowMs, flags)
+	if err != nil {
+		return nil, err
+	}
+	return parseOutcome(packed)
+}
+
+// tryRequest decides the request packed in p: at once when the store needs
+// no I/O (no callback, no channel), else through the callback. Returns the
+// packed outcome.
+func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs int64, flags C.uint32_t) (string, error) {
+	if p.tooLong {
+		return "", &Error{Kind: ErrInvalidArgument, Message: "request: a string of 4 GiB or more"}
+	}
+	var outLen C.size_t
+	var owned *C.uint8_t
+	var pending *C.polylimit_pending_t
 	var cerr *C.polylimit_error_t
 	l.mu.RLock()
 	if l.ptr == nil {
 		l.mu.RUnlock()
-		h.Delete()
-		return nil, closedError()
+		return "", closedError()
 	}
-	rc := C.polylimit_limiter_check_request(l.ptr, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(body))), C.size_t(len(body)),
-		C.bool(withDecisions), &out, C.polylimit_go_done(), C.size_t(h), &cerr)
+	rc := C.polylimit_limiter_try_check_request(l.ptr,
+		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(p.buf))), C.size_t(len(p.buf)), C.uint64_t(cost), C.int64_t(nowMs), flags,
+		(*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(p.out))), C.size_t(len(p.out)), &outLen, &owned, &pending, &cerr)
 	l.mu.RUnlock()
-	runtime.KeepAlive(body)
-	var text string
 	switch rc {
 	case C.POLYLIMIT_OK:
-		h.Delete()
-		text = C.GoString(out)
-		C.polylimit_string_free(out)
-	case C.POLYLIMIT_PENDING:
-		r, err := await(ctx, ch)
-		if err != nil {
-			return nil, err
+		if owned != nil {
+			packed := C.GoStringN((*C.char)(unsafe.Pointer(owned)), C.int(outLen))
+			C.polylimit_bytes_free(owned, outLen)
+			return packed, nil
 		}
-		text = r.text
+		return string(p.out[:outLen]), nil
+	case C.POLYLIMIT_PENDING:
+		r, err := awaitPending(ctx, pending)
+		return r.text, err
 	default:
-		h.Delete()
-		return nil, takeError(rc, cerr)
+		return "", takeError(rc, cerr)
 	}
-	return parseOutcome(text)
 }
 
 // Reset forgets key under every policy.

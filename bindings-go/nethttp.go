@@ -1,6 +1,7 @@
 package polylimit
 
 import (
+	"io"
 	"net/http"
 	"time"
 )
@@ -65,27 +66,32 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 			}
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			info := m.request(r, route)
-			outcome, err := l.checkRequest(r.Context(), info, false)
+			ctx := r.Context()
+			if err := ctx.Err(); err != nil {
+				m.onError(w, r, err)
+				return
+			}
+			p := getPacker()
+			m.pack(p, r, route)
+			packed, err := l.tryRequest(ctx, p, 0, 0, 0)
+			putPacker(p)
 			if err != nil {
 				m.onError(w, r, err)
 				return
 			}
-			h := w.Header()
-			for _, kv := range outcome.Headers {
-				h.Set(kv[0], kv[1])
-			}
-			if outcome.Status != 0 {
-				h.Set("Content-Type", "application/json")
-				w.WriteHeader(outcome.Status)
-				_, _ = w.Write([]byte(outcome.Body))
+			head, ok := writeOutcome(w, packed)
+			if !ok {
+				m.onError(w, r, badOutcome())
 				return
 			}
-			if outcome.Delay > 0 {
-				t := time.NewTimer(outcome.Delay)
+			if head.status != 0 {
+				return
+			}
+			if head.delay > 0 {
+				t := time.NewTimer(head.delay)
 				select {
 				case <-t.C:
-				case <-r.Context().Done():
+				case <-ctx.Done():
 					t.Stop()
 					return
 				}
@@ -95,24 +101,68 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 	}
 }
 
-func (m *middleware) request(r *http.Request, route func(*http.Request) string) *RequestInfo {
-	info := &RequestInfo{Method: r.Method, Path: r.URL.Path, Peer: r.RemoteAddr, Route: r.Pattern}
-	for name, values := range r.Header {
-		for _, v := range values {
-			info.Headers = append(info.Headers, [2]string{name, v})
-		}
-	}
+// pack packs what the core needs to know about r, straight from r: no
+// RequestInfo, no copy of its headers.
+func (m *middleware) pack(p *packer, r *http.Request, route func(*http.Request) string) {
+	routeName := r.Pattern
 	if route != nil {
-		info.Route = route(r)
+		routeName = route(r)
 	}
+	var key, user, apiKey string
 	if m.key != nil {
-		info.Key = m.key(r)
+		key = m.key(r)
 	}
 	if m.user != nil {
-		info.User = m.user(r)
+		user = m.user(r)
 	}
 	if m.apiKey != nil {
-		info.APIKey = m.apiKey(r)
+		apiKey = m.apiKey(r)
 	}
-	return info
+	p.fields(r.Method, r.URL.Path, routeName, r.RemoteAddr, user, apiKey, key)
+	at, n := p.headerCount(), 0
+	for name, values := range r.Header {
+		for _, v := range values {
+			p.str(name)
+			p.str(v)
+			n++
+		}
+	}
+	p.setCount(at, n)
+}
+
+// writeOutcome sets the outcome's headers on w and, when it refuses the request,
+// writes the refusal. Returns the outcome's head (status 0: serve it, after
+// head.delay) and false when the outcome is malformed (nothing written).
+func writeOutcome(w http.ResponseWriter, packed string) (outcomeHead, bool) {
+	r := reader{s: packed}
+	head := r.head()
+	n := r.count(8)
+	// One slice backs every header's value: one allocation, not one per header.
+	values := make([]string, n)
+	var few [8]string
+	names := few[:0]
+	if n > len(few) {
+		names = make([]string, 0, n)
+	}
+	names = names[:n]
+	for i := range values {
+		names[i], values[i] = r.str(), r.str()
+	}
+	var body string
+	if head.hasBody {
+		body = r.str()
+	}
+	if r.bad {
+		return head, false
+	}
+	h := w.Header()
+	for i, name := range names {
+		h[canonicalName(name)] = values[i : i+1 : i+1]
+	}
+	if head.status != 0 {
+		h.Set("Content-Type", "application/json")
+		w.WriteHeader(head.status)
+		_, _ = io.WriteString(w, body)
+	}
+	return head, true
 }

@@ -1,7 +1,12 @@
 package polylimit
 
 import (
-	"encoding/json"
+	"encoding/binary"
+	"math"
+	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,47 +58,232 @@ type RuleDecision struct {
 	Decision Decision
 }
 
-type outcomeJSON struct {
-	Status    *int        `json:"status"`
-	Headers   [][2]string `json:"headers"`
-	Body      *string     `json:"body"`
-	DelayMs   uint64      `json:"delay_ms"`
-	Decisions []struct {
-		Rule         string  `json:"rule"`
-		Policy       string  `json:"policy"`
-		Allowed      bool    `json:"allowed"`
-		Limit        uint64  `json:"limit"`
-		Remaining    uint64  `json:"remaining"`
-		ResetAfterMs uint64  `json:"reset_after_ms"`
-		RetryAfterMs *uint64 `json:"retry_after_ms"`
-		DelayMs      uint64  `json:"delay_ms"`
-		Source       string  `json:"source"`
-		Shadow       bool    `json:"shadow"`
-	} `json:"decisions"`
+// The compact encodings of polylimit_limiter_try_check_request
+// (capi/src/packed.rs): little-endian integers, strings as a uint32 length
+// and the bytes. No JSON either way, and no allocation to build a request.
+
+// absent is the length of an absent string (C.POLYLIMIT_ABSENT).
+const absent = math.MaxUint32
+
+// packer holds the buffers of one request: the packed request, and room for
+// the packed outcome (a larger one comes back in memory polylimit owns).
+type packer struct {
+	buf []byte
+	out []byte
+	// tooLong: a string of 4 GiB or more was given (no real request has one).
+	tooLong bool
 }
 
-func parseOutcome(text string) (*Outcome, error) {
-	var raw outcomeJSON
-	if err := json.Unmarshal([]byte(text), &raw); err != nil {
-		return nil, &Error{Kind: ErrInternal, Message: "outcome: " + err.Error()}
+const (
+	packerBuf = 2048
+	packerOut = 1024
+	// A packer that grew past this is not kept for reuse.
+	packerKeep = 64 << 10
+)
+
+var packers = sync.Pool{New: func() any {
+	return &packer{buf: make([]byte, 0, packerBuf), out: make([]byte, packerOut)}
+}}
+
+func getPacker() *packer {
+	p := packers.Get().(*packer)
+	p.buf, p.tooLong = p.buf[:0], false
+	return p
+}
+
+func putPacker(p *packer) {
+	if cap(p.buf) <= packerKeep {
+		packers.Put(p)
 	}
-	o := &Outcome{Headers: raw.Headers, Delay: millis(raw.DelayMs)}
-	if raw.Status != nil {
-		o.Status = *raw.Status
+}
+
+func (p *packer) str(s string) {
+	if uint64(len(s)) >= absent {
+		p.tooLong = true
+		s = ""
 	}
-	if raw.Body != nil {
-		o.Body, o.HasBody = *raw.Body, true
+	p.buf = binary.LittleEndian.AppendUint32(p.buf, uint32(len(s)))
+	p.buf = append(p.buf, s...)
+}
+
+// opt packs s, or an absent string for "" (as encoding/json's omitempty did).
+func (p *packer) opt(s string) {
+	if s == "" {
+		p.buf = binary.LittleEndian.AppendUint32(p.buf, absent)
+		return
 	}
-	for _, d := range raw.Decisions {
-		dec := Decision{
-			Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining,
-			ResetAfter: millis(d.ResetAfterMs),
-			Delay:      millis(d.DelayMs), Source: Source(d.Source),
+	p.str(s)
+}
+
+// fields packs the strings before the headers, in the order of packed.rs.
+func (p *packer) fields(method, path, route, peer, user, apiKey, key string) {
+	p.opt(method)
+	p.opt(path)
+	p.opt(route)
+	p.opt(peer)
+	p.opt(user)
+	p.opt(apiKey)
+	p.opt(key)
+}
+
+// headerCount packs room for the header count (set by setCount); returns where it is.
+func (p *packer) headerCount() int {
+	at := len(p.buf)
+	p.buf = append(p.buf, 0, 0, 0, 0)
+	return at
+}
+
+func (p *packer) setCount(at, n int) {
+	binary.LittleEndian.PutUint32(p.buf[at:], uint32(n))
+}
+
+// request packs req's strings and headers.
+func (p *packer) request(req *RequestInfo) {
+	p.fields(req.Method, req.Path, req.Route, req.Peer, req.User, req.APIKey, req.Key)
+	at := p.headerCount()
+	for _, h := range req.Headers {
+		p.str(h[0])
+		p.str(h[1])
+	}
+	p.setCount(at, len(req.Headers))
+}
+
+// reader reads a packed outcome; a short outcome sets bad.
+type reader struct {
+	s   string
+	bad bool
+}
+
+func (r *reader) take(n int) string {
+	if n > len(r.s) || n < 0 {
+		r.bad, r.s = true, ""
+		return ""
+	}
+	v := r.s[:n]
+	r.s = r.s[n:]
+	return v
+}
+
+func (r *reader) u8() uint8 {
+	if v := r.take(1); v != "" {
+		return v[0]
+	}
+	return 0
+}
+
+func (r *reader) u16() uint16 {
+	v := r.take(2)
+	if len(v) < 2 {
+		return 0
+	}
+	return uint16(v[0]) | uint16(v[1])<<8
+}
+
+func (r *reader) u32() uint32 {
+	v := r.take(4)
+	if len(v) < 4 {
+		return 0
+	}
+	return uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24
+}
+
+func (r *reader) u64() uint64 {
+	lo := r.u32()
+	return uint64(lo) | uint64(r.u32())<<32
+}
+
+func (r *reader) str() string { return r.take(int(r.u32())) }
+
+// count reads a count of items of at least min bytes each, bounded by what is left.
+func (r *reader) count(min int) int {
+	n := int(r.u32())
+	if n > len(r.s)/min {
+		r.bad = true
+		return 0
+	}
+	return n
+}
+
+// outcomeHead is the part of an outcome before its headers.
+type outcomeHead struct {
+	status  int
+	hasBody bool
+	delay   time.Duration
+}
+
+func (r *reader) head() outcomeHead {
+	status := r.u16()
+	hasBody := r.u8() != 0
+	return outcomeHead{status: int(status), hasBody: hasBody, delay: millis(r.u64())}
+}
+
+func badOutcome() error { return &Error{Kind: ErrInternal, Message: "outcome: truncated"} }
+
+// parseOutcome reads a whole packed outcome; its strings share packed's memory.
+func parseOutcome(packed string) (*Outcome, error) {
+	r := reader{s: packed}
+	head := r.head()
+	o := &Outcome{Status: head.status, HasBody: head.hasBody, Delay: head.delay}
+	if n := r.count(8); n > 0 {
+		o.Headers = make([][2]string, n)
+		for i := range o.Headers {
+			o.Headers[i] = [2]string{r.str(), r.str()}
 		}
-		if d.RetryAfterMs != nil {
-			dec.RetryAfter, dec.HasRetryAfter = millis(*d.RetryAfterMs), true
+	}
+	if head.hasBody {
+		o.Body = r.str()
+	}
+	if n := r.count(50); n > 0 {
+		o.Decisions = make([]RuleDecision, n)
+		for i := range o.Decisions {
+			d := &o.Decisions[i]
+			d.Rule, d.Policy = r.str(), r.str()
+			bits := r.u8()
+			d.Shadow = bits&2 != 0
+			d.Decision = Decision{
+				Allowed: bits&1 != 0, HasRetryAfter: bits&4 != 0,
+				Limit: r.u64(), Remaining: r.u64(), ResetAfter: millis(r.u64()),
+				RetryAfter: millis(r.u64()), Delay: millis(r.u64()),
+			}
+			d.Decision.Source = sourceOf(int(r.u8()))
 		}
-		o.Decisions = append(o.Decisions, RuleDecision{Rule: d.Rule, Policy: d.Policy, Shadow: d.Shadow, Decision: dec})
+	}
+	if r.bad || r.s != "" {
+		return nil, badOutcome()
 	}
 	return o, nil
+}
+
+// canonicalNames maps the header names the core writes to their canonical
+// form (what http.Header.Set would use), computed once per name: the core
+// writes a handful of names, so the map stays small (and stops growing at
+// maxCanonicalNames).
+var canonicalNames atomic.Pointer[map[string]string]
+
+const maxCanonicalNames = 64
+
+var canonicalMu sync.Mutex
+
+func canonicalName(name string) string {
+	if m := canonicalNames.Load(); m != nil {
+		if c, ok := (*m)[name]; ok {
+			return c
+		}
+	}
+	c := textproto.CanonicalMIMEHeaderKey(name)
+	canonicalMu.Lock()
+	defer canonicalMu.Unlock()
+	old := canonicalNames.Load()
+	if old != nil && len(*old) >= maxCanonicalNames {
+		return c
+	}
+	next := make(map[string]string, 8)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[strings.Clone(name)] = c
+	canonicalNames.Store(&next)
+	return c
 }

@@ -1,13 +1,22 @@
 // Command bench prints polylimit's Go throughput next to named peers measured
-// in the same run (`make go-bench`):
+// in the same run (`make go-bench`), medians of alternating rounds:
 //   - decisions/s with 64 goroutines on one real Redis: polylimit (gcra) vs
 //     github.com/go-redis/redis_rate (GCRA over go-redis);
-//   - net/http requests/s through the middleware vs an unlimited handler.
+//   - net/http requests/s through polylimit's middleware (memory store and
+//     Redis) and github.com/ulule/limiter's (Redis), each as a fraction of the
+//     same handler unlimited;
+//   - the latency (p50/p99/p99.9) of one check on Redis at 1, 32 and 256
+//     concurrent goroutines, polylimit vs redis_rate.
+//
+// With POLYLIMIT_BENCH_OUT set, every result line is also appended to that
+// file as one JSON object (bench/report.py reads them). -only runs some parts.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +24,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +36,9 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 	"github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululehttp "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 )
 
 const (
@@ -101,46 +116,142 @@ func median(xs []float64) float64 {
 
 func key(w, i int) string { return fmt.Sprintf("user:%d", (w*7919+i)%keys) }
 
-func decisions(addr string) {
-	ctx := context.Background()
+// A result line, as bench/report.py reads it.
+type line struct {
+	Suite         string            `json:"suite"`
+	What          string            `json:"what"`
+	Value         float64           `json:"value"`
+	Unit          string            `json:"unit"`
+	Baseline      string            `json:"baseline,omitempty"`
+	BaselineValue *float64          `json:"baseline_value,omitempty"`
+	Ratio         *float64          `json:"ratio,omitempty"`
+	Target        *float64          `json:"target,omitempty"`
+	Peers         map[string]string `json:"peers,omitempty"`
+}
+
+// against sets the line's baseline and ratio (value / baseline).
+func (l line) against(name string, value float64) line {
+	ratio := l.Value / value
+	l.Baseline, l.BaselineValue, l.Ratio = name, &value, &ratio
+	return l
+}
+
+// atLeast sets the line's target: a minimum ratio.
+func (l line) atLeast(target float64) line {
+	l.Target = &target
+	return l
+}
+
+func (l line) with(peers ...string) line {
+	l.Peers = map[string]string{}
+	for _, p := range peers {
+		l.Peers[p] = version(p)
+	}
+	return l
+}
+
+// record prints l and appends it to $POLYLIMIT_BENCH_OUT when set.
+func record(l line) {
+	text := fmt.Sprintf("  %-64s %10.0f %s", l.What, l.Value, l.Unit)
+	if l.Unit == "ms" {
+		text = fmt.Sprintf("  %-64s %10.3f %s", l.What, l.Value, l.Unit)
+	}
+	if l.Ratio != nil {
+		text += fmt.Sprintf("  %.2fx %s", *l.Ratio, l.Baseline)
+	}
+	if l.Target != nil {
+		met := "met"
+		if *l.Ratio < *l.Target {
+			met = "NOT met"
+		}
+		text += fmt.Sprintf(" (target >= %g: %s)", *l.Target, met)
+	}
+	fmt.Println(text)
+	path := os.Getenv("POLYLIMIT_BENCH_OUT")
+	if path == "" {
+		return
+	}
+	l.Suite = "go"
+	data, err := json.Marshal(l)
+	must(err)
+	must(os.MkdirAll(filepath.Dir(path), 0o755))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	must(err)
+	_, err = f.Write(append(data, '\n'))
+	must(err)
+	must(f.Close())
+}
+
+// version is the version of a module this binary was built with.
+func version(path string) string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range info.Deps {
+			if m.Path == path {
+				if m.Replace != nil && m.Replace.Version != "" {
+					return m.Replace.Version
+				}
+				return m.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+const (
+	redisRate  = "github.com/go-redis/redis_rate/v10"
+	goRedis    = "github.com/redis/go-redis/v9"
+	ululeLimit = "github.com/ulule/limiter/v3"
+)
+
+// gcraLimiters is polylimit (gcra on Redis) and redis_rate, alike: one
+// million per second, a burst of one million.
+func gcraLimiters(addr string) (ours func(ctx context.Context, key string) error, theirs func(ctx context.Context, key string) error, close func()) {
 	l, err := polylimit.New(polylimit.Options{
 		Policy: &polylimit.Policy{Algorithm: "gcra", Rate: "1000000/s", Burst: 1000000},
 		Store:  "redis://" + addr, Prefix: "bench-polylimit", Timeout: time.Second,
 	})
 	must(err)
-	defer l.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
 	peer := redis_rate.NewLimiter(rdb)
 	limit := redis_rate.Limit{Rate: 1000000, Burst: 1000000, Period: time.Second}
+	ours = func(ctx context.Context, key string) error {
+		d, err := l.Check(ctx, key)
+		if err == nil && d.Source != polylimit.SourceStore {
+			err = fmt.Errorf("decided by %s, not Redis", d.Source)
+		}
+		return err
+	}
+	theirs = func(ctx context.Context, key string) error {
+		_, err := peer.Allow(ctx, "bench-rr:"+key, limit)
+		return err
+	}
+	return ours, theirs, func() { l.Close(); rdb.Close() }
+}
+
+func decisions(addr string) {
+	ctx := context.Background()
+	ours, theirs, closeAll := gcraLimiters(addr)
+	defer closeAll()
 
 	// Rounds alternate the two, so background load on this shared machine
 	// hits both alike; medians are reported.
 	var oursRuns, theirsRuns []float64
 	for round := 0; round < rounds; round++ {
-		oursRuns = append(oursRuns, run(func(w, i int) error {
-			d, err := l.Check(ctx, key(w, i))
-			if err == nil && d.Source != polylimit.SourceStore {
-				err = fmt.Errorf("decided by %s, not Redis", d.Source)
-			}
-			return err
-		}))
-		theirsRuns = append(theirsRuns, run(func(w, i int) error {
-			_, err := peer.Allow(ctx, "bench-rr:"+key(w, i), limit)
-			return err
-		}))
+		oursRuns = append(oursRuns, run(func(w, i int) error { return ours(ctx, key(w, i)) }))
+		theirsRuns = append(theirsRuns, run(func(w, i int) error { return theirs(ctx, key(w, i)) }))
 	}
-	ours, theirs := median(oursRuns), median(theirsRuns)
 	mem, err := polylimit.New(polylimit.Options{Policy: &polylimit.Policy{Algorithm: "gcra", Rate: "1000000/s", Burst: 1000000}})
 	must(err)
 	defer mem.Close()
 	memory := run(func(w, i int) error { _, err := mem.Check(ctx, key(w, i)); return err })
 
 	fmt.Printf("decisions/s, %d goroutines, one redis-server on loopback, %d keys, median of %d alternating %s runs\n", goroutines, keys, rounds, duration)
-	fmt.Printf("  polylimit gcra (redis)          %10.0f\n", ours)
-	fmt.Printf("  go-redis/redis_rate GCRA        %10.0f\n", theirs)
-	fmt.Printf("  ratio polylimit / redis_rate    %10.2fx\n", ours/theirs)
-	fmt.Printf("  polylimit gcra (memory store)   %10.0f\n", memory)
+	fmt.Printf("  (%s %s, %s %s)\n", redisRate, version(redisRate), goRedis, version(goRedis))
+	theirsMedian := median(theirsRuns)
+	record(line{What: "go-redis/redis_rate GCRA Allow(), redis", Value: theirsMedian, Unit: "decisions/s"}.with(redisRate, goRedis))
+	record(line{What: "gcra check(), redis, 64 goroutines", Value: median(oursRuns), Unit: "decisions/s"}.
+		against("go-redis/redis_rate", theirsMedian).atLeast(1.2).with(redisRate, goRedis))
+	record(line{What: "gcra check(), memory store, 64 goroutines", Value: memory, Unit: "decisions/s"})
 }
 
 func requests(name string, handler http.Handler) float64 {
@@ -170,18 +281,144 @@ func middleware(addr string) {
 		must(err)
 		return l.Middleware()(ok)
 	}
-	plain := requests("unlimited", ok)
-	memory := requests("memory", limited("memory"))
-	onRedis := requests("redis", limited("redis://"+addr))
-	fmt.Printf("net/http requests/s, %d concurrent keep-alive clients on loopback, %s each\n", goroutines, duration)
-	fmt.Printf("  unlimited handler               %10.0f\n", plain)
-	fmt.Printf("  polylimit middleware, memory    %10.0f  (%.2fx of unlimited)\n", memory, memory/plain)
-	fmt.Printf("  polylimit middleware, redis     %10.0f  (%.2fx of unlimited)\n", onRedis, onRedis/plain)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	store, err := ululeredis.NewStoreWithOptions(rdb, ulule.StoreOptions{Prefix: "bench-ulule"})
+	must(err)
+	peer := ululehttp.NewMiddleware(ulule.New(store, ulule.Rate{Period: time.Second, Limit: 1000000})).Handler(ok)
+
+	// The same handler writing, with no limiter, the headers the middleware
+	// sets on an allowed request: what those headers alone cost on the wire
+	// (the server writes them, the client in this process parses them).
+	sample := httptest.NewRecorder()
+	limited("memory").ServeHTTP(sample, httptest.NewRequest("GET", "/api/x", nil))
+	rateHeaders := http.Header{}
+	for name, values := range sample.Header() {
+		if name != "Content-Type" {
+			rateHeaders[name] = values
+		}
+	}
+	withHeaders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for name, values := range rateHeaders {
+			h[name] = values
+		}
+		io.WriteString(w, "ok")
+	})
+
+	handlers := []struct {
+		name    string
+		handler http.Handler
+		runs    []float64
+	}{
+		{name: "unlimited", handler: ok},
+		{name: "memory", handler: limited("memory")},
+		{name: "redis", handler: limited("redis://" + addr)},
+		{name: "ulule", handler: peer},
+		{name: "headers", handler: withHeaders},
+	}
+	for round := 0; round < rounds; round++ {
+		for i := range handlers {
+			h := &handlers[i]
+			h.runs = append(h.runs, requests(h.name, h.handler))
+		}
+	}
+	plain, memory, onRedis, theirs := median(handlers[0].runs), median(handlers[1].runs), median(handlers[2].runs), median(handlers[3].runs)
+	fmt.Printf("net/http requests/s, %d concurrent keep-alive clients on loopback, median of %d alternating %s runs\n", goroutines, rounds, duration)
+	fmt.Printf("  (%s %s with its redis store, on %s %s)\n", ululeLimit, version(ululeLimit), goRedis, version(goRedis))
+	record(line{What: "net/http handler, no limiter", Value: plain, Unit: "req/s"})
+	record(line{What: "net/http polylimit middleware, memory store", Value: memory, Unit: "req/s"}.
+		against("no limiter", plain).atLeast(0.9))
+	headers := median(handlers[4].runs)
+	record(line{What: fmt.Sprintf("net/http handler writing the %d rate-limit headers, no limiter", len(rateHeaders)), Value: headers, Unit: "req/s"}.
+		against("no limiter", plain))
+	record(line{What: "net/http polylimit middleware, memory store, vs the same headers", Value: memory, Unit: "req/s"}.
+		against("headers, no limiter", headers))
+	record(line{What: "net/http polylimit middleware, redis", Value: onRedis, Unit: "req/s"}.
+		against("no limiter", plain).atLeast(0.5))
+	record(line{What: "net/http ulule/limiter middleware, redis", Value: theirs, Unit: "req/s"}.
+		against("no limiter", plain).with(ululeLimit, goRedis))
+	record(line{What: "net/http polylimit vs ulule/limiter, redis", Value: onRedis, Unit: "req/s"}.
+		against("ulule/limiter", theirs).with(ululeLimit, goRedis))
+}
+
+// latencies calls op from c goroutines for d; returns each call's time.
+func latencies(c int, d time.Duration, op func(w, i int) error) []time.Duration {
+	var mu sync.Mutex
+	var all []time.Duration
+	var failed atomic.Value
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, 4096)
+			for i := 0; time.Now().Before(deadline); i++ {
+				start := time.Now()
+				if err := op(w, i); err != nil {
+					failed.Store(err)
+					return
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		must(err)
+	}
+	return all
+}
+
+func percentile(sorted []time.Duration, p float64) float64 {
+	i := int(p * float64(len(sorted)))
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return float64(sorted[i]) / float64(time.Millisecond)
+}
+
+func latency(addr string) {
+	ctx := context.Background()
+	ours, theirs, closeAll := gcraLimiters(addr)
+	defer closeAll()
+	fmt.Printf("latency of one check on Redis, ms, %d alternating rounds of 1s per concurrency\n", rounds)
+	for _, c := range []int{1, 32, 256} {
+		var mine, peers []time.Duration
+		for round := 0; round < rounds; round++ {
+			mine = append(mine, latencies(c, time.Second, func(w, i int) error { return ours(ctx, key(w, i)) })...)
+			peers = append(peers, latencies(c, time.Second, func(w, i int) error { return theirs(ctx, key(w, i)) })...)
+		}
+		slices.Sort(mine)
+		slices.Sort(peers)
+		for _, p := range []struct {
+			name string
+			q    float64
+		}{{"p50", 0.5}, {"p99", 0.99}, {"p99.9", 0.999}} {
+			theirs := percentile(peers, p.q)
+			record(line{What: fmt.Sprintf("go-redis/redis_rate Allow() latency %s, %d concurrent", p.name, c), Value: theirs, Unit: "ms"}.
+				with(redisRate, goRedis))
+			record(line{What: fmt.Sprintf("gcra check() latency %s, %d concurrent", p.name, c), Value: percentile(mine, p.q), Unit: "ms"}.
+				against("go-redis/redis_rate", theirs).with(redisRate, goRedis))
+		}
+	}
 }
 
 func main() {
+	only := flag.String("only", "decisions,middleware,latency", "the parts to run, comma-separated")
+	flag.Parse()
 	addr, stop := startRedis()
 	defer stop()
-	decisions(addr)
-	middleware(addr)
+	parts := map[string]func(string){"decisions": decisions, "middleware": middleware, "latency": latency}
+	for _, part := range strings.Split(*only, ",") {
+		f, ok := parts[part]
+		if !ok {
+			must(fmt.Errorf("-only: unknown part %q (decisions, middleware, latency)", part))
+		}
+		f(addr)
+	}
 }

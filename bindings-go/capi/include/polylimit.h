@@ -7,6 +7,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The length that marks an absent string in a request.
+#define POLYLIMIT_ABSENT UINT32_MAX
+
+// `flags` bit: put every policy's decision in the outcome.
+#define POLYLIMIT_WITH_DECISIONS 1
+
+// `flags` bit: the router matches paths case-insensitively.
+#define POLYLIMIT_CASE_INSENSITIVE 2
+
+// `flags` bit: the router ignores one trailing slash.
+#define POLYLIMIT_IGNORE_TRAILING_SLASH 4
+
+// `flags` bit: decide at `now_ms` instead of the store's clock.
+#define POLYLIMIT_HAS_NOW_MS 8
+
 // What a function returns (as `int32_t`).
 enum polylimit_status_t
 #if __STDC_VERSION__ >= 202311L
@@ -89,6 +104,12 @@ typedef struct polylimit_breaker_t polylimit_breaker_t;
 // the last call that uses it has returned (pending callbacks keep what they
 // need alive).
 typedef struct polylimit_limiter_t polylimit_limiter_t;
+
+// An operation `polylimit_limiter_try_check` or
+// `polylimit_limiter_try_check_request` could not finish at once (it waits
+// for the store). Pass it to `polylimit_pending_start` (which consumes it),
+// or drop it with `polylimit_pending_free`.
+typedef struct polylimit_pending_t polylimit_pending_t;
 
 // Permission to make one call, from `polylimit_breaker_acquire`; consumed by
 // `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
@@ -198,6 +219,28 @@ const char *polylimit_source_name(int32_t source);
 // `err` is NULL or an error written by this library, not yet freed.
 void polylimit_error_free(struct polylimit_error_t *err);
 
+// Runs a pending operation on the polylimit runtime and calls
+// `callback(ctx, …)` exactly once, from a runtime thread, when it completes
+// (a check's `decision`, or a request's packed outcome in `text`/`text_len`).
+// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
+// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
+// `pending` or `callback` is NULL.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// started or freed. `callback` may be called from another thread, once, with `ctx`.
+int32_t polylimit_pending_start(struct polylimit_pending_t *pending,
+                                polylimit_callback_t callback,
+                                size_t ctx);
+
+// Drops a pending operation without running it (the store may or may not
+// have seen it). NULL is ignored.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// started or freed.
+void polylimit_pending_free(struct polylimit_pending_t *pending);
+
 // Builds a limiter from the options as JSON in Go's names (`Policy`,
 // `Policies`, `KeyBy`, `Rules`, `RulesFile`, `Store`, `Timeout` in
 // nanoseconds, …; the core's options list, SPEC §2, §5, §6). Errors name
@@ -276,6 +319,66 @@ int32_t polylimit_limiter_check_request(const struct polylimit_limiter_t *limite
                                         polylimit_callback_t callback,
                                         size_t ctx,
                                         struct polylimit_error_t **err);
+
+// `polylimit_limiter_check` without a callback in the call: returns
+// `POLYLIMIT_OK` with `*out` written when the decision is ready at once
+// (memory store, a local decision), or `POLYLIMIT_PENDING` with
+// `*pending` written (start it with `polylimit_pending_start`). A decision
+// made at once costs no callback, no handle and no thread switch.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+// points to `key_len` readable bytes; `out`, `pending` and `err` are NULL or
+// writable.
+int32_t polylimit_limiter_try_check(const struct polylimit_limiter_t *limiter,
+                                    const uint8_t *key,
+                                    size_t key_len,
+                                    uint64_t cost,
+                                    int64_t now_ms,
+                                    struct polylimit_decision_t *out,
+                                    struct polylimit_pending_t **pending,
+                                    struct polylimit_error_t **err);
+
+// Decides an HTTP request by the limiter's rules, in the compact binary
+// encodings of `bindings-go/capi/src/packed.rs` (no JSON either way).
+// `request` holds the packed request (`request_len` bytes); `cost` is its
+// cost (0: the default); `flags` ORs `POLYLIMIT_HAS_NOW_MS` (decide at
+// `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every
+// policy's decision in the outcome; a middleware does not need them),
+// `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH` (the
+// router's path matching).
+//
+// Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
+// (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
+// else in `*out_owned` (`*out_len` bytes, free with `polylimit_bytes_free`).
+// Or returns `POLYLIMIT_PENDING` with `*pending` written: start it with
+// `polylimit_pending_start`, whose callback gets the packed outcome in
+// `text`/`text_len`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
+// 0) or points to `request_len` readable bytes; `out` is NULL (with
+// `out_cap` 0) or points to `out_cap` writable bytes; `out_len`,
+// `out_owned`, `pending` and `err` are NULL or writable.
+int32_t polylimit_limiter_try_check_request(const struct polylimit_limiter_t *limiter,
+                                            const uint8_t *request,
+                                            size_t request_len,
+                                            uint64_t cost,
+                                            int64_t now_ms,
+                                            uint32_t flags,
+                                            uint8_t *out,
+                                            size_t out_cap,
+                                            size_t *out_len,
+                                            uint8_t **out_owned,
+                                            struct polylimit_pending_t **pending,
+                                            struct polylimit_error_t **err);
+
+// Frees `len` bytes this library returned (`out_owned` of
+// `polylimit_limiter_try_check_request`). NULL is ignored.
+//
+// # Safety
+// `bytes` is NULL or such a buffer, with the length returned with it, not yet freed.
+void polylimit_bytes_free(uint8_t *bytes, size_t len);
 
 // Forgets `key` under every policy; waits for the store.
 //

@@ -12,7 +12,7 @@ use polylimit::{CheckOptions, Limiter, Naming, RequestInfo};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
-use crate::{c_string, cstr_arg, guard, runtime, str_arg, Status};
+use crate::{c_string, cstr_arg, guard, packed, runtime, str_arg, Status};
 
 /// A limiter. Thread-safe; free it once with `polylimit_limiter_free` after
 /// the last call that uses it has returned (pending callbacks keep what they
@@ -39,6 +39,8 @@ pub type polylimit_callback_t = Option<
 enum Done {
     Decision(polylimit_decision_t),
     Text(String),
+    /// A packed outcome (`packed::outcome`).
+    Bytes(Vec<u8>),
 }
 
 type Work = Pin<Box<dyn Future<Output = Result<Done, FfiError>> + Send>>;
@@ -68,6 +70,77 @@ fn start(mut work: Work, callback: polylimit_callback_t, ctx: usize) -> Result<O
     }
 }
 
+/// Polls `work` once on the runtime: its result when it is done, else the
+/// work itself, to be spawned by `polylimit_pending_start` (the caller then
+/// pays for a callback only when there is I/O to wait for).
+fn try_now(mut work: Work) -> Result<Result<Done, Box<polylimit_pending_t>>, FfiError> {
+    let ready = {
+        let _enter = runtime().enter();
+        work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+    };
+    match ready {
+        Poll::Ready(done) => done.map(Ok),
+        Poll::Pending => Ok(Err(Box::new(polylimit_pending_t { work }))),
+    }
+}
+
+/// An operation `polylimit_limiter_try_check` or
+/// `polylimit_limiter_try_check_request` could not finish at once (it waits
+/// for the store). Pass it to `polylimit_pending_start` (which consumes it),
+/// or drop it with `polylimit_pending_free`.
+pub struct polylimit_pending_t {
+    work: Work,
+}
+
+/// Runs a pending operation on the polylimit runtime and calls
+/// `callback(ctx, …)` exactly once, from a runtime thread, when it completes
+/// (a check's `decision`, or a request's packed outcome in `text`/`text_len`).
+/// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
+/// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
+/// `pending` or `callback` is NULL.
+///
+/// # Safety
+/// `pending` is NULL or a pending operation from this library not yet
+/// started or freed. `callback` may be called from another thread, once, with `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_pending_start(
+    pending: *mut polylimit_pending_t,
+    callback: polylimit_callback_t,
+    ctx: usize,
+) -> i32 {
+    if pending.is_null() {
+        return Status::POLYLIMIT_INVALID_ARGUMENT as i32;
+    }
+    // SAFETY: `pending` came from `Box::into_raw` in this crate and is consumed once.
+    let pending = unsafe { Box::from_raw(pending) };
+    let spawned = catch_unwind(AssertUnwindSafe(move || {
+        let Some(callback) = callback else {
+            return Status::POLYLIMIT_INVALID_ARGUMENT;
+        };
+        let work = pending.work;
+        runtime().spawn(async move {
+            let result = CatchUnwind(work).await;
+            deliver(callback, ctx, result);
+        });
+        Status::POLYLIMIT_PENDING
+    }));
+    spawned.unwrap_or(Status::POLYLIMIT_INTERNAL) as i32
+}
+
+/// Drops a pending operation without running it (the store may or may not
+/// have seen it). NULL is ignored.
+///
+/// # Safety
+/// `pending` is NULL or a pending operation from this library not yet
+/// started or freed.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_pending_free(pending: *mut polylimit_pending_t) {
+    if !pending.is_null() {
+        // SAFETY: `pending` came from `Box::into_raw` in this crate and is freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(pending) })));
+    }
+}
+
 /// Turns a panic while polling into an error, so the callback always runs.
 struct CatchUnwind(Work);
 
@@ -94,6 +167,8 @@ fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
         Ok(Done::Decision(d)) => unsafe { callback(ctx, ok, &d, no_text, 0, no_error) },
         // SAFETY: as above; `t` holds `t.len()` bytes until the callback returns.
         Ok(Done::Text(t)) => unsafe { callback(ctx, ok, no_decision, t.as_ptr().cast(), t.len(), no_error) },
+        // SAFETY: as above; `b` holds `b.len()` bytes until the callback returns.
+        Ok(Done::Bytes(b)) => unsafe { callback(ctx, ok, no_decision, b.as_ptr().cast(), b.len(), no_error) },
         Err(e) => {
             let code = e.status() as i32;
             let err = e.into_raw();
@@ -242,7 +317,7 @@ pub unsafe extern "C" fn polylimit_limiter_check(
                 unsafe { *out = d };
                 Ok(Status::POLYLIMIT_OK as i32)
             }
-            Some(Done::Text(_)) => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
+            Some(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
             None => Ok(Status::POLYLIMIT_PENDING as i32),
         }
     })
@@ -315,12 +390,161 @@ pub unsafe extern "C" fn polylimit_limiter_check_request(
                 unsafe { *out_json = c_string(t) };
                 Ok(Status::POLYLIMIT_OK as i32)
             }
-            Some(Done::Decision(_)) => Err(FfiError::Core(polylimit::Error::Internal(
-                "decision for a request".into(),
+            Some(_) => Err(FfiError::Core(polylimit::Error::Internal(
+                "a decision for a request".into(),
             ))),
             None => Ok(Status::POLYLIMIT_PENDING as i32),
         }
     })
+}
+
+/// `polylimit_limiter_check` without a callback in the call: returns
+/// `POLYLIMIT_OK` with `*out` written when the decision is ready at once
+/// (memory store, a local decision), or `POLYLIMIT_PENDING` with
+/// `*pending` written (start it with `polylimit_pending_start`). A decision
+/// made at once costs no callback, no handle and no thread switch.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+/// points to `key_len` readable bytes; `out`, `pending` and `err` are NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_try_check(
+    limiter: *const polylimit_limiter_t,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    now_ms: i64,
+    out: *mut polylimit_decision_t,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
+        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
+        if out.is_null() || pending.is_null() {
+            return Err(FfiError::invalid("out or pending is NULL"));
+        }
+        let work: Work = Box::pin(async move {
+            let d = limiter.check_with(&key, options(cost, now_ms)).await?;
+            Ok(Done::Decision((&d).into()))
+        });
+        match try_now(work)? {
+            Ok(Done::Decision(d)) => {
+                // SAFETY: checked above.
+                unsafe { *out = d };
+                Ok(Status::POLYLIMIT_OK as i32)
+            }
+            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
+            Err(p) => {
+                // SAFETY: checked above.
+                unsafe { *pending = Box::into_raw(p) };
+                Ok(Status::POLYLIMIT_PENDING as i32)
+            }
+        }
+    })
+}
+
+/// Decides an HTTP request by the limiter's rules, in the compact binary
+/// encodings of `bindings-go/capi/src/packed.rs` (no JSON either way).
+/// `request` holds the packed request (`request_len` bytes); `cost` is its
+/// cost (0: the default); `flags` ORs `POLYLIMIT_HAS_NOW_MS` (decide at
+/// `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every
+/// policy's decision in the outcome; a middleware does not need them),
+/// `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH` (the
+/// router's path matching).
+///
+/// Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
+/// (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
+/// else in `*out_owned` (`*out_len` bytes, free with `polylimit_bytes_free`).
+/// Or returns `POLYLIMIT_PENDING` with `*pending` written: start it with
+/// `polylimit_pending_start`, whose callback gets the packed outcome in
+/// `text`/`text_len`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
+/// 0) or points to `request_len` readable bytes; `out` is NULL (with
+/// `out_cap` 0) or points to `out_cap` writable bytes; `out_len`,
+/// `out_owned`, `pending` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_try_check_request(
+    limiter: *const polylimit_limiter_t,
+    request: *const u8,
+    request_len: usize,
+    cost: u64,
+    now_ms: i64,
+    flags: u32,
+    out: *mut u8,
+    out_cap: usize,
+    out_len: *mut usize,
+    out_owned: *mut *mut u8,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        if out_len.is_null() || out_owned.is_null() || pending.is_null() || (out.is_null() && out_cap != 0) {
+            return Err(FfiError::invalid("out_len, out_owned or pending is NULL"));
+        }
+        let bytes: &[u8] = if request.is_null() {
+            if request_len != 0 {
+                return Err(FfiError::invalid("request is NULL"));
+            }
+            &[]
+        } else {
+            // SAFETY: the caller passes `request_len` readable bytes at `request`.
+            unsafe { std::slice::from_raw_parts(request, request_len) }
+        };
+        let now_ms = (flags & packed::POLYLIMIT_HAS_NOW_MS != 0).then_some(now_ms);
+        let request = packed::request(bytes, cost, now_ms, flags)?;
+        let with_decisions = flags & packed::POLYLIMIT_WITH_DECISIONS != 0;
+        let work: Work = Box::pin(async move {
+            let outcome = limiter.check_request(&request).await?;
+            Ok(Done::Bytes(packed::outcome(&outcome, with_decisions)))
+        });
+        match try_now(work)? {
+            Ok(Done::Bytes(b)) => {
+                if b.len() <= out_cap {
+                    // SAFETY: `out` has `out_cap` writable bytes, which do not overlap `b`.
+                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), out, b.len()) };
+                    // SAFETY: checked above.
+                    unsafe { (*out_len, *out_owned) = (b.len(), std::ptr::null_mut()) };
+                } else {
+                    let len = b.len();
+                    let owned = Box::into_raw(b.into_boxed_slice()).cast::<u8>();
+                    // SAFETY: checked above.
+                    unsafe { (*out_len, *out_owned) = (len, owned) };
+                }
+                Ok(Status::POLYLIMIT_OK as i32)
+            }
+            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal(
+                "a decision for a request".into(),
+            ))),
+            Err(p) => {
+                // SAFETY: checked above.
+                unsafe { *pending = Box::into_raw(p) };
+                Ok(Status::POLYLIMIT_PENDING as i32)
+            }
+        }
+    })
+}
+
+/// Frees `len` bytes this library returned (`out_owned` of
+/// `polylimit_limiter_try_check_request`). NULL is ignored.
+///
+/// # Safety
+/// `bytes` is NULL or such a buffer, with the length returned with it, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_bytes_free(bytes: *mut u8, len: usize) {
+    if !bytes.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: `bytes` came from `Box::<[u8]>::into_raw` with `len` bytes, freed once.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(bytes, len)) })
+        }));
+    }
 }
 
 /// Forgets `key` under every policy; waits for the store.

@@ -88,6 +88,62 @@ int main(void) {
   rc = polylimit_limiter_check_request(limiter, (const uint8_t *)req, strlen(req), false, &outcome, NULL, 0, &err);
   CHECK(rc == POLYLIMIT_OK && strstr(outcome, "\"status\":429") != NULL && strstr(outcome, "\"decisions\"") == NULL);
   polylimit_string_free(outcome);
+
+  /* The packed path: a request in one buffer (absent strings, one header),
+   * the outcome in the caller's buffer or, when it does not fit, in one the
+   * library owns. */
+  uint8_t packed[128];
+  size_t n = 0;
+  const char *fields[7] = {NULL, "/x", NULL, "203.0.113.8", NULL, NULL, NULL};
+  for (int i = 0; i < 7; i++) {
+    uint32_t len = fields[i] ? (uint32_t)strlen(fields[i]) : POLYLIMIT_ABSENT;
+    memcpy(packed + n, &len, 4); /* little-endian on every platform cgo targets here */
+    n += 4;
+    if (fields[i]) {
+      memcpy(packed + n, fields[i], len);
+      n += len;
+    }
+  }
+  const char *header[2] = {"Accept", "*" "/" "*"};
+  uint32_t count = 1;
+  memcpy(packed + n, &count, 4);
+  n += 4;
+  for (int i = 0; i < 2; i++) {
+    uint32_t len = (uint32_t)strlen(header[i]);
+    memcpy(packed + n, &len, 4);
+    memcpy(packed + n + 4, header[i], len);
+    n += 4 + len;
+  }
+  uint8_t out[512];
+  size_t out_len = 0;
+  uint8_t *owned = NULL;
+  polylimit_pending_t *pending = NULL;
+  rc = polylimit_limiter_try_check_request(limiter, packed, n, 0, 1700000000000, POLYLIMIT_HAS_NOW_MS, out, sizeof out,
+                                           &out_len, &owned, &pending, &err);
+  /* status 0 (allowed), no body, no delay, then the rate-limit headers. */
+  CHECK(rc == POLYLIMIT_OK && owned == NULL && pending == NULL && out_len > 15 && out[0] == 0 && out[1] == 0 && out[2] == 0);
+  rc = polylimit_limiter_try_check_request(limiter, packed, n, 0, 1700000000000, POLYLIMIT_HAS_NOW_MS, out, 4, &out_len,
+                                           &owned, &pending, &err);
+  /* Denied (429 = 0x1AD) with a body; too long for 4 bytes, so owned. */
+  CHECK(rc == POLYLIMIT_OK && owned != NULL && out_len > 15 && owned[0] == 0xAD && owned[1] == 0x01 && owned[2] == 1);
+  polylimit_bytes_free(owned, out_len);
+  rc = polylimit_limiter_try_check_request(limiter, packed, n - 1, 0, 0, 0, out, sizeof out, &out_len, &owned, &pending,
+                                           &err);
+  CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
+  polylimit_limiter_free(limiter);
+
+  /* A memory-store check is decided at once, without a pending operation. */
+  rc = polylimit_limiter_build("{\"Policy\": {\"Rate\": \"1/s\", \"Burst\": 1}}", &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK);
+  pending = NULL;
+  rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && pending == NULL && d.allowed);
+  rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && pending == NULL && !d.allowed);
+  CHECK(polylimit_pending_start(NULL, NULL, 0) == POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_pending_free(NULL);
   polylimit_limiter_free(limiter);
 
   polylimit_breaker_t *b = polylimit_breaker_new(1, 60000, 1);

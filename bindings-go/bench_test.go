@@ -1,0 +1,41 @@
+package polylimit
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+// The middleware's own cost per request, without a network: compare with
+// BenchmarkHandlerAlone (go test -bench . -run ^$).
+func BenchmarkMiddlewareMemory(b *testing.B) {
+	l, err := New(Options{Policy: &Policy{Name: "api", Rate: "1000000000/s", Burst: 1000000000}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	benchHandler(b, l.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })))
+}
+
+func BenchmarkHandlerAlone(b *testing.B) {
+	benchHandler(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+}
+
+func benchHandler(b *testing.B, h http.Handler) {
+	req := httptest.NewRequest("GET", "http://example.com/api/x", nil)
+	req.RemoteAddr = "203.0.113.7:5555"
+	req.Header.Set("User-Agent", "Go-http-client/1.1")
+	req.Header.Set("Accept-Encoding", "gzip")
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}

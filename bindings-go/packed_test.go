@@ -1,0 +1,66 @@
+package polylimit
+
+import (
+	"encoding/binary"
+	"testing"
+)
+
+// A packed outcome reads back whole; a truncated or padded one is an error,
+// never a panic or a half-read outcome.
+func TestPackedOutcome(t *testing.T) {
+	var b []byte
+	str := func(s string) {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.LittleEndian.AppendUint16(b, 429)
+	b = append(b, 1)
+	b = binary.LittleEndian.AppendUint64(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	str("Retry-After")
+	str("2")
+	str(`{"error":"rate_limit_exceeded"}`)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	str("api")
+	str("per-ip")
+	b = append(b, 4) // denied, not shadow, has a retry-after
+	for _, n := range []uint64{10, 0, 2000, 2000, 0} {
+		b = binary.LittleEndian.AppendUint64(b, n)
+	}
+	b = append(b, 4) // penalty
+	o, err := parseOutcome(string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := o.Decisions[0]
+	if o.Status != 429 || !o.HasBody || o.Body != `{"error":"rate_limit_exceeded"}` || len(o.Headers) != 1 ||
+		o.Headers[0] != [2]string{"Retry-After", "2"} || d.Rule != "api" || d.Policy != "per-ip" || d.Decision.Allowed ||
+		!d.Decision.HasRetryAfter || d.Decision.Limit != 10 || d.Decision.RetryAfter.Milliseconds() != 2000 ||
+		d.Decision.Source != SourcePenalty {
+		t.Fatalf("%+v", o)
+	}
+	for n := 0; n < len(b); n++ {
+		if _, err := parseOutcome(string(b[:n])); err == nil {
+			t.Fatalf("truncated to %d bytes: no error", n)
+		}
+	}
+	if _, err := parseOutcome(string(b) + "x"); err == nil {
+		t.Fatal("padded: no error")
+	}
+}
+
+// An empty string is packed as absent, as encoding/json's omitempty left it
+// out: the core then uses its defaults (GET, /).
+func TestPackedRequestLeavesEmptyStringsOut(t *testing.T) {
+	p := getPacker()
+	defer putPacker(p)
+	p.request(&RequestInfo{Path: "/x", Headers: [][2]string{{"A", ""}}})
+	want := []byte{0xff, 0xff, 0xff, 0xff, 2, 0, 0, 0, '/', 'x'}
+	for i := 0; i < 5; i++ {
+		want = append(want, 0xff, 0xff, 0xff, 0xff)
+	}
+	want = append(want, 1, 0, 0, 0, 1, 0, 0, 0, 'A', 0, 0, 0, 0)
+	if string(p.buf) != string(want) {
+		t.Fatalf("packed %v, want %v", p.buf, want)
+	}
+}
