@@ -8,13 +8,6 @@
 -- reset_after_ms, retry_after_ms (-1 = none), delay_ms, penalized}.
 -- Nothing is charged unless every non-shadow policy allows; penalties record
 -- denials either way.
-local KINDS = {
-  token_bucket, token_bucket_interval, gcra, leaky_bucket,
-  leaky_bucket_shape, fixed_window, sliding_window_log, sliding_window_counter,
-}
-local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
-local STRIDE = 10
-
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -23,18 +16,6 @@ else
   now = tonumber(ARGV[1])
 end
 local cost = tonumber(ARGV[2])
-
--- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.
-local function reply_values(remaining, reset, retry)
-  if remaining < 0 then remaining = 0 end
-  if reset < 0 then reset = 0 end
-  if retry then
-    if retry < 0 then retry = 0 end
-  else
-    retry = -1
-  end
-  return remaining, reset, retry
-end
 
 -- One policy without a penalty, the common case: the same decision without
 -- the bookkeeping of several policies (commits held back, penalties).

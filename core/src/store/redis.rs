@@ -32,6 +32,7 @@ macro_rules! algorithms {
             include_str!("../../lua/sliding_window_counter.lua"),
             include_str!("../../lua/sliding_window_log.lua"),
             include_str!("../../lua/penalty.lua"),
+            include_str!("../../lua/dispatch.lua"),
         )
     };
 }
