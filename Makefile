@@ -3,8 +3,14 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The release version lives once, in the workspace Cargo.toml; `make dist`
+# stamps it into the wheel, the npm packages and the Go module.
+export POLYLIMIT_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+# Release artifacts: wheels, sdist and npm tarballs in dist/, the Go module
+# proxy tree in dist/goproxy/.
+export DIST := $(CURDIR)/dist
 
-.PHONY: demo test bench bench-start fuzz deps redis-server rust-test lint
+.PHONY: demo test bench bench-start fuzz deps redis-server rust-test lint dist dist-test
 
 ## The example apps of every language on the memory store, the classic burst
 ## against each (REDIS_URL=redis://… shares one Redis between them).
@@ -25,9 +31,20 @@ redis-server:
 BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
+BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk examples/make.mk tests/e2e/make.mk
 
-test: deps lint rust-test $(BINDING_TESTS) e2e-test
+test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test
+
+## Every release artifact, from this checkout, into dist/.
+dist: $(BINDING_DISTS)
+	@echo "polylimit $(POLYLIMIT_VERSION) artifacts:"; cd $(DIST) && find . -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tgz' -o -name '*.zip' \) -printf '  %p  %s bytes\n' | sort
+
+## The artifacts installed in a clean room (no cargo or rustc on PATH, nothing
+## from the checkout on an import path) and used by a FastAPI, an Express and
+## a net/http app, alone on memory and together on one real Redis.
+dist-test: dist redis-server
+	python3 tests/dist/cleanroom.py
 
 lint:
 	$(CARGO) fmt --all --check
