@@ -1,19 +1,38 @@
-# bindings-python: the pyo3 wheel, built into the checkout's .venv by maturin,
-# and its pytest suite (vectors on memory + real Redis, FastAPI over uvicorn).
+# bindings-python: the pyo3 abi3 wheel, built once as the manylinux2014 wheel
+# that ships (maturin + zig) and installed into the checkout's .venv, its pytest
+# suite (vectors on memory + real Redis, FastAPI over uvicorn) and its release
+# artifacts (that wheel and an sdist) in $(DIST).
 PY_DIR := bindings-python
 PY_VENV := $(CURDIR)/.venv
 PY := $(PY_VENV)/bin/python
+# Rust triples `make dist` builds for (the Node and Go parts read the same).
+DIST_TARGETS ?= x86_64-unknown-linux-gnu
+PY_HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+# zig links against glibc 2.17 symbols: a genuine manylinux2014 wheel from any
+# host. An explicit --target puts the build in $(CARGO_TARGET_DIR)/<triple>/,
+# apart from the gcc-linked target/release the other bindings share, so the
+# two never rebuild each other's crates. Stripping is set in pyproject.toml.
+PY_WHEEL_FLAGS := --release --zig --compatibility manylinux2014 --quiet
+PY_WHEELHOUSE := $(CARGO_TARGET_DIR)/python-wheels
+PY_MATURIN = cd $(PY_DIR) && PATH="$(PY_VENV)/bin:$$PATH" maturin
+PY_SDIST = $(DIST)/polylimit-$(POLYLIMIT_VERSION).tar.gz
 
-.PHONY: python-deps python-build python-test python-bench
+.PHONY: python-deps python-build python-test python-bench python-dist python-sdist-test
 
-## A venv with maturin, pytest, FastAPI, uvicorn, httpx and the benchmark peers.
+## A venv with maturin (+ ziglang, auditwheel), pytest, FastAPI, uvicorn, httpx and the benchmark peers.
 python-deps:
 	@test -x $(PY) || python3 -m venv $(PY_VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check -r $(PY_DIR)/requirements-dev.txt
 
-## The native module, installed (editable) into the venv. Release: the benchmark uses it too.
-python-build: python-deps
-	cd $(PY_DIR) && VIRTUAL_ENV=$(PY_VENV) PATH="$(PY_VENV)/bin:$$PATH" maturin develop --release --quiet
+# One wheel for a triple into $(PY_WHEELHOUSE)/<triple>/ (cargo does nothing
+# when the sources did not change; maturin then only repacks the wheel).
+python-wheel-%: python-deps
+	rm -rf $(PY_WHEELHOUSE)/$*
+	$(PY_MATURIN) build $(PY_WHEEL_FLAGS) --target $* --out $(PY_WHEELHOUSE)/$*
+
+## The host's release wheel, installed into the venv: the suites test the shipped artifact.
+python-build: python-wheel-$(PY_HOST)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall $(PY_WHEELHOUSE)/$(PY_HOST)/polylimit-*.whl
 
 python-test: python-build redis-server
 	cd $(PY_DIR) && $(PY) -m pytest -q
@@ -21,6 +40,27 @@ python-test: python-build redis-server
 python-bench: python-build redis-server
 	cd $(PY_DIR) && $(PY) bench/bench.py
 
+## The wheels for $(DIST_TARGETS) and the sdist into $(DIST), each wheel checked
+## by auditwheel (manylinux_2_17 for its arch) and every member list by check_dist.py.
+python-dist: python-build $(addprefix python-wheel-,$(filter-out $(PY_HOST),$(DIST_TARGETS)))
+	mkdir -p $(DIST) && rm -f $(DIST)/polylimit-*.whl $(PY_SDIST)
+	set -e; for t in $(DIST_TARGETS); do \
+	  w=$$(ls $(PY_WHEELHOUSE)/$$t/polylimit-$(POLYLIMIT_VERSION)-cp39-abi3-manylinux*.whl); \
+	  arch=$${t%%-*}; \
+	  $(PY_VENV)/bin/auditwheel show $$w | tr -s ' \n' ' ' | grep -q "consistent with the following platform tag: \"manylinux_2_17_$$arch\"" \
+	    || { $(PY_VENV)/bin/auditwheel show $$w; echo "python-dist: $$w is not manylinux_2_17_$$arch" >&2; exit 1; }; \
+	  cp $$w $(DIST)/; done
+	$(PY_MATURIN) sdist --out $(DIST) >/dev/null
+	$(PY) $(PY_DIR)/check_dist.py $(POLYLIMIT_VERSION) $(DIST)/polylimit-$(POLYLIMIT_VERSION)-*.whl $(PY_SDIST)
+
+## The sdist built from source in a fresh venv, as pip does where no wheel fits
+## (Rust + a C compiler; a cold release build of the core: minutes).
+python-sdist-test: python-dist
+	rm -rf $(CARGO_TARGET_DIR)/sdist-test && python3 -m venv $(CARGO_TARGET_DIR)/sdist-test/venv
+	cd $(CARGO_TARGET_DIR)/sdist-test && env -u CARGO_TARGET_DIR venv/bin/pip install -q --disable-pip-version-check $(PY_SDIST) \
+	  && venv/bin/python -c "import polylimit, sys; v = polylimit.__version__; print('sdist build:', v); sys.exit(v != '$(POLYLIMIT_VERSION)')"
+
 BINDING_DEPS += python-deps
 BINDING_TESTS += python-test
 BINDING_BENCHES += python-bench
+BINDING_DISTS += python-dist
