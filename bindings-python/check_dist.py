@@ -123,6 +123,7 @@ def check_metadata(name: str, meta: str, version: str) -> list[str]:
         "Requires-Python: >=3.9",
         "Provides-Extra: fastapi",
         "License-File: LICENSE",
+        "License-Expression: Apache-2.0",
     ]:
         if line not in meta.splitlines():
             errors.append(f"{name}: metadata lacks {line!r}")
