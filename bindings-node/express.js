@@ -66,14 +66,32 @@ function routeOf(req, path) {
   return findRoute(router.stack, req.method, path, '');
 }
 
+/** Express 4's router names it `_handles_method`, Express 5's (router 2) `_handlesMethod`. */
+function handlesMethod(route, method) {
+  const handles = route._handlesMethod || route._handles_method;
+  return typeof handles === 'function' ? handles.call(route, method) : true;
+}
+
+/**
+ * The part of `path` a layer matches, or null. Express 4's `layer.match()`
+ * returns a boolean and sets `layer.path`; Express 5's returns `{ path }`.
+ */
+function matched(layer, path) {
+  const m = layer.match(path);
+  if (!m) return null;
+  return typeof m === 'object' ? m.path : layer.path;
+}
+
 function findRoute(stack, method, path, prefix) {
   for (const layer of stack) {
     if (layer.route) {
-      if (typeof layer.route.path === 'string' && layer.route._handles_method(method) && layer.match(path)) {
+      if (typeof layer.route.path === 'string' && handlesMethod(layer.route, method) && matched(layer, path) !== null) {
         return prefix + layer.route.path;
       }
-    } else if (layer.handle && Array.isArray(layer.handle.stack) && layer.match(path)) {
-      const found = findRoute(layer.handle.stack, method, path.slice(layer.path.length) || '/', prefix + layer.path);
+    } else if (layer.handle && Array.isArray(layer.handle.stack)) {
+      const at = matched(layer, path);
+      if (at === null || at === undefined) continue;
+      const found = findRoute(layer.handle.stack, method, path.slice(at.length) || '/', prefix + at);
       if (found) return found;
     }
   }

@@ -30,3 +30,52 @@ node-bench: node-build redis-server
 BINDING_DEPS += node-deps
 BINDING_TESTS += node-test
 BINDING_BENCHES += node-bench
+
+## The npm packages of a release into $(DIST): polylimit-<v>.tgz (the JS, the
+## generated loader, the types; optionalDependencies on every platform package
+## of package.json's napi.targets) and polylimit-<platform>-<v>.tgz, holding the
+## stripped addon, for each Rust triple of DIST_TARGETS. Linux glibc addons are
+## linked by zig (`napi build -x`, i.e. cargo-zigbuild; ziglang and
+## cargo-zigbuild come from PyPI into a venv under target/) against glibc
+## $(NODE_DIST_GLIBC), so they load on any distribution since then. Cargo hashes
+## the linker into every fingerprint, so these builds have their own target dir
+## (sharing the tests' one would rebuild everything on each switch).
+## NODE_DIST_GLIBC= (empty) ships the host build of `make node-build` instead
+## (no zig, no second build; the addon then needs the build machine's glibc).
+## The platform package.json files come from `napi create-npm-dirs`;
+## scripts/dist.js stamps the version, packs, and fails on a file list other
+## than expected.
+DIST_TARGETS ?= x86_64-unknown-linux-gnu
+NODE_DIST_GLIBC ?= 2.17
+NODE_DIST_STAGE := $(CARGO_TARGET_DIR)/node-dist
+NODE_ZIG_VENV ?= $(CARGO_TARGET_DIR)/dist-tools/venv
+NODE_RUSTC_SYSROOT = $(shell rustc --print sysroot)
+NODE_RUST_OBJCOPY = $(NODE_RUSTC_SYSROOT)/lib/rustlib/$(shell rustc -vV | sed -n 's/^host: //p')/bin/rust-objcopy
+
+.PHONY: node-dist node-dist-zig
+node-dist-zig:
+	@if [ -n "$(NODE_DIST_GLIBC)" ] && ! { [ -x $(NODE_ZIG_VENV)/bin/cargo-zigbuild ] && $(NODE_ZIG_VENV)/bin/python -m ziglang version >/dev/null 2>&1; }; then \
+	  echo "installing ziglang and cargo-zigbuild (PyPI) into $(NODE_ZIG_VENV)"; \
+	  python3 -m venv $(NODE_ZIG_VENV) && $(NODE_ZIG_VENV)/bin/pip install -q 'ziglang==0.17.1' 'cargo-zigbuild==0.24.0'; fi
+
+node-dist: node-build node-dist-zig
+	@set -e; cd $(NODE_DIR); addons=; \
+	for t in $(DIST_TARGETS); do \
+	  out=$(NODE_DIST_STAGE)/$$t; rm -rf $$out; \
+	  if [ -n "$(NODE_DIST_GLIBC)" ]; then \
+	    case $$t in *-linux-gnu) zt=$$t.$(NODE_DIST_GLIBC);; *) zt=$$t;; esac; \
+	    echo "node-dist: napi build --release -x --target $$zt"; \
+	    PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(NODE_DIST_STAGE)/cargo CARGO_TERM_QUIET=true \
+	      node_modules/.bin/napi build --platform --release -x --target $$zt --no-js --output-dir $$out >/dev/null; \
+	  else \
+	    echo "node-dist: napi build --release --target $$t"; \
+	    CARGO="$(CARGO)" CARGO_TERM_QUIET=true \
+	      node_modules/.bin/napi build --platform --release --target $$t --no-js --output-dir $$out >/dev/null; \
+	  fi; \
+	  LD_LIBRARY_PATH="$(NODE_RUSTC_SYSROOT)/lib" $(NODE_RUST_OBJCOPY) --strip-all $$out/polylimit.*.node $$out.node; \
+	  addons="$$addons --addon $$t=$$out.node"; \
+	done; \
+	rm -f $(DIST)/polylimit-$(POLYLIMIT_VERSION).tgz $(DIST)/polylimit-*-$(POLYLIMIT_VERSION).tgz; \
+	node scripts/dist.js --version $(POLYLIMIT_VERSION) --dist $(DIST) --stage $(NODE_DIST_STAGE)/stage $$addons
+
+BINDING_DISTS += node-dist
