@@ -49,3 +49,31 @@ go-bench: go-deps go-capi-release
 BINDING_DEPS += go-deps
 BINDING_TESTS += go-test
 BINDING_BENCHES += go-bench
+
+# The released module: the stripped release static library of each platform
+# inside it (build/<goos>-<goarch>/), served from dist/goproxy/ as a Go module
+# proxy serves a tag. x86_64 links the host's release build; other targets
+# are cross-built with cargo-zigbuild (the Node dist's zig tools).
+DIST_TARGETS ?= x86_64-unknown-linux-gnu
+GO_DIST_STAGE := $(CARGO_TARGET_DIR)/go-dist
+
+.PHONY: go-dist
+go-dist: go-capi-release $(if $(filter-out x86_64-unknown-linux-gnu,$(DIST_TARGETS)),node-dist-zig)
+	@set -e; mkdir -p $(GO_DIST_STAGE); libs=; \
+	for t in $(DIST_TARGETS); do \
+	  case $$t in x86_64-unknown-linux-gnu) p=linux-amd64;; aarch64-unknown-linux-gnu) p=linux-arm64;; \
+	    *) echo "go-dist: no Go platform for $$t"; exit 1;; esac; \
+	  case $$t in \
+	    x86_64-unknown-linux-gnu) lib=$(CARGO_TARGET_DIR)/release/libpolylimit_capi.a;; \
+	    *) echo "go-dist: cargo zigbuild --release -p polylimit-capi --target $$t"; \
+	       PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(GO_DIST_STAGE)/cargo \
+	         $(CARGO) zigbuild --quiet --release -p polylimit-capi --target $$t; \
+	       lib=$(GO_DIST_STAGE)/cargo/$$t/release/libpolylimit_capi.a;; \
+	  esac; \
+	  mkdir -p $(GO_DIST_STAGE)/$$p; \
+	  strip --strip-debug -o $(GO_DIST_STAGE)/$$p/libpolylimit_capi.a $$lib; \
+	  libs="$$libs --lib $$p=$(GO_DIST_STAGE)/$$p/libpolylimit_capi.a"; \
+	done; \
+	python3 $(GO_DIR)/dist.py --version $(POLYLIMIT_VERSION) --out $(DIST)/goproxy $$libs
+
+BINDING_DISTS += go-dist

@@ -1,0 +1,130 @@
+"""Writes the Go module as a module proxy serves a tagged release: <module>/@v/{list,.info,.mod,.zip}.
+
+The zip holds the package's Go files, the C header and, per platform, the prebuilt static library in
+build/<goos>-<goarch>/ (as wasmtime-go ships its own), each directory with a Go file of its own so
+`go mod vendor` keeps it. A generated link.go replaces the checkout's link_debug.go / link_release.go,
+which point cgo at cargo's target directory. Standard library only.
+
+    python3 dist.py --version 0.1.0 --out dist/goproxy --lib linux-amd64=path/to/libpolylimit_capi.a ...
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+MODULE = "github.com/polylimit/polylimit/bindings-go"
+LIB = "libpolylimit_capi.a"
+NATIVE_LIBS = "-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
+# The checkout's cgo link files: they name cargo's target directory, which a user does not have.
+CHECKOUT_ONLY = {"link_debug.go", "link_release.go"}
+
+
+def package_dir(platform: str) -> str:
+    return "build/" + platform
+
+
+def link_go(platforms) -> str:
+    goos_arch = [p.split("-", 1) for p in platforms]
+    ldflags = "\n".join(f"#cgo {goos},{arch} LDFLAGS: ${{SRCDIR}}/build/{goos}-{arch}/{LIB} {NATIVE_LIBS}"
+                        for goos, arch in goos_arch)
+    imports = "\n".join(f'\t_ "{MODULE}/build/{goos}-{arch}"' for goos, arch in goos_arch)
+    return f"""package polylimit
+
+// The prebuilt core for each platform this release ships, in build/<goos>-<goarch>/.
+// Imported so that `go mod vendor` keeps those directories and the header's.
+
+/*
+{ldflags}
+*/
+import "C"
+
+import (
+\t_ "{MODULE}/capi/include"
+{imports}
+)
+"""
+
+
+def keep_dir_go(package: str, what: str) -> str:
+    return f"// Package {package} holds {what}; it has no Go code.\npackage {package}\n"
+
+
+def module_files(platforms: dict) -> dict:
+    """Path in the module -> bytes."""
+    files = {}
+    for src in sorted(HERE.glob("*.go")):
+        if src.name.endswith("_test.go") or src.name in CHECKOUT_ONLY:
+            continue
+        files[src.name] = src.read_bytes()
+    files["link.go"] = link_go(sorted(platforms)).encode()
+    files["go.mod"] = (HERE / "go.mod").read_bytes()
+    files["README.md"] = (HERE / "README.md").read_bytes()
+    files["LICENSE"] = (ROOT / "LICENSE").read_bytes()
+    files["capi/include/polylimit.h"] = (HERE / "capi" / "include" / "polylimit.h").read_bytes()
+    files["capi/include/include.go"] = keep_dir_go("include", "the C header of the polylimit core").encode()
+    for platform, lib in sorted(platforms.items()):
+        goos, arch = platform.split("-", 1)
+        files[f"build/{platform}/{LIB}"] = Path(lib).read_bytes()
+        package = f"{goos}{arch}"
+        files[f"build/{platform}/lib.go"] = keep_dir_go(package, f"the polylimit core for {goos}/{arch}").encode()
+    return files
+
+
+def commit_time() -> str:
+    """The release's time: the commit's, so two builds of one commit write the same .info."""
+    done = subprocess.run(["git", "log", "-1", "--format=%cI"], cwd=ROOT, capture_output=True, text=True)
+    when = datetime.fromisoformat(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() \
+        else datetime.now(timezone.utc)
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check(files: dict, platforms: dict) -> None:
+    """Only what a user builds with: no tests, Rust sources, benchmarks or cargo output."""
+    for name in files:
+        ok = (("/" not in name and (name.endswith(".go") or name in ("go.mod", "README.md", "LICENSE")))
+              or name in ("capi/include/polylimit.h", "capi/include/include.go")
+              or any(name in (f"build/{p}/{LIB}", f"build/{p}/lib.go") for p in platforms))
+        if not ok or name.endswith("_test.go") or name in CHECKOUT_ONLY:
+            sys.exit(f"go dist: unexpected file in the module zip: {name}")
+    for needed in ("go.mod", "LICENSE", "link.go", "limiter.go", "version.go", "capi/include/polylimit.h"):
+        if needed not in files:
+            sys.exit(f"go dist: {needed} is missing from the module zip")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--version", required=True)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--lib", action="append", required=True, help="<goos>-<goarch>=<static library>")
+    args = parser.parse_args()
+    platforms = dict(item.split("=", 1) for item in args.lib)
+    version = "v" + args.version
+    files = module_files(platforms)
+    check(files, platforms)
+
+    at = args.out / MODULE / "@v"
+    at.mkdir(parents=True, exist_ok=True)
+    for old in at.iterdir():
+        old.unlink()
+    when = commit_time()
+    stamp = tuple(int(x) for x in (when[0:4], when[5:7], when[8:10], when[11:13], when[14:16], when[17:19]))
+    with zipfile.ZipFile(at / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in sorted(files.items()):
+            z.writestr(zipfile.ZipInfo(f"{MODULE}@{version}/{name}", date_time=stamp), data,
+                       compress_type=zipfile.ZIP_DEFLATED)
+    (at / f"{version}.mod").write_bytes(files["go.mod"])
+    (at / f"{version}.info").write_text(json.dumps({"Version": version, "Time": when}) + "\n")
+    (at / "list").write_text(version + "\n")
+    size = (at / f"{version}.zip").stat().st_size
+    libs = ", ".join(f"{p}: {len(files[f'build/{p}/{LIB}']) / 1e6:.1f} MB" for p in sorted(platforms))
+    print(f"  {at / (version + '.zip')}  {size / 1e6:.1f} MB ({len(files)} files; static libraries {libs})")
+
+
+if __name__ == "__main__":
+    main()
