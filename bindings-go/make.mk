@@ -53,7 +53,8 @@ BINDING_BENCHES += go-bench
 # The released module: the stripped release static library of each platform
 # inside it (build/<goos>-<goarch>/), served from dist/goproxy/ as a Go module
 # proxy serves a tag. x86_64 links the host's release build; other targets
-# are cross-built with cargo-zigbuild (the Node dist's zig tools).
+# are cross-built with cargo-zigbuild (the Node dist's zig tools); the
+# toolchain's rust-objcopy strips every architecture.
 DIST_TARGETS ?= x86_64-unknown-linux-gnu
 GO_DIST_STAGE := $(CARGO_TARGET_DIR)/go-dist
 
@@ -71,7 +72,7 @@ go-dist: go-capi-release $(if $(filter-out x86_64-unknown-linux-gnu,$(DIST_TARGE
 	       lib=$(GO_DIST_STAGE)/cargo/$$t/release/libpolylimit_capi.a;; \
 	  esac; \
 	  mkdir -p $(GO_DIST_STAGE)/$$p; \
-	  strip --strip-debug -o $(GO_DIST_STAGE)/$$p/libpolylimit_capi.a $$lib; \
+	  LD_LIBRARY_PATH="$(NODE_RUSTC_SYSROOT)/lib" $(NODE_RUST_OBJCOPY) --strip-debug $$lib $(GO_DIST_STAGE)/$$p/libpolylimit_capi.a; \
 	  libs="$$libs --lib $$p=$(GO_DIST_STAGE)/$$p/libpolylimit_capi.a"; \
 	done; \
 	python3 $(GO_DIR)/dist.py --version $(POLYLIMIT_VERSION) --out $(DIST)/goproxy $$libs
