@@ -49,6 +49,28 @@ def one(pattern: str) -> Path:
     return found[0]
 
 
+def readme_install_lines() -> dict:
+    """The README's install lines for a local build, which this test runs word for word."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("**A local build**"):]
+    block = block[block.index("```sh\n") + 6:]
+    block = block[:block.index("```")]
+    lines = {}
+    for line in block.strip().splitlines():
+        words = line.split()
+        assignments = [w for w in words if re.fullmatch(r"[A-Z_]+=\S+", w)]
+        command = words[len(assignments):]
+        tool = {"pip": "python", "npm": "node", "go": "go"}[command[0]]
+        env = dict(a.split("=", 1) for a in assignments)
+        lines[tool] = ({k: v.replace("$PWD/dist", str(DIST)) for k, v in env.items()},
+                       [re.sub(r"^dist/", str(DIST) + "/", w) for w in command])
+    assert set(lines) == {"python", "node", "go"}, f"the README's local-build block has {sorted(lines)}"
+    return lines
+
+
+INSTALL = readme_install_lines()
+
+
 def clean_env() -> dict:
     """The user's environment without Rust: no cargo/rustc on PATH, no Rust or checkout variables.
     HOME stays: it holds the registry settings a user has (~/.npmrc, pip's), and no import path."""
@@ -146,8 +168,9 @@ def install_python(room: Path, env: dict):
     venv = room / "venv"
     run([sys.executable, "-m", "venv", venv], room, env, "python -m venv")
     py = venv / "bin" / "python"
-    run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel, "fastapi", "uvicorn"],
-        room, env, "pip install")
+    _, command = INSTALL["python"]
+    assert str(wheel) in command, f"the README installs {command[2:]}, `make dist` wrote {wheel.name}"
+    run([venv / "bin" / "pip", *command[1:]], room, env, "pip install")
     shutil.copy(APPS / "fastapi_app.py", room / "app.py")
     return [[py, "-I", room / "app.py"]]
 
@@ -155,8 +178,9 @@ def install_python(room: Path, env: dict):
 def install_node(room: Path, env: dict):
     main, platform = one(f"polylimit-{VERSION}.tgz"), one(f"polylimit-linux-x64-gnu-{VERSION}.tgz")
     (room / "package.json").write_text('{ "name": "cleanroom", "private": true }\n')
-    run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", main, platform, "express"],
-        room, env, "npm install")
+    _, command = INSTALL["node"]
+    assert {str(main), str(platform)} <= set(command), f"the README installs {command[2:]}, not {main.name} and {platform.name}"
+    run(command, room, env, "npm install")
     shutil.copy(APPS / "express_app.js", room / "app.js")
     return [["node", room / "app.js"]]
 
@@ -164,15 +188,18 @@ def install_node(room: Path, env: dict):
 def install_go(room: Path, env: dict):
     proxy = DIST / "goproxy"
     assert (proxy / GO_MODULE / "@v" / f"v{VERSION}.zip").is_file(), "no Go module zip in dist/goproxy (make dist)"
-    env.update(GOPROXY=f"file://{proxy}", GONOSUMDB="github.com/polylimit", GOFLAGS="-mod=mod",
-               GOPATH=str(room / "gopath"), GOMODCACHE=str(room / "gopath" / "pkg" / "mod"), GOTOOLCHAIN="local")
+    readme_env, command = INSTALL["go"]
+    assert readme_env.get("GOPROXY") == f"file://{proxy}", f"the README's GOPROXY is {readme_env.get('GOPROXY')}"
+    assert command[-1] == f"{GO_MODULE}@v{VERSION}", f"the README gets {command[-1]}"
+    env.update(readme_env, GOPATH=str(room / "gopath"), GOMODCACHE=str(room / "gopath" / "pkg" / "mod"),
+               GOTOOLCHAIN="local")
     if os.environ.get("GOCACHE"):
         env["GOCACHE"] = os.environ["GOCACHE"]
     else:  # the build cache keys on content; sharing it only saves compiling the standard library again
         env["GOCACHE"] = subprocess.run(["go", "env", "GOCACHE"], text=True, capture_output=True).stdout.strip()
     run(["go", "mod", "init", "example.com/cleanroom"], room, env, "go mod init")
     shutil.copy(APPS / "nethttp_app.go", room / "main.go")
-    run(["go", "get", f"{GO_MODULE}@v{VERSION}"], room, env, "go get")
+    run(command, room, env, "go get")
     run(["go", "build", "-o", room / "app", "."], room, env, "go build")
     # Vendoring must keep the static library and the header (they sit in package directories).
     vendored = room.parent / "nethttp-vendored"
