@@ -34,7 +34,7 @@ BINDING_BENCHES :=
 BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk examples/make.mk tests/e2e/make.mk
 
-test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test
+test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
 
 ## Every release artifact, from this checkout, into dist/.
 dist: $(BINDING_DISTS)
