@@ -1,7 +1,10 @@
 -- polylimit: one atomic decision for one or more policies.
 -- Mirrors core/src/algorithm/*.rs line for line. All numbers are integers
 -- below 2^52 (policy validation guarantees it), so Lua doubles are exact.
--- State of a key is a string of three integers "a b c" (one GET, one SET PX).
+-- State of a key is three integers (one GET, one SET PX), packed as a marker
+-- byte and three little-endian 64-bit integers: struct.unpack is a third
+-- cheaper than matching and formatting text. The text form "a b c" that
+-- earlier versions wrote is still read, so a rolling upgrade keeps counts.
 
 local function ceil_div(a, b)
   if a <= 0 then return 0 end
@@ -21,9 +24,17 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
+local CELLS = '<Blll'
+local CELLS_MARK = 1
+local CELLS_SIZE = 25
+
 local function read_cells(key)
   local raw = redis.call('GET', key)
   if not raw then return nil end
+  if #raw == CELLS_SIZE and string.byte(raw, 1) == CELLS_MARK then
+    local _, a, b, c = struct.unpack(CELLS, raw)
+    return {a, b, c}
+  end
   local a, b, c = string.match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
   if not a then
     error({err = 'POLYLIMIT_STATE key ' .. key .. ' does not hold polylimit state'})
@@ -42,7 +53,7 @@ local function expire_after(ttl)
 end
 
 local function write_cells(key, a, b, c, ttl)
-  redis.call('SET', key, string.format('%d %d %d', a, b, c), 'PX', expire_after(ttl))
+  redis.call('SET', key, struct.pack(CELLS, CELLS_MARK, a, b, c), 'PX', expire_after(ttl))
 end
 
 -- `max(TAT, now) - now` in scaled units, from cells {tat_ms, tat_rem}.

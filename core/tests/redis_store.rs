@@ -144,6 +144,24 @@ async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
 }
 
 #[tokio::test]
+async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "10/s"}))).with_store(redis.url())).unwrap();
+    let at = CheckOptions {
+        cost: 1,
+        now_ms: Some(1_000),
+    };
+    // Written by an earlier version: 5 tokens (scaled by the period) at t = 1000.
+    redis.command("SET polylimit:token_bucket:default:{old} \"5000 1000 0\" PX 60000").unwrap();
+    let d = limiter.check_with("old", at).await.unwrap();
+    assert!(d.allowed && d.remaining == 4 && d.source == Source::Store, "{d:?}");
+    // Written back packed: a marker byte and three 64-bit integers.
+    assert_eq!(redis.command("STRLEN polylimit:token_bucket:default:{old}").unwrap(), ":25\r\n");
+    let d = limiter.check_with("old", at).await.unwrap();
+    assert!(d.allowed && d.remaining == 3, "{d:?}");
+}
+
+#[tokio::test]
 async fn composite_policies_charge_nothing_when_one_denies() {
     let redis = support::RedisServer::start();
     let mut config = LimiterConfig::new(policy(json!({"rate": "100/d", "name": "per_day"})));
