@@ -152,11 +152,16 @@ async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
         now_ms: Some(1_000),
     };
     // Written by an earlier version: 5 tokens (scaled by the period) at t = 1000.
-    redis.command("SET polylimit:token_bucket:default:{old} \"5000 1000 0\" PX 60000").unwrap();
+    redis
+        .command("SET polylimit:token_bucket:default:{old} \"5000 1000 0\" PX 60000")
+        .unwrap();
     let d = limiter.check_with("old", at).await.unwrap();
     assert!(d.allowed && d.remaining == 4 && d.source == Source::Store, "{d:?}");
     // Written back packed: a marker byte and three 64-bit integers.
-    assert_eq!(redis.command("STRLEN polylimit:token_bucket:default:{old}").unwrap(), ":25\r\n");
+    assert_eq!(
+        redis.command("STRLEN polylimit:token_bucket:default:{old}").unwrap(),
+        ":25\r\n"
+    );
     let d = limiter.check_with("old", at).await.unwrap();
     assert!(d.allowed && d.remaining == 3, "{d:?}");
 }
