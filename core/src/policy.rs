@@ -11,6 +11,11 @@ use crate::error::{Error, Result};
 /// 2^53; staying under 2^50 leaves room for the sums the algorithms form.
 pub(crate) const MAX_SCALED: u64 = 1 << 50;
 
+/// Largest `limit` of a `sliding_window_log`: it keeps an entry per admitted
+/// request, so this bounds a key's entries, and with them the work of a
+/// denial (which walks at most half of them) inside Redis' one thread.
+pub const MAX_LOG_ENTRIES: u64 = 100_000;
+
 /// Largest cost a single check may carry.
 pub const MAX_COST: u64 = 1 << 32;
 
@@ -324,6 +329,16 @@ impl Policy {
         };
         if self.count > MAX_SCALED {
             return too_big("rate", format!("\"{}/{}ms\"", self.count, self.period_ms));
+        }
+        if self.algorithm == Algorithm::SlidingWindowLog && self.count > MAX_LOG_ENTRIES {
+            return Err(Error::config(
+                at("rate"),
+                format!("\"{}/{}ms\"", self.count, self.period_ms),
+                format!(
+                    "is too large for sliding_window_log, which keeps an entry per request: at most \
+                     {MAX_LOG_ENTRIES} per window (sliding_window_counter has no such bound)"
+                ),
+            ));
         }
         if self.burst.checked_mul(self.period_ms).is_none_or(|v| v > MAX_SCALED) {
             let field = if self.algorithm.is_window() { "rate" } else { "burst" };

@@ -2,9 +2,10 @@
 //!
 //! - Differential: random policies (every algorithm variant, extreme rates and
 //!   bursts, penalties) and random step sequences (costs, several keys, clock
-//!   jumps both ways, idle gaps) decide identically on the memory store and on
-//!   the Lua script in a real Redis; without a penalty, a denied step changes
-//!   nothing (a replay without the denied steps decides the rest alike).
+//!   jumps both ways for one policy, forward for several or a penalty (see
+//!   [`memory_limiters`]), idle gaps) decide identically on the memory store
+//!   and on the Lua script in a real Redis; without a penalty, a denied step
+//!   changes nothing (a replay without the denied steps decides the rest alike).
 //! - The rules-file parser: random text and mutations of valid files give a
 //!   limiter or an error, never a panic.
 //!
