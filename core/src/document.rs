@@ -303,7 +303,7 @@ mod tests {
                 "policies": {"api": {"rate": "10/s", "burst": 25}},
                 "shadow": false,
                 "prefix": "a${literal}b",
-                "list": ["x", 25, "polylimitvar0x"],
+                "list": ["x", "25", "polylimitvar0x"],
             })
         );
     }

@@ -4,9 +4,11 @@
 //! Expansion happens on the parsed document, one string at a time: a value
 //! from the environment is never parsed as YAML or JSON, so it cannot add
 //! structure (a `"` or `]` in a password stays in the password; a value cannot
-//! add `trusted_proxies`). A string that is exactly one `${…}` becomes the
-//! scalar it would be if written literally: `burst: ${BURST:-10}` is the
-//! integer 10 and `shadow: ${SHADOW:-false}` a boolean.
+//! add `trusted_proxies`). A string that is exactly one `${…}` in a field
+//! that holds a number or a boolean becomes the scalar it would be if written
+//! literally: `burst: ${BURST:-10}` is the integer 10 and
+//! `shadow: ${SHADOW:-false}` a boolean; in every other field it stays text,
+//! so `prefix: ${APP_ID}` with `APP_ID=42` is the prefix `"42"`.
 
 use serde_json::{Map, Value};
 
@@ -40,7 +42,14 @@ fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
         }
     };
     Ok(match value {
-        Value::String(text) => expand_scalar(&text, if path.is_empty() { "rules file" } else { path }, lookup)?,
+        Value::String(text) if typed_field(path) => {
+            expand_scalar(&text, if path.is_empty() { "rules file" } else { path }, lookup)?
+        }
+        Value::String(text) => Value::String(expand_text(
+            &text,
+            if path.is_empty() { "rules file" } else { path },
+            lookup,
+        )?),
         Value::Array(items) => Value::Array(
             items
                 .into_iter()
@@ -65,6 +74,26 @@ fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
         }
         other => other,
     })
+}
+
+/// The fields of a rules document that hold a number or a boolean (every
+/// other one holds text): only there does a whole `${…}` become one.
+const TYPED_FIELDS: [&str; 8] = [
+    "burst",
+    "capacity",
+    "threshold",
+    "max_keys",
+    "failure_threshold",
+    "half_open_probes",
+    "ipv6_subnet",
+    "shadow",
+];
+
+/// Whether the field at `path` (`policies.api.burst`, `rules[0].shadow`) holds
+/// a number or a boolean.
+fn typed_field(path: &str) -> bool {
+    let name = path.rsplit('.').next().unwrap_or(path);
+    TYPED_FIELDS.contains(&name)
 }
 
 /// A whole `${…}` becomes a number or boolean when its text reads as one.
@@ -209,17 +238,19 @@ mod tests {
     }
 
     #[test]
-    fn a_whole_variable_becomes_the_scalar_it_spells() {
+    fn a_whole_variable_in_a_number_or_boolean_field_becomes_the_scalar_it_spells() {
         let doc = json!({
-            "burst": "${BURST:-10}", "default": "${UNSET:-10}", "shadow": "${SHADOW}",
-            "ratio": "${UNSET:-0.5}", "rate": "${UNSET:-10/s}", "mixed": "${BURST}/s", "neg": "${UNSET:--3}",
-            "store": "${REDIS_URL}", "literal": "$${BURST}",
+            "policies": {"a": {"burst": "${BURST:-10}", "capacity": "${UNSET:-10}", "rate": "${UNSET:-10/s}",
+                               "penalty": {"threshold": "${UNSET:--3}"}}},
+            "shadow": "${SHADOW}", "ipv6_subnet": "${UNSET:-0.5}", "mixed": "${BURST}/s",
+            "prefix": "${BURST}", "name": "${UNSET:-007}", "store": "${REDIS_URL}", "literal": "$${BURST}",
         });
         assert_eq!(
             expand(doc).unwrap(),
             json!({
-                "burst": 25, "default": 10, "shadow": true, "ratio": 0.5, "rate": "10/s", "mixed": "25/s",
-                "neg": -3, "store": "redis://10.0.0.1:6379", "literal": "${BURST}",
+                "policies": {"a": {"burst": 25, "capacity": 10, "rate": "10/s", "penalty": {"threshold": -3}}},
+                "shadow": true, "ipv6_subnet": 0.5, "mixed": "25/s",
+                "prefix": "25", "name": "007", "store": "redis://10.0.0.1:6379", "literal": "${BURST}",
             })
         );
     }
