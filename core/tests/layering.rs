@@ -1,6 +1,11 @@
 //! The core's modules form layers, and a lower module never imports a higher
-//! one (STYLE.md, "Layers inside core/src"). This reads the sources and fails
-//! on any `crate::<module>` path (or a root re-export of one) that points up.
+//! one: policy → algorithm → store → resilience → limiter → http, with config
+//! and wire on top. `metrics` (the counters and their text form) sits below
+//! `resilience` and `limiter`, which record into it; above them it would have
+//! to be called back from below. The timeout of a store call lives in the
+//! Redis store, because a timeout must also drop that store's connection.
+//! This reads the sources and fails on any `crate::<module>` path (or a root
+//! re-export of one) that points up.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
