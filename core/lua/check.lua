@@ -1,6 +1,7 @@
 -- ARGV: now_ms ('' = use the server's TIME), cost, then per policy ten
 -- values: kind, count, period_ms, burst (or limit), max_delay (scaled),
--- flags (1 = shadow: its denial blocks nothing), penalty threshold (0 = none),
+-- flags (1 = shadow: its denial blocks nothing; 2 = peek: decide, charge
+-- nothing and record no penalty, set on every policy or none), penalty threshold (0 = none),
 -- penalty within_ms, forget_after_ms, cooldowns ("10000,60000").
 -- KEYS: per policy its keys (sliding_window_log takes two), then its penalty
 -- key when it has a penalty.
@@ -22,19 +23,21 @@ local cost = tonumber(ARGV[2])
 if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 then
   local allowed, remaining, reset, retry, delay, commit = KINDS[tonumber(ARGV[3])](KEYS, 1, now, cost,
     tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
-  if allowed then commit() end
+  local flags = tonumber(ARGV[8])
+  if allowed and flags < 2 then commit() end
   remaining, reset, retry = reply_values(remaining, reset, retry)
-  local all = (allowed or tonumber(ARGV[8]) == 1) and 1 or 0
+  local all = (allowed or flags % 2 == 1) and 1 or 0
   return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0}
 end
 
 local out = {1, now}
+local peek = tonumber(ARGV[8]) >= 2
 local commits = {}
 local penalties = {}
 local k = 1
 for b = 3, #ARGV, STRIDE do
   local kind = tonumber(ARGV[b])
-  local shadow = tonumber(ARGV[b + 5]) == 1
+  local shadow = tonumber(ARGV[b + 5]) % 2 == 1
   local threshold = tonumber(ARGV[b + 6])
   local pkey, pstate = false, nil
   local keys_at = k
@@ -62,11 +65,11 @@ for b = 3, #ARGV, STRIDE do
   remaining, reset, retry = reply_values(remaining, reset, retry)
   out[at], out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] =
     allowed and 1 or 0, remaining, reset, retry, delay, penalized
-  if not allowed and blocked == 0 and pkey then
+  if not allowed and blocked == 0 and pkey and not peek then
     penalties[#penalties + 1] = {at, pkey, pstate, threshold, tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]), ARGV[b + 9]}
   end
 end
-if out[1] == 1 then
+if out[1] == 1 and not peek then
   for i = 1, #commits do commits[i]() end
 end
 for _, p in ipairs(penalties) do

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use polylimit::duration::MAX_DURATION_MS;
-use polylimit::policy::MAX_COST;
+use polylimit::policy::{MAX_COST, MAX_LOG_ENTRIES};
 use polylimit::{CheckOptions, CheckResult, Decision, Limiter, LimiterConfig, Policy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -113,6 +113,9 @@ fn policy() -> impl Strategy<Value = Value> {
             let mut p = json!({"algorithm": name});
             if window {
                 count = count.min(most);
+                if name == "sliding_window_log" {
+                    count = count.min(MAX_LOG_ENTRIES);
+                }
             } else {
                 match burst {
                     Some(b) => p["burst"] = json!(b.min(most)),

@@ -83,9 +83,30 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                     Err(e) => failures.push(format!("{store}: {file}: {:?} request {i}: error {e}", case.name)),
                 }
             }
+            // A store failure would be hidden by the local fallback, which decides alike.
+            if !limiter.metrics_text().contains("polylimit_store_errors_total 0\n") {
+                failures.push(format!("{store}: {file}: {:?}: a store call failed", case.name));
+            }
         }
     }
     (steps, failures)
+}
+
+#[tokio::test]
+async fn http_vectors_on_a_redis_cluster() {
+    let files = load();
+    let cluster = support::Topology::cluster();
+    let (steps, failures) = play(&cluster.url, &files).await;
+    println!(
+        "{} HTTP vector files, {steps} requests on a 6-node cluster",
+        files.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[tokio::test]

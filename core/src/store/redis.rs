@@ -75,6 +75,7 @@ pub fn library() -> &'static Library {
 
 /// One policy's part of a decision: its store keys (the penalty record's
 /// last, when it has a penalty) and its script arguments.
+#[derive(Clone, Copy)]
 pub(crate) struct RedisCheck<'a> {
     pub params: &'a Params,
     pub keys: &'a [String],
@@ -335,8 +336,9 @@ impl RedisStore {
     }
 
     /// Runs one decision. Returns the store's `now` and a verdict per check.
-    /// Atomic across all checks on a single server; on a cluster, checks whose
-    /// keys live in different slots are decided one slot at a time.
+    /// Atomic across all checks on a single server and within a slot on a
+    /// cluster; checks whose keys live in different slots are decided as in
+    /// [`RedisStore::decide_across_slots`].
     pub async fn decide(&self, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) -> Result<(i64, Vec<Verdict>)> {
         self.with_connection(|generation, connection| self.decide_on(generation, connection, checks, now, cost))
             .await
@@ -350,27 +352,67 @@ impl RedisStore {
         now: Option<i64>,
         cost: i64,
     ) -> Result<(i64, Vec<Verdict>)> {
-        let tag = |c: &RedisCheck<'_>| c.keys[0].rsplit_once('{').map(|(_, t)| t.to_string());
-        if matches!(*self.target, Target::Cluster(_)) && checks.iter().any(|c| tag(c) != tag(&checks[0])) {
-            let mut store_now = None;
-            let mut verdicts = Vec::with_capacity(checks.len());
-            for check in checks {
-                let (n, v) = self
-                    .decide_in_one_slot(
-                        generation,
-                        &mut connection,
-                        std::slice::from_ref(check),
-                        now.or(store_now),
-                        cost,
-                    )
+        if matches!(*self.target, Target::Cluster(_)) && checks.iter().any(|c| hash_tag(c) != hash_tag(&checks[0])) {
+            return self
+                .decide_across_slots(generation, &mut connection, checks, now, cost)
+                .await;
+        }
+        self.decide_in_one_slot(generation, &mut connection, checks, now, cost, false)
+            .await
+    }
+
+    /// Checks whose keys live in different cluster slots, grouped by slot
+    /// (hash tag) and taken in tag order: every group is first decided
+    /// without charging anything (peek). When all allow, each group is then
+    /// decided and charged in the same order; when one denies, only the
+    /// denying groups are decided again, so their penalties record the
+    /// denial, and nothing is charged anywhere, as on a single server. All
+    /// groups decide at the first group's `now`. Between the peek and the
+    /// charge another request may take what the peek saw: a later group may
+    /// then deny after earlier ones charged, a spurious charge (never an
+    /// over-admission), until refunds land.
+    async fn decide_across_slots(
+        &self,
+        generation: u64,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<(i64, Vec<Verdict>)> {
+        let mut groups: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
+        for (i, check) in checks.iter().enumerate() {
+            match groups.iter_mut().find(|(tag, _)| *tag == hash_tag(check)) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((hash_tag(check), vec![i])),
+            }
+        }
+        groups.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
+        let mut store_now = now;
+        let mut denying = Vec::new();
+        for pass in [Pass::Peek, Pass::Charge] {
+            for (g, (_, members)) in groups.iter().enumerate() {
+                if pass == Pass::Charge && !denying.is_empty() && !denying.contains(&g) {
+                    continue;
+                }
+                let group: Vec<RedisCheck<'_>> = members.iter().map(|&i| checks[i]).collect();
+                let (n, decided) = self
+                    .decide_in_one_slot(generation, connection, &group, store_now, cost, pass == Pass::Peek)
                     .await?;
                 store_now.get_or_insert(n);
-                verdicts.extend(v);
+                if pass == Pass::Peek && decided.iter().zip(&group).any(|(v, c)| !v.allowed && !c.shadow) {
+                    denying.push(g);
+                }
+                for (&i, verdict) in members.iter().zip(decided) {
+                    verdicts[i] = Some(verdict);
+                }
             }
-            return Ok((store_now.unwrap_or_default(), verdicts));
         }
-        self.decide_in_one_slot(generation, &mut connection, checks, now, cost)
-            .await
+        let verdicts = verdicts
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Internal("a check was left out of every slot group".into()))?;
+        Ok((store_now.unwrap_or_default(), verdicts))
     }
 
     async fn decide_in_one_slot(
@@ -380,16 +422,17 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
+        peek: bool,
     ) -> Result<(i64, Vec<Verdict>)> {
         let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
         if self.functions.load(Ordering::Relaxed) {
-            reply = self.call_function(connection, checks, now, cost).await;
+            reply = self.call_function(connection, checks, now, cost, peek).await;
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
             }
         }
         if !self.functions.load(Ordering::Relaxed) {
-            reply = self.call_script(connection, checks, now, cost).await;
+            reply = self.call_script(connection, checks, now, cost, peek).await;
         }
         let values = reply.map_err(|e| {
             if is_key_error(&e) {
@@ -414,11 +457,12 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
+        peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
         let library = library();
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(&library.function);
-        push_args(&mut cmd, checks, now, cost);
+        push_args(&mut cmd, checks, now, cost, peek);
         let reply = Self::query(connection, &cmd).await;
         if !matches!(&reply, Err(e) if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("Function not found")))
         {
@@ -437,16 +481,17 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
+        peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&self.sha);
-        push_args(&mut cmd, checks, now, cost);
+        push_args(&mut cmd, checks, now, cost, peek);
         let mut reply = Self::query(connection, &cmd).await;
         if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             // The server restarted or ran SCRIPT FLUSH: EVAL loads the script again.
             let mut eval = redis::cmd("EVAL");
             eval.arg(SCRIPT);
-            push_args(&mut eval, checks, now, cost);
+            push_args(&mut eval, checks, now, cost, peek);
             reply = Self::query(connection, &eval).await;
         }
         reply
@@ -560,8 +605,8 @@ async fn connect(target: &Target, connect_timeout: Duration) -> Result<Connectio
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags
-/// threshold within forget_after cooldowns)...`
-fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) {
+/// threshold within forget_after cooldowns)...`; flags: 1 shadow, 2 peek.
+fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64, peek: bool) {
     cmd.arg(checks.iter().map(|c| c.keys.len()).sum::<usize>());
     for check in checks {
         for key in check.keys {
@@ -580,7 +625,7 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
             .arg(p.period)
             .arg(p.burst)
             .arg(p.max_delay)
-            .arg(check.shadow as i64);
+            .arg(check.shadow as i64 | (peek as i64) << 1);
         match check.penalty {
             Some(pen) => {
                 let cooldowns: Vec<String> = pen.cooldowns.iter().map(i64::to_string).collect();
@@ -601,6 +646,18 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
 /// the caller; anything else (OOM, READONLY, MASTERDOWN, BUSY, LOADING,
 /// CROSSSLOT, TRYAGAIN, a second NOSCRIPT, a script error) is a store failure
 /// that feeds the breaker and the fallback.
+/// The hash tag of a check's keys (they share one): its cluster slot.
+fn hash_tag<'k>(check: &RedisCheck<'k>) -> Option<&'k str> {
+    check.keys[0].rsplit_once('{').map(|(_, tag)| tag)
+}
+
+/// The two passes of [`RedisStore::decide_across_slots`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Peek,
+    Charge,
+}
+
 fn is_key_error(e: &RedisError) -> bool {
     e.code()
         .is_some_and(|code| is_key_error_reply(code, e.detail().unwrap_or("")))

@@ -294,3 +294,52 @@ pub fn vector_files<T: serde::de::DeserializeOwned>(sub: &str) -> Vec<(String, T
         })
         .collect()
 }
+
+/// A real Redis topology started by `tests/topology/redis_topology.py` (the
+/// one harness every language's suite uses): its servers live until this is
+/// dropped, or until the test process ends (the script's stdin closes).
+pub struct Topology {
+    child: Child,
+    /// The store URL (`redis+cluster://…`).
+    pub url: String,
+    /// Each server's port, pid and role (`primary`, `replica`).
+    pub nodes: Vec<serde_json::Value>,
+}
+
+impl Topology {
+    /// A 6-node Redis Cluster: 3 primaries, 3 replicas.
+    pub fn cluster() -> Topology {
+        Topology::start("cluster")
+    }
+
+    fn start(kind: &str) -> Topology {
+        use std::io::BufRead;
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/topology/redis_topology.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(kind)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs the topology harness");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the harness describes the topology");
+        let described: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("the {kind} harness failed to start: {e}: {line:?}"));
+        Topology {
+            child,
+            url: described["url"].as_str().expect("a url").to_string(),
+            nodes: described["nodes"].as_array().cloned().unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Closing stdin makes the harness stop every server it started.
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
