@@ -24,7 +24,18 @@ const (
 	SourceDenylist   Source = "denylist"
 )
 
-var sources = [...]Source{SourceStore, SourceLocal, SourceFailOpen, SourceFailClosed, SourcePenalty, SourceAllowlist, SourceDenylist}
+// sources are the core's names by polylimit_source_t, read from the C
+// library once (TestSourcesAreTheCores checks that each has its constant above).
+var sources = func() []Source {
+	var names []Source
+	for i := 0; ; i++ {
+		name := C.GoString(C.polylimit_source_name(C.int32_t(i)))
+		if name == "unknown" {
+			return names
+		}
+		names = append(names, Source(name))
+	}
+}()
 
 // Decision is the answer of a check (SPEC §3).
 type Decision struct {

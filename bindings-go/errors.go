@@ -55,33 +55,61 @@ func (e *ConfigError) Error() string { return "polylimit: " + e.Message }
 // Unwrap returns ErrConfig.
 func (e *ConfigError) Unwrap() error { return ErrConfig }
 
-func kindOf(code C.int32_t) error {
-	switch code {
-	case C.POLYLIMIT_CONFIG:
-		return ErrConfig
-	case C.POLYLIMIT_STORE_UNAVAILABLE:
-		return ErrStoreUnavailable
-	case C.POLYLIMIT_STORE:
-		return ErrStore
-	case C.POLYLIMIT_CLOSED:
-		return ErrClosed
-	case C.POLYLIMIT_INVALID_ARGUMENT:
-		return ErrInvalidArgument
-	default:
-		return ErrInternal
+// sentinelOf is the sentinel of each of the core's error kind names.
+var sentinelOf = map[string]error{
+	"config":            ErrConfig,
+	"store_unavailable": ErrStoreUnavailable,
+	"store":             ErrStore,
+	"closed":            ErrClosed,
+	"internal":          ErrInternal,
+}
+
+// errorKind is one of the core's error kinds: its name and the status the C
+// library returns for it.
+type errorKind struct {
+	name   string
+	status int32
+}
+
+// errorKinds are the core's error kinds, read from the C library once
+// (TestEveryErrorKindHasItsSentinel checks that each has its own sentinel).
+var errorKinds = func() []errorKind {
+	var kinds []errorKind
+	for i := 0; ; i++ {
+		status := C.polylimit_error_kind_status(C.size_t(i))
+		if status == C.POLYLIMIT_OK {
+			return kinds
+		}
+		kinds = append(kinds, errorKind{C.GoString(C.polylimit_status_name(status)), int32(status)})
 	}
+}()
+
+// kindOf is the sentinel of a status: its error kind's, ErrInvalidArgument,
+// or ErrInternal for a status this package does not know.
+func kindOf(code int32) error {
+	if code == C.POLYLIMIT_INVALID_ARGUMENT {
+		return ErrInvalidArgument
+	}
+	for _, k := range errorKinds {
+		if k.status == code {
+			if sentinel := sentinelOf[k.name]; sentinel != nil {
+				return sentinel
+			}
+		}
+	}
+	return ErrInternal
 }
 
 // fromC converts a borrowed C error; it does not free it.
 func fromC(code C.int32_t, e *C.polylimit_error_t) error {
 	if e == nil {
-		return &Error{Kind: kindOf(code), Message: fmt.Sprintf("status %d", int(code))}
+		return &Error{Kind: kindOf(int32(code)), Message: fmt.Sprintf("status %d", int(code))}
 	}
 	message := C.GoString(e.message)
 	if e.code == C.POLYLIMIT_CONFIG && e.field != nil {
 		return &ConfigError{Field: C.GoString(e.field), Value: C.GoString(e.value), Message: message}
 	}
-	return &Error{Kind: kindOf(e.code), Message: message}
+	return &Error{Kind: kindOf(int32(e.code)), Message: message}
 }
 
 // takeError converts and frees an owned C error.

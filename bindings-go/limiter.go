@@ -186,7 +186,7 @@ func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, 
 	h := cgo.NewHandle(ch)
 	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
 		h.Delete()
-		return result{}, &Error{Kind: kindOf(rc), Message: "cannot start a pending check"}
+		return result{}, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending check"}
 	}
 	return await(ctx, ch)
 }

@@ -58,9 +58,10 @@ type RuleDecision struct {
 	Decision Decision
 }
 
-// The compact encodings of polylimit_limiter_try_check_request
-// (capi/src/packed.rs): little-endian integers, strings as a uint32 length
-// and the bytes. No JSON either way, and no allocation to build a request.
+// The compact encodings of polylimit_limiter_try_check_request (the core's
+// wire::packed, core/src/wire/packed.rs, documents the layout): little-endian
+// integers, strings as a uint32 length and the bytes. No JSON either way, and
+// no allocation to build a request.
 
 // absent is the length of an absent string (C.POLYLIMIT_ABSENT).
 const absent = math.MaxUint32
@@ -115,7 +116,7 @@ func (p *packer) opt(s string) {
 	p.str(s)
 }
 
-// fields packs the strings before the headers, in the order of packed.rs.
+// fields packs the strings before the headers, in the order of wire::packed.
 func (p *packer) fields(method, path, route, peer, user, apiKey, key string) {
 	p.opt(method)
 	p.opt(path)

@@ -92,7 +92,7 @@ function inFlight() {
   };
 }
 
-// The order of the core's Source enum (src/batch.rs).
+// The core's source names by a decision record's index (Source::ALL, src/decision.rs).
 const SOURCES = native.sourceNames();
 
 const REQUEST_NAMES = {

@@ -1,13 +1,14 @@
 //! Batched completions for `check` and `checkRequest`: instead of one threadsafe function and
 //! one promise settlement per check (napi's `spawn_future`), finished
 //! decisions are queued and handed to JavaScript in one call per wake-up, as
-//! a `Float64Array` of fixed-size records. `index.js` settles the promises.
+//! a `Float64Array` of the core's decision records
+//! (`polylimit::wire::decision_record`). `index.js` settles the promises.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
-use polylimit::wire::{Case, OutcomeWire};
+use polylimit::wire::{decision_record, Case, OutcomeWire};
 use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
 
@@ -15,7 +16,6 @@ use napi::bindgen_prelude::{Float64Array, Function};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Result, Status};
 
-use crate::decision::record;
 use crate::errors::record as error_record;
 
 type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
@@ -53,7 +53,7 @@ impl Completions {
     /// Queues the result of check `id`; wakes the JS thread if the queue was empty.
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
         let record = match result {
-            Ok(d) => record(id, &d),
+            Ok(d) => decision_record(id, &d),
             Err(error) => return self.text.complete(id, Err(&error)),
         };
         let was_empty = {

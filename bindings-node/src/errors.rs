@@ -20,6 +20,14 @@ pub fn code(kind: ErrorKind) -> &'static str {
     }
 }
 
+/// The codes of every core error kind, in the core's order (`ErrorKind::ALL`):
+/// the tests check that `errors.js` has a class for each.
+#[napi_derive::napi]
+#[cfg_attr(test, allow(dead_code))] // called from JavaScript only
+pub fn error_codes() -> Vec<&'static str> {
+    ErrorKind::ALL.iter().map(|&k| code(k)).collect()
+}
+
 /// The properties of the JS error for `e`: `code`, `message`, and for a
 /// config error `field` and `value`.
 pub fn record(e: &polylimit::Error) -> Value {

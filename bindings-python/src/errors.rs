@@ -1,5 +1,6 @@
 //! One Python exception class per core error kind, under `PolylimitError`.
 
+use polylimit::ErrorKind;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -56,12 +57,13 @@ pub(crate) fn config_error(field: &str, value: &str, message: &str) -> PyErr {
 /// `value` for config errors, `key` for store errors) as attributes.
 pub(crate) fn to_py_err(error: polylimit::Error) -> PyErr {
     let text = error.to_string();
-    let err = match &error {
-        polylimit::Error::Config { .. } => ConfigError::new_err(text),
-        polylimit::Error::StoreUnavailable { .. } => StoreUnavailableError::new_err(text),
-        polylimit::Error::Store { .. } => StoreError::new_err(text),
-        polylimit::Error::Closed => ClosedError::new_err(text),
-        polylimit::Error::Internal(_) => InternalError::new_err(text),
+    // Exhaustive over the core's kinds: a new kind is a compile error here.
+    let err = match error.kind() {
+        ErrorKind::Config => ConfigError::new_err(text),
+        ErrorKind::StoreUnavailable => StoreUnavailableError::new_err(text),
+        ErrorKind::Store => StoreError::new_err(text),
+        ErrorKind::Closed => ClosedError::new_err(text),
+        ErrorKind::Internal => InternalError::new_err(text),
     };
     Python::attach(|py| {
         let value = err.value(py);

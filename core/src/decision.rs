@@ -23,7 +23,7 @@ pub enum Source {
 
 impl Source {
     /// Every source, in the order bindings number them (a decision record's
-    /// source index in Node, `polylimit_source_t` in C).
+    /// source in Node, a packed outcome's in Go, `polylimit_source_t` in C).
     pub const ALL: [Source; 7] = [
         Source::Store,
         Source::Local,
@@ -128,10 +128,25 @@ impl CheckResult {
 mod tests {
     use super::Source;
 
+    /// Where each source belongs in [`Source::ALL`]. A new source is a
+    /// compile error here: add it to `ALL` too.
+    fn position(source: Source) -> usize {
+        match source {
+            Source::Store => 0,
+            Source::Local => 1,
+            Source::FailOpen => 2,
+            Source::FailClosed => 3,
+            Source::Penalty => 4,
+            Source::Allowlist => 5,
+            Source::Denylist => 6,
+        }
+    }
+
     #[test]
     fn every_source_is_listed_once_at_its_index() {
         for (i, source) in Source::ALL.iter().enumerate() {
             assert_eq!(source.index(), i, "{source:?}");
+            assert_eq!(position(*source), i, "{source:?}");
         }
         let names: std::collections::HashSet<_> = Source::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(names.len(), Source::ALL.len());

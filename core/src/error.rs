@@ -86,6 +86,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind, in the order bindings list them (the C ABI's
+    /// `polylimit_error_kind_status`). A binding's tests walk this list to
+    /// check that each kind has its own error class.
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::Config,
+        ErrorKind::StoreUnavailable,
+        ErrorKind::Store,
+        ErrorKind::Closed,
+        ErrorKind::Internal,
+    ];
+
+    /// This kind's place in [`ErrorKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The stable name every binding shows (`config`, `store_unavailable`,
     /// `store`, `closed`, `internal`).
     pub fn as_str(self) -> &'static str {
@@ -109,3 +125,49 @@ fn value_then_space(value: &str) -> String {
 
 /// polylimit's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where each kind belongs in [`ErrorKind::ALL`]. A new kind is a compile
+    /// error here: add it to `ALL` too.
+    fn position(kind: ErrorKind) -> usize {
+        match kind {
+            ErrorKind::Config => 0,
+            ErrorKind::StoreUnavailable => 1,
+            ErrorKind::Store => 2,
+            ErrorKind::Closed => 3,
+            ErrorKind::Internal => 4,
+        }
+    }
+
+    #[test]
+    fn every_kind_is_listed_once_at_its_index() {
+        for (i, kind) in ErrorKind::ALL.iter().enumerate() {
+            assert_eq!(kind.index(), i, "{kind:?}");
+            assert_eq!(position(*kind), i, "{kind:?}");
+        }
+        let names: std::collections::HashSet<_> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+    }
+
+    #[test]
+    fn each_error_has_its_kind() {
+        let errors = [
+            Error::config("policies.api.rate", "\"x\"", "is not a rate"),
+            Error::StoreUnavailable {
+                message: "down".into(),
+                source: None,
+            },
+            Error::Store {
+                key: "k".into(),
+                message: "WRONGTYPE".into(),
+            },
+            Error::Closed,
+            Error::Internal("bug".into()),
+        ];
+        let kinds: Vec<ErrorKind> = errors.iter().map(Error::kind).collect();
+        assert_eq!(kinds, ErrorKind::ALL);
+    }
+}

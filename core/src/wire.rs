@@ -1,12 +1,46 @@
-//! The one serialised form of an [`Outcome`] every binding reads: the core's
-//! JSON (`to_value`), the Node addon's batches and the C ABI's text all come
-//! from here. Field names are snake_case, or camelCase for JavaScript; the
-//! fields, their order and their values are the same.
+//! The serialised forms every binding reads, all written here:
+//! - an [`Outcome`] as JSON ([`OutcomeWire`]): the core's `to_value`, the
+//!   Node addon's request batches and the C ABI's text. Field names are
+//!   snake_case, or camelCase for JavaScript; the fields, their order and
+//!   their values are the same;
+//! - a request and its outcome in the compact binary form of [`packed`] (the
+//!   C ABI's fast path, read and written by Go);
+//! - a [`Decision`] as a record of numbers ([`decision_record`], the Node
+//!   addon's batches of checks).
+//!
+//! A [`Source`](crate::Source) travels as its name
+//! ([`Source::as_str`](crate::Source::as_str)) in JSON and as its place in
+//! [`Source::ALL`](crate::Source::ALL) in the binary forms.
 
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use crate::decision::Decision;
 use crate::http::{Outcome, RuleDecision};
+
+pub mod packed;
+
+/// The number of `f64`s in a [`decision_record`].
+pub const DECISION_RECORD_LEN: usize = 8;
+
+/// The decision of check `id` as a record of numbers, cheaper to hand to
+/// JavaScript than an object (a `Float64Array` holds one after another):
+/// `id`, `allowed` (0 or 1), `limit`, `remaining`, `reset_after_ms`,
+/// `retry_after_ms` (-1 for none), `delay_ms`, and the source's place in
+/// [`Source::ALL`](crate::Source::ALL). Counts and times above 2^53 lose
+/// precision, as any JavaScript number does.
+pub fn decision_record(id: u32, d: &Decision) -> [f64; DECISION_RECORD_LEN] {
+    [
+        f64::from(id),
+        if d.allowed { 1.0 } else { 0.0 },
+        d.limit as f64,
+        d.remaining as f64,
+        d.reset_after_ms as f64,
+        d.retry_after_ms.map_or(-1.0, |v| v as f64),
+        d.delay_ms as f64,
+        d.source.index() as f64,
+    ]
+}
 
 impl Outcome {
     /// The outcome as the JSON object bindings read ([`OutcomeWire`], snake_case).
@@ -127,6 +161,28 @@ mod tests {
                 },
                 shadow: false,
             }],
+        }
+    }
+
+    #[test]
+    fn a_decision_record_per_source() {
+        for (i, &source) in Source::ALL.iter().enumerate() {
+            let d = Decision {
+                allowed: i % 2 == 0,
+                limit: 5,
+                remaining: 2,
+                reset_after_ms: 1500,
+                retry_after_ms: (i % 2 == 1).then_some(1200),
+                delay_ms: 30,
+                source,
+            };
+            let retry = if i % 2 == 1 { 1200.0 } else { -1.0 };
+            let allowed = if i % 2 == 0 { 1.0 } else { 0.0 };
+            assert_eq!(
+                decision_record(u32::MAX, &d),
+                [u32::MAX as f64, allowed, 5.0, 2.0, 1500.0, retry, 30.0, i as f64],
+                "{source:?}"
+            );
         }
     }
 

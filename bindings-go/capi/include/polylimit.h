@@ -209,9 +209,21 @@ int32_t polylimit_breaker_state(const struct polylimit_breaker_t *breaker);
 // other call is using it.
 void polylimit_breaker_free(struct polylimit_breaker_t *breaker);
 
-// The shared name of a source (`store`, `local`, `fail_open`, …), a static
-// string; `unknown` for a value out of range.
+// The shared name of a source (`store`, `local`, `fail_open`, …: the core's
+// `Source::as_str`), a static string; `unknown` for a value that is no
+// `polylimit_source_t`.
 const char *polylimit_source_name(int32_t source);
+
+// The status of the core's error kind number `index` (0, 1, …, in the
+// core's order), or `POLYLIMIT_OK` past the last kind: a binding walks the
+// kinds with it to check that each has its own error.
+int32_t polylimit_error_kind_status(size_t index);
+
+// The name of a status, a static string: the core's name of its error kind
+// (`config`, `store_unavailable`, `store`, `closed`, `internal`), or `ok`,
+// `pending`, `invalid_argument`; `unknown` for a value that is no
+// `polylimit_status_t`.
+const char *polylimit_status_name(int32_t status);
 
 // Frees an error. NULL is ignored.
 //
@@ -340,7 +352,8 @@ int32_t polylimit_limiter_try_check(const struct polylimit_limiter_t *limiter,
                                     struct polylimit_error_t **err);
 
 // Decides an HTTP request by the limiter's rules, in the compact binary
-// encodings of `bindings-go/capi/src/packed.rs` (no JSON either way).
+// encodings of the core's `polylimit::wire::packed` (`core/src/wire/packed.rs`;
+// no JSON either way).
 // `request` holds the packed request (`request_len` bytes); `cost` is its
 // cost (0: the default); `flags` ORs `POLYLIMIT_HAS_NOW_MS` (decide at
 // `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every

@@ -1,5 +1,9 @@
 //! A decision as a plain C struct.
 
+use std::ffi::{c_char, CString};
+use std::panic::catch_unwind;
+use std::sync::OnceLock;
+
 use polylimit::{Decision, Source};
 
 /// Who decided (`polylimit_source_name` gives the shared name).
@@ -44,10 +48,13 @@ pub struct polylimit_decision_t {
     pub source: i32,
 }
 
-impl From<&Decision> for polylimit_decision_t {
-    fn from(d: &Decision) -> Self {
+impl From<Source> for polylimit_source_t {
+    /// Exhaustive: a new core source is a compile error here, and the tests
+    /// below check that each maps to its own value, its place in
+    /// `Source::ALL` (what a packed outcome carries).
+    fn from(source: Source) -> Self {
         use polylimit_source_t::*;
-        let source = match d.source {
+        match source {
             Source::Store => POLYLIMIT_SOURCE_STORE,
             Source::Local => POLYLIMIT_SOURCE_LOCAL,
             Source::FailOpen => POLYLIMIT_SOURCE_FAIL_OPEN,
@@ -55,7 +62,12 @@ impl From<&Decision> for polylimit_decision_t {
             Source::Penalty => POLYLIMIT_SOURCE_PENALTY,
             Source::Allowlist => POLYLIMIT_SOURCE_ALLOWLIST,
             Source::Denylist => POLYLIMIT_SOURCE_DENYLIST,
-        };
+        }
+    }
+}
+
+impl From<&Decision> for polylimit_decision_t {
+    fn from(d: &Decision) -> Self {
         polylimit_decision_t {
             allowed: d.allowed,
             limit: d.limit,
@@ -64,24 +76,79 @@ impl From<&Decision> for polylimit_decision_t {
             has_retry_after: d.retry_after_ms.is_some(),
             retry_after_ms: d.retry_after_ms.unwrap_or(0),
             delay_ms: d.delay_ms,
-            source: source as i32,
+            source: polylimit_source_t::from(d.source) as i32,
         }
     }
 }
 
-/// The shared name of a source (`store`, `local`, `fail_open`, …), a static
-/// string; `unknown` for a value out of range.
+/// The core's names of the sources, NUL-terminated, in `Source::ALL` order.
+fn source_names() -> &'static [CString] {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    NAMES.get_or_init(|| Source::ALL.iter().map(|s| static_name(s.as_str())).collect())
+}
+
+/// A core name as a C string (core names hold no NUL).
+pub(crate) fn static_name(name: &str) -> CString {
+    CString::new(name).unwrap_or_default()
+}
+
+/// The shared name of a source (`store`, `local`, `fail_open`, …: the core's
+/// `Source::as_str`), a static string; `unknown` for a value that is no
+/// `polylimit_source_t`.
 #[no_mangle]
-pub extern "C" fn polylimit_source_name(source: i32) -> *const std::ffi::c_char {
-    let name: &'static str = match source {
-        0 => "store\0",
-        1 => "local\0",
-        2 => "fail_open\0",
-        3 => "fail_closed\0",
-        4 => "penalty\0",
-        5 => "allowlist\0",
-        6 => "denylist\0",
-        _ => "unknown\0",
-    };
-    name.as_ptr().cast()
+pub extern "C" fn polylimit_source_name(source: i32) -> *const c_char {
+    catch_unwind(|| {
+        Source::ALL
+            .iter()
+            .position(|&s| polylimit_source_t::from(s) as i32 == source)
+            .map(|i| source_names()[i].as_ptr())
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(c"unknown".as_ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::ffi::CStr;
+
+    fn name(source: i32) -> &'static str {
+        // SAFETY: polylimit_source_name returns a static NUL-terminated string.
+        unsafe { CStr::from_ptr(polylimit_source_name(source)) }
+            .to_str()
+            .unwrap()
+    }
+
+    #[test]
+    fn every_source_has_its_own_c_value_and_name() {
+        let mut values = HashSet::new();
+        for (i, &source) in Source::ALL.iter().enumerate() {
+            let c = polylimit_source_t::from(source) as i32;
+            assert!(values.insert(c), "{source:?}: {c} is taken");
+            // A packed outcome carries the place in Source::ALL; Go reads it as a polylimit_source_t.
+            assert_eq!(c, i as i32, "{source:?}");
+            assert_eq!(name(c), source.as_str());
+        }
+        for c in [-1, Source::ALL.len() as i32, i32::MAX] {
+            assert_eq!(name(c), "unknown");
+        }
+    }
+
+    #[test]
+    fn a_decision_carries_its_source() {
+        for &source in &Source::ALL {
+            let d = Decision {
+                allowed: true,
+                limit: 1,
+                remaining: 0,
+                reset_after_ms: 1,
+                retry_after_ms: None,
+                delay_ms: 0,
+                source,
+            };
+            assert_eq!(name(polylimit_decision_t::from(&d).source), source.as_str());
+        }
+    }
 }

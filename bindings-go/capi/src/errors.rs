@@ -1,11 +1,13 @@
 //! Status codes and the error object: one code per core error kind.
 
 use std::any::Any;
-use std::ffi::c_char;
+use std::ffi::{c_char, CString};
 use std::panic::catch_unwind;
+use std::sync::OnceLock;
 
 use polylimit::ErrorKind;
 
+use crate::decision::static_name;
 use crate::{c_string, polylimit_string_free};
 
 /// What a function returns (as `int32_t`).
@@ -28,6 +30,56 @@ pub enum polylimit_status_t {
     POLYLIMIT_INTERNAL = 6,
     /// A NULL pointer or invalid UTF-8 where a value was required.
     POLYLIMIT_INVALID_ARGUMENT = 7,
+}
+
+impl From<ErrorKind> for polylimit_status_t {
+    /// Exhaustive: a new core error kind is a compile error here, not a
+    /// silent `POLYLIMIT_INTERNAL`.
+    fn from(kind: ErrorKind) -> Self {
+        use polylimit_status_t::*;
+        match kind {
+            ErrorKind::Config => POLYLIMIT_CONFIG,
+            ErrorKind::StoreUnavailable => POLYLIMIT_STORE_UNAVAILABLE,
+            ErrorKind::Store => POLYLIMIT_STORE,
+            ErrorKind::Closed => POLYLIMIT_CLOSED,
+            ErrorKind::Internal => POLYLIMIT_INTERNAL,
+        }
+    }
+}
+
+/// The status of the core's error kind number `index` (0, 1, …, in the
+/// core's order), or `POLYLIMIT_OK` past the last kind: a binding walks the
+/// kinds with it to check that each has its own error.
+#[no_mangle]
+pub extern "C" fn polylimit_error_kind_status(index: usize) -> i32 {
+    ErrorKind::ALL
+        .get(index)
+        .map_or(polylimit_status_t::POLYLIMIT_OK, |&k| k.into()) as i32
+}
+
+/// The core's names of the error kinds, NUL-terminated, in `ErrorKind::ALL` order.
+fn kind_names() -> &'static [CString] {
+    static NAMES: OnceLock<Vec<CString>> = OnceLock::new();
+    NAMES.get_or_init(|| ErrorKind::ALL.iter().map(|k| static_name(k.as_str())).collect())
+}
+
+/// The name of a status, a static string: the core's name of its error kind
+/// (`config`, `store_unavailable`, `store`, `closed`, `internal`), or `ok`,
+/// `pending`, `invalid_argument`; `unknown` for a value that is no
+/// `polylimit_status_t`.
+#[no_mangle]
+pub extern "C" fn polylimit_status_name(status: i32) -> *const c_char {
+    use polylimit_status_t::*;
+    let named = catch_unwind(|| match status {
+        s if s == POLYLIMIT_OK as i32 => Some(c"ok".as_ptr()),
+        s if s == POLYLIMIT_PENDING as i32 => Some(c"pending".as_ptr()),
+        s if s == POLYLIMIT_INVALID_ARGUMENT as i32 => Some(c"invalid_argument".as_ptr()),
+        s => ErrorKind::ALL
+            .iter()
+            .position(|&k| polylimit_status_t::from(k) as i32 == s)
+            .map(|i| kind_names()[i].as_ptr()),
+    });
+    named.ok().flatten().unwrap_or(c"unknown".as_ptr())
 }
 
 /// An error; owned by the caller, freed with `polylimit_error_free`.
@@ -74,13 +126,7 @@ impl FfiError {
         use polylimit_status_t::*;
         match self {
             FfiError::Invalid(_) => POLYLIMIT_INVALID_ARGUMENT,
-            FfiError::Core(e) => match e.kind() {
-                ErrorKind::Config => POLYLIMIT_CONFIG,
-                ErrorKind::StoreUnavailable => POLYLIMIT_STORE_UNAVAILABLE,
-                ErrorKind::Store => POLYLIMIT_STORE,
-                ErrorKind::Closed => POLYLIMIT_CLOSED,
-                ErrorKind::Internal => POLYLIMIT_INTERNAL,
-            },
+            FfiError::Core(e) => e.kind().into(),
         }
     }
 
@@ -124,4 +170,67 @@ pub unsafe extern "C" fn polylimit_error_free(err: *mut polylimit_error_t) {
             polylimit_string_free(err.value);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::ffi::CStr;
+
+    fn name(status: i32) -> &'static str {
+        // SAFETY: polylimit_status_name returns a static NUL-terminated string.
+        unsafe { CStr::from_ptr(polylimit_status_name(status)) }
+            .to_str()
+            .unwrap()
+    }
+
+    #[test]
+    fn every_error_kind_has_its_own_status_and_name() {
+        use polylimit_status_t::*;
+        let mut statuses = HashSet::new();
+        for (i, &kind) in ErrorKind::ALL.iter().enumerate() {
+            let status = polylimit_status_t::from(kind);
+            assert!(
+                ![POLYLIMIT_OK, POLYLIMIT_PENDING, POLYLIMIT_INVALID_ARGUMENT].contains(&status),
+                "{kind:?}"
+            );
+            assert!(statuses.insert(status as i32), "{kind:?}: {status:?} is taken");
+            assert_eq!(polylimit_error_kind_status(i), status as i32);
+            assert_eq!(name(status as i32), kind.as_str());
+        }
+        assert_eq!(polylimit_error_kind_status(ErrorKind::ALL.len()), POLYLIMIT_OK as i32);
+        assert_eq!(polylimit_error_kind_status(usize::MAX), POLYLIMIT_OK as i32);
+        for (status, want) in [
+            (POLYLIMIT_OK, "ok"),
+            (POLYLIMIT_PENDING, "pending"),
+            (POLYLIMIT_INVALID_ARGUMENT, "invalid_argument"),
+        ] {
+            assert_eq!(name(status as i32), want);
+        }
+        for status in [-1, 8, i32::MAX] {
+            assert_eq!(name(status), "unknown");
+        }
+    }
+
+    #[test]
+    fn a_core_error_gets_its_kinds_status() {
+        let errors = [
+            polylimit::Error::config("f", "1", "bad"),
+            polylimit::Error::StoreUnavailable {
+                message: "down".into(),
+                source: None,
+            },
+            polylimit::Error::Store {
+                key: "k".into(),
+                message: "m".into(),
+            },
+            polylimit::Error::Closed,
+            polylimit::Error::Internal("bug".into()),
+        ];
+        for e in errors {
+            let kind = e.kind();
+            assert_eq!(FfiError::from(e).status(), polylimit_status_t::from(kind));
+        }
+    }
 }

@@ -448,7 +448,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_check(
 }
 
 /// Decides an HTTP request by the limiter's rules, in the compact binary
-/// encodings of `bindings-go/capi/src/packed.rs` (no JSON either way).
+/// encodings of the core's `polylimit::wire::packed` (`core/src/wire/packed.rs`;
+/// no JSON either way).
 /// `request` holds the packed request (`request_len` bytes); `cost` is its
 /// cost (0: the default); `flags` ORs `POLYLIMIT_HAS_NOW_MS` (decide at
 /// `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every

@@ -32,6 +32,28 @@ int main(void) {
   CHECK(rc == POLYLIMIT_OK && !d.allowed && d.has_retry_after && d.retry_after_ms == 100 && d.reset_after_ms == 200);
   CHECK(strcmp(polylimit_source_name(d.source), "store") == 0);
 
+  /* Every source has its own name; past the last one, "unknown". */
+  const char *source_names[] = {"store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist"};
+  const polylimit_source_t source_values[] = {
+      POLYLIMIT_SOURCE_STORE,       POLYLIMIT_SOURCE_LOCAL,     POLYLIMIT_SOURCE_FAIL_OPEN, POLYLIMIT_SOURCE_FAIL_CLOSED,
+      POLYLIMIT_SOURCE_PENALTY,     POLYLIMIT_SOURCE_ALLOWLIST, POLYLIMIT_SOURCE_DENYLIST};
+  for (int i = 0; i < 7; i++) {
+    CHECK(source_values[i] == i && strcmp(polylimit_source_name(source_values[i]), source_names[i]) == 0);
+  }
+  CHECK(strcmp(polylimit_source_name(7), "unknown") == 0 && strcmp(polylimit_source_name(-1), "unknown") == 0);
+
+  /* The core's error kinds, each with its status and name, then POLYLIMIT_OK. */
+  const char *kind_names[] = {"config", "store_unavailable", "store", "closed", "internal"};
+  const int32_t kind_statuses[] = {POLYLIMIT_CONFIG, POLYLIMIT_STORE_UNAVAILABLE, POLYLIMIT_STORE, POLYLIMIT_CLOSED,
+                                   POLYLIMIT_INTERNAL};
+  for (size_t i = 0; i < 5; i++) {
+    CHECK(polylimit_error_kind_status(i) == kind_statuses[i] &&
+          strcmp(polylimit_status_name(kind_statuses[i]), kind_names[i]) == 0);
+  }
+  CHECK(polylimit_error_kind_status(5) == POLYLIMIT_OK);
+  CHECK(strcmp(polylimit_status_name(POLYLIMIT_INVALID_ARGUMENT), "invalid_argument") == 0 &&
+        strcmp(polylimit_status_name(99), "unknown") == 0);
+
   /* A memory-store check is ready at once even with a callback. */
   rc = polylimit_limiter_check(limiter, (const uint8_t *)"other", 5, 1, -1, &d, NULL, 0, &err);
   CHECK(rc == POLYLIMIT_OK && d.allowed);
