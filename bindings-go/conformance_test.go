@@ -81,7 +81,7 @@ func requireFields(t *testing.T, where string, raw json.RawMessage, fields ...st
 }
 
 func stores(t *testing.T) map[string]string {
-	return map[string]string{"memory": "memory", "redis": startRedis(t).url()}
+	return map[string]string{"memory": "memory", "redis": startRedis(t).url(), "cluster": startCluster(t)}
 }
 
 func TestConformanceVectors(t *testing.T) {
@@ -161,6 +161,10 @@ func TestConformanceVectors(t *testing.T) {
 							(e.Limit != nil && *e.Limit != got.Limit) || (e.Source != nil && Source(*e.Source) != got.Source) {
 							t.Errorf("%s: %s: %q step %d (now_ms %d): expected %s, got %+v", store, name, c.Name, i, *s.NowMs,
 								raws[name].Cases[ci].Steps[i].Expect, got)
+						}
+						// A fallback decides alike and would hide a store failure.
+						if got.Source != SourceStore && got.Source != SourcePenalty {
+							t.Errorf("%s: %s: %q step %d: decided by %s, not the store", store, name, c.Name, i, got.Source)
 						}
 					}
 					l.Close()
@@ -275,6 +279,11 @@ func TestHTTPConformanceVectors(t *testing.T) {
 						gotHeaders := got.Headers
 						if gotHeaders == nil {
 							gotHeaders = [][2]string{}
+						}
+						for _, d := range got.Decisions {
+							if s := d.Decision.Source; s == SourceLocal || s == SourceFailOpen || s == SourceFailClosed {
+								t.Errorf("%s: %s: %q request %d: decided by %s, not the store", store, name, c.Name, i, s)
+							}
 						}
 						bodyOK := (e.Body == nil && !got.HasBody) || (e.Body != nil && got.HasBody && *e.Body == got.Body)
 						if got.Status != status || !reflect.DeepEqual(gotHeaders, headers) || !bodyOK ||

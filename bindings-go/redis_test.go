@@ -2,6 +2,7 @@ package polylimit
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -100,4 +101,36 @@ func (s *redisServer) pause() {
 		time.Sleep(time.Millisecond)
 	}
 	s.t.Fatal("redis-server did not stop")
+}
+
+// startCluster starts a real 6-node Redis Cluster with the shared harness
+// (tests/topology/redis_topology.py) and returns its store URL; closing the
+// harness's stdin when the test ends stops every server it started.
+func startCluster(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command("python3", "../tests/topology/redis_topology.py", "cluster")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("the cluster harness: %v", err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	var described struct {
+		URL string `json:"url"`
+	}
+	if err != nil || json.Unmarshal([]byte(line), &described) != nil || described.URL == "" {
+		t.Fatalf("the cluster harness did not start: %v %q", err, line)
+	}
+	return described.URL
 }

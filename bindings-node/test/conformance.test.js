@@ -1,10 +1,10 @@
 'use strict';
 // Plays every vector in $POLYLIMIT_VECTORS (default tests/conformance) and
-// $POLYLIMIT_VECTORS/http through the public API, on memory and a real Redis.
+// $POLYLIMIT_VECTORS/http through the public API, on memory, a real Redis and a real Redis Cluster.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
-const { RedisServer, vectorFiles, strictFields } = require('./support');
+const { RedisServer, Topology, vectorFiles, strictFields } = require('./support');
 
 const CASE = ['name', 'description', 'policy', 'steps'];
 const STEP = ['now_ms', 'key', 'cost', 'expect'];
@@ -60,6 +60,10 @@ async function playDecisions(store, files) {
           want.source = e.source;
           seen.source = got.source;
         }
+        // A fallback decides alike and would hide a store failure.
+        if (got.source !== 'store' && got.source !== 'penalty') {
+          failures.push(`${store}: ${file}: ${c.name} step ${i}: decided by ${got.source}, not the store`);
+        }
         try {
           assert.deepStrictEqual(seen, want);
         } catch {
@@ -96,6 +100,8 @@ async function playHttp(store, files) {
         try {
           const o = await limiter.checkRequest(step.request);
           got = { status: o.status, headers: o.headers, body: o.body, delayMs: o.delayMs };
+          const fallback = o.decisions.filter((d) => ['local', 'fail_open', 'fail_closed'].includes(d.source));
+          if (fallback.length > 0) failures.push(`${store}: ${file}: ${c.name} request ${i}: decided by a fallback`);
         } catch (err) {
           failures.push(`${store}: ${file}: ${c.name} request ${i}: error ${err.message}`);
           continue;
@@ -113,24 +119,29 @@ async function playHttp(store, files) {
 }
 
 let redis;
+let cluster;
 test.before(async () => {
   redis = await RedisServer.start();
+  cluster = await Topology.cluster();
 });
 test.after(async () => {
   await redis.kill();
+  await cluster.stop();
 });
 
-for (const store of ['memory', 'redis']) {
+const urlOf = (store) => ({ memory: 'memory', redis: redis.url, cluster: cluster.url })[store];
+
+for (const store of ['memory', 'redis', 'cluster']) {
   test(`decision vectors on ${store}`, async () => {
     const files = vectorFiles('');
-    const { steps, failures } = await playDecisions(store === 'memory' ? 'memory' : redis.url, files);
+    const { steps, failures } = await playDecisions(urlOf(store), files);
     assert.ok(steps > 0);
     assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);
   });
 
   test(`http vectors on ${store}`, async () => {
     const files = vectorFiles('http');
-    const { steps, failures } = await playHttp(store === 'memory' ? 'memory' : redis.url, files);
+    const { steps, failures } = await playHttp(urlOf(store), files);
     assert.ok(steps > 0);
     assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);
   });

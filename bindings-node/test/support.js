@@ -111,4 +111,46 @@ function strictFields(obj, allowed, required, where) {
   }
 }
 
-module.exports = { RedisServer, freePort, vectorFiles, strictFields };
+/**
+ * A real Redis topology from the shared harness (`tests/topology/redis_topology.py`):
+ * `await Topology.cluster()` is a 6-node Redis Cluster; `stop()` (or the end of this
+ * process, which closes the harness's stdin) stops every server it started.
+ */
+class Topology {
+  static cluster() {
+    return Topology.start('cluster');
+  }
+
+  static start(kind) {
+    const script = path.join(__dirname, '..', '..', 'tests', 'topology', 'redis_topology.py');
+    const child = spawn('python3', [script, kind], { stdio: ['pipe', 'pipe', 'inherit'] });
+    return new Promise((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (chunk) => {
+        out += chunk;
+        const end = out.indexOf('\n');
+        if (end === -1) return;
+        try {
+          const described = JSON.parse(out.slice(0, end));
+          resolve(Object.assign(new Topology(child), described));
+        } catch (e) {
+          reject(new Error(`the ${kind} harness failed to start: ${e.message}: ${out}`));
+        }
+      });
+      child.on('exit', (code) => reject(new Error(`the ${kind} harness exited with ${code}`)));
+    });
+  }
+
+  constructor(child) {
+    this.child = child;
+  }
+
+  stop() {
+    return new Promise((resolve) => {
+      this.child.on('exit', resolve);
+      this.child.stdin.end();
+    });
+  }
+}
+
+module.exports = { RedisServer, Topology, freePort, vectorFiles, strictFields };

@@ -1,5 +1,5 @@
 """Every vector in $POLYLIMIT_VECTORS (and its http/ directory) through the
-public API, on the memory store and on a real Redis. Unknown fields and
+public API, on the memory store, a real Redis and a real Redis Cluster. Unknown fields and
 unreadable files fail; nothing is skipped."""
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def check_fields(where: str, obj: Dict[str, Any], allowed: set, required: set = 
 
 
 @pytest.mark.parametrize("path", files(""), ids=lambda p: p.stem)
-def test_vectors(path: Path, store: str) -> None:
+def test_vectors(path: Path, vector_store: str) -> None:
+    store = vector_store
     failures = []
     steps = 0
     for case in load(path):
@@ -75,9 +76,11 @@ def test_vectors(path: Path, store: str) -> None:
 
 
 @pytest.mark.parametrize("path", files("http"), ids=lambda p: p.stem)
-def test_http_vectors(path: Path, store: str) -> None:
+def test_http_vectors(path: Path, vector_store: str) -> None:
     """Through the same call the middleware makes (``Limiter.check_request``, awaited)."""
     import asyncio
+
+    store = vector_store
 
     async def play() -> List[str]:
         failures = []
