@@ -53,8 +53,13 @@ pub(crate) fn escape<'a>(text: &'a str, special: &[u8]) -> Cow<'a, str> {
 /// The longest user key, escaped, that a store holds as is.
 pub(crate) const MAX_KEY_BYTES: usize = 128;
 
-/// The user key as the stores hold it: escaped, or hashed when long.
+/// The user key as the stores hold it: escaped, or hashed when long. The
+/// empty key is `%`, which no escaped key can be: `{}` is no hash tag to Redis
+/// Cluster, which would then spread one policy's keys over several slots.
 pub(crate) fn stored_key(key: &str) -> Cow<'_, str> {
+    if key.is_empty() {
+        return Cow::Borrowed("%");
+    }
     // The common case, checked without the general escaper: nothing to change.
     if key.len() <= MAX_KEY_BYTES && !key.bytes().any(|b| matches!(b, b'%' | b'{' | b'}')) {
         return Cow::Borrowed(key);
@@ -133,6 +138,7 @@ mod tests {
             let open = k.find('{').unwrap();
             let close = open + k[open..].find('}').unwrap();
             assert_eq!(close, k.len() - 1, "{k}: the tag must span the whole escaped key");
+            assert!(close > open + 1, "{k}: an empty tag is no hash tag");
         }
     }
 }
