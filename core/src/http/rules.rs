@@ -277,6 +277,7 @@ pub(crate) fn key_dimensions(names: &[impl AsRef<str>], field: &str) -> Result<V
 /// function would be ignored.
 pub(crate) fn middleware_key(key: Option<&[String]>, key_function: bool, per_route: bool) -> Result<Vec<String>> {
     let mut dims = match key {
+        Some([]) => return Err(Error::config("key", "[]", "names no key dimension")),
         Some(dims) => {
             if key_function && !dims.iter().any(|d| d == "key") {
                 return Err(Error::config(
