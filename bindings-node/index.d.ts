@@ -59,6 +59,10 @@ export interface LimiterOptions {
   /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   denylist?: string[];
   shadow?: boolean;
+  /** Set by a middleware given a `keyGenerator`: `key` defaults to `['key']`, and some rule must read `key`. */
+  keyFunction?: boolean;
+  /** Set by a Fastify route's own limiter: its keys go under `<prefix>:route:<route>`. */
+  route?: string;
 }
 
 export interface CheckOptions {
