@@ -14,7 +14,10 @@ type middleware struct {
 	onError                  func(http.ResponseWriter, *http.Request, error)
 }
 
-// WithKeyFunc gives the "key" dimension of each request (use KeyBy ["key"]).
+// WithKeyFunc gives the "key" dimension of each request. Some rule of the
+// limiter must read it (Options.KeyBy ["key"], or a rules file's rule keyed
+// by key): otherwise each request with a key fails with a *ConfigError
+// naming "key" (answered by WithErrorHandler), never silently keyed by IP.
 func WithKeyFunc(f func(*http.Request) string) MiddlewareOption {
 	return func(m *middleware) { m.key = f }
 }

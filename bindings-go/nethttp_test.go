@@ -473,3 +473,47 @@ rules:
 		t.Errorf("absolute-form then origin-form: %v, want [200 429]", got)
 	}
 }
+
+// WithKeyFunc gives the "key" dimension; a limiter whose rules never read it
+// (KeyBy defaults to ["ip"], the core's default) refuses each request with a
+// ConfigError naming key, answered by the error handler, rather than keying by
+// the client IP and ignoring the function. With KeyBy ["key"] it keys the rule.
+func TestMiddlewareKeyFuncNeedsARuleReadingKey(t *testing.T) {
+	tenant := WithKeyFunc(func(r *http.Request) string { return r.Header.Get("X-Tenant") })
+	var mu sync.Mutex
+	var got error
+	onError := WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
+		mu.Lock()
+		got = err
+		mu.Unlock()
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	})
+	byIP := newLimiter(t, Options{Policy: &Policy{Rate: "1/min", Burst: 1}})
+	srv := httptest.NewServer(byIP.Middleware(tenant, onError)(hello))
+	defer srv.Close()
+	if s := get(t, srv.URL, "X-Tenant", "a").status; s != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", s)
+	}
+	mu.Lock()
+	err := got
+	mu.Unlock()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "key" {
+		t.Fatalf("error %v, want a ConfigError naming key", err)
+	}
+	// No key from the function (""): nothing to ignore, the rule keys by IP.
+	if s := get(t, srv.URL).status; s != http.StatusOK {
+		t.Fatalf("status %d without a key, want 200", s)
+	}
+
+	byKey := newLimiter(t, Options{Policy: &Policy{Rate: "1/min", Burst: 1}, KeyBy: []string{"key"}})
+	keyed := httptest.NewServer(byKey.Middleware(tenant, onError)(hello))
+	defer keyed.Close()
+	var codes []int
+	for _, tenantID := range []string{"a", "b", "a", "b"} {
+		codes = append(codes, get(t, keyed.URL, "X-Tenant", tenantID).status)
+	}
+	if fmt.Sprint(codes) != "[200 200 429 429]" {
+		t.Fatalf("statuses %v, want one budget per key", codes)
+	}
+}

@@ -11,11 +11,13 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * `skip(req, res)`, `handler(req, res, next, outcome)`, `standardHeaders`, `legacyHeaders`,
  * `requestPropertyName` (default `rateLimit`). Also `user(req)` and `apiKey(req)` for those key dimensions.
  * `rateLimit({ limiter, key: ['ip'], policy: 'api' })` checks through that limiter's route rule
- * (its store, state, metrics and `close()`); `rateLimit({ limiter })` applies its rules file.
+ * (its store, state, metrics and `close()`; `perRoute: true` adds the `route` dimension, for one
+ * budget per route); `rateLimit({ limiter })` applies its rules file.
  */
 function rateLimit(options = {}) {
   const limiter = limiterFor(options);
-  const rule = routeRuleFor(options);
+  const named = options.key !== undefined || options.policy !== undefined;
+  const rule = options.limiter && named ? routeRuleFor(limiter, options, Boolean(options.perRoute)) : null;
   const { skip, handler } = options;
   const property = options.requestPropertyName ?? 'rateLimit';
 

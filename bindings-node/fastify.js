@@ -1,12 +1,17 @@
 'use strict';
 // Fastify plugin: an onRequest hook turns the request into the core's
 // RequestInfo and the core's Outcome into the reply. Route-level config:
-// `config: { rateLimit: false }` exempts a route; `config: { rateLimit: {...} }`
-// gives it its own limiter (same options as the plugin's), or, under a plugin
-// registered with `{ limiter }`, `{ key, policy }` checks through that limiter's
-// route rule (same store, state, metrics and `close()`).
+// `config: { rateLimit: false }` exempts a route; `config: { rateLimit: { key, policy } }`
+// (a policy *name*) checks through the plugin's limiter (the `limiter` it was given, or the
+// one it built from its options or rules file) by `limiter.routeRule`, keyed per route unless
+// `perRoute: false`; a route config with its own limit (`policy: {...}`, `windowMs`, …) gets its
+// own limiter, which the core scopes to the route (`route` option). The plugin closes the
+// limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const { limiterFor, routeRuleFor, decide, prefixOf } = require('./options');
+const { limiterFor, namesRouteRule, routeRuleFor, decide, MIDDLEWARE_ONLY } = require('./options');
+
+// Options that say what is limited: a route giving its own replaces the plugin's.
+const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'windowMs', 'limit', 'max'];
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -40,34 +45,79 @@ function hookFor(limiter, rule, options, match) {
   };
 }
 
+/**
+ * Whether a route's config gives a limit of its own (a policy object, `policies`, `windowMs`,
+ * a store, …) rather than naming a rule of the plugin's limiter (`key`, a policy name).
+ */
+function ownLimit(config) {
+  return Object.entries(config).some(
+    ([name, value]) =>
+      value !== undefined &&
+      typeof value !== 'function' &&
+      !MIDDLEWARE_ONLY.includes(name) &&
+      name !== 'key' &&
+      !(name === 'policy' && typeof value === 'string'),
+  );
+}
+
+/** The options of a route's own limiter: the plugin's, its limit replaced by the route's. */
+function routeLimiterOptions(plugin, config, url) {
+  const base = { ...plugin };
+  delete base.limiter;
+  if (LIMIT_OPTIONS.some((name) => config[name] !== undefined)) {
+    for (const name of LIMIT_OPTIONS) delete base[name];
+  }
+  return { ...base, ...config, route: url };
+}
+
 async function polylimitFastify(fastify, options) {
   const { global = true, ...rest } = options || {};
-  const base = global || rest.policy || rest.rules || rest.limiter ? limiterFor(rest) : null;
+  const built = [];
+  const build = (opts) => {
+    const limiter = limiterFor(opts);
+    built.push(limiter);
+    return limiter;
+  };
+  // The plugin's limiter: the one given, or built from the options (now when global, else
+  // when a route first names a rule of it).
+  let base = rest.limiter || (global ? build(rest) : null);
+  const pluginLimiter = () => {
+    if (!base) base = build(rest);
+    return base;
+  };
   const match = matching(fastify);
-  const baseHook = base && hookFor(base, routeRuleFor(rest), rest, match);
-  fastify.decorate('polylimit', base);
+  const baseHook = global && hookFor(base, rest.limiter ? routeRuleOf(base, rest, false) : null, rest, match);
+  fastify.decorate('polylimit', { getter: () => base });
+  fastify.addHook('onClose', async () => {
+    for (const limiter of built) limiter.close();
+  });
   fastify.addHook('onRoute', (route) => {
     const config = route.config && route.config.rateLimit;
     if (config === false) return;
     let hook = null;
     if (config && typeof config === 'object') {
       const merged = { ...rest, ...config };
-      const rule = routeRuleFor(merged);
-      if (rule) {
-        // The route's rule on the user's limiter: its store, state, metrics and close().
-        hook = hookFor(merged.limiter, rule, merged, match);
+      if (config.limiter || !ownLimit(config)) {
+        // A rule of the plugin's limiter (or the route's `limiter`): its store, state, metrics, close().
+        const limiter = config.limiter || pluginLimiter();
+        const rule = namesRouteRule(config) ? routeRuleFor(limiter, merged, config.perRoute ?? true) : null;
+        hook = hookFor(limiter, rule, merged, match);
       } else {
-        // Its own key space, so it never shares state with the plugin-wide limiter.
-        if (config.prefix === undefined && !merged.limiter) merged.prefix = `${prefixOf(merged)}:route:${route.url}`;
-        hook = hookFor(limiterFor(merged), null, merged, match);
+        // Its own limiter, in the key space the core gives one route.
+        hook = hookFor(build(routeLimiterOptions(rest, config, route.url)), null, merged, match);
       }
-    } else if (global && baseHook) {
+    } else if (baseHook) {
       hook = baseHook;
     }
     if (!hook) return;
     const existing = route.onRequest ? [].concat(route.onRequest) : [];
     route.onRequest = [hook, ...existing];
   });
+}
+
+/** The plugin-wide rule of a given `limiter` with `key` or `policy`, else null (its rules decide). */
+function routeRuleOf(limiter, options, perRoute) {
+  return options.key !== undefined || options.policy !== undefined ? routeRuleFor(limiter, options, perRoute) : null;
 }
 
 module.exports = fp(polylimitFastify, { fastify: '>=4', name: 'polylimit' });

@@ -59,6 +59,10 @@ export interface LimiterOptions {
   /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   denylist?: string[];
   shadow?: boolean;
+  /** Set by a middleware given a `keyGenerator`: `key` defaults to `['key']`, and some rule must read `key`. */
+  keyFunction?: boolean;
+  /** Set by a Fastify route's own limiter: its keys go under `<prefix>:route:<route>`. */
+  route?: string;
 }
 
 export interface CheckOptions {
@@ -138,9 +142,15 @@ export class Limiter {
   checkRequest(request: RequestInfo): Promise<Outcome>;
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics, `close()`):
-   * the middlewares' `rateLimit({ limiter, key, policy })`. Throws a ConfigError naming `key` or `policy`.
+   * the middlewares' `rateLimit({ limiter, key, policy })`. No `key`: `['ip']`, or `['key']` with
+   * `keyFunction`; `perRoute` puts `route` first (the core's defaults). Throws a ConfigError naming
+   * `key` or `policy`.
    */
-  routeRule(key: string | string[], policy?: string): RouteRule;
+  routeRule(
+    key?: string | string[] | null,
+    policy?: string | null,
+    options?: { keyFunction?: boolean; perRoute?: boolean },
+  ): RouteRule;
   reset(key: string): Promise<void>;
   metricsText(): string;
   readonly breakerState: 'closed' | 'open' | 'half_open';
@@ -201,8 +211,17 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
    * sharing its store, state, metrics and `close()`.
    */
   limiter?: Limiter;
-  /** The caller's key (the `key` dimension). */
+  /**
+   * The caller's key (the `key` dimension). Without `key`, the rule is keyed by it (`['key']`, the
+   * core's default); a `key` that leaves `'key'` out is a ConfigError.
+   */
   keyGenerator?: (req: Req, res: Res) => string | Promise<string>;
+  /**
+   * With `limiter` and `key`/`policy`: put the `route` dimension first, so each route has its own
+   * budget. Default false for `rateLimit` (it may be mounted app-wide), true for a Fastify route's
+   * `config.rateLimit`.
+   */
+  perRoute?: boolean;
   user?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   apiKey?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   skip?: (req: Req, res: Res) => boolean | Promise<boolean>;
@@ -222,6 +241,13 @@ export type RateLimitMiddleware = ((req: any, res: any, next: (err?: unknown) =>
 /** Express middleware: `app.use(rateLimit({ policy, store }))`. */
 export function rateLimit(options?: ExpressOptions): RateLimitMiddleware;
 
+/**
+ * The plugin's options. A route's `config: { rateLimit: false }` exempts it; `{ key, policy }` (a
+ * policy name) checks through the plugin's limiter (given or built), per route unless
+ * `perRoute: false`; a config with its own limit (`policy: {...}`, `windowMs`, …) gets its own
+ * limiter, keyed under `<prefix>:route:<url>` by the core. The plugin closes the limiters it built
+ * on Fastify's `onClose`; a `limiter` you gave stays open.
+ */
 export interface FastifyOptions extends MiddlewareOptions {
   /** Apply to every route (default true); false: only routes with `config.rateLimit`. */
   global?: boolean;

@@ -176,12 +176,14 @@ class Limiter {
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics and
    * `close()`): `key` names its key dimensions (`['ip']`, `'user'`, `'header:x-tenant'`, …),
-   * `policy` one of this limiter's policies (default: all). An opaque object for the
+   * `policy` one of this limiter's policies (default: all). The defaults are the core's, the
+   * same in every language: no `key` is `['ip']`, or `['key']` with `{ keyFunction: true }`
+   * (a `keyGenerator`); `{ perRoute: true }` puts `route` first. An opaque object for the
    * middlewares (`rateLimit({ limiter, key, policy })`); bad input throws a ConfigError.
    */
-  routeRule(key, policy) {
-    const dims = Array.isArray(key) ? key : [key];
-    for (const dim of dims) {
+  routeRule(key, policy, { keyFunction = false, perRoute = false } = {}) {
+    const dims = key === undefined || key === null ? undefined : Array.isArray(key) ? key : [key];
+    for (const dim of dims || []) {
       if (typeof dim !== 'string') {
         throw new ConfigError(`key: ${JSON.stringify(key)} is not a list of key dimensions`, 'key', String(key));
       }
@@ -190,7 +192,7 @@ class Limiter {
       const shown = JSON.stringify(policy);
       throw new ConfigError(`policy: ${shown} is not a policy name of this limiter`, 'policy', String(shown));
     }
-    return call(() => this._native.routeRule(dims, policy ?? undefined));
+    return call(() => this._native.routeRule(dims, policy ?? undefined, Boolean(keyFunction), Boolean(perRoute)));
   }
 
   /** Forgets every policy's state for `key`. */

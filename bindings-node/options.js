@@ -1,14 +1,15 @@
 'use strict';
 // Middleware options → a Limiter built from rules. Only option translation
 // lives here: keys, headers, bodies and client IPs are decided by the core.
-const { Limiter, effectiveConfig } = require('./index');
+const { Limiter } = require('./index');
 
 // The middleware's own options: the rest go to the core as they are (its one options list).
-const MIDDLEWARE_ONLY = ['limiter', 'keyGenerator', 'user', 'apiKey', 'skip', 'handler', 'requestPropertyName'];
+const MIDDLEWARE_ONLY = ['limiter', 'keyGenerator', 'user', 'apiKey', 'skip', 'handler', 'requestPropertyName', 'perRoute'];
 
 /**
  * The options of the limiter a middleware builds: its options minus the middleware's own and
- * minus functions; with a `keyGenerator` and no `key`, the one rule is keyed by its result.
+ * minus functions; a `keyGenerator` is `keyFunction: true`, so the core keys the one rule by its
+ * result (`key` default `['key']`) and refuses a `key` that leaves it out.
  */
 function coreOptionsOf(options) {
   const out = {};
@@ -16,7 +17,7 @@ function coreOptionsOf(options) {
     if (value === undefined || typeof value === 'function' || MIDDLEWARE_ONLY.includes(name)) continue;
     out[name] = value;
   }
-  if (options.keyGenerator && options.key === undefined) out.key = ['key'];
+  if (options.keyGenerator) out.keyFunction = true;
   return out;
 }
 
@@ -30,17 +31,19 @@ function limiterFor(options) {
   return new Limiter(coreOptionsOf(options));
 }
 
+/** Whether middleware options name a rule of an existing limiter: a `key`, or a policy *name*. */
+function namesRouteRule(options) {
+  return options.key !== undefined || typeof options.policy === 'string';
+}
+
 /**
- * The route rule of a middleware that shares the user's limiter: with `limiter` and a `key`
- * or `policy` (a policy name of that limiter), the middleware checks through
- * `limiter.routeRule(key, policy)` (key default `['ip']`, `['key']` with a `keyGenerator`)
- * instead of the limiter's whole rules. Null otherwise. Bad key/policy throw a ConfigError here,
- * when the middleware is built.
+ * The route rule of a middleware that checks through `limiter` (the user's, or a Fastify
+ * plugin's): `limiter.routeRule(key, policy)` with the core's defaults (no `key`: `['ip']`, or
+ * `['key']` with a `keyGenerator`; `perRoute`: `route` first). Bad key/policy throw a
+ * ConfigError here, when the middleware is built.
  */
-function routeRuleFor(options) {
-  if (!options.limiter || (options.key === undefined && options.policy === undefined)) return null;
-  const key = options.key ?? (options.keyGenerator ? ['key'] : ['ip']);
-  return options.limiter.routeRule(key, options.policy);
+function routeRuleFor(limiter, options, perRoute) {
+  return limiter.routeRule(options.key, options.policy, { keyFunction: Boolean(options.keyGenerator), perRoute });
 }
 
 /**
@@ -86,9 +89,4 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-/** The key prefix the core gives a limiter built from these middleware options. */
-function prefixOf(options) {
-  return effectiveConfig(coreOptionsOf(options)).prefix;
-}
-
-module.exports = { limiterFor, routeRuleFor, decide, pathOf, prefixOf };
+module.exports = { limiterFor, namesRouteRule, routeRuleFor, decide, pathOf, MIDDLEWARE_ONLY };

@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
-use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule};
+use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule, RouteShorthand};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -185,14 +185,28 @@ impl NativeLimiter {
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
-    /// through this limiter by `checkHttpBatched`. Bad input is a config
-    /// error naming `key` or `policy`.
+    /// through this limiter by `checkHttpBatched`, with the core's shorthand
+    /// defaults ([`Limiter::route_rule_for`]): no `key` is `['ip']`, or
+    /// `['key']` with a key function; `perRoute` puts `route` first. Bad
+    /// input is a config error naming `key` or `policy`.
     #[napi]
-    pub fn route_rule(&self, env: Env, key: Vec<String>, policy: Option<String>) -> Result<NativeRouteRule> {
-        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+    pub fn route_rule(
+        &self,
+        env: Env,
+        key: Option<Vec<String>>,
+        policy: Option<String>,
+        key_function: Option<bool>,
+        per_route: Option<bool>,
+    ) -> Result<NativeRouteRule> {
+        let shorthand = RouteShorthand {
+            key,
+            policy,
+            key_function: key_function.unwrap_or(false),
+            per_route: per_route.unwrap_or(false),
+        };
         guard(&env, || {
             self.inner
-                .route_rule(&key, policy.as_deref())
+                .route_rule_for(&shorthand)
                 .map(|rule| NativeRouteRule { rule: Arc::new(rule) })
                 .map_err(|e| throw(&env, e))
         })

@@ -3,6 +3,9 @@
 // route-level config, shape delays and fail-closed 503 through the plugin.
 const test = require('node:test');
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const Fastify = require('fastify');
 const polylimitFastify = require('../fastify');
 const { RedisServer } = require('./support');
@@ -122,3 +125,82 @@ test('fastify: a rules file keyed by route template and header', async () => {
   }
 });
 
+
+test('fastify: a route naming a policy checks through the limiter the plugin built from its rules', async () => {
+  const rules = `prefix: ${prefix()}\nstore: ${redis.url}\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 2 }\n  site: { rate: 1/min, burst: 100 }\nrules:\n  - { match: { path: /api/* }, key: [ip], policy: site }\n`;
+  const srv = await serve({ rules, global: false }, (app) => {
+    app.get('/x', { config: { rateLimit: { policy: 'api' } } }, async () => 'x');
+    app.get('/y', { config: { rateLimit: { policy: 'api' } } }, async () => 'y');
+    app.get('/shared1', { config: { rateLimit: { policy: 'api', perRoute: false } } }, async () => 's1');
+    app.get('/shared2', { config: { rateLimit: { policy: 'api', perRoute: false } } }, async () => 's2');
+  });
+  try {
+    const got = [];
+    for (const p of ['/x', '/x', '/x', '/y', '/shared1', '/shared2', '/shared1']) got.push((await request(`${srv.url}${p}`)).status);
+    // Per route by default: /x and /y two budgets of 2; perRoute: false, one budget for both.
+    assert.deepStrictEqual(got, [200, 200, 429, 200, 200, 200, 429]);
+    // The plugin's limiter decided them (its metrics), with the document's header mode.
+    const metrics = srv.limiter.metricsText();
+    assert.ok(metrics.includes('polylimit_requests_total{policy="api",route="route_rule",decision="denied",source="store"} 2'), metrics);
+    assert.equal((await request(`${srv.url}/y`)).header('x-ratelimit-limit'), '2');
+    // A direct check on the same state: /shared1 and /shared2 are keyed `ip=…`, and spent it.
+    assert.equal((await srv.limiter.check('ip=127.0.0.1')).allowed, false);
+  } finally {
+    await srv.close();
+  }
+  // The plugin built that limiter, so Fastify's close() closed it.
+  assert.equal(srv.limiter.closed, true);
+});
+
+test('fastify: a route with its own policy under a rules-file plugin: the document settings, the route limit, its own keys', async () => {
+  const rulesFile = path.join(os.tmpdir(), `polylimit-fastify-${process.pid}-${seq++}.yaml`);
+  fs.writeFileSync(
+    rulesFile,
+    `prefix: ${prefix()}\nstore: ${redis.url}\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 1 }\nrules:\n  - { key: [ip], policy: api }\n`,
+  );
+  try {
+    const srv = await serve({ rulesFile }, (app) => {
+      app.get('/own', { config: { rateLimit: { policy: { rate: '1/min', burst: 3, name: 'own' } } } }, async () => 'own');
+    });
+    try {
+      const got = [];
+      for (let i = 0; i < 4; i++) got.push((await request(`${srv.url}/own`)).status);
+      assert.deepStrictEqual(got, [200, 200, 200, 429]);
+      // The plugin-wide rule (burst 1) was never charged by /own: its own key space.
+      const items = await request(`${srv.url}/api/items`);
+      assert.equal(items.status, 200);
+      // The document's header mode applies to the route's own limiter too.
+      assert.equal((await request(`${srv.url}/own`)).header('x-ratelimit-limit'), '3');
+      assert.equal((await request(`${srv.url}/api/items`)).status, 429);
+    } finally {
+      await srv.close();
+    }
+    assert.equal(srv.limiter.closed, true);
+  } finally {
+    fs.unlinkSync(rulesFile);
+  }
+});
+
+test('fastify: keyGenerator keys the plugin-wide rule; a key leaving it out is a ConfigError', async () => {
+  const srv = await serve({
+    policy: { rate: '1/min', burst: 1 },
+    headers: 'none',
+    keyGenerator: (req) => req.headers['x-tenant'] || 'anonymous',
+  });
+  try {
+    const got = [];
+    for (const tenant of ['t1', 't2', 't1']) got.push((await request(`${srv.url}/api/items`, { headers: { 'x-tenant': tenant } })).status);
+    assert.deepStrictEqual(got, [200, 200, 429]);
+  } finally {
+    await srv.close();
+  }
+  const app = Fastify();
+  await assert.rejects(
+    (async () => {
+      await app.register(polylimitFastify, { policy: { rate: '1/s' }, key: ['ip'], keyGenerator: () => 'k' });
+      await app.ready();
+    })(),
+    (e) => e.code === 'POLYLIMIT_CONFIG' && e.field === 'key',
+  );
+  await app.close().catch(() => {});
+});

@@ -90,8 +90,9 @@ for (const [name, store] of Object.entries(STORES)) {
       reply.code(500).send({ error: err.code });
     });
     await app.register(polylimitFastify, { limiter, global: false });
-    app.get('/a', { config: { rateLimit: { key: ['ip'], policy: 'api' } } }, async () => 'a');
-    app.get('/b', { config: { rateLimit: { key: 'ip', policy: 'api' } } }, async () => 'b');
+    // perRoute: false: the two routes share one budget (by default each route has its own).
+    app.get('/a', { config: { rateLimit: { key: ['ip'], policy: 'api', perRoute: false } } }, async () => 'a');
+    app.get('/b', { config: { rateLimit: { key: 'ip', policy: 'api', perRoute: false } } }, async () => 'b');
     app.get('/free', async () => 'free');
     await app.listen({ port: 0, host: '127.0.0.1' });
     try {
@@ -114,6 +115,15 @@ test('a bad key or policy for the shared limiter is a ConfigError when the middl
   ];
   for (const [options, field, value] of cases) {
     const where = JSON.stringify(options);
+    if (typeof options.policy === 'object') {
+      // Express: a policy object beside `limiter` contradicts it. Fastify: a route's own limit.
+      assert.throws(
+        () => rateLimit({ limiter, ...options }),
+        (e) => e instanceof ConfigError && e.field === field && e.value === value,
+        `express ${where}`,
+      );
+      continue;
+    }
     assert.throws(
       () => rateLimit({ limiter, ...options }),
       (e) => e instanceof ConfigError && e.field === field && e.value === value,
@@ -134,5 +144,43 @@ test('a bad key or policy for the shared limiter is a ConfigError when the middl
   // The rules-limiter form without key/policy is unchanged, and a good rule builds.
   assert.equal(typeof rateLimit({ limiter }), 'function');
   assert.equal(typeof rateLimit({ limiter, key: ['route', 'header:x-tenant'], policy: 'other' }), 'function');
+  limiter.close();
+});
+
+/** Statuses of `n` requests to each path in turn. */
+async function statuses(url, paths, n) {
+  const out = [];
+  for (let i = 0; i < n; i++) for (const p of paths) out.push((await request(`${url}${p}`)).status);
+  return out;
+}
+
+test('per-route forms key per route by default in Fastify, with perRoute: true in Express', async () => {
+  const limiter = new Limiter({ policies: { api: { rate: '1/min', burst: 1 } } });
+  const fastify = Fastify();
+  await fastify.register(polylimitFastify, { limiter, global: false });
+  fastify.get('/a', { config: { rateLimit: { policy: 'api' } } }, async () => 'a');
+  fastify.get('/b', { config: { rateLimit: { policy: 'api' } } }, async () => 'b');
+  await fastify.listen({ port: 0, host: '127.0.0.1' });
+  const app = express();
+  app.get('/a', rateLimit({ limiter, policy: 'api', perRoute: true }), (req, res) => res.send('a'));
+  app.get('/b', rateLimit({ limiter, policy: 'api', perRoute: true }), (req, res) => res.send('b'));
+  app.get('/c', rateLimit({ limiter, policy: 'api' }), (req, res) => res.send('c'));
+  app.get('/d', rateLimit({ limiter, policy: 'api' }), (req, res) => res.send('d'));
+  const server = await new Promise((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  try {
+    // One budget per route: each answers once, then refuses.
+    assert.deepStrictEqual(await statuses(`http://127.0.0.1:${fastify.server.address().port}`, ['/a', '/b'], 2), [200, 200, 429, 429]);
+    // Express (the same key `route=/a|ip=…`, so the same state as Fastify's /a)...
+    assert.deepStrictEqual(await statuses(`http://127.0.0.1:${server.address().port}`, ['/a', '/b'], 1), [429, 429]);
+    // ...and without perRoute two Express routes share one budget keyed by ip alone.
+    assert.deepStrictEqual(await statuses(`http://127.0.0.1:${server.address().port}`, ['/c', '/d'], 1), [200, 429]);
+  } finally {
+    await fastify.close();
+    await new Promise((resolve) => server.close(resolve));
+  }
+  // The user's limiter is theirs: Fastify's close() leaves it open.
+  assert.equal(limiter.closed, false);
   limiter.close();
 });

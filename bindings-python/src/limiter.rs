@@ -2,7 +2,7 @@
 //! call (as an awaitable on the shared tokio runtime, or blocking with the GIL
 //! released), and maps the error.
 
-use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule};
+use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule, RouteShorthand};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Map, Value};
@@ -166,14 +166,24 @@ impl PyLimiter {
 
     /// A rule for one route (what `limit` and `depends` check): `key` is a list
     /// of key dimensions, `policy` one of this limiter's policy names (`None`:
-    /// all). Bad values raise `ConfigError` naming `key` or `policy`.
-    #[pyo3(signature = (key, policy=None))]
-    fn route_rule(&self, key: Vec<String>, policy: Option<String>) -> PyResult<PyRouteRule> {
-        let key: Vec<&str> = key.iter().map(String::as_str).collect();
-        self.inner
-            .route_rule(&key, policy.as_deref())
-            .map(PyRouteRule)
-            .into_py_result()
+    /// all). The defaults are the core's ([`Limiter::route_rule_for`]): no
+    /// `key` is `["ip"]`, or `["key"]` with `key_function=True`; `per_route`
+    /// puts `route` first. Bad values raise `ConfigError` naming `key` or `policy`.
+    #[pyo3(signature = (key=None, policy=None, *, key_function=false, per_route=false))]
+    fn route_rule(
+        &self,
+        key: Option<Vec<String>>,
+        policy: Option<String>,
+        key_function: bool,
+        per_route: bool,
+    ) -> PyResult<PyRouteRule> {
+        let shorthand = RouteShorthand {
+            key,
+            policy,
+            key_function,
+            per_route,
+        };
+        self.inner.route_rule_for(&shorthand).map(PyRouteRule).into_py_result()
     }
 
     /// Decides a request (a dict, as for `check_request`) by one route rule of

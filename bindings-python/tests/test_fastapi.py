@@ -514,3 +514,63 @@ def test_endpoints_declaring_request_or_response(store: str) -> None:
             assert [client.get("/request").status_code for _ in range(10)] == [200] * 9 + [429]
     finally:
         server.stop()
+
+
+def test_the_shorthand_key_defaults_are_the_cores() -> None:
+    # The decorator's and dependency's key: no key is ip, a callable is key, per route puts route first.
+    from polylimit.fastapi import _Check
+
+    limiter = polylimit.Limiter(policy=SLOW)
+    cases = [
+        ((None, True), '["route", "ip"]'),
+        ((None, False), '["ip"]'),
+        ((lambda request: "k", True), '["route", "key"]'),
+        ((lambda request: "k", False), '["key"]'),
+        ((["user", "route"], True), '["user", "route"]'),
+        (("header:x-tenant", True), '["route", "header:x-tenant"]'),
+    ]
+    for (key, per_route), dims in cases:
+        rule = _Check(limiter, key, None, 1, per_route).rule
+        assert repr(rule) == f'<RouteRule {{ key: {dims}, policies: ["default"] }}>', (key, per_route)
+    # The same rules through route_rule itself.
+    assert repr(limiter.route_rule(key_function=True)) == '<RouteRule { key: ["key"], policies: ["default"] }>'
+    with pytest.raises(polylimit.ConfigError) as err:
+        limiter.route_rule(["ip"], key_function=True)
+    assert (err.value.field, err.value.value) == ("key", '["ip"]')
+
+
+def test_middleware_key_hook_keys_the_rule_built_from_policy(store: str) -> None:
+    # key=callable with policy: the core keys the one rule by the hook's result, not by the client IP.
+    app = FastAPI()
+    app.add_middleware(PolylimitMiddleware, policy={"rate": "10/min", "burst": 1}, store=store,
+                       prefix=unique_prefix("mwkey"), key=lambda request: request.headers.get("x-tenant"))
+
+    @app.get("/x")
+    async def x():
+        return {"ok": True}
+
+    # A limiter keyed by ip and a key hook: the hook would be ignored, so every request fails.
+    given = FastAPI()
+    given.add_middleware(PolylimitMiddleware, limiter=polylimit.Limiter(policy=SLOW),
+                         key=lambda request: "k")
+
+    @given.get("/x")
+    async def given_x():
+        return {"ok": True}
+
+    server, other = Server(app), Server(given)
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            got = [client.get("/x", headers={"x-tenant": t}).status_code for t in ("a", "b", "a", "b")]
+            assert got == [200, 200, 429, 429]
+        with httpx.Client(base_url=other.url) as client:
+            assert client.get("/x").status_code == 500
+    finally:
+        server.stop()
+        other.stop()
+    # A key hook beside a key list that leaves `key` out cannot happen (one argument); beside a rules
+    # document no rule of which reads `key`, it is refused when the middleware is built.
+    with pytest.raises(polylimit.ConfigError) as err:
+        PolylimitMiddleware(app, rules={"policies": {"api": {"rate": "1/s"}}, "rules": [{"key": ["ip"], "policy": "api"}]},
+                            key=lambda request: "k")
+    assert err.value.field == "key_function"

@@ -11,7 +11,7 @@ use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
 use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
-use crate::http::rules::{key_dimensions, strings, HttpRules, HTTP_FIELDS};
+use crate::http::rules::{middleware_key, strings, HttpRules, HTTP_FIELDS};
 use crate::http::Limiter;
 use crate::limiter::LimiterConfig;
 use crate::options::{canonical, field_as_written, Naming};
@@ -259,6 +259,15 @@ impl Resolved {
         };
         match document {
             None => Resolved::from_parts(opts, Map::new(), Origin::Shorthand),
+            // A route's own limiter beside the plugin's rules document: the
+            // document's settings (store, proxies, headers, …), the route's limit.
+            Some(Value::Object(mut doc))
+                if opts.contains_key("route") && (opts.contains_key("policy") || opts.contains_key("policies")) =>
+            {
+                doc.remove("policies");
+                doc.remove("rules");
+                Resolved::from_parts(doc, opts, Origin::Shorthand)
+            }
             Some(Value::Object(doc)) => {
                 for field in ["policy", "policies", "key"] {
                     if opts.contains_key(field) {
@@ -280,6 +289,22 @@ impl Resolved {
         let mut all = fields;
         all.extend(overrides);
         let key = all.remove("key");
+        let key_function = match all.remove("key_function") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(other) => return Err(Error::config("key_function", other, "is not true or false")),
+        };
+        let route = match all.remove("route") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(r)) if !r.is_empty() && !r.contains(['{', '}']) => Some(r),
+            Some(other) => {
+                return Err(Error::config(
+                    "route",
+                    other,
+                    "is not a route: a non-empty string without '{' or '}'",
+                ))
+            }
+        };
         let (mut http, options): (Map<_, _>, Map<_, _>) =
             all.into_iter().partition(|(k, _)| HTTP_FIELDS.contains(&k.as_str()));
         if origin == Origin::Document {
@@ -294,7 +319,11 @@ impl Resolved {
                 ));
             }
         }
-        let config = LimiterConfig::from_value(&Value::Object(options))?;
+        let mut config = LimiterConfig::from_value(&Value::Object(options))?;
+        if let Some(route) = route {
+            // A route's own limiter: its own key space, never the plugin-wide limiter's.
+            config.prefix = format!("{}:route:{route}", config.prefix);
+        }
         let names: Vec<String> = config.policies.iter().map(|p| p.name().to_string()).collect();
         if origin == Origin::Shorthand {
             if http.contains_key("rules") {
@@ -304,11 +333,8 @@ impl Resolved {
                     "is a rules document here; give it as rules, not with policy",
                 ));
             }
-            let key = match key {
-                None => vec!["ip".to_string()],
-                Some(v) => strings(&v, "key")?,
-            };
-            key_dimensions(&key, "key")?;
+            let key = key.map(|v| strings(&v, "key")).transpose()?;
+            let key = middleware_key(key.as_deref(), key_function, false)?;
             // Named after its policies: the `route` label of the limiter's metrics.
             let joined = names.join("+");
             let name = if joined.len() <= 128 {
@@ -320,6 +346,14 @@ impl Resolved {
             http.insert("rules".into(), Value::Array(vec![rule]));
         }
         let rules = HttpRules::from_value(&http, &|name| names.iter().position(|n| n == name))?;
+        if key_function && !rules.reads_key() {
+            return Err(Error::config(
+                "key_function",
+                "true",
+                "is set (the middleware has a key function), but no rule of the rules document keys by `key` \
+                 and no allowlist or denylist entry is a key:…: the function would be ignored",
+            ));
+        }
         Ok(Resolved { config, rules, http })
     }
 

@@ -101,7 +101,7 @@ const fn spec(
 pub const OPTIONS: &[OptionSpec] = &[
     spec("policy", "policy", "Policy", Kind::Policy, "", "the policy (SPEC §2)"),
     spec("policies", "policies", "Policies", Kind::Policies, "", "several policies, each named, decided atomically: none is charged when one denies"),
-    spec("key", "key", "KeyBy", Kind::Plain, "[\"ip\"]", "key dimensions of the one rule built from `policy`: ip, route, method, user, api_key, header:<name>, key, global"),
+    spec("key", "key", "KeyBy", Kind::Plain, "[\"ip\"]", "key dimensions of the one rule built from `policy`: ip, route, method, user, api_key, header:<name>, key, global (`key` is a middleware's key function: it needs a rule reading it)"),
     spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2"),
@@ -119,6 +119,9 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("shadow", "shadow", "Shadow", Kind::Plain, "false", "decide, count and set headers, never block"),
     spec("allowlist", "allowlist", "Allowlist", Kind::Plain, "[]", "CIDRs and typed keys (user:…, api_key:…, key:…) never limited"),
     spec("denylist", "denylist", "Denylist", Kind::Plain, "[]", "CIDRs and typed keys always refused"),
+    // Middleware shorthand: set by a middleware, not written in a rules file.
+    spec("key_function", "keyFunction", "", Kind::Plain, "false", "set by a middleware given a key function (Python `key=callable`, JavaScript `keyGenerator`): `key` defaults to `[\"key\"]`, and some rule must read `key`"),
+    spec("route", "route", "", Kind::Plain, "", "set by a route's own limiter (a Fastify route's inline `config.rateLimit`): its store keys go under `<prefix>:route:<route>`; beside a rules document, its `policy` replaces the document's policies and rules"),
     // express-rate-limit's names, so its users keep their options.
     spec("", "windowMs", "", Kind::Plain, "60000", "express-rate-limit form: a fixed window of this many ms (with `limit`)"),
     spec("", "limit", "", Kind::Plain, "5", "express-rate-limit form: requests per window (alias `max`)"),

@@ -2,7 +2,7 @@
 //! decorator and dependency use): validated once, decided through the limiter
 //! that built them, on its state, metrics and `close()`.
 
-use polylimit::{Error, Limiter, RequestInfo};
+use polylimit::{Error, Limiter, RequestInfo, RouteShorthand};
 use serde_json::json;
 
 const NOW: i64 = 1_700_000_000_000;
@@ -150,4 +150,165 @@ async fn a_route_rule_and_the_rules_file_share_keys_and_http_settings() {
     let banned = request("10.0.0.1", Some("banned"));
     assert!(matches!(limiter.check_route(&banned, &rule).await, Err(Error::Closed)));
     assert!(matches!(limiter.check_request(&banned).await, Err(Error::Closed)));
+}
+
+/// The middleware shorthand's defaults, the same in every language: key `ip`,
+/// `key` with a key function, `route` first for a per-route form.
+#[tokio::test]
+async fn the_middleware_shorthand_defaults_live_in_the_core() {
+    let limiter = memory(1);
+    let dims = |shorthand: RouteShorthand| format!("{:?}", limiter.route_rule_for(&shorthand).unwrap());
+    let key = |dims: &[&str]| Some(dims.iter().map(|d| d.to_string()).collect::<Vec<_>>());
+    let cases = [
+        (RouteShorthand::default(), r#"["ip"]"#),
+        (
+            RouteShorthand {
+                key_function: true,
+                ..Default::default()
+            },
+            r#"["key"]"#,
+        ),
+        (
+            RouteShorthand {
+                per_route: true,
+                ..Default::default()
+            },
+            r#"["route", "ip"]"#,
+        ),
+        (
+            RouteShorthand {
+                per_route: true,
+                key_function: true,
+                ..Default::default()
+            },
+            r#"["route", "key"]"#,
+        ),
+        (
+            RouteShorthand {
+                key: key(&["user", "route"]),
+                per_route: true,
+                ..Default::default()
+            },
+            r#"["user", "route"]"#,
+        ),
+        (
+            RouteShorthand {
+                key: key(&["ip", "key"]),
+                key_function: true,
+                ..Default::default()
+            },
+            r#"["ip", "key"]"#,
+        ),
+    ];
+    for (shorthand, want) in cases {
+        let got = dims(shorthand.clone());
+        assert_eq!(
+            got,
+            format!("RouteRule {{ key: {want}, policies: [\"default\"] }}"),
+            "{shorthand:?}"
+        );
+    }
+    // A key function beside a key that leaves it out would be ignored: an error naming `key`.
+    match limiter.route_rule_for(&RouteShorthand {
+        key: key(&["ip"]),
+        key_function: true,
+        ..Default::default()
+    }) {
+        Err(Error::Config { field, value, .. }) => assert_eq!((field.as_str(), value.as_str()), ("key", "[\"ip\"]")),
+        other => panic!("{other:?}"),
+    }
+
+    // Per route: two routes through one limiter keep two budgets (burst 1 each).
+    let per_route = limiter
+        .route_rule_for(&RouteShorthand {
+            per_route: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let mut other_route = request("203.0.113.7", None);
+    other_route.route = Some("/y".into());
+    for (req, want) in [
+        (request("203.0.113.7", None), None),
+        (other_route.clone(), None),
+        (request("203.0.113.7", None), Some(429)),
+        (other_route, Some(429)),
+    ] {
+        assert_eq!(limiter.check_route(&req, &per_route).await.unwrap().status, want);
+    }
+}
+
+/// A request carrying a caller key (a middleware's key function, Go's
+/// `WithKeyFunc`) on a limiter whose rules never read `key` is a config error
+/// naming `key`, never a decision keyed by something else.
+#[tokio::test]
+async fn a_key_that_no_rule_reads_is_a_config_error() {
+    let limiter = memory(5);
+    for result in [
+        limiter.check_request(&request("203.0.113.7", Some("k"))).await,
+        limiter
+            .check_route(
+                &request("203.0.113.7", Some("k")),
+                &limiter.route_rule(&["ip"], None).unwrap(),
+            )
+            .await,
+    ] {
+        match result {
+            Err(Error::Config { field, .. }) => assert_eq!(field, "key"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Without a key, or with a rule that reads it, the request is decided.
+    assert_eq!(
+        limiter
+            .check_request(&request("203.0.113.7", None))
+            .await
+            .unwrap()
+            .status,
+        None
+    );
+    let keyed = Limiter::from_value(&json!({ "policy": { "rate": "1/min" }, "key_function": true })).unwrap();
+    let outcome = keyed.check_request(&request("203.0.113.7", Some("k"))).await.unwrap();
+    assert_eq!(outcome.status, None);
+}
+
+/// `route`: a route's own limiter keys its store under `<prefix>:route:<route>`,
+/// and beside a rules document its policy replaces the document's policies and rules.
+#[test]
+fn a_routes_own_limiter_is_scoped_by_the_core() {
+    let config = polylimit::effective_config(
+        polylimit::Naming::Camel,
+        &json!({ "policy": { "rate": "1/s" }, "prefix": "app", "route": "/users/:id" }),
+    )
+    .unwrap();
+    assert_eq!(config["prefix"], "app:route:/users/:id");
+    let config = polylimit::effective_config(
+        polylimit::Naming::Camel,
+        &json!({
+            "rules": "store: memory\nheaders: ietf\npolicies: { api: { rate: 9/s } }\nrules: [ { key: [ip], policy: api } ]\n",
+            "policy": { "rate": "1/s" },
+            "key": ["user"],
+            "route": "/a",
+        }),
+    )
+    .unwrap();
+    assert_eq!(config["prefix"], "polylimit:route:/a");
+    assert_eq!(config["headers"], "ietf");
+    assert_eq!(
+        config["policies"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["default"]
+    );
+    assert_eq!(
+        config["rules"],
+        json!([{ "name": "default", "key": ["user"], "policy": ["default"] }])
+    );
+    // Without `route`, a policy beside a document stays an error.
+    let err = polylimit::effective_config(
+        polylimit::Naming::Camel,
+        &json!({ "rules": "policies: { api: { rate: 9/s } }\n", "policy": { "rate": "1/s" } }),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::Config { ref field, .. } if field == "policy"),
+        "{err:?}"
+    );
 }

@@ -96,7 +96,7 @@ class Limiter(_NativeLimiter):
 
     def limit(
         self,
-        key: Union[str, Sequence[str], Callable[[Any], Optional[str]]] = "ip",
+        key: Union[None, str, Sequence[str], Callable[[Any], Optional[str]]] = None,
         *,
         policy: Optional[str] = None,
         cost: int = 1,
@@ -110,7 +110,7 @@ class Limiter(_NativeLimiter):
 
     def depends(
         self,
-        key: Union[str, Sequence[str], Callable[[Any], Optional[str]]] = "ip",
+        key: Union[None, str, Sequence[str], Callable[[Any], Optional[str]]] = None,
         *,
         policy: Optional[str] = None,
         cost: int = 1,

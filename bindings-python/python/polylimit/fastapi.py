@@ -20,8 +20,10 @@ the outcome's status, headers and body; it computes no key, IP or header.
 ``key`` is a dimension of the core (``ip``, ``user``, ``api_key``, ``method``,
 ``route``, ``header:<name>``), a list of them, or a callable
 ``(request) -> str | None`` whose result becomes the core's ``key`` dimension
-(None: the request is not limited). With ``per_route=True`` (the default) each
-decorated route has its own limit (the ``route`` dimension is added).
+(None: the request is not limited). The defaults are the core's, the same in
+Node and Go: no ``key`` is ``["ip"]``, a callable is ``["key"]``; with
+``per_route=True`` (the default) the core puts the ``route`` dimension first, so
+each decorated route has its own budget (``per_route=False`` shares one).
 
 ``limit`` and ``depends`` check through the limiter they are called on (a
 ``route_rule`` of it, validated when the route is decorated): the same store,
@@ -101,26 +103,16 @@ def refusal(outcome: Outcome) -> Response:
     return response
 
 
-def _dims(key: KeySpec, per_route: bool) -> Tuple[List[str], Hook]:
-    hook: Hook = None
-    if callable(key):
-        dims, hook = ["key"], key
-    elif isinstance(key, str):
-        dims = [key]
-    else:
-        dims = list(key)
-    if per_route and "route" not in dims:
-        dims = ["route"] + dims
-    return dims, hook
-
-
 class _Check:
-    """One decorator's or dependency's check: a rule of the user's limiter, decided through it."""
+    """One decorator's or dependency's check: a rule of the user's limiter, decided through it.
+    The key's defaults are the core's (``route_rule``): ``["ip"]``, ``["key"]`` for a callable,
+    ``route`` first per route."""
 
-    def __init__(self, limiter: Any, key: KeySpec, policy: Optional[str], cost: int, per_route: bool) -> None:
-        dims, self.hook = _dims(key, per_route)
+    def __init__(self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: int, per_route: bool) -> None:
+        self.hook: Hook = key if callable(key) else None
+        dims = None if key is None or callable(key) else [key] if isinstance(key, str) else list(key)
         self.limiter: _NativeLimiter = limiter
-        self.rule: RouteRule = limiter.route_rule(dims, policy)
+        self.rule: RouteRule = limiter.route_rule(dims, policy, key_function=self.hook is not None, per_route=per_route)
         self.cost = cost
 
     async def __call__(self, request: Request) -> Optional[Outcome]:
@@ -144,7 +136,7 @@ def _own_parameter(params: List[inspect.Parameter], hints: Dict[str, Any], kind:
     return None
 
 
-def limit(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+def limit(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
     """``@limiter.limit(...)``: see the module documentation."""
     check = _Check(limiter, key, policy, cost, per_route)
 
@@ -206,7 +198,7 @@ class RateLimitExceeded(HTTPException):
         self.outcome = outcome
 
 
-def depends(limiter: Any, key: KeySpec = "ip", *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+def depends(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
     """``Depends(limiter.depends(...))``: see the module documentation."""
     check = _Check(limiter, key, policy, cost, per_route)
 
@@ -255,7 +247,9 @@ class PolylimitMiddleware:
     ``Limiter(...)`` themselves (``rules_file=...``, ``policy=..., key=[...]``, ``trusted_proxies=...``),
     which build the limiter through the core. ``user`` / ``api_key`` / ``key``: optional
     ``(request) -> str | None`` hooks for those dimensions (a ``key`` that is not callable is the
-    ``key`` option: the dimensions of the rule built from ``policy``).
+    ``key`` option: the dimensions of the rule built from ``policy``). With a ``key`` hook and
+    ``policy``, the rule is keyed by the hook's result (the core's default, ``key_function``);
+    a request whose key no rule of the limiter reads raises ``ConfigError`` naming ``key``.
     """
 
     def __init__(
@@ -271,6 +265,9 @@ class PolylimitMiddleware:
         hook: Hook = key if callable(key) else None
         if key is not None and hook is None:
             options["key"] = key
+        if hook is not None and limiter is None:
+            # The core keys the one rule by the hook's result (key ["key"]) and checks a document reads it.
+            options["key_function"] = True
         if limiter is None:
             from . import Limiter
 

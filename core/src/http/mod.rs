@@ -24,7 +24,7 @@ use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
 use route::normalize_path;
-use rules::{glob_match, key_dimensions, Dimension, HttpRules, List, Rule, Target};
+use rules::{glob_match, key_dimensions, middleware_key, Dimension, HttpRules, List, Rule, Target};
 
 /// What the limiter needs to know about a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -333,6 +333,25 @@ impl std::fmt::Debug for RouteRule {
     }
 }
 
+/// What a per-route middleware form is given: Python's `@limiter.limit(...)`
+/// and `depends(...)`, Express's `rateLimit({ limiter, key, policy })`, a
+/// Fastify route's `config: { rateLimit: { key, policy } }`.
+/// [`Limiter::route_rule_for`] makes it a [`RouteRule`] with the defaults
+/// every language shares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RouteShorthand {
+    /// Key dimensions as the user gave them; `None`: `["key"]` with a key
+    /// function, else `["ip"]`.
+    pub key: Option<Vec<String>>,
+    /// A policy name of the limiter; `None`: every policy.
+    pub policy: Option<String>,
+    /// The middleware has a key function whose result is the `key` dimension.
+    pub key_function: bool,
+    /// The form is declared on one route (a decorator, a dependency, a route's
+    /// config): `route` joins the key unless it is there.
+    pub per_route: bool,
+}
+
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
 /// breaker and each policy's fallback, and, when built from a rules file,
 /// the rules that decide HTTP requests. Cheap to clone; clones share state.
@@ -464,6 +483,16 @@ impl Limiter {
         })
     }
 
+    /// The [`RouteRule`] of a middleware's per-route form, with the defaults
+    /// every language shares: key `["ip"]`, `["key"]` with a key function,
+    /// `route` added first for a per-route form (SPEC: one default, in the
+    /// core). Bad input is a config error naming `key` or `policy`.
+    pub fn route_rule_for(&self, shorthand: &RouteShorthand) -> Result<RouteRule> {
+        let key = middleware_key(shorthand.key.as_deref(), shorthand.key_function, shorthand.per_route)?;
+        let key: Vec<&str> = key.iter().map(String::as_str).collect();
+        self.route_rule(&key, shorthand.policy.as_deref())
+    }
+
     /// Decides a request by one [`RouteRule`] of this limiter, instead of the
     /// rules file's rules, on this limiter's state: the same outcome, headers,
     /// bodies and metrics (labelled `route_rule`) as [`Limiter::check_request`].
@@ -489,6 +518,16 @@ impl Limiter {
     async fn decide_request(&self, rules: &HttpRules, candidates: &[Rule], req: &RequestInfo) -> Result<Outcome> {
         if self.engine.is_closed() {
             return Err(Error::Closed);
+        }
+        if req.key.is_some() && !candidates.iter().any(Rule::reads_key) && !rules.reads_key() {
+            // A key function whose result nothing reads: say so, rather than key by something else.
+            return Err(Error::config(
+                "key",
+                "",
+                "is given by the middleware's key function, but no rule of this limiter keys by `key` \
+                 (and no allowlist or denylist entry is a key:…): add \"key\" to the rule's key \
+                 (key, KeyBy, or the rules file's rules)",
+            ));
         }
         let peer = req.peer.as_deref().and_then(parse_peer);
         let ip = client_ip(peer, &req.headers, &rules.trusted_proxies);

@@ -267,6 +267,52 @@ pub(crate) fn key_dimensions(names: &[impl AsRef<str>], field: &str) -> Result<V
         .collect()
 }
 
+/// The key dimensions of a middleware's shorthand, the one default every
+/// language shares: `key` as given, else `["key"]` when the middleware has a
+/// key function (Python `key=callable`, JavaScript `keyGenerator`: its result
+/// is the `key` dimension), else `["ip"]`. A per-route form (a decorator, a
+/// dependency, a Fastify route's config) puts `route` first unless `key`
+/// names it, so two routes checking through one limiter never share a bucket.
+/// A key function beside a `key` that leaves `key` out is an error: the
+/// function would be ignored.
+pub(crate) fn middleware_key(key: Option<&[String]>, key_function: bool, per_route: bool) -> Result<Vec<String>> {
+    let mut dims = match key {
+        Some([]) => return Err(Error::config("key", "[]", "names no key dimension")),
+        Some(dims) => {
+            if key_function && !dims.iter().any(|d| d == "key") {
+                return Err(Error::config(
+                    "key",
+                    format!("{dims:?}"),
+                    "leaves out the `key` dimension, so the middleware's key function would be ignored: add \"key\"",
+                ));
+            }
+            dims.to_vec()
+        }
+        None if key_function => vec!["key".to_string()],
+        None => vec!["ip".to_string()],
+    };
+    if per_route && !dims.iter().any(|d| d == "route") {
+        dims.insert(0, "route".to_string());
+    }
+    key_dimensions(&dims, "key")?;
+    Ok(dims)
+}
+
+impl Rule {
+    /// Whether the rule reads the caller's `key` (in its key or its tiers).
+    pub(crate) fn reads_key(&self) -> bool {
+        self.key.contains(&Dimension::Key) || matches!(&self.target, Target::Tiers { by: Dimension::Key, .. })
+    }
+}
+
+impl HttpRules {
+    /// Whether a caller's `key` means anything to these rules: a rule keys or
+    /// tiers by it, or a list has a `key:` entry.
+    pub(crate) fn reads_key(&self) -> bool {
+        self.rules.iter().any(Rule::reads_key) || !self.allowlist.keys.is_empty() || !self.denylist.keys.is_empty()
+    }
+}
+
 fn policies(value: &Value, field: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Vec<usize>> {
     let names = strings(value, field)?;
     if names.is_empty() {
