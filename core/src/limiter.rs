@@ -172,29 +172,30 @@ impl Engine {
                 "is not a non-empty string without '{' or '}'",
             ));
         }
-        let backend = match config.store.as_str() {
-            "memory" => Backend::Memory,
-            url if url.starts_with("redis://")
-                || url.starts_with("rediss://")
-                || url.starts_with("redis+cluster://")
-                || url.starts_with("rediss+cluster://") =>
-            {
-                Backend::Redis(Box::new(RedisStore::open(
-                    url,
-                    Timeouts {
-                        call: config.timeout,
-                        connect: config.connect_timeout,
-                    },
-                )?))
-            }
-            other => {
-                return Err(Error::config(
+        let backend =
+            match config.store.as_str() {
+                "memory" => Backend::Memory,
+                url if url.starts_with("redis://")
+                    || url.starts_with("rediss://")
+                    || url.starts_with("redis+cluster://")
+                    || url.starts_with("rediss+cluster://")
+                    || url.starts_with("redis+sentinel://")
+                    || url.starts_with("rediss+sentinel://") =>
+                {
+                    Backend::Redis(Box::new(RedisStore::open(
+                        url,
+                        Timeouts {
+                            call: config.timeout,
+                            connect: config.connect_timeout,
+                        },
+                    )?))
+                }
+                other => return Err(Error::config(
                     "store",
                     format!("{other:?}"),
-                    "is not \"memory\", \"redis://…\", \"rediss://…\" or \"redis+cluster://…\"",
-                ))
-            }
-        };
+                    "is not \"memory\", \"redis://…\", \"rediss://…\", \"redis+cluster://…\" or \"redis+sentinel://…\"",
+                )),
+            };
         let policies = config
             .policies
             .into_iter()

@@ -115,10 +115,18 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
 
 #[tokio::test]
 async fn vectors_on_a_redis_cluster() {
+    on_topology(support::Topology::cluster()).await;
+}
+
+#[tokio::test]
+async fn vectors_on_redis_sentinel() {
+    on_topology(support::Topology::sentinel()).await;
+}
+
+async fn on_topology(topology: support::Topology) {
     let files = load();
-    let cluster = support::Topology::cluster();
-    let (steps, failures) = play(&cluster.url, &files).await;
-    println!("{steps} steps on a 6-node cluster");
+    let (steps, failures) = play(&topology.url, &files).await;
+    println!("{steps} steps on {}", topology.url);
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",

@@ -94,9 +94,17 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
 
 #[tokio::test]
 async fn http_vectors_on_a_redis_cluster() {
+    on_topology(support::Topology::cluster()).await;
+}
+
+#[tokio::test]
+async fn http_vectors_on_redis_sentinel() {
+    on_topology(support::Topology::sentinel()).await;
+}
+
+async fn on_topology(topology: support::Topology) {
     let files = load();
-    let cluster = support::Topology::cluster();
-    let (steps, failures) = play(&cluster.url, &files).await;
+    let (steps, failures) = play(&topology.url, &files).await;
     println!(
         "{} HTTP vector files, {steps} requests on a 6-node cluster",
         files.len()

@@ -11,6 +11,13 @@ reports `cluster_state:ok`, and prints one JSON line on stdout:
     {"url": "redis+cluster://127.0.0.1:p1,127.0.0.1:p2,...",
      "nodes": [{"port": p1, "pid": 123, "role": "primary"}, ...]}
 
+    python3 tests/topology/redis_topology.py sentinel
+
+starts a primary, its replica and 3 sentinels watching them as the service
+`polylimit` (quorum 2, a primary is down after 1 s), waits until every
+sentinel knows the primary and its replica, and prints
+`{"url": "redis+sentinel://127.0.0.1:s1,…/polylimit", "nodes": […]}`.
+
 Then it stays in the foreground and stops every server it started (by pid)
 when its stdin closes (the test process ended, however it ended) or when it
 gets SIGTERM or SIGINT. A suite starts it once and shares the topology.
@@ -141,9 +148,52 @@ class Topology:
         return {"url": "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports), "nodes": nodes}
 
 
+SERVICE = "polylimit"
+
+
+def sentinel(topology):
+    primary, replica, *sentinels = free_ports(5)
+    nodes = [
+        {"port": primary, "pid": topology.server(primary).pid, "role": "primary"},
+        {"port": replica, "pid": topology.server(replica, "--replicaof", "127.0.0.1", str(primary)).pid,
+         "role": "replica"},
+    ]
+    wait_until("the replica syncing", lambda: "master_link_status:up" in cli(replica, "INFO", "replication"))
+    for port in sentinels:
+        conf = os.path.join(topology.dir, f"sentinel-{port}.conf")
+        with open(conf, "w") as f:
+            f.write(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {topology.dir}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+                f"sentinel failover-timeout {SERVICE} 5000\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+        process = subprocess.Popen(
+            ["redis-server", conf, "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+        topology.processes.append(process)
+        nodes.append({"port": port, "pid": process.pid, "role": "sentinel"})
+
+    def known():
+        for port in sentinels:
+            if cli(port, "SENTINEL", "get-master-addr-by-name", SERVICE).split() != ["127.0.0.1", str(primary)]:
+                return False
+            if f"slaves=1,sentinels=3" not in cli(port, "INFO", "sentinel"):
+                return False
+        return True
+
+    wait_until("the sentinels knowing the primary, its replica and each other", known)
+    return {"url": "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}",
+            "nodes": nodes}
+
+
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("cluster",):
-        raise SystemExit("usage: redis_topology.py cluster")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("cluster", "sentinel"):
+        raise SystemExit("usage: redis_topology.py cluster|sentinel")
     topology = Topology()
 
     def stop(*_):
@@ -153,7 +203,7 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        described = topology.cluster()
+        described = topology.cluster() if sys.argv[1] == "cluster" else sentinel(topology)
     except BaseException:
         topology.stop()
         raise

@@ -93,6 +93,9 @@ enum Connection {
 enum Target {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
+    /// The primary the sentinels name, asked again on every connect, so a
+    /// failover is followed by the next connect after a failed call.
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
 }
 
 /// A connection and its generation (a failed call forgets only its own).
@@ -210,6 +213,11 @@ impl RedisStore {
                     .build()
                     .map_err(bad)?,
             )
+        } else if let Some(rest) = url
+            .strip_prefix("redis+sentinel://")
+            .or_else(|| url.strip_prefix("rediss+sentinel://"))
+        {
+            Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(url, rest)?))
         } else {
             let info = url
                 .into_connection_info()
@@ -222,7 +230,7 @@ impl RedisStore {
             sha: script_sha(),
             // Cluster decisions stay scripts: a library would have to be
             // loaded on every primary, and re-loaded on each after failover.
-            functions: AtomicBool::new(matches!(target, Target::Single(_))),
+            functions: AtomicBool::new(!matches!(target, Target::Cluster(_))),
             target: Arc::new(target),
             timeout: timeouts.call,
             connect_timeout: timeouts.connect,
@@ -601,7 +609,68 @@ async fn connect(target: &Target, connect_timeout: Duration) -> Result<Connectio
                 .map_err(unavailable)?;
             Connection::Cluster(connection)
         }
+        Target::Sentinel(client) => {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(None);
+            let connect = async { client.lock().await.get_async_connection_with_config(&config).await };
+            let connection = tokio::time::timeout(connect_timeout, connect)
+                .await
+                .map_err(|_| timed_out())?
+                .map_err(unavailable)?;
+            Connection::Single(connection)
+        }
     })
+}
+
+/// `redis+sentinel://[user:password@]host:port[,host:port…]/<service>[/<db>]`
+/// (`rediss+sentinel://` for TLS): the sentinels to ask, and the service
+/// whose primary they name. The user, password, database and TLS are those
+/// of the primary; the sentinels are asked without them.
+fn sentinel_client(url: &str, rest: &str) -> Result<redis::sentinel::SentinelClient> {
+    use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+    let bad = |why: &str| Error::config("store", format!("{url:?}"), why.to_string());
+    let tls = url.starts_with("rediss");
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (format!("{auth}@"), rest),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("names no service: redis+sentinel://host:port[,host:port]/<service>"))?;
+    let (service, db) = match path.split_once('/') {
+        Some((service, db)) => (service, db),
+        None => (path, ""),
+    };
+    if service.is_empty() {
+        return Err(bad(
+            "names no service: redis+sentinel://host:port[,host:port]/<service>",
+        ));
+    }
+    let sentinels: Vec<String> = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{h}"))
+        .collect();
+    if sentinels.is_empty() {
+        return Err(bad("names no sentinel"));
+    }
+    // The primary's settings, read from the same URL written as a plain one.
+    let primary = format!(
+        "{}://{auth}{}/{db}",
+        if tls { "rediss" } else { "redis" },
+        "127.0.0.1:6379"
+    )
+    .into_connection_info()
+    .map_err(|e| bad(&format!("is not a usable Redis URL: {e}")))?;
+    let mut node = SentinelNodeConnectionInfo::default()
+        .set_redis_connection_info(primary.redis_settings().clone())
+        .set_tcp_settings(tcp_settings());
+    if tls {
+        node = node.set_tls_mode(redis::TlsMode::Secure);
+    }
+    SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
+        .map_err(|e| bad(&format!("is not a usable Redis URL: {e}")))
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags

@@ -300,7 +300,7 @@ pub fn vector_files<T: serde::de::DeserializeOwned>(sub: &str) -> Vec<(String, T
 /// dropped, or until the test process ends (the script's stdin closes).
 pub struct Topology {
     child: Child,
-    /// The store URL (`redis+cluster://…`).
+    /// The store URL (`redis+cluster://…`, `redis+sentinel://…`).
     pub url: String,
     /// Each server's port, pid and role (`primary`, `replica`).
     pub nodes: Vec<serde_json::Value>,
@@ -310,6 +310,20 @@ impl Topology {
     /// A 6-node Redis Cluster: 3 primaries, 3 replicas.
     pub fn cluster() -> Topology {
         Topology::start("cluster")
+    }
+
+    /// A primary, its replica and 3 sentinels (`redis+sentinel://…/polylimit`).
+    pub fn sentinel() -> Topology {
+        Topology::start("sentinel")
+    }
+
+    /// The pid of the first node with `role`.
+    pub fn pid_of(&self, role: &str) -> u32 {
+        self.nodes
+            .iter()
+            .find(|n| n["role"] == role)
+            .and_then(|n| n["pid"].as_u64())
+            .unwrap_or_else(|| panic!("no {role} node")) as u32
     }
 
     fn start(kind: &str) -> Topology {
