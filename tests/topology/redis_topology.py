@@ -135,13 +135,21 @@ class Topology:
             raise SystemExit(f"redis_topology: cluster create failed: {create.stdout}{create.stderr}")
 
         def ready():
+            # Every node sees every slot served and 3 replicas, and every
+            # replica has synced: a primary's failure is then covered.
             for port in ports:
                 info = cli(port, "CLUSTER", "INFO")
                 if "cluster_state:ok" not in info or "cluster_slots_ok:16384" not in info:
                     return False
+                roles = [line.split()[2] for line in cli(port, "CLUSTER", "NODES").splitlines() if line.strip()]
+                if sum("slave" in r.split(",") for r in roles) != 3:
+                    return False
+                replication = cli(port, "INFO", "replication")
+                if "role:slave" in replication and "master_link_status:up" not in replication:
+                    return False
             return True
 
-        wait_until("the cluster reaching cluster_state:ok", ready)
+        wait_until("the cluster reaching cluster_state:ok with every replica synced", ready)
         for node in nodes:
             role = cli(node["port"], "ROLE").splitlines()
             node["role"] = "primary" if role and role[0] == "master" else "replica"

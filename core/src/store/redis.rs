@@ -209,7 +209,11 @@ impl RedisStore {
             Target::Cluster(
                 redis::cluster::ClusterClientBuilder::new(nodes)
                     .tcp_settings(tcp_settings())
-                    .connection_timeout(timeouts.connect)
+                    // Each node within a third of the connect budget: a node
+                    // that accepts but never answers (paused, partitioned)
+                    // fails alone, and the connection forms from the others.
+                    .connection_timeout(timeouts.connect / 3)
+                    .response_timeout(timeouts.call)
                     .build()
                     .map_err(bad)?,
             )

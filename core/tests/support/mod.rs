@@ -357,3 +357,22 @@ impl Drop for Topology {
         let _ = self.child.wait();
     }
 }
+
+/// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// `redis-cli -p <port> <args…>`'s output.
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
