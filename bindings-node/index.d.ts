@@ -31,7 +31,7 @@ export interface LimiterOptions {
   rules?: string | object;
   /** A rules file path (YAML or JSON). */
   rulesFile?: string;
-  /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`. */
+  /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`, `redis+sentinel://s1:p1,s2:p2/<service>`. */
   store?: string;
   prefix?: string;
   maxKeys?: number;

@@ -26,7 +26,8 @@ use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 pub struct LimiterConfig {
     /// The policies; a check applies all of them to its key, atomically.
     pub policies: Vec<Policy>,
-    /// `memory`, `redis://…`, `rediss://…` or `redis+cluster://h1:p1,h2:p2`.
+    /// `memory`, `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2` or
+    /// `redis+sentinel://s1:p1,s2:p2/<service>`.
     pub store: String,
     /// First segment of every store key.
     pub prefix: String,

@@ -104,7 +104,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("key", "key", "KeyBy", Kind::Plain, "[\"ip\"]", "key dimensions of the one rule built from `policy`: ip, route, method, user, api_key, header:<name>, key, global (`key` is a middleware's key function: it needs a rule reading it)"),
     spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
-    spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2"),
+    spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1/<service>"),
     spec("prefix", "prefix", "Prefix", Kind::Plain, "polylimit", "first segment of every store key"),
     spec("max_keys", "maxKeys", "MaxKeys", Kind::Plain, "1000000", "most keys the memory store (and the local fallback) holds"),
     spec("timeout", "timeout", "Timeout", Kind::Duration, "100ms", "longest wait of one check for the store"),
