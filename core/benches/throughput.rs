@@ -2,8 +2,10 @@
 //! cores) and of Redis (1 and 64 in flight on one multiplexed connection),
 //! next to `redis-benchmark` running EVALSHA of the same script on the same
 //! server in the same run, and the cost inside Redis of a sliding-window-log
-//! denial at 10k live entries. `POLYLIMIT_BENCH=memory` runs only the
-//! memory-store lines, `POLYLIMIT_BENCH=log` only the sliding-window-log ones.
+//! denial at 10k live entries, and a 6-node Redis Cluster beside the single
+//! server. `POLYLIMIT_BENCH=memory` runs only the memory-store lines,
+//! `POLYLIMIT_BENCH=log` only the sliding-window-log ones,
+//! `POLYLIMIT_BENCH=cluster` only the cluster ones.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -12,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use polylimit::{CheckOptions, Limiter, LimiterConfig, Policy};
+use polylimit::{CheckOptions, Limiter, LimiterConfig, Policy, RequestInfo};
 use serde_json::json;
 
 const MEMORY_CHECKS: u64 = 5_000_000;
@@ -278,9 +280,14 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if std::env::var("POLYLIMIT_BENCH").as_deref() == Ok("cluster") {
+        cluster(&redis, &runtime);
+        return;
+    }
     // POLYLIMIT_BENCH=log runs only the sliding-window-log lines.
     if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("log") {
         throughput(&redis, &runtime);
+        cluster(&redis, &runtime);
     }
     println!("redis store, sliding_window_log denial at {LOG_ENTRIES} live entries (limit {LOG_ENTRIES}):");
     for (key, cost) in [("log-1", 1), ("log-half", LOG_ENTRIES / 2), ("log-all", LOG_ENTRIES)] {
@@ -363,5 +370,85 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
         json!({"suite": "rust", "what": "Redis, 64 in flight, one policy", "value": ours_64, "unit": "decisions/s",
         "ratio": ours_64 / minimal_64, "baseline": "redis-benchmark -P 64 of a minimal token-bucket script",
         "baseline_value": minimal_64, "target": 0.9}),
+    );
+}
+
+const CLUSTER_REQUESTS: u64 = 50_000;
+
+/// Requests through `check_request`, 64 in flight.
+async fn request_bench(limiter: &Limiter, request: &RequestInfo) -> f64 {
+    limiter.check_request(request).await.unwrap();
+    let per_task = CLUSTER_REQUESTS / 64;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (limiter, request) = (limiter.clone(), request.clone());
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    let outcome = limiter.check_request(&request).await.unwrap();
+                    assert!(outcome.status.is_none(), "the bench policies never deny");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (per_task * 64) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Decisions per second with 64 in flight on a 6-node cluster (the harness of
+/// tests/topology, every node on this machine), for a request whose two
+/// policies share one slot (one atomic call) and one whose two keys live in
+/// two slots (a peek of each, then a charge of each), beside the same on the
+/// single server.
+fn cluster(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+    let topology = support::Topology::cluster();
+    let rules = |store: &str, second_key: &str| {
+        json!({
+            "store": store, "timeout": "5s",
+            "policies": {"a": {"rate": "1000000000/s"}, "b": {"rate": "1000000000/s"}},
+            "rules": [
+                {"name": "a", "key": ["header:x-a"], "policy": "a"},
+                {"name": "b", "key": [second_key], "policy": "b"},
+            ],
+        })
+        .to_string()
+    };
+    // x-a and x-b carry different values: keys in different slots.
+    let request = RequestInfo::from_value(&json!({
+        "method": "GET", "path": "/", "peer": "203.0.113.7",
+        "headers": [["x-a", "user-1"], ["x-b", "global"]],
+    }))
+    .unwrap();
+    let (mut single, mut one_slot, mut two_slots) = (vec![], vec![], vec![]);
+    let server = Limiter::from_rules(&rules(&redis.url(), "header:x-a")).unwrap();
+    let same_slot = Limiter::from_rules(&rules(&topology.url, "header:x-a")).unwrap();
+    let cross_slot = Limiter::from_rules(&rules(&topology.url, "header:x-b")).unwrap();
+    for _ in 0..ROUNDS {
+        single.push(runtime.block_on(request_bench(&server, &request)));
+        one_slot.push(runtime.block_on(request_bench(&same_slot, &request)));
+        two_slots.push(runtime.block_on(request_bench(&cross_slot, &request)));
+    }
+    let (single, one_slot, two_slots) = (median(single), median(one_slot), median(two_slots));
+    println!("two policies per request, 64 in flight (medians of {ROUNDS} alternating rounds):");
+    println!("  single server           : {single:>9.0} requests/s");
+    println!(
+        "  6-node cluster, one slot : {one_slot:>9.0} requests/s  ratio {:.2}",
+        one_slot / single
+    );
+    println!(
+        "  6-node cluster, two slots: {two_slots:>9.0} requests/s  ratio {:.2}",
+        two_slots / single
+    );
+    record(
+        json!({"suite": "rust", "what": "Redis Cluster (6 nodes), 2 policies in one slot, 64 in flight",
+        "value": one_slot, "unit": "req/s", "ratio": one_slot / single,
+        "baseline": "the same on a single server", "baseline_value": single}),
+    );
+    record(
+        json!({"suite": "rust", "what": "Redis Cluster (6 nodes), 2 policies in two slots (peek, then charge), 64 in flight",
+        "value": two_slots, "unit": "req/s", "ratio": two_slots / single,
+        "baseline": "the same on a single server", "baseline_value": single}),
     );
 }
