@@ -1,6 +1,6 @@
 //! Failover drills on real topologies (tests/topology): 50 concurrent callers
 //! on one key while the primary that owns it is killed (SIGKILL) or
-//! partitioned (SIGSTOP). Checks never raise; while no primary answers, the
+//! partitioned (SIGSTOP), on a cluster and behind Sentinel. Checks never raise; while no primary answers, the
 //! policy's `on_store_error: local` decides (`source=local`); once a replica
 //! is promoted, decisions return to the store without a restart. Each drill
 //! prints the gap and the over-admission (what the local fallback admitted
@@ -213,4 +213,12 @@ async fn sentinel_primary_killed() {
     let pid = topology.pid_of("primary");
     let report = drill(&topology.url, || support::signal(pid, "-KILL")).await;
     print("sentinel, primary SIGKILLed", &report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_primary_partitioned() {
+    let topology = Topology::sentinel();
+    let pid = topology.pid_of("primary");
+    let report = drill(&topology.url, || support::signal(pid, "-STOP")).await;
+    print("sentinel, primary SIGSTOPped", &report);
 }
