@@ -127,12 +127,7 @@ async fn on_topology(topology: support::Topology) {
     let files = load();
     let (steps, failures) = play(&topology.url, &files).await;
     println!("{steps} steps on {}", topology.url);
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    support::assert_no_mismatches(&failures);
 }
 
 #[tokio::test]
@@ -147,10 +142,5 @@ async fn vectors_on_memory_and_redis() {
         "{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis",
         files.len()
     );
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    support::assert_no_mismatches(&failures);
 }

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
-from typing import Dict, Iterator, List
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Iterator, List, Sequence
 
 import pytest
 
@@ -46,3 +47,15 @@ def run() -> Dict[str, str]:
 
 def statuses(responses) -> List[int]:
     return [r.status for r in responses]
+
+
+def pay_through_every_app(servers: Sequence[App], count: int = 300) -> List[int]:
+    """`count` payments by one new user on `count` ids, spread over the apps at
+    once: the route template is the key (burst 30, refill 1/min). The statuses, sorted."""
+    user = {"X-User": f"user-{uuid.uuid4().hex}"}
+
+    def pay(i):
+        return servers[i % len(servers)].request(f"/api/payments/{i}", method="POST", headers=user)
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        return sorted(r.status for r in pool.map(pay, range(count)))

@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
-from conftest import APP_NAMES, REPO
+from conftest import APP_NAMES, REPO, pay_through_every_app
 
 from servers import App, running
 
@@ -38,16 +36,8 @@ def cluster_apps() -> Iterator[Dict[str, App]]:
 
 
 def test_one_key_through_every_app_on_a_cluster_admits_exactly_the_burst(cluster_apps):
-    # 300 payments by one user spread over the apps at once: burst 30, refill 1/min.
     servers = list(cluster_apps.values())
-    user = {"X-User": f"user-{uuid.uuid4().hex}"}
-
-    def pay(i):
-        return servers[i % len(servers)].request(f"/api/payments/{i}", method="POST", headers=user)
-
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        responses = list(pool.map(pay, range(300)))
-    assert sorted(r.status for r in responses) == [200] * 30 + [429] * 270
+    assert pay_through_every_app(servers) == [200] * 30 + [429] * 270
     # Decided by the cluster, not by a fallback: each app's metrics count no store error.
     for app in servers:
         metrics = app.request("/metrics").body.decode()

@@ -3,7 +3,8 @@ with the same bytes."""
 
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+
+from conftest import pay_through_every_app
 
 # The headers the core sets. Values compare byte for byte; names compare
 # case-insensitively and as a set, as HTTP defines them: Go writes
@@ -19,17 +20,7 @@ def limit_headers(response):
 def test_one_key_through_every_app_admits_exactly_the_burst(apps):
     # 300 payments by one user on 300 ids, spread over the apps at once: the
     # route template is the key, and the burst is 30 with a refill of 1/min.
-    servers = list(apps.values())
-    user = {"X-User": f"user-{uuid.uuid4().hex}"}
-
-    def pay(i):
-        return servers[i % len(servers)].request(f"/api/payments/{i}", method="POST", headers=user)
-
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        responses = list(pool.map(pay, range(300)))
-    assert sorted(r.status for r in responses) == [200] * 30 + [429] * 270
-    per_app = {s.label: sum(r.status == 200 for r in responses[i::len(servers)]) for i, s in enumerate(servers)}
-    assert sum(per_app.values()) == 30, per_app
+    assert pay_through_every_app(list(apps.values())) == [200] * 30 + [429] * 270
 
 
 def rounds_within_whole_seconds(apps, rounds):

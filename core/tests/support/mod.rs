@@ -376,3 +376,13 @@ pub fn redis_cli(port: u16, args: &[&str]) -> String {
         .expect("redis-cli runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Fails with every mismatch a vector runner collected.
+pub fn assert_no_mismatches(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
