@@ -18,6 +18,9 @@ starts a primary, its replica and 3 sentinels watching them as the service
 sentinel knows the primary and its replica, and prints
 `{"url": "redis+sentinel://127.0.0.1:s1,…/polylimit", "nodes": […]}`.
 
+With `--password PW` every data node requires that password and the URL
+carries it (`redis+cluster://:PW@…`, `redis+sentinel://:PW@…`).
+
 Then it stays in the foreground and stops every server it started (by pid)
 when its stdin closes (the test process ended, however it ended) or when it
 gets SIGTERM or SIGINT. A suite starts it once and shares the topology.
@@ -60,9 +63,18 @@ def free_ports(count, bus_offset=0):
     return ports
 
 
-def cli(port, *args, timeout=5):
+# `--password PW`: every data node requires it (and replicas use it with
+# their primary); sentinels are asked without one.
+PASSWORD = None
+
+
+def auth_args(auth=True):
+    return ["-a", PASSWORD, "--no-auth-warning"] if PASSWORD and auth else []
+
+
+def cli(port, *args, timeout=5, auth=True):
     out = subprocess.run(
-        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
+        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *auth_args(auth), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -88,9 +100,10 @@ class Topology:
         self.processes = []
 
     def server(self, port, *extra, binary="redis-server"):
+        password = ["--requirepass", PASSWORD, "--masterauth", PASSWORD] if PASSWORD else []
         process = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--protected-mode", "no", "--dir", self.dir, *extra],
+             "--protected-mode", "no", "--dir", self.dir, *password, *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
@@ -125,7 +138,7 @@ class Topology:
             )
             nodes.append({"port": port, "pid": process.pid})
         create = subprocess.run(
-            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+            ["redis-cli", *auth_args(), "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
              "--cluster-replicas", "1", "--cluster-yes"],
             capture_output=True,
             text=True,
@@ -153,7 +166,7 @@ class Topology:
         for node in nodes:
             role = cli(node["port"], "ROLE").splitlines()
             node["role"] = "primary" if role and role[0] == "master" else "replica"
-        return {"url": "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports), "nodes": nodes}
+        return {"url": f"redis+cluster://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in ports), "nodes": nodes}
 
 
 SERVICE = "polylimit"
@@ -176,6 +189,7 @@ def sentinel(topology):
                 f"sentinel down-after-milliseconds {SERVICE} 1000\n"
                 f"sentinel failover-timeout {SERVICE} 5000\n"
                 f"sentinel parallel-syncs {SERVICE} 1\n"
+                + (f"sentinel auth-pass {SERVICE} {PASSWORD}\n" if PASSWORD else "")
             )
         process = subprocess.Popen(
             ["redis-server", conf, "--sentinel"],
@@ -188,20 +202,29 @@ def sentinel(topology):
 
     def known():
         for port in sentinels:
-            if cli(port, "SENTINEL", "get-master-addr-by-name", SERVICE).split() != ["127.0.0.1", str(primary)]:
+            if cli(port, "SENTINEL", "get-master-addr-by-name", SERVICE, auth=False).split() != ["127.0.0.1", str(primary)]:
                 return False
-            if f"slaves=1,sentinels=3" not in cli(port, "INFO", "sentinel"):
+            if "slaves=1,sentinels=3" not in cli(port, "INFO", "sentinel", auth=False):
                 return False
         return True
 
     wait_until("the sentinels knowing the primary, its replica and each other", known)
-    return {"url": "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}",
+    return {"url": f"redis+sentinel://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}",
             "nodes": nodes}
 
 
+def userinfo():
+    return f":{PASSWORD}@" if PASSWORD else ""
+
+
 def main():
-    if len(sys.argv) != 2 or sys.argv[1] not in ("cluster", "sentinel"):
-        raise SystemExit("usage: redis_topology.py cluster|sentinel")
+    global PASSWORD
+    args = sys.argv[1:]
+    if len(args) == 3 and args[1] == "--password":
+        PASSWORD = args[2]
+        args = args[:1]
+    if len(args) != 1 or args[0] not in ("cluster", "sentinel"):
+        raise SystemExit("usage: redis_topology.py cluster|sentinel [--password PW]")
     topology = Topology()
 
     def stop(*_):
@@ -211,7 +234,7 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        described = topology.cluster() if sys.argv[1] == "cluster" else sentinel(topology)
+        described = topology.cluster() if args[0] == "cluster" else sentinel(topology)
     except BaseException:
         topology.stop()
         raise

@@ -326,12 +326,23 @@ impl Topology {
             .unwrap_or_else(|| panic!("no {role} node")) as u32
     }
 
+    /// [`Topology::cluster`] or [`Topology::sentinel`] (`kind`) whose data
+    /// nodes require `password`; the URL carries it.
+    pub fn with_password(kind: &str, password: &str) -> Topology {
+        Topology::start_with(kind, &["--password", password])
+    }
+
     fn start(kind: &str) -> Topology {
+        Topology::start_with(kind, &[])
+    }
+
+    fn start_with(kind: &str, args: &[&str]) -> Topology {
         use std::io::BufRead;
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/topology/redis_topology.py");
         let mut child = Command::new("python3")
             .arg(script)
             .arg(kind)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
