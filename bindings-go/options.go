@@ -35,7 +35,7 @@ type Options struct {
 	Rules     string // a rules document (YAML or JSON text); the other fields override its values
 	RulesFile string // the path of a rules file (YAML or JSON)
 
-	Store            string        // "memory" (default), "redis://…", "rediss://…", "redis+cluster://h1:p1,h2:p2"
+	Store            string        // "memory" (default), "redis://…", "rediss://…", "redis+cluster://h1:p1,h2:p2", "redis+sentinel://s1:p1/<service>"
 	Prefix           string        // first segment of every store key ("polylimit")
 	MaxKeys          int           // memory store bound (1,000,000)
 	Timeout          time.Duration // per store call (100ms)
@@ -43,6 +43,7 @@ type Options struct {
 	FailureThreshold int           // breaker: consecutive failures that open it (5)
 	Cooldown         time.Duration // breaker: open time before probing (30s)
 	HalfOpenProbes   int           // breaker: good probes that close it (3)
+	TLSCA            string        // PEM file of the CA signing the Redis servers' certificates (rediss…)
 
 	TrustedProxies  []string // CIDRs (and "unix") whose forwarded header is believed
 	ForwardedHeader string   // "x-forwarded-for" (default) or "forwarded"

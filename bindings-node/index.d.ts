@@ -39,6 +39,8 @@ export interface LimiterOptions {
   timeout?: Duration;
   /** Opening a store connection: TCP, TLS and the handshake (default 1 s). */
   connectTimeout?: Duration;
+  /** PEM file of the CA signing the Redis servers' certificates (`rediss…`); default: the public web CAs. */
+  tlsCa?: string;
   failureThreshold?: number;
   cooldown?: Duration;
   halfOpenProbes?: number;

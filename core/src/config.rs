@@ -26,7 +26,7 @@ impl LimiterConfig {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 10] = [
+        const FIELDS: [&str; 11] = [
             "policy",
             "policies",
             "store",
@@ -37,6 +37,7 @@ impl LimiterConfig {
             "failure_threshold",
             "cooldown",
             "half_open_probes",
+            "tls_ca",
         ];
         for key in obj.keys() {
             if !FIELDS.contains(&key.as_str()) {
@@ -78,6 +79,14 @@ impl LimiterConfig {
                 .as_str()
                 .ok_or_else(|| Error::config("store", v, "is not a string"))?
                 .to_string();
+        }
+        if let Some(v) = obj.get("tls_ca").filter(|v| !v.is_null()) {
+            config.tls_ca = Some(
+                v.as_str()
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| Error::config("tls_ca", v, "is not the path of a PEM file"))?
+                    .to_string(),
+            );
         }
         if let Some(v) = obj.get("prefix") {
             config.prefix = v
@@ -379,6 +388,7 @@ impl Resolved {
             "failure_threshold": c.breaker.threshold,
             "cooldown": ms(c.breaker.cooldown),
             "half_open_probes": c.breaker.half_open_max,
+            "tls_ca": c.tls_ca,
             "policies": policies,
             "trusted_proxies": list("trusted_proxies"),
             "forwarded_header": self.rules.trusted_proxies.header.name(),

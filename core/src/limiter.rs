@@ -40,6 +40,9 @@ pub struct LimiterConfig {
     pub connect_timeout: Duration,
     /// The store's circuit breaker.
     pub breaker: BreakerConfig,
+    /// A PEM file of the CA (or CAs) that signs the Redis servers'
+    /// certificates, for `rediss…` stores; without it, the public web CAs.
+    pub tls_ca: Option<String>,
 }
 
 impl LimiterConfig {
@@ -53,6 +56,7 @@ impl LimiterConfig {
             timeout: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
+            tls_ca: None,
         }
     }
 
@@ -183,12 +187,19 @@ impl Engine {
                     || url.starts_with("redis+sentinel://")
                     || url.starts_with("rediss+sentinel://") =>
                 {
+                    let tls_ca = match &config.tls_ca {
+                        Some(path) => Some(std::fs::read(path).map_err(|e| {
+                            Error::config("tls_ca", format!("{path:?}"), format!("cannot be read: {e}"))
+                        })?),
+                        None => None,
+                    };
                     Backend::Redis(Box::new(RedisStore::open(
                         url,
                         Timeouts {
                             call: config.timeout,
                             connect: config.connect_timeout,
                         },
+                        tls_ca,
                     )?))
                 }
                 other => return Err(Error::config(

@@ -109,6 +109,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("max_keys", "maxKeys", "MaxKeys", Kind::Plain, "1000000", "most keys the memory store (and the local fallback) holds"),
     spec("timeout", "timeout", "Timeout", Kind::Duration, "100ms", "longest wait of one check for the store"),
     spec("connect_timeout", "connectTimeout", "ConnectTimeout", Kind::Duration, "1s", "deadline of opening a store connection"),
+    spec("tls_ca", "tlsCa", "TLSCA", Kind::Plain, "", "PEM file of the CA signing the Redis servers' certificates (rediss…); without it, the public web CAs"),
     spec("failure_threshold", "failureThreshold", "FailureThreshold", Kind::Plain, "5", "consecutive store failures that open the breaker"),
     spec("cooldown", "cooldown", "Cooldown", Kind::Duration, "30s", "time the breaker stays open before probing"),
     spec("half_open_probes", "halfOpenProbes", "HalfOpenProbes", Kind::Plain, "3", "good probes that close the breaker"),

@@ -12,13 +12,15 @@ reports `cluster_state:ok`, and prints one JSON line on stdout:
      "nodes": [{"port": p1, "pid": 123, "role": "primary"}, ...]}
 
     python3 tests/topology/redis_topology.py sentinel
+    python3 tests/topology/redis_topology.py single    (one server: for --tls and --password)
 
 starts a primary, its replica and 3 sentinels watching them as the service
 `polylimit` (quorum 2, a primary is down after 1 s), waits until every
 sentinel knows the primary and its replica, and prints
 `{"url": "redis+sentinel://127.0.0.1:s1,…/polylimit", "nodes": […]}`.
 
-With `--password PW` every data node requires that password and the URL
+With `--tls` every node serves TLS only, the URL is `rediss+…` and the
+output names the CA (`"ca": path`). With `--password PW` every data node requires that password and the URL
 carries it (`redis+cluster://:PW@…`, `redis+sentinel://:PW@…`).
 
 Then it stays in the foreground and stops every server it started (by pid)
@@ -66,10 +68,38 @@ def free_ports(count, bus_offset=0):
 # `--password PW`: every data node requires it (and replicas use it with
 # their primary); sentinels are asked without one.
 PASSWORD = None
+# `--tls`: every node (sentinels too) serves TLS only, with a certificate for
+# 127.0.0.1 from a CA made for the run (its path is in the output as "ca").
+TLS = None
 
 
 def auth_args(auth=True):
-    return ["-a", PASSWORD, "--no-auth-warning"] if PASSWORD and auth else []
+    password = ["-a", PASSWORD, "--no-auth-warning"] if PASSWORD and auth else []
+    return password + (["--tls", "--cacert", TLS["ca"]] if TLS else [])
+
+
+def make_certificates(directory):
+    """A CA and a certificate for 127.0.0.1 signed by it (openssl)."""
+    ca, ca_key = os.path.join(directory, "ca.crt"), os.path.join(directory, "ca.key")
+    cert, key = os.path.join(directory, "server.crt"), os.path.join(directory, "server.key")
+    csr, ext = os.path.join(directory, "server.csr"), os.path.join(directory, "server.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n")
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=polylimit test CA", "-keyout", ca_key, "-out", ca], **quiet)
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                    "-keyout", key, "-out", csr], **quiet)
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+                    "-days", "2", "-out", cert, "-extfile", ext], **quiet)
+    return {"ca": ca, "cert": cert, "key": key}
+
+
+def tls_args():
+    if not TLS:
+        return []
+    return ["--tls-cert-file", TLS["cert"], "--tls-key-file", TLS["key"], "--tls-ca-cert-file", TLS["ca"],
+            "--tls-auth-clients", "no", "--tls-replication", "yes", "--tls-cluster", "yes"]
 
 
 def cli(port, *args, timeout=5, auth=True):
@@ -101,8 +131,9 @@ class Topology:
 
     def server(self, port, *extra, binary="redis-server"):
         password = ["--requirepass", PASSWORD, "--masterauth", PASSWORD] if PASSWORD else []
+        ports = ["--port", "0", "--tls-port", str(port), *tls_args()] if TLS else ["--port", str(port)]
         process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            [binary, *ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--protected-mode", "no", "--dir", self.dir, *password, *extra],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -166,10 +197,17 @@ class Topology:
         for node in nodes:
             role = cli(node["port"], "ROLE").splitlines()
             node["role"] = "primary" if role and role[0] == "master" else "replica"
-        return {"url": f"redis+cluster://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in ports), "nodes": nodes}
+        return {"url": f"{scheme()}+cluster://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in ports), "nodes": nodes}
 
 
 SERVICE = "polylimit"
+
+
+def single(topology):
+    (port,) = free_ports(1)
+    process = topology.server(port)
+    return {"url": f"{scheme()}://{userinfo()}127.0.0.1:{port}", "nodes": [{"port": port, "pid": process.pid,
+                                                                          "role": "primary"}]}
 
 
 def sentinel(topology):
@@ -183,8 +221,10 @@ def sentinel(topology):
     for port in sentinels:
         conf = os.path.join(topology.dir, f"sentinel-{port}.conf")
         with open(conf, "w") as f:
+            tls = (f"port 0\ntls-port {port}\ntls-cert-file {TLS['cert']}\ntls-key-file {TLS['key']}\n"
+                   f"tls-ca-cert-file {TLS['ca']}\ntls-auth-clients no\ntls-replication yes\n") if TLS else f"port {port}\n"
             f.write(
-                f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {topology.dir}\n"
+                f"{tls}bind 127.0.0.1\nprotected-mode no\ndir {topology.dir}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} 1000\n"
                 f"sentinel failover-timeout {SERVICE} 5000\n"
@@ -209,7 +249,7 @@ def sentinel(topology):
         return True
 
     wait_until("the sentinels knowing the primary, its replica and each other", known)
-    return {"url": f"redis+sentinel://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}",
+    return {"url": f"{scheme()}+sentinel://{userinfo()}" + ",".join(f"127.0.0.1:{p}" for p in sentinels) + f"/{SERVICE}",
             "nodes": nodes}
 
 
@@ -217,15 +257,24 @@ def userinfo():
     return f":{PASSWORD}@" if PASSWORD else ""
 
 
+def scheme():
+    return "rediss" if TLS else "redis"
+
+
 def main():
-    global PASSWORD
+    global PASSWORD, TLS
     args = sys.argv[1:]
+    if "--tls" in args:
+        args.remove("--tls")
+        TLS = True
     if len(args) == 3 and args[1] == "--password":
         PASSWORD = args[2]
         args = args[:1]
-    if len(args) != 1 or args[0] not in ("cluster", "sentinel"):
-        raise SystemExit("usage: redis_topology.py cluster|sentinel [--password PW]")
+    if len(args) != 1 or args[0] not in ("single", "cluster", "sentinel"):
+        raise SystemExit("usage: redis_topology.py single|cluster|sentinel [--password PW] [--tls]")
     topology = Topology()
+    if TLS:
+        TLS = make_certificates(topology.dir)
 
     def stop(*_):
         topology.stop()
@@ -234,7 +283,9 @@ def main():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        described = topology.cluster() if args[0] == "cluster" else sentinel(topology)
+        described = {"single": single, "cluster": Topology.cluster, "sentinel": sentinel}[args[0]](topology)
+        if TLS:
+            described["ca"] = TLS["ca"]
     except BaseException:
         topology.stop()
         raise

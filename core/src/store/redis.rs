@@ -186,8 +186,17 @@ enum Source {
 }
 
 impl RedisStore {
-    /// Parses the store URL; connects lazily, on the first decision.
-    pub fn open(url: &str, timeouts: Timeouts) -> Result<RedisStore> {
+    /// Parses the store URL; connects lazily, on the first decision. With
+    /// `tls_ca` (PEM), TLS connections trust that CA instead of the public web CAs.
+    pub fn open(url: &str, timeouts: Timeouts, tls_ca: Option<Vec<u8>>) -> Result<RedisStore> {
+        // rustls picks no crypto provider by itself: without one every TLS
+        // connect would panic in its task. Another library may have installed
+        // one already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let certificates = || redis::TlsCertificates {
+            client_tls: None,
+            root_cert: tls_ca.clone(),
+        };
         let bad = |e: RedisError| Error::config("store", format!("{url:?}"), format!("is not a usable Redis URL: {e}"));
         let target = if let Some(rest) = url
             .strip_prefix("redis+cluster://")
@@ -206,8 +215,12 @@ impl RedisStore {
             if nodes.is_empty() {
                 return Err(Error::config("store", format!("{url:?}"), "names no cluster node"));
             }
+            let mut builder = redis::cluster::ClusterClientBuilder::new(nodes);
+            if tls_ca.is_some() {
+                builder = builder.certs(certificates());
+            }
             Target::Cluster(
-                redis::cluster::ClusterClientBuilder::new(nodes)
+                builder
                     .tcp_settings(tcp_settings())
                     // Each node within a third of the connect budget: a node
                     // that accepts but never answers (paused, partitioned)
@@ -221,13 +234,20 @@ impl RedisStore {
             .strip_prefix("redis+sentinel://")
             .or_else(|| url.strip_prefix("rediss+sentinel://"))
         {
-            Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(url, rest)?))
+            Target::Sentinel(tokio::sync::Mutex::new(sentinel_client(
+                url,
+                rest,
+                tls_ca.as_ref().map(|_| certificates()),
+            )?))
         } else {
             let info = url
                 .into_connection_info()
                 .map_err(bad)?
                 .set_tcp_settings(tcp_settings());
-            Target::Single(redis::Client::open(info).map_err(bad)?)
+            Target::Single(match &tls_ca {
+                Some(_) => redis::Client::build_with_tls(info, certificates()).map_err(bad)?,
+                None => redis::Client::open(info).map_err(bad)?,
+            })
         };
         Ok(RedisStore {
             shared: Arc::new(Shared::default()),
@@ -628,53 +648,66 @@ async fn connect(target: &Target, connect_timeout: Duration) -> Result<Connectio
 }
 
 /// `redis+sentinel://[user:password@]host:port[,host:port…]/<service>[/<db>]`
-/// (`rediss+sentinel://` for TLS): the sentinels to ask, and the service
-/// whose primary they name. The user, password, database and TLS are those
-/// of the primary; the sentinels are asked without them.
-fn sentinel_client(url: &str, rest: &str) -> Result<redis::sentinel::SentinelClient> {
-    use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+/// (`rediss+sentinel://` for TLS, to the sentinels and the primary alike):
+/// the sentinels to ask, and the service whose primary they name. The user,
+/// password and database are the primary's; the sentinels are asked without
+/// them. `certificates` replace the public web CAs for TLS.
+fn sentinel_client(
+    url: &str,
+    rest: &str,
+    certificates: Option<redis::TlsCertificates>,
+) -> Result<redis::sentinel::SentinelClient> {
+    use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
     let bad = |why: &str| Error::config("store", format!("{url:?}"), why.to_string());
+    let unusable = |e: RedisError| bad(&format!("is not a usable Redis URL: {e}"));
     let tls = url.starts_with("rediss");
     let (auth, rest) = match rest.rsplit_once('@') {
         Some((auth, rest)) => (format!("{auth}@"), rest),
         None => (String::new(), rest),
     };
-    let (hosts, path) = rest
-        .split_once('/')
-        .ok_or_else(|| bad("names no service: redis+sentinel://host:port[,host:port]/<service>"))?;
-    let (service, db) = match path.split_once('/') {
-        Some((service, db)) => (service, db),
-        None => (path, ""),
-    };
+    let no_service = "names no service: redis+sentinel://host:port[,host:port]/<service>";
+    let (hosts, path) = rest.split_once('/').ok_or_else(|| bad(no_service))?;
+    let (service, db) = path.split_once('/').unwrap_or((path, ""));
     if service.is_empty() {
-        return Err(bad(
-            "names no service: redis+sentinel://host:port[,host:port]/<service>",
-        ));
+        return Err(bad(no_service));
     }
-    let sentinels: Vec<String> = hosts
+    let scheme = if tls { "rediss" } else { "redis" };
+    let sentinels = hosts
         .split(',')
         .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{h}"))
-        .collect();
+        .map(|h| Ok(format!("{scheme}://{h}").into_connection_info()?.addr().clone()))
+        .collect::<Result<Vec<_>, RedisError>>()
+        .map_err(unusable)?;
     if sentinels.is_empty() {
         return Err(bad("names no sentinel"));
     }
-    // The primary's settings, read from the same URL written as a plain one.
-    let primary = format!(
-        "{}://{auth}{}/{db}",
-        if tls { "rediss" } else { "redis" },
-        "127.0.0.1:6379"
-    )
-    .into_connection_info()
-    .map_err(|e| bad(&format!("is not a usable Redis URL: {e}")))?;
-    let mut node = SentinelNodeConnectionInfo::default()
-        .set_redis_connection_info(primary.redis_settings().clone())
-        .set_tcp_settings(tcp_settings());
-    if tls {
-        node = node.set_tls_mode(redis::TlsMode::Secure);
+    // The primary's user, password and database, read from the same URL
+    // written as a plain one.
+    let primary = format!("redis://{auth}127.0.0.1:6379/{db}")
+        .into_connection_info()
+        .map_err(unusable)?;
+    let primary = primary.redis_settings();
+    let mut builder = SentinelClientBuilder::new(sentinels, service, SentinelServerType::Master)
+        .map_err(unusable)?
+        .set_client_to_redis_db(primary.db())
+        .set_client_to_redis_tcp_settings(tcp_settings())
+        .set_client_to_sentinel_tcp_settings(tcp_settings());
+    if let Some(user) = primary.username() {
+        builder = builder.set_client_to_redis_username(user);
     }
-    SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
-        .map_err(|e| bad(&format!("is not a usable Redis URL: {e}")))
+    if let Some(password) = primary.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if tls {
+        // The sentinels' addresses are TLS ones already (rediss://).
+        builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        if let Some(certificates) = certificates {
+            builder = builder
+                .set_client_to_redis_certificates(certificates.clone())
+                .set_client_to_sentinel_certificates(certificates);
+        }
+    }
+    builder.build().map_err(unusable)
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags

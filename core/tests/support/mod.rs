@@ -304,6 +304,8 @@ pub struct Topology {
     pub url: String,
     /// Each server's port, pid and role (`primary`, `replica`).
     pub nodes: Vec<serde_json::Value>,
+    /// With TLS: the PEM file of the CA that signed the servers' certificates.
+    pub ca: Option<String>,
 }
 
 impl Topology {
@@ -326,10 +328,15 @@ impl Topology {
             .unwrap_or_else(|| panic!("no {role} node")) as u32
     }
 
-    /// [`Topology::cluster`] or [`Topology::sentinel`] (`kind`) whose data
-    /// nodes require `password`; the URL carries it.
+    /// `kind` (`single`, `cluster`, `sentinel`) whose data nodes require
+    /// `password`; the URL carries it.
     pub fn with_password(kind: &str, password: &str) -> Topology {
         Topology::start_with(kind, &["--password", password])
+    }
+
+    /// `kind` serving TLS only (`rediss…` URL), certificates from [`Topology::ca`].
+    pub fn with_tls(kind: &str) -> Topology {
+        Topology::start_with(kind, &["--tls"])
     }
 
     fn start(kind: &str) -> Topology {
@@ -357,6 +364,7 @@ impl Topology {
             child,
             url: described["url"].as_str().expect("a url").to_string(),
             nodes: described["nodes"].as_array().cloned().unwrap_or_default(),
+            ca: described["ca"].as_str().map(str::to_string),
         }
     }
 }
