@@ -851,7 +851,7 @@ mod tests {
             call: Duration::from_millis(20),
             connect: Duration::from_secs(30),
         };
-        (silent, RedisStore::open(&url, timeouts).unwrap())
+        (silent, RedisStore::open(&url, timeouts, None).unwrap())
     }
 
     // A listener that never accepts: the kernel completes the TCP handshake,
