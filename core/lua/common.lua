@@ -78,5 +78,5 @@ local function far_ahead(c, now, count)
 end
 
 local function write_tat(key, now, wait, count, ttl)
-  write_cells(key, now + fdiv(wait, count), wait % count, 0, ttl)
+  write_cells(key, now + fdiv(wait, count), wait % count, now, ttl)
 end

@@ -1,4 +1,4 @@
--- gcra: cells {tat_ms, tat_rem}; allowed iff wait + cost*T <= burst*T
+-- gcra: cells {tat_ms, tat_rem, admitted_ms}; allowed iff wait + cost*T <= burst*T
 local function gcra(keys, k, now, cost, count, period, burst)
   local key = keys[k]
   local cap = burst * period

@@ -1,4 +1,4 @@
--- leaky_bucket (police): cells {level * period, last_ms}
+-- leaky_bucket (police): cells {level * period, last_ms, admitted_ms}
 local function leaky_bucket(keys, k, now, cost, count, period, burst)
   local key = keys[k]
   local cap = burst * period
@@ -22,7 +22,7 @@ local function leaky_bucket(keys, k, now, cost, count, period, burst)
     level = level + need
     local reset = lag + ceil_div(level, count)
     return true, fdiv(cap - level, period), reset, false, 0,
-      function() write_cells(key, level, last, 0, reset) end
+      function() write_cells(key, level, last, now, reset) end
   end
   return false, fdiv(cap - level, period), lag + ceil_div(level, count), lag + ceil_div(level + need - cap, count), 0
 end

@@ -5,40 +5,54 @@
 -- burst (or limit). KEYS: per policy its keys (sliding_window_log takes two).
 -- Returns how many policies' charges were given back. A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
--- back (a window moved on, the log entry is gone, a TAT far ahead).
+-- back (a window moved on, the log entry is gone, a TAT far ahead, and for
+-- the buckets an admission at another ms since: their cells keep the time of
+-- the last admission; a refill, drain or idle TAT capped in between would
+-- make giving back admit more than the state without the admission).
 
--- Cells {tokens * period, last_ms}: the tokens come back, capped at the
--- capacity; last stays.
+-- Cells {tokens * period, last_ms, admitted_ms}: the tokens come back,
+-- capped at the capacity; last stays.
 local function token_bucket_refund(c, now, cost, count, period, burst)
+  if c[3] ~= now then
+    return nil
+  end
   local cap = burst * period
   local tokens = math.min(c[1] + cost * period, cap)
-  return {tokens, c[2], 0}, c[2] - now + ceil_div(cap - tokens, count)
+  return {tokens, c[2], now}, c[2] - now + ceil_div(cap - tokens, count)
 end
 
--- Cells {tokens, last_refill_ms}: the tokens come back, capped at burst.
+-- Cells {tokens, last_refill_ms, admitted_ms}: the tokens come back,
+-- capped at burst.
 local function token_bucket_interval_refund(c, now, cost, count, period, burst)
+  if c[3] ~= now then
+    return nil
+  end
   local tokens = math.min(c[1] + cost, burst)
   local reset = 0
   if tokens < burst then
     reset = c[2] + ceil_div(burst - tokens, count) * period - now
   end
-  return {tokens, c[2], 0}, reset
+  return {tokens, c[2], now}, reset
 end
 
--- GCRA and the shape queue: the TAT goes back by cost * T, never below
--- now's idle point. A TAT far ahead (the clock went back by far) stays.
+-- GCRA and the shape queue (cells {tat_ms, tat_rem, admitted_ms}): the
+-- TAT goes back by cost * T, never below now's idle point. A TAT far ahead (the clock went back by far) stays.
 local function tat_refund(c, now, cost, count, period)
-  if far_ahead(c, now, count) then
+  if c[3] ~= now or far_ahead(c, now, count) then
     return nil
   end
   local wait = math.max(wait_scaled(c, now, count) - cost * period, 0)
-  return {now + fdiv(wait, count), wait % count, 0}, ceil_div(wait, count)
+  return {now + fdiv(wait, count), wait % count, now}, ceil_div(wait, count)
 end
 
--- Cells {level * period, last_ms}: the level goes down, not below 0.
+-- Cells {level * period, last_ms, admitted_ms}: the level goes down,
+-- not below 0.
 local function leaky_bucket_refund(c, now, cost, count, period)
+  if c[3] ~= now then
+    return nil
+  end
   local level = math.max(c[1] - cost * period, 0)
-  return {level, c[2], 0}, c[2] - now + ceil_div(level, count)
+  return {level, c[2], now}, c[2] - now + ceil_div(level, count)
 end
 
 -- Cells {window_start_ms, count}: the count goes down if the stored window

@@ -5,7 +5,7 @@
 use super::gcra::{far_ahead, tat_cells, wait_scaled};
 use super::{ceil_div, ceil_frac, never_fits, verdict, Params, Update, Verdict};
 
-/// Cells: `[level * period, last_ms]`.
+/// Cells: `[level * period, last_ms, admitted_ms]`.
 pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
     let cap = p.capacity();
     let (mut level, mut last) = cells.map_or((0, now), |c| (c[0], c[1]));
@@ -27,7 +27,7 @@ pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost
         level += need;
         (
             verdict(true, (cap - level) / p.period, reset(level), None),
-            Some(Update::Cells([level, last, 0])),
+            Some(Update::Cells([level, last, now])),
         )
     } else {
         let retry = lag + ceil_div(level + need - cap, p.count);

@@ -8,7 +8,12 @@
 //! when there is nothing to give back: the charge is then kept (a spurious
 //! denial later, never an over-admission). That is the case when a window
 //! algorithm's window moved on (the charge was in an earlier window), when
-//! the sliding log no longer holds the entry, and when a TAT lies far ahead.
+//! the sliding log no longer holds the entry, when a TAT lies far ahead, and
+//! for the buckets (token bucket, GCRA, leaky bucket) when an admission at
+//! another ms came since (their cells keep the time of the last admission):
+//! in between, a refill, a drain or an idle TAT may have been capped in the
+//! state without the admission, and giving the cost back would then admit
+//! more than that state. Admissions at the same ms cap nothing.
 
 use super::gcra::{far_ahead, tat_cells, wait_scaled};
 use super::sliding_window_log::Log;
@@ -23,10 +28,10 @@ pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Opti
         State::Cells(cells) => cells,
     };
     let (refunded, ttl) = match p.kind {
-        Kind::TokenBucket => token_bucket(p, cells, now, cost),
-        Kind::TokenBucketInterval => token_bucket_interval(p, cells, now, cost),
+        Kind::TokenBucket => token_bucket(p, cells, now, cost)?,
+        Kind::TokenBucketInterval => token_bucket_interval(p, cells, now, cost)?,
         Kind::Gcra | Kind::LeakyShape => tat(p, cells, now, cost)?,
-        Kind::LeakyPolice => leaky_bucket(p, cells, now, cost),
+        Kind::LeakyPolice => leaky_bucket(p, cells, now, cost)?,
         Kind::FixedWindow => fixed_window(p, cells, now, cost)?,
         Kind::SlidingWindowCounter => sliding_window_counter(p, cells, now, cost)?,
         Kind::SlidingWindowLog => return None,
@@ -35,39 +40,50 @@ pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Opti
     Some(ttl)
 }
 
-/// Cells `[tokens * period, last_ms]`: the tokens come back, capped at the
-/// capacity; `last` stays.
-fn token_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> ([i64; 3], i64) {
+/// Cells `[tokens * period, last_ms, admitted_ms]`: the tokens come back,
+/// capped at the capacity; `last` stays.
+fn token_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
     let cap = p.capacity();
     let tokens = (c[0] + cost * p.period).min(cap);
-    ([tokens, c[1], 0], c[1] - now + ceil_div(cap - tokens, p.count))
+    Some(([tokens, c[1], now], c[1] - now + ceil_div(cap - tokens, p.count)))
 }
 
-/// Cells `[tokens, last_refill_ms]`: the tokens come back, capped at burst.
-fn token_bucket_interval(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> ([i64; 3], i64) {
+/// Cells `[tokens, last_refill_ms, admitted_ms]`: the tokens come back,
+/// capped at burst.
+fn token_bucket_interval(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
     let tokens = (c[0] + cost).min(p.burst);
     let reset = if tokens < p.burst {
         c[1] + ceil_div(p.burst - tokens, p.count) * p.period - now
     } else {
         0
     };
-    ([tokens, c[1], 0], reset)
+    Some(([tokens, c[1], now], reset))
 }
 
-/// GCRA and the shape queue: the TAT goes back by `cost * T`, never below
-/// now's idle point. A TAT far ahead (the clock went back by far) stays.
+/// GCRA and the shape queue (cells `[tat_ms, tat_rem, admitted_ms]`): the
+/// TAT goes back by `cost * T`, never below now's idle point. A TAT far ahead (the clock went back by far) stays.
 fn tat(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
-    if far_ahead(Some(c), now, p.count).is_some() {
+    if c[2] != now || far_ahead(Some(c), now, p.count).is_some() {
         return None;
     }
     let wait = (wait_scaled(Some(c), now, p.count) - cost * p.period).max(0);
     Some((tat_cells(now, wait, p.count), ceil_div(wait, p.count)))
 }
 
-/// Cells `[level * period, last_ms]`: the level goes down, not below 0.
-fn leaky_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> ([i64; 3], i64) {
+/// Cells `[level * period, last_ms, admitted_ms]`: the level goes down,
+/// not below 0.
+fn leaky_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
     let level = (c[0] - cost * p.period).max(0);
-    ([level, c[1], 0], c[1] - now + ceil_div(level, p.count))
+    Some(([level, c[1], now], c[1] - now + ceil_div(level, p.count)))
 }
 
 /// Cells `[window_start_ms, count]`: the count goes down if the stored
@@ -106,4 +122,100 @@ fn sliding_window_log(p: &Params, log: &mut Log, now: i64, cost: i64) -> Option<
     }
     let newest = log.newest().filter(|t| *t > now - p.period);
     Some(newest.map_or(0, |t| t + p.period - now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{decide, Update};
+    use crate::policy::Policy;
+    use serde_json::json;
+
+    fn params(policy: serde_json::Value) -> Params {
+        Params::new(&Policy::from_value(&policy, "").unwrap())
+    }
+
+    /// Admits `cost` at `now` on `state`; panics on a denial.
+    fn admit(p: &Params, state: Option<State>, now: i64, cost: i64) -> State {
+        let (verdict, update) = decide(p, state.as_ref(), now, cost);
+        assert!(verdict.allowed, "admitted at {now}");
+        update.map(|u: Update| u.apply(state)).unwrap()
+    }
+
+    fn every_kind() -> Vec<Params> {
+        [
+            json!({"algorithm": "token_bucket", "rate": "10/s"}),
+            json!({"algorithm": "token_bucket", "rate": "10/s", "refill": "interval"}),
+            json!({"algorithm": "gcra", "rate": "10/s"}),
+            json!({"algorithm": "leaky_bucket", "rate": "10/s"}),
+            json!({"algorithm": "leaky_bucket", "mode": "shape", "rate": "10/s", "burst": 5}),
+            json!({"algorithm": "fixed_window", "rate": "10/s"}),
+            json!({"algorithm": "sliding_window_counter", "rate": "10/s"}),
+            json!({"algorithm": "sliding_window_log", "rate": "10/s"}),
+        ]
+        .into_iter()
+        .map(params)
+        .collect()
+    }
+
+    // Right after an admission, or after others at the same ms, every kind
+    // gives the cost back.
+    #[test]
+    fn a_refund_at_the_admissions_ms_gives_back() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 2);
+            state = admit(&p, Some(state), 1_000, 1);
+            assert!(refund(&p, &mut state, 1_000, 2).is_some(), "{:?}", p.kind);
+        }
+    }
+
+    // After a refill, drain or idle TAT at a later ms (another request came
+    // in between), giving back could admit more than the state without the
+    // admission: the buckets keep the charge. The windows and the log stay
+    // exact (a count or an entry of the same window) and give it back.
+    #[test]
+    fn buckets_keep_the_charge_after_an_admission_at_another_ms() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 2);
+            state = admit(&p, Some(state), 1_050, 1);
+            let before = state.clone();
+            let given = refund(&p, &mut state, 1_000, 2);
+            match p.kind {
+                Kind::FixedWindow | Kind::SlidingWindowCounter | Kind::SlidingWindowLog => {
+                    assert!(given.is_some(), "{:?}", p.kind)
+                }
+                _ => {
+                    assert_eq!(given, None, "{:?}", p.kind);
+                    assert_eq!(state, before, "{:?}: unchanged", p.kind);
+                }
+            }
+        }
+    }
+
+    // The over-admission the guard prevents: a full token bucket (2 tokens,
+    // one per 100 ms) charged at 0, a refill wasted without that charge,
+    // another request at 100. Giving back would leave 2 tokens at 100 where
+    // the state without the charge has 1.
+    #[test]
+    fn giving_back_after_a_capped_refill_would_over_admit() {
+        let p = params(json!({"algorithm": "token_bucket", "rate": "10/s", "burst": 2}));
+        let charged = admit(&p, None, 0, 1);
+        let mut state = admit(&p, Some(charged), 100, 1);
+        let without = admit(&p, None, 100, 1);
+        let remaining = |s: &State| decide(&p, Some(s), 100, 1).0.remaining;
+        assert_eq!(remaining(&without), 0);
+        assert_eq!(remaining(&state), 0);
+        assert!(!decide(&p, Some(&without), 100, 2).0.allowed);
+        // Unguarded (as if the admission at 100 had been at 0), giving back
+        // would admit a cost of 2 at 100.
+        let mut unguarded = state.clone();
+        if let State::Cells(c) = &mut unguarded {
+            c[2] = 0;
+        }
+        assert!(refund(&p, &mut unguarded, 0, 1).is_some());
+        assert!(decide(&p, Some(&unguarded), 100, 2).0.allowed);
+        // Guarded: nothing is given back, and 2 do not fit.
+        assert_eq!(refund(&p, &mut state, 0, 1), None, "nothing given back");
+        assert!(!decide(&p, Some(&state), 100, 2).0.allowed);
+    }
 }
