@@ -6,8 +6,8 @@
 -- Returns how many policies' charges were given back. A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
 -- back (a window moved on, the log entry is gone, a TAT far ahead, and for
--- the buckets an admission at another ms since: their cells keep the time of
--- the last admission; a refill, drain or idle TAT capped in between would
+-- the buckets an admission at a later ms since: their cells keep the latest
+-- time admitted; a refill, drain or idle TAT capped in between would
 -- make giving back admit more than the state without the admission).
 
 -- Cells {tokens * period, last_ms, admitted_ms}: the tokens come back,

@@ -10,7 +10,7 @@
 //! algorithm's window moved on (the charge was in an earlier window), when
 //! the sliding log no longer holds the entry, when a TAT lies far ahead, and
 //! for the buckets (token bucket, GCRA, leaky bucket) when an admission at
-//! another ms came since (their cells keep the time of the last admission):
+//! a later ms came since (their cells keep the latest time admitted):
 //! in between, a refill, a drain or an idle TAT may have been capped in the
 //! state without the admission, and giving the cost back would then admit
 //! more than that state. Admissions at the same ms cap nothing.
@@ -73,7 +73,7 @@ fn tat(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)>
         return None;
     }
     let wait = (wait_scaled(Some(c), now, p.count) - cost * p.period).max(0);
-    Some((tat_cells(now, wait, p.count), ceil_div(wait, p.count)))
+    Some((tat_cells(now, wait, p.count, now), ceil_div(wait, p.count)))
 }
 
 /// Cells `[level * period, last_ms, admitted_ms]`: the level goes down,
@@ -188,6 +188,24 @@ mod tests {
                     assert_eq!(given, None, "{:?}", p.kind);
                     assert_eq!(state, before, "{:?}: unchanged", p.kind);
                 }
+            }
+        }
+    }
+
+    // An admission at a later ms, then one back at the refund's ms: the
+    // latest time admitted still tells that a later one came.
+    #[test]
+    fn buckets_remember_the_latest_admission() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 1);
+            state = admit(&p, Some(state), 1_050, 1);
+            state = admit(&p, Some(state), 1_000, 1);
+            let given = refund(&p, &mut state, 1_000, 1);
+            match p.kind {
+                Kind::FixedWindow | Kind::SlidingWindowCounter | Kind::SlidingWindowLog => {
+                    assert!(given.is_some(), "{:?}", p.kind)
+                }
+                _ => assert_eq!(given, None, "{:?}", p.kind),
             }
         }
     }
