@@ -77,6 +77,6 @@ local function far_ahead(c, now, count)
   return nil
 end
 
-local function write_tat(key, now, wait, count, ttl)
-  write_cells(key, now + fdiv(wait, count), wait % count, 0, ttl)
+local function write_tat(key, now, wait, count, ttl, admitted)
+  write_cells(key, now + fdiv(wait, count), wait % count, admitted, ttl)
 end

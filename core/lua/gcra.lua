@@ -1,4 +1,4 @@
--- gcra: cells {tat_ms, tat_rem}; allowed iff wait + cost*T <= burst*T
+-- gcra: cells {tat_ms, tat_rem, admitted_ms}; allowed iff wait + cost*T <= burst*T
 local function gcra(keys, k, now, cost, count, period, burst)
   local key = keys[k]
   local cap = burst * period
@@ -17,8 +17,10 @@ local function gcra(keys, k, now, cost, count, period, burst)
   if wait + need <= cap then
     local next = wait + need
     local reset = ceil_div(next, count)
+    local admitted = now
+    if c then admitted = math.max(c[3], now) end
     return true, fdiv(cap - next, period), reset, false, 0,
-      function() write_tat(key, now, next, count, reset) end
+      function() write_tat(key, now, next, count, reset, admitted) end
   end
   return false, fdiv(cap - wait, period), ceil_div(wait, count), ceil_div(wait + need - cap, count), 0
 end

@@ -1,10 +1,10 @@
--- leaky_bucket (police): cells {level * period, last_ms}
+-- leaky_bucket (police): cells {level * period, last_ms, admitted_ms}
 local function leaky_bucket(keys, k, now, cost, count, period, burst)
   local key = keys[k]
   local cap = burst * period
-  local level, last = 0, now
+  local level, last, admitted = 0, now, now
   local c = read_cells(key)
-  if c then level, last = c[1], c[2] end
+  if c then level, last, admitted = c[1], c[2], math.max(c[3], now) end
   if now > last then
     if now - last >= ceil_div(level, count) then
       level = 0
@@ -22,7 +22,7 @@ local function leaky_bucket(keys, k, now, cost, count, period, burst)
     level = level + need
     local reset = lag + ceil_div(level, count)
     return true, fdiv(cap - level, period), reset, false, 0,
-      function() write_cells(key, level, last, 0, reset) end
+      function() write_cells(key, level, last, admitted, reset) end
   end
   return false, fdiv(cap - level, period), lag + ceil_div(level, count), lag + ceil_div(level + need - cap, count), 0
 end
@@ -49,8 +49,10 @@ local function leaky_bucket_shape(keys, k, now, cost, count, period, burst, max_
   if wait <= max_delay then
     local next = wait + cost * period
     local reset = ceil_div(next, count)
+    local admitted = now
+    if c then admitted = math.max(c[3], now) end
     return true, room(next), reset, false, ceil_div(wait, count),
-      function() write_tat(key, now, next, count, reset) end
+      function() write_tat(key, now, next, count, reset, admitted) end
   end
   return false, 0, ceil_div(wait, count), ceil_div(wait - max_delay, count), 0
 end

@@ -41,6 +41,8 @@ pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{HeaderMode, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+#[doc(hidden)]
+pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};

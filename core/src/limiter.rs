@@ -467,6 +467,45 @@ impl Engine {
         )
     }
 
+    /// Gives back admissions of `cost` at `now` for `(policy index, key)`
+    /// targets, as a cross-slot decision does when a later slot denies.
+    /// Returns how many targets' charges were given back.
+    pub(crate) async fn refund(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> Result<usize> {
+        let inner = &*self.inner;
+        if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
+            return Err(Error::Internal(format!("no policy at index {i}")));
+        }
+        match &inner.backend {
+            Backend::Memory => {
+                let checks: Vec<MemoryCheck<'_>> = targets
+                    .iter()
+                    .map(|&(i, key)| MemoryCheck {
+                        slot: i as u32,
+                        params: &inner.policies[i].params,
+                        key,
+                        shadow: false,
+                        penalty: None,
+                    })
+                    .collect();
+                Ok(inner.memory.refund(&checks, now, cost))
+            }
+            Backend::Redis(redis) => {
+                let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
+                let checks: Vec<RedisCheck<'_>> = targets
+                    .iter()
+                    .zip(&keys)
+                    .map(|(&(i, _), keys)| RedisCheck {
+                        params: &inner.policies[i].params,
+                        keys,
+                        shadow: false,
+                        penalty: None,
+                    })
+                    .collect();
+                redis.refund(&checks, now, cost).await
+            }
+        }
+    }
+
     /// Forgets `key` under every policy (in the store and the local fallback).
     pub(crate) async fn reset(&self, key: &str) -> Result<()> {
         let inner = &*self.inner;
@@ -512,5 +551,48 @@ impl Engine {
     /// Whether [`Engine::close`] was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
+    }
+}
+
+/// Test support for refunds (issue 17): decides and refunds `(policy index,
+/// key)` targets directly, and hooks the gap between the two passes of a
+/// cross-slot decision. Not part of the API.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct RefundProbe {
+    engine: Engine,
+}
+
+#[doc(hidden)]
+impl RefundProbe {
+    /// A limiter's engine, built from `config`.
+    pub fn new(config: LimiterConfig) -> Result<RefundProbe> {
+        Ok(RefundProbe {
+            engine: Engine::new(config)?,
+        })
+    }
+
+    /// Decides `(policy index, key)` targets atomically (across slots on a cluster).
+    pub async fn check(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
+        let targets: Vec<Target<'_>> = targets.iter().map(|&(i, key)| (i, key, false)).collect();
+        self.engine.decide(&targets, options).await
+    }
+
+    /// Gives back admissions of `cost` at `now_ms`; how many were given back.
+    pub async fn refund(&self, targets: &[(usize, &str)], cost: u64, now_ms: i64) -> Result<usize> {
+        self.engine.refund(targets, now_ms, cost as i64).await
+    }
+
+    /// Runs `hook` between the peek and the charge pass of every cross-slot
+    /// decision (Redis stores only).
+    pub fn between_slot_passes(&self, hook: Option<Arc<dyn Fn() + Send + Sync>>) {
+        if let Backend::Redis(redis) = &self.engine.inner.backend {
+            redis.set_between_passes(hook);
+        }
+    }
+
+    /// Metrics in Prometheus text format.
+    pub fn metrics_text(&self) -> String {
+        self.engine.metrics_text()
     }
 }

@@ -9,7 +9,8 @@ use super::{ceil_div, ceil_frac, never_fits, verdict, Params, Update, Verdict};
 pub(crate) const MAX_WAIT_SCALED: i64 = 1 << 52;
 
 /// `max(TAT, now) - now` in scaled units. Cells hold the TAT as whole ms
-/// plus a remainder in `1/count` ms: `[tat_ms, tat_rem]`. Callers first ask
+/// plus a remainder in `1/count` ms, then the latest time admitted (for
+/// refunds): `[tat_ms, tat_rem, admitted_ms]`. Callers first ask
 /// [`far_ahead`], so the product here cannot overflow.
 pub(crate) fn wait_scaled(cells: Option<&[i64; 3]>, now: i64, count: i64) -> i64 {
     match cells {
@@ -28,9 +29,10 @@ pub(crate) fn far_ahead(cells: Option<&[i64; 3]>, now: i64, count: i64) -> Optio
         .map(|c| (c[0] - now, c[1]))
 }
 
-/// The cells for a TAT `wait` scaled units after `now`.
-pub(crate) fn tat_cells(now: i64, wait: i64, count: i64) -> [i64; 3] {
-    [now + wait / count, wait % count, 0]
+/// The cells for a TAT `wait` scaled units after `now`, the latest
+/// admission at `admitted`.
+pub(crate) fn tat_cells(now: i64, wait: i64, count: i64, admitted: i64) -> [i64; 3] {
+    [now + wait / count, wait % count, admitted]
 }
 
 pub(crate) fn decide(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
@@ -51,7 +53,8 @@ pub(crate) fn decide(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) 
     if wait + need <= cap {
         let next = wait + need;
         let v = verdict(true, (cap - next) / p.period, ceil_div(next, p.count), None);
-        (v, Some(Update::Cells(tat_cells(now, next, p.count))))
+        let admitted = cells.map_or(now, |c| c[2].max(now));
+        (v, Some(Update::Cells(tat_cells(now, next, p.count, admitted))))
     } else {
         let retry = ceil_div(wait + need - cap, p.count);
         (

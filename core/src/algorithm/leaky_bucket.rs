@@ -5,10 +5,10 @@
 use super::gcra::{far_ahead, tat_cells, wait_scaled};
 use super::{ceil_div, ceil_frac, never_fits, verdict, Params, Update, Verdict};
 
-/// Cells: `[level * period, last_ms]`.
+/// Cells: `[level * period, last_ms, admitted_ms]`.
 pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
     let cap = p.capacity();
-    let (mut level, mut last) = cells.map_or((0, now), |c| (c[0], c[1]));
+    let (mut level, mut last, admitted) = cells.map_or((0, now, now), |c| (c[0], c[1], c[2].max(now)));
     if now > last {
         if now - last >= ceil_div(level, p.count) {
             level = 0;
@@ -27,7 +27,7 @@ pub(crate) fn decide_police(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost
         level += need;
         (
             verdict(true, (cap - level) / p.period, reset(level), None),
-            Some(Update::Cells([level, last, 0])),
+            Some(Update::Cells([level, last, admitted])),
         )
     } else {
         let retry = lag + ceil_div(level + need - cap, p.count);
@@ -65,7 +65,8 @@ pub(crate) fn decide_shape(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost:
         let next = wait + cost * p.period;
         let mut v = verdict(true, room(next), ceil_div(next, p.count), None);
         v.delay_ms = ceil_div(wait, p.count) as u64;
-        (v, Some(Update::Cells(tat_cells(now, next, p.count))))
+        let admitted = cells.map_or(now, |c| c[2].max(now));
+        (v, Some(Update::Cells(tat_cells(now, next, p.count, admitted))))
     } else {
         let retry = ceil_div(wait - p.max_delay, p.count);
         (verdict(false, 0, ceil_div(wait, p.count), Some(retry)), None)

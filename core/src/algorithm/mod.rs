@@ -11,6 +11,7 @@ pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;
 pub(crate) mod penalty;
+pub(crate) mod refund;
 pub(crate) mod sliding_window_counter;
 pub(crate) mod sliding_window_log;
 pub(crate) mod token_bucket;

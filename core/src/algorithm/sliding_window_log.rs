@@ -30,6 +30,21 @@ impl Log {
         self.entries.insert(index, (at, cost));
         self.sum += cost;
     }
+
+    /// Removes one entry logged at `at` for `cost`; false if there is none.
+    pub fn remove(&mut self, at: i64, cost: i64) -> bool {
+        let Some(index) = self.entries.iter().rposition(|&e| e == (at, cost)) else {
+            return false;
+        };
+        self.entries.remove(index);
+        self.sum -= cost;
+        true
+    }
+
+    /// The time of the newest entry.
+    pub fn newest(&self) -> Option<i64> {
+        self.entries.back().map(|&(t, _)| t)
+    }
 }
 
 pub(crate) fn decide(p: &Params, log: Option<&Log>, now: i64, cost: i64) -> (Verdict, Option<Update>) {

@@ -3,8 +3,9 @@
 
 use super::{ceil_div, never_fits, verdict, Params, Update, Verdict};
 
-/// Continuous refill. Cells: `[tokens * period, last_ms]` (tokens in scaled
-/// units, so a refill of `elapsed * count` is exact).
+/// Continuous refill. Cells: `[tokens * period, last_ms, admitted_ms]` (tokens
+/// in scaled units, so a refill of `elapsed * count` is exact; `admitted_ms`,
+/// the latest time admitted, tells a refund whether another came since).
 pub(crate) fn decide_continuous(
     p: &Params,
     cells: Option<&[i64; 3]>,
@@ -12,7 +13,7 @@ pub(crate) fn decide_continuous(
     cost: i64,
 ) -> (Verdict, Option<Update>) {
     let cap = p.capacity();
-    let (mut tokens, mut last) = cells.map_or((cap, now), |c| (c[0], c[1]));
+    let (mut tokens, mut last, admitted) = cells.map_or((cap, now, now), |c| (c[0], c[1], c[2].max(now)));
     if now > last {
         let missing = cap - tokens;
         // Compare elapsed time, not elapsed * count, so a long idle cannot overflow.
@@ -34,7 +35,7 @@ pub(crate) fn decide_continuous(
         tokens -= need;
         (
             verdict(true, tokens / p.period, reset(tokens), None),
-            Some(Update::Cells([tokens, last, 0])),
+            Some(Update::Cells([tokens, last, admitted])),
         )
     } else {
         let retry = lag + ceil_div(need - tokens, p.count);
@@ -43,11 +44,11 @@ pub(crate) fn decide_continuous(
 }
 
 /// Interval refill: `count` whole tokens per elapsed period. Cells:
-/// `[tokens, last_refill_ms]`. `last` advances by whole periods only, so an
+/// `[tokens, last_refill_ms, admitted_ms]`. `last` advances by whole periods only, so an
 /// admission in the middle of a period never throws the partial period away.
 /// A full bucket restarts its clock at `now` (it is then the same as a new key).
 pub(crate) fn decide_interval(p: &Params, cells: Option<&[i64; 3]>, now: i64, cost: i64) -> (Verdict, Option<Update>) {
-    let (mut tokens, mut last) = cells.map_or((p.burst, now), |c| (c[0], c[1]));
+    let (mut tokens, mut last, admitted) = cells.map_or((p.burst, now, now), |c| (c[0], c[1], c[2].max(now)));
     if now > last {
         let periods = (now - last) / p.period;
         if periods >= ceil_div(p.burst - tokens, p.count) {
@@ -76,7 +77,7 @@ pub(crate) fn decide_interval(p: &Params, cells: Option<&[i64; 3]>, now: i64, co
         tokens -= cost;
         (
             verdict(true, tokens, time_for(p.burst - tokens), None),
-            Some(Update::Cells([tokens, last, 0])),
+            Some(Update::Cells([tokens, last, admitted])),
         )
     } else {
         (

@@ -8,6 +8,7 @@ use indexmap::{Equivalent, IndexMap};
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::penalty::{blocked_for, record_denial, PenaltyParams};
+use crate::algorithm::refund::refund;
 use crate::algorithm::{blocked, decide, Params, State, Update, Verdict};
 use crate::store::keys::stored_key;
 
@@ -304,6 +305,28 @@ impl MemoryStore {
         self.shards[self.shard_of(&key)]
             .lock()
             .decide_and_store(&key, check.params, now, cost, self.per_shard_cap)
+    }
+
+    /// Gives back admissions of `cost` at `now` ([`refund`]), key by key.
+    /// Returns how many checks' charges were given back.
+    pub fn refund(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64) -> usize {
+        let mut refunded = 0;
+        for check in checks {
+            let stored = stored_key(check.key);
+            let key = MapKeyRef {
+                slot: check.slot,
+                key: &stored,
+            };
+            let mut shard = self.shards[self.shard_of(&key)].lock();
+            let Some(entry) = shard.map.get_mut(&key).filter(|e| now < e.expires_at) else {
+                continue;
+            };
+            if let Some(ttl) = refund(check.params, &mut entry.state, now, cost) {
+                entry.expires_at = now.saturating_add(ttl.max(1));
+                refunded += 1;
+            }
+        }
+        refunded
     }
 
     /// Forgets a key of one policy.

@@ -43,6 +43,14 @@ const CHECK: &str = include_str!("../../lua/check.lua");
 /// The decision script: the algorithm functions then the dispatcher.
 pub const SCRIPT: &str = concat!(algorithms!(), include_str!("../../lua/check.lua"));
 
+/// The refund script: gives back what admissions charged (used when a
+/// cross-slot decision denies after earlier slots were charged). Separate
+/// from [`SCRIPT`], so the decision path is unchanged; always a script.
+pub(crate) const REFUND_SCRIPT: &str = concat!(
+    include_str!("../../lua/common.lua"),
+    include_str!("../../lua/refund.lua")
+);
+
 /// The SHA1 of [`SCRIPT`], as EVALSHA wants it.
 pub fn script_sha() -> String {
     redis::Script::new(SCRIPT).get_hash().to_string()
@@ -98,6 +106,10 @@ enum Target {
     Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
 }
 
+/// A test hook run between the peek and the charge pass of a cross-slot
+/// decision, to make a group deny in the charge pass deterministically.
+pub(crate) type BetweenPasses = Arc<dyn Fn() + Send + Sync>;
+
 /// A connection and its generation (a failed call forgets only its own).
 type Live = (u64, Connection);
 
@@ -142,6 +154,8 @@ pub(crate) struct RedisStore {
     target: Arc<Target>,
     shared: Arc<Shared>,
     sha: String,
+    refund_sha: String,
+    between_passes: Mutex<Option<BetweenPasses>>,
     /// Whether decisions go through the function library: until the server
     /// shows it has no functions (Redis < 7) or may not use them (ACL).
     functions: AtomicBool,
@@ -252,6 +266,8 @@ impl RedisStore {
         Ok(RedisStore {
             shared: Arc::new(Shared::default()),
             sha: script_sha(),
+            refund_sha: redis::Script::new(REFUND_SCRIPT).get_hash().to_string(),
+            between_passes: Mutex::new(None),
             // Cluster decisions stay scripts: a library would have to be
             // loaded on every primary, and re-loaded on each after failover.
             functions: AtomicBool::new(!matches!(target, Target::Cluster(_))),
@@ -400,9 +416,10 @@ impl RedisStore {
     /// denying groups are decided again, so their penalties record the
     /// denial, and nothing is charged anywhere, as on a single server. All
     /// groups decide at the first group's `now`. Between the peek and the
-    /// charge another request may take what the peek saw: a later group may
-    /// then deny after earlier ones charged, a spurious charge (never an
-    /// over-admission), until refunds land.
+    /// charge another request may take what the peek saw: when a group then
+    /// denies in the charge pass, the groups charged before it are refunded
+    /// ([`crate::algorithm::refund`]) and the later ones are not charged, so
+    /// the request is denied with nothing charged.
     async fn decide_across_slots(
         &self,
         generation: u64,
@@ -419,10 +436,20 @@ impl RedisStore {
             }
         }
         groups.sort_by(|a, b| a.0.cmp(&b.0));
+        fn denies(decided: &[Verdict], group: &[RedisCheck<'_>]) -> bool {
+            decided.iter().zip(group).any(|(v, c)| !v.allowed && !c.shadow)
+        }
         let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
         let mut store_now = now;
         let mut denying = Vec::new();
+        let mut charged: Vec<Vec<RedisCheck<'_>>> = Vec::new();
         for pass in [Pass::Peek, Pass::Charge] {
+            if pass == Pass::Charge && denying.is_empty() {
+                let hook = self.between_passes.lock().clone();
+                if let Some(hook) = hook {
+                    hook();
+                }
+            }
             for (g, (_, members)) in groups.iter().enumerate() {
                 if pass == Pass::Charge && !denying.is_empty() && !denying.contains(&g) {
                     continue;
@@ -431,12 +458,23 @@ impl RedisStore {
                 let (n, decided) = self
                     .decide_in_one_slot(generation, connection, &group, store_now, cost, pass == Pass::Peek)
                     .await?;
-                store_now.get_or_insert(n);
-                if pass == Pass::Peek && decided.iter().zip(&group).any(|(v, c)| !v.allowed && !c.shadow) {
-                    denying.push(g);
-                }
+                let at = *store_now.get_or_insert(n);
+                let denied = denies(&decided, &group);
                 for (&i, verdict) in members.iter().zip(decided) {
                     verdicts[i] = Some(verdict);
+                }
+                match pass {
+                    Pass::Peek if denied => denying.push(g),
+                    Pass::Charge if denying.is_empty() && denied => {
+                        // Taken between the passes: give back what the
+                        // earlier groups were charged, charge no later one.
+                        for group in &charged {
+                            self.refund_in_one_slot(generation, connection, group, at, cost).await?;
+                        }
+                        break;
+                    }
+                    Pass::Charge if denying.is_empty() => charged.push(group),
+                    _ => {}
                 }
             }
         }
@@ -445,6 +483,68 @@ impl RedisStore {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::Internal("a check was left out of every slot group".into()))?;
         Ok((store_now.unwrap_or_default(), verdicts))
+    }
+
+    /// Gives back admissions of `cost` at `now` for `checks`, one call per
+    /// slot on a cluster. Returns how many checks' charges were given back.
+    pub async fn refund(&self, checks: &[RedisCheck<'_>], now: i64, cost: i64) -> Result<usize> {
+        self.with_connection(|generation, mut connection| async move {
+            let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            let mut refunded = 0;
+            for tag in tags {
+                let group: Vec<RedisCheck<'_>> = checks.iter().filter(|c| hash_tag(c) == tag).copied().collect();
+                refunded += self
+                    .refund_in_one_slot(generation, &mut connection, &group, now, cost)
+                    .await?;
+            }
+            Ok(refunded)
+        })
+        .await
+    }
+
+    /// EVALSHA of the refund script (EVAL when the server lost it) for
+    /// checks whose keys share one slot.
+    async fn refund_in_one_slot(
+        &self,
+        generation: u64,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        now: i64,
+        cost: i64,
+    ) -> Result<usize> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.refund_sha);
+        push_refund_args(&mut cmd, checks, now, cost);
+        let mut reply: Result<i64, RedisError> = Self::query(connection, &cmd).await;
+        if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(REFUND_SCRIPT);
+            push_refund_args(&mut eval, checks, now, cost);
+            reply = Self::query(connection, &eval).await;
+        }
+        match reply {
+            Ok(n) => Ok(n.max(0) as usize),
+            Err(e) if is_key_error(&e) => Err(Error::Store {
+                key: checks
+                    .iter()
+                    .flat_map(|c| c.keys.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                message: e.to_string(),
+            }),
+            Err(e) => {
+                self.forget(generation);
+                Err(unavailable(e))
+            }
+        }
+    }
+
+    /// Test hook: `hook` runs between the peek and the charge pass of every
+    /// cross-slot decision that peeked all allowed.
+    pub(crate) fn set_between_passes(&self, hook: Option<BetweenPasses>) {
+        *self.between_passes.lock() = hook;
     }
 
     async fn decide_in_one_slot(
@@ -744,6 +844,23 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
                 cmd.arg(0).arg(0).arg(0).arg("");
             }
         }
+    }
+}
+
+/// `numkeys key... now cost (kind count period burst)...`: the refund
+/// script's arguments; a policy's keys without its penalty record.
+fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: i64, cost: i64) {
+    let keys = |c: &RedisCheck<'_>| c.params.key_count();
+    cmd.arg(checks.iter().map(keys).sum::<usize>());
+    for check in checks {
+        for key in &check.keys[..keys(check)] {
+            cmd.arg(key.as_str());
+        }
+    }
+    cmd.arg(now).arg(cost);
+    for check in checks {
+        let p = check.params;
+        cmd.arg(p.kind as i64).arg(p.count).arg(p.period).arg(p.burst);
     }
 }
 

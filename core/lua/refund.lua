@@ -1,0 +1,133 @@
+-- polylimit: refunds, the inverse of an admission of `cost` at `now`.
+-- Mirrors core/src/algorithm/refund.rs line for line. Runs as its own
+-- script (common.lua then this file), so the decision script is unchanged.
+-- ARGV: now_ms, cost, then per policy four values: kind, count, period_ms,
+-- burst (or limit). KEYS: per policy its keys (sliding_window_log takes two).
+-- Returns how many policies' charges were given back. A refund returns the
+-- new cells and their time to live, or nil when there is nothing to give
+-- back (a window moved on, the log entry is gone, a TAT far ahead, and for
+-- the buckets an admission at a later ms since: their cells keep the latest
+-- time admitted; a refill, drain or idle TAT capped in between would
+-- make giving back admit more than the state without the admission).
+
+-- Cells {tokens * period, last_ms, admitted_ms}: the tokens come back,
+-- capped at the capacity; last stays.
+local function token_bucket_refund(c, now, cost, count, period, burst)
+  if c[3] ~= now then
+    return nil
+  end
+  local cap = burst * period
+  local tokens = math.min(c[1] + cost * period, cap)
+  return {tokens, c[2], now}, c[2] - now + ceil_div(cap - tokens, count)
+end
+
+-- Cells {tokens, last_refill_ms, admitted_ms}: the tokens come back,
+-- capped at burst.
+local function token_bucket_interval_refund(c, now, cost, count, period, burst)
+  if c[3] ~= now then
+    return nil
+  end
+  local tokens = math.min(c[1] + cost, burst)
+  local reset = 0
+  if tokens < burst then
+    reset = c[2] + ceil_div(burst - tokens, count) * period - now
+  end
+  return {tokens, c[2], now}, reset
+end
+
+-- GCRA and the shape queue (cells {tat_ms, tat_rem, admitted_ms}): the
+-- TAT goes back by cost * T, never below now's idle point. A TAT far ahead (the clock went back by far) stays.
+local function tat_refund(c, now, cost, count, period)
+  if c[3] ~= now or far_ahead(c, now, count) then
+    return nil
+  end
+  local wait = math.max(wait_scaled(c, now, count) - cost * period, 0)
+  return {now + fdiv(wait, count), wait % count, now}, ceil_div(wait, count)
+end
+
+-- Cells {level * period, last_ms, admitted_ms}: the level goes down,
+-- not below 0.
+local function leaky_bucket_refund(c, now, cost, count, period)
+  if c[3] ~= now then
+    return nil
+  end
+  local level = math.max(c[1] - cost * period, 0)
+  return {level, c[2], now}, c[2] - now + ceil_div(level, count)
+end
+
+-- Cells {window_start_ms, count}: the count goes down if the stored window
+-- is now's (the one the admission charged).
+local function fixed_window_refund(c, now, cost, count, period)
+  if c[1] ~= now - now % period then
+    return nil
+  end
+  local used = math.max(c[2] - cost, 0)
+  local reset = 0
+  if used > 0 then reset = c[1] + period - now end
+  return {c[1], used, 0}, reset
+end
+
+-- Cells {window_start_ms, previous, current}: the current count goes down
+-- if the stored window is now's.
+local function sliding_window_counter_refund(c, now, cost, count, period)
+  if c[1] ~= now - now % period then
+    return nil
+  end
+  local current = math.max(c[3] - cost, 0)
+  local reset = 0
+  if current > 0 then
+    reset = c[1] + 2 * period - now
+  elseif c[2] > 0 then
+    reset = c[1] + period - now
+  end
+  return {c[1], c[2], current}, reset
+end
+
+-- The log loses one entry logged at now for cost (entries alike are
+-- interchangeable); cells {sum, seq} lose its cost. The entries the
+-- admission trimmed had expired.
+local function sliding_window_log_refund(key, log, c, now, cost, period)
+  local found = false
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, fmt(now), fmt(now))) do
+    if tonumber(string.match(m, ':(%d+)$')) == cost then found = m end
+  end
+  if not found then
+    return false
+  end
+  redis.call('ZREM', log, found)
+  local ttl = 0
+  local last = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) > now - period then ttl = tonumber(last[2]) + period - now end
+  if last[2] then redis.call('PEXPIRE', log, expire_after(ttl)) end
+  write_cells(key, c[1] - cost, c[2], 0, ttl)
+  return true
+end
+
+local CELL_REFUNDS = {
+  token_bucket_refund, token_bucket_interval_refund, tat_refund, leaky_bucket_refund,
+  tat_refund, fixed_window_refund, false, sliding_window_counter_refund,
+}
+local SLIDING_WINDOW_LOG = 7
+
+local now = tonumber(ARGV[1])
+local cost = tonumber(ARGV[2])
+local refunded = 0
+local k = 1
+for b = 3, #ARGV, 4 do
+  local kind = tonumber(ARGV[b])
+  local count, period, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local key = KEYS[k]
+  local c = read_cells(key)
+  if c and kind == SLIDING_WINDOW_LOG then
+    if sliding_window_log_refund(key, KEYS[k + 1], c, now, cost, period) then refunded = refunded + 1 end
+  elseif c then
+    local cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
+    if cells then
+      write_cells(key, cells[1], cells[2], cells[3], ttl)
+      refunded = refunded + 1
+    end
+  end
+  k = k + 1
+  if kind == SLIDING_WINDOW_LOG then k = k + 1 end
+end
+return refunded

@@ -1,0 +1,239 @@
+//! Refunds: the inverse of an admission of `cost` at `now`. Applied right
+//! after that admission, with no request in between, every later decision
+//! (at `now` or later) is what it would have been had the admitted request
+//! never come. Mirrored by `core/lua/refund.lua` line for line.
+//!
+//! Each refund returns the state's new cells and its time to live (the
+//! reset of the refunded state, as a decision would compute it), or `None`
+//! when there is nothing to give back: the charge is then kept (a spurious
+//! denial later, never an over-admission). That is the case when a window
+//! algorithm's window moved on (the charge was in an earlier window), when
+//! the sliding log no longer holds the entry, when a TAT lies far ahead, and
+//! for the buckets (token bucket, GCRA, leaky bucket) when an admission at
+//! a later ms came since (their cells keep the latest time admitted):
+//! in between, a refill, a drain or an idle TAT may have been capped in the
+//! state without the admission, and giving the cost back would then admit
+//! more than that state. Admissions at the same ms cap nothing.
+
+use super::gcra::{far_ahead, tat_cells, wait_scaled};
+use super::sliding_window_log::Log;
+use super::{ceil_div, Kind, Params, State};
+
+/// Refunds `cost` admitted at `now` on a key's live state, in place.
+/// Returns the state's new time to live in ms, or `None` (nothing changed).
+pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Option<i64> {
+    let cells = match state {
+        State::Log(log) => return sliding_window_log(p, log, now, cost),
+        State::Penalty(_) => return None,
+        State::Cells(cells) => cells,
+    };
+    let (refunded, ttl) = match p.kind {
+        Kind::TokenBucket => token_bucket(p, cells, now, cost)?,
+        Kind::TokenBucketInterval => token_bucket_interval(p, cells, now, cost)?,
+        Kind::Gcra | Kind::LeakyShape => tat(p, cells, now, cost)?,
+        Kind::LeakyPolice => leaky_bucket(p, cells, now, cost)?,
+        Kind::FixedWindow => fixed_window(p, cells, now, cost)?,
+        Kind::SlidingWindowCounter => sliding_window_counter(p, cells, now, cost)?,
+        Kind::SlidingWindowLog => return None,
+    };
+    *cells = refunded;
+    Some(ttl)
+}
+
+/// Cells `[tokens * period, last_ms, admitted_ms]`: the tokens come back,
+/// capped at the capacity; `last` stays.
+fn token_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
+    let cap = p.capacity();
+    let tokens = (c[0] + cost * p.period).min(cap);
+    Some(([tokens, c[1], now], c[1] - now + ceil_div(cap - tokens, p.count)))
+}
+
+/// Cells `[tokens, last_refill_ms, admitted_ms]`: the tokens come back,
+/// capped at burst.
+fn token_bucket_interval(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
+    let tokens = (c[0] + cost).min(p.burst);
+    let reset = if tokens < p.burst {
+        c[1] + ceil_div(p.burst - tokens, p.count) * p.period - now
+    } else {
+        0
+    };
+    Some(([tokens, c[1], now], reset))
+}
+
+/// GCRA and the shape queue (cells `[tat_ms, tat_rem, admitted_ms]`): the
+/// TAT goes back by `cost * T`, never below now's idle point. A TAT far ahead (the clock went back by far) stays.
+fn tat(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now || far_ahead(Some(c), now, p.count).is_some() {
+        return None;
+    }
+    let wait = (wait_scaled(Some(c), now, p.count) - cost * p.period).max(0);
+    Some((tat_cells(now, wait, p.count, now), ceil_div(wait, p.count)))
+}
+
+/// Cells `[level * period, last_ms, admitted_ms]`: the level goes down,
+/// not below 0.
+fn leaky_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[2] != now {
+        return None;
+    }
+    let level = (c[0] - cost * p.period).max(0);
+    Some(([level, c[1], now], c[1] - now + ceil_div(level, p.count)))
+}
+
+/// Cells `[window_start_ms, count]`: the count goes down if the stored
+/// window is now's (the one the admission charged).
+fn fixed_window(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[0] != now - now.rem_euclid(p.period) {
+        return None;
+    }
+    let used = (c[1] - cost).max(0);
+    let reset = if used > 0 { c[0] + p.period - now } else { 0 };
+    Some(([c[0], used, 0], reset))
+}
+
+/// Cells `[window_start_ms, previous, current]`: the current count goes
+/// down if the stored window is now's.
+fn sliding_window_counter(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
+    if c[0] != now - now.rem_euclid(p.period) {
+        return None;
+    }
+    let current = (c[2] - cost).max(0);
+    let reset = if current > 0 {
+        c[0] + 2 * p.period - now
+    } else if c[1] > 0 {
+        c[0] + p.period - now
+    } else {
+        0
+    };
+    Some(([c[0], c[1], current], reset))
+}
+
+/// The log loses one entry logged at `now` for `cost` (entries alike are
+/// interchangeable). The entries the admission trimmed had expired.
+fn sliding_window_log(p: &Params, log: &mut Log, now: i64, cost: i64) -> Option<i64> {
+    if !log.remove(now, cost) {
+        return None;
+    }
+    let newest = log.newest().filter(|t| *t > now - p.period);
+    Some(newest.map_or(0, |t| t + p.period - now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{decide, Update};
+    use crate::policy::Policy;
+    use serde_json::json;
+
+    fn params(policy: serde_json::Value) -> Params {
+        Params::new(&Policy::from_value(&policy, "").unwrap())
+    }
+
+    /// Admits `cost` at `now` on `state`; panics on a denial.
+    fn admit(p: &Params, state: Option<State>, now: i64, cost: i64) -> State {
+        let (verdict, update) = decide(p, state.as_ref(), now, cost);
+        assert!(verdict.allowed, "admitted at {now}");
+        update.map(|u: Update| u.apply(state)).unwrap()
+    }
+
+    fn every_kind() -> Vec<Params> {
+        [
+            json!({"algorithm": "token_bucket", "rate": "10/s"}),
+            json!({"algorithm": "token_bucket", "rate": "10/s", "refill": "interval"}),
+            json!({"algorithm": "gcra", "rate": "10/s"}),
+            json!({"algorithm": "leaky_bucket", "rate": "10/s"}),
+            json!({"algorithm": "leaky_bucket", "mode": "shape", "rate": "10/s", "burst": 5}),
+            json!({"algorithm": "fixed_window", "rate": "10/s"}),
+            json!({"algorithm": "sliding_window_counter", "rate": "10/s"}),
+            json!({"algorithm": "sliding_window_log", "rate": "10/s"}),
+        ]
+        .into_iter()
+        .map(params)
+        .collect()
+    }
+
+    // Right after an admission, or after others at the same ms, every kind
+    // gives the cost back.
+    #[test]
+    fn a_refund_at_the_admissions_ms_gives_back() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 2);
+            state = admit(&p, Some(state), 1_000, 1);
+            assert!(refund(&p, &mut state, 1_000, 2).is_some(), "{:?}", p.kind);
+        }
+    }
+
+    // After a refill, drain or idle TAT at a later ms (another request came
+    // in between), giving back could admit more than the state without the
+    // admission: the buckets keep the charge. The windows and the log stay
+    // exact (a count or an entry of the same window) and give it back.
+    #[test]
+    fn buckets_keep_the_charge_after_an_admission_at_another_ms() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 2);
+            state = admit(&p, Some(state), 1_050, 1);
+            let before = state.clone();
+            let given = refund(&p, &mut state, 1_000, 2);
+            match p.kind {
+                Kind::FixedWindow | Kind::SlidingWindowCounter | Kind::SlidingWindowLog => {
+                    assert!(given.is_some(), "{:?}", p.kind)
+                }
+                _ => {
+                    assert_eq!(given, None, "{:?}", p.kind);
+                    assert_eq!(state, before, "{:?}: unchanged", p.kind);
+                }
+            }
+        }
+    }
+
+    // An admission at a later ms, then one back at the refund's ms: the
+    // latest time admitted still tells that a later one came.
+    #[test]
+    fn buckets_remember_the_latest_admission() {
+        for p in every_kind() {
+            let mut state = admit(&p, None, 1_000, 1);
+            state = admit(&p, Some(state), 1_050, 1);
+            state = admit(&p, Some(state), 1_000, 1);
+            let given = refund(&p, &mut state, 1_000, 1);
+            match p.kind {
+                Kind::FixedWindow | Kind::SlidingWindowCounter | Kind::SlidingWindowLog => {
+                    assert!(given.is_some(), "{:?}", p.kind)
+                }
+                _ => assert_eq!(given, None, "{:?}", p.kind),
+            }
+        }
+    }
+
+    // The over-admission the guard prevents: a full token bucket (2 tokens,
+    // one per 100 ms) charged at 0, a refill wasted without that charge,
+    // another request at 100. Giving back would leave 2 tokens at 100 where
+    // the state without the charge has 1.
+    #[test]
+    fn giving_back_after_a_capped_refill_would_over_admit() {
+        let p = params(json!({"algorithm": "token_bucket", "rate": "10/s", "burst": 2}));
+        let charged = admit(&p, None, 0, 1);
+        let mut state = admit(&p, Some(charged), 100, 1);
+        let without = admit(&p, None, 100, 1);
+        let remaining = |s: &State| decide(&p, Some(s), 100, 1).0.remaining;
+        assert_eq!(remaining(&without), 0);
+        assert_eq!(remaining(&state), 0);
+        assert!(!decide(&p, Some(&without), 100, 2).0.allowed);
+        // Unguarded (as if the admission at 100 had been at 0), giving back
+        // would admit a cost of 2 at 100.
+        let mut unguarded = state.clone();
+        if let State::Cells(c) = &mut unguarded {
+            c[2] = 0;
+        }
+        assert!(refund(&p, &mut unguarded, 0, 1).is_some());
+        assert!(decide(&p, Some(&unguarded), 100, 2).0.allowed);
+        // Guarded: nothing is given back, and 2 do not fit.
+        assert_eq!(refund(&p, &mut state, 0, 1), None, "nothing given back");
+        assert!(!decide(&p, Some(&state), 100, 2).0.allowed);
+    }
+}
