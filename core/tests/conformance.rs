@@ -5,32 +5,14 @@ mod support;
 
 use polylimit::{CheckOptions, Decision, Limiter, LimiterConfig, Policy};
 use serde::Deserialize;
-use serde_json::Value;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    name: String,
-    #[serde(default)]
-    #[allow(dead_code)]
-    description: Option<String>,
-    policy: Value,
-    steps: Vec<Step>,
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Step {
     now_ms: i64,
-    #[serde(default = "default_key")]
+    #[serde(default = "support::default_key")]
     key: String,
-    #[serde(default = "one")]
+    #[serde(default = "support::one")]
     cost: u64,
     expect: Expect,
 }
@@ -50,12 +32,7 @@ struct Expect {
     source: Option<String>,
 }
 
-fn default_key() -> String {
-    "k".into()
-}
-fn one() -> u64 {
-    1
-}
+type File = support::VectorFile<Step>;
 
 fn load() -> Vec<(String, File)> {
     let files: Vec<(String, File)> = support::vector_files("");

@@ -14,32 +14,14 @@ use std::sync::{Arc, LazyLock};
 
 use polylimit::{CheckOptions, Decision, LimiterConfig, Policy, RefundProbe};
 use serde::Deserialize;
-use serde_json::Value;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct File {
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Case {
-    name: String,
-    #[serde(default)]
-    #[allow(dead_code)]
-    description: Option<String>,
-    policy: Value,
-    steps: Vec<Step>,
-}
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct Step {
     now_ms: i64,
-    #[serde(default = "default_key")]
+    #[serde(default = "support::default_key")]
     key: String,
-    #[serde(default = "one")]
+    #[serde(default = "support::one")]
     cost: u64,
     /// A refund of the admission of `cost` at `now_ms` (the step before).
     #[serde(default)]
@@ -63,12 +45,8 @@ struct Expect {
     delay_ms: u64,
 }
 
-fn default_key() -> String {
-    "k".into()
-}
-fn one() -> u64 {
-    1
-}
+type File = support::VectorFile<Step>;
+type Case = support::VectorCase<Step>;
 
 fn load() -> Vec<(String, File)> {
     let files: Vec<(String, File)> = support::vector_files("refund");

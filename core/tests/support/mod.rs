@@ -405,3 +405,31 @@ pub fn assert_no_mismatches(failures: &[String]) {
         failures.join("\n")
     );
 }
+
+/// A file of decision vectors (`tests/conformance/*.json` and its
+/// subdirectories of the same shape): cases of one policy and their steps.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorFile<S> {
+    pub cases: Vec<VectorCase<S>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorCase<S> {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub policy: serde_json::Value,
+    pub steps: Vec<S>,
+}
+
+/// A step's key when it names none.
+pub fn default_key() -> String {
+    "k".into()
+}
+
+/// A step's cost when it names none.
+pub fn one() -> u64 {
+    1
+}
