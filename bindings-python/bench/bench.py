@@ -85,7 +85,7 @@ async def run_tasks(check, tasks: int = TASKS, seconds: float = SECONDS) -> floa
 
 
 def polylimit_check(url: str):
-    limiter = polylimit.Limiter(policy={"algorithm": "sliding_window_log", "rate": "100000000/min"}, store=url)
+    limiter = polylimit.Limiter(policy={"algorithm": "sliding_window_log", "rate": "100000/min"}, store=url)
     return limiter.check
 
 
@@ -96,7 +96,7 @@ def limits_check(url: str):
 
     storage = RedisStorage(url.replace("redis://", "async+redis://"))
     limiter = MovingWindowRateLimiter(storage)
-    item = parse("100000000/minute")
+    item = parse("100000/minute")
 
     async def check(key: str) -> bool:
         return await limiter.hit(item, key)
