@@ -112,6 +112,10 @@ def cli(port, *args, timeout=5, auth=True):
     return out.stdout.strip()
 
 
+class NotReady(Exception):
+    """A topology that did not come up: it is stopped and started again on other ports."""
+
+
 def wait_until(what, predicate, seconds=30):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -121,7 +125,7 @@ def wait_until(what, predicate, seconds=30):
         except (subprocess.SubprocessError, OSError):
             pass
         time.sleep(0.05)
-    raise SystemExit(f"redis_topology: {what} did not happen within {seconds} s")
+    raise NotReady(f"redis_topology: {what} did not happen within {seconds} s")
 
 
 class Topology:
@@ -140,7 +144,8 @@ class Topology:
             stdin=subprocess.DEVNULL,
         )
         self.processes.append(process)
-        wait_until(f"{binary} on port {port} answering PING", lambda: cli(port, "PING") == "PONG")
+        # Our own server: another process may have taken the port since it was free.
+        wait_until(f"{binary} on port {port} answering", lambda: f"process_id:{process.pid}" in cli(port, "INFO", "server"))
         return process
 
     def stop(self):
@@ -239,6 +244,8 @@ def sentinel(topology):
         )
         topology.processes.append(process)
         nodes.append({"port": port, "pid": process.pid, "role": "sentinel"})
+        wait_until(f"the sentinel on port {port} answering",
+                   lambda p=port, pid=process.pid: f"process_id:{pid}" in cli(p, "INFO", "server", auth=False))
 
     def known():
         for port in sentinels:
@@ -272,23 +279,37 @@ def main():
         args = args[:1]
     if len(args) != 1 or args[0] not in ("single", "cluster", "sentinel"):
         raise SystemExit("usage: redis_topology.py single|cluster|sentinel [--password PW] [--tls]")
-    topology = Topology()
-    if TLS:
-        TLS = make_certificates(topology.dir)
+    start = {"single": single, "cluster": Topology.cluster, "sentinel": sentinel}[args[0]]
+    tls = TLS
+    current = []
 
     def stop(*_):
-        topology.stop()
+        for topology in current:
+            topology.stop()
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        described = {"single": single, "cluster": Topology.cluster, "sentinel": sentinel}[args[0]](topology)
-        if TLS:
-            described["ca"] = TLS["ca"]
-    except BaseException:
-        topology.stop()
-        raise
+    # A loaded machine, or a port taken between choosing and binding it, can
+    # keep a topology from coming up: up to three tries, each on new ports.
+    for attempt in range(3):
+        topology = Topology()
+        current[:] = [topology]
+        try:
+            if tls:
+                TLS = make_certificates(topology.dir)
+            described = start(topology)
+            if TLS:
+                described["ca"] = TLS["ca"]
+            break
+        except NotReady as e:
+            topology.stop()
+            print(f"{e}; starting again ({attempt + 1} of 3)", file=sys.stderr, flush=True)
+        except BaseException:
+            topology.stop()
+            raise
+    else:
+        raise SystemExit("redis_topology: the topology did not come up in three tries")
     print(json.dumps(described), flush=True)
     # Until the test process closes our stdin (or ends, which closes it).
     try:

@@ -345,6 +345,10 @@ impl Topology {
 
     fn start_with(kind: &str, args: &[&str]) -> Topology {
         use std::io::BufRead;
+        // One topology coming up at a time in a test binary: each loads both
+        // cores while it converges, and picks its ports while they are free.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/topology/redis_topology.py");
         let mut child = Command::new("python3")
             .arg(script)
