@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,17 +63,28 @@ async fn drill(url: &str, fault: impl FnOnce()) -> Report {
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(AtomicU64::new(0));
+    // Wakes the drill after decisions were recorded, to look at them again.
+    let progress = Arc::new(tokio::sync::Notify::new());
     let mut callers = Vec::new();
     for _ in 0..CALLERS {
-        let (limiter, seen, stop, errors) = (limiter.clone(), seen.clone(), stop.clone(), errors.clone());
+        let (limiter, seen, stop, errors, progress) = (
+            limiter.clone(),
+            seen.clone(),
+            stop.clone(),
+            errors.clone(),
+            progress.clone(),
+        );
         callers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 match limiter.check(KEY).await {
-                    Ok(d) => seen.lock().push(Seen {
-                        at: Instant::now(),
-                        allowed: d.allowed,
-                        source: d.source,
-                    }),
+                    Ok(d) => {
+                        seen.lock().push(Seen {
+                            at: Instant::now(),
+                            allowed: d.allowed,
+                            source: d.source,
+                        });
+                        progress.notify_one();
+                    }
                     Err(_) => {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
@@ -82,34 +93,38 @@ async fn drill(url: &str, fault: impl FnOnce()) -> Report {
             }
         }));
     }
-    let until = |what: &str, deadline: Duration, done: &dyn Fn(&[Seen]) -> bool| {
-        let start = Instant::now();
-        loop {
-            if done(&seen.lock()) {
-                return;
-            }
-            assert!(start.elapsed() < deadline, "{what} did not happen within {deadline:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
     // The budget spent: the store denies.
-    until("the store denying", Duration::from_secs(20), &|s| {
+    until(&seen, &progress, "the store denying", Duration::from_secs(20), &|s| {
         s.iter()
             .rev()
             .take(50)
             .filter(|d| d.source == Source::Store && !d.allowed)
             .count()
             == 50
-    });
+    })
+    .await;
     let from = seen.lock().len();
     let t0 = Instant::now();
     fault();
-    until("decisions returning to the store", Duration::from_secs(60), &|s| {
-        let after = &s[from.min(s.len())..];
-        after.iter().any(|d| d.source != Source::Store)
-            && after.len() >= 200
-            && after.iter().rev().take(200).all(|d| d.source == Source::Store)
-    });
+    // Whether a fallback decided since the fault, read from the entries not looked at yet.
+    let (fell_back, looked_at) = (AtomicBool::new(false), AtomicUsize::new(from));
+    until(
+        &seen,
+        &progress,
+        "decisions returning to the store",
+        Duration::from_secs(60),
+        &|s| {
+            let after = &s[from.min(s.len())..];
+            let new = &s[looked_at.swap(s.len(), Ordering::Relaxed).min(s.len())..];
+            if new.iter().any(|d| d.source != Source::Store) {
+                fell_back.store(true, Ordering::Relaxed);
+            }
+            fell_back.load(Ordering::Relaxed)
+                && after.len() >= 200
+                && after.iter().rev().take(200).all(|d| d.source == Source::Store)
+        },
+    )
+    .await;
     stop.store(true, Ordering::Relaxed);
     for caller in callers {
         caller.await.expect("a caller ended cleanly");
@@ -145,6 +160,22 @@ async fn drill(url: &str, fault: impl FnOnce()) -> Report {
         report.admitted_local
     );
     report
+}
+
+/// Returns once `done` holds for the decisions recorded so far, looking again
+/// each time callers record more; fails after `deadline`.
+async fn until(
+    seen: &Mutex<Vec<Seen>>,
+    progress: &tokio::sync::Notify,
+    what: &str,
+    deadline: Duration,
+    done: &dyn Fn(&[Seen]) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + deadline;
+    while !done(&seen.lock()) {
+        let woken = tokio::time::timeout_at(deadline, progress.notified()).await;
+        assert!(woken.is_ok(), "{what} did not happen within the deadline");
+    }
 }
 
 fn print(what: &str, r: &Report) {

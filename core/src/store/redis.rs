@@ -514,31 +514,13 @@ impl RedisStore {
         now: i64,
         cost: i64,
     ) -> Result<usize> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.refund_sha);
-        push_refund_args(&mut cmd, checks, now, cost);
-        let mut reply: Result<i64, RedisError> = Self::query(connection, &cmd).await;
-        if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(REFUND_SCRIPT);
-            push_refund_args(&mut eval, checks, now, cost);
-            reply = Self::query(connection, &eval).await;
-        }
-        match reply {
-            Ok(n) => Ok(n.max(0) as usize),
-            Err(e) if is_key_error(&e) => Err(Error::Store {
-                key: checks
-                    .iter()
-                    .flat_map(|c| c.keys.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                message: e.to_string(),
-            }),
-            Err(e) => {
-                self.forget(generation);
-                Err(unavailable(e))
-            }
-        }
+        let reply: Result<i64, RedisError> = Self::eval(connection, &self.refund_sha, REFUND_SCRIPT, |cmd| {
+            push_refund_args(cmd, checks, now, cost)
+        })
+        .await;
+        reply
+            .map(|n| n.max(0) as usize)
+            .map_err(|e| self.call_failed(generation, checks, e))
     }
 
     /// Test hook: `hook` runs between the peek and the charge pass of every
@@ -566,19 +548,45 @@ impl RedisStore {
         if !self.functions.load(Ordering::Relaxed) {
             reply = self.call_script(connection, checks, now, cost, peek).await;
         }
-        let values = reply.map_err(|e| {
-            if is_key_error(&e) {
-                let keys: Vec<&str> = checks.iter().flat_map(|c| c.keys.iter().map(String::as_str)).collect();
-                Error::Store {
-                    key: keys.join(" "),
-                    message: e.to_string(),
-                }
-            } else {
-                self.forget(generation);
-                unavailable(e)
-            }
-        })?;
+        let values = reply.map_err(|e| self.call_failed(generation, checks, e))?;
         parse_reply(&values, checks.len())
+    }
+
+    /// The error of a failed call for `checks`: foreign data on one of their
+    /// keys reaches the caller; anything else is the store failing, and the
+    /// connection is dropped so the next call reconnects.
+    fn call_failed(&self, generation: u64, checks: &[RedisCheck<'_>], e: RedisError) -> Error {
+        if is_key_error(&e) {
+            let keys: Vec<&str> = checks.iter().flat_map(|c| c.keys.iter().map(String::as_str)).collect();
+            Error::Store {
+                key: keys.join(" "),
+                message: e.to_string(),
+            }
+        } else {
+            self.forget(generation);
+            unavailable(e)
+        }
+    }
+
+    /// EVALSHA of a script, EVAL of its `source` when the server lost its
+    /// script cache (a restart, SCRIPT FLUSH, a replica just promoted).
+    async fn eval<T: FromRedisValue>(
+        connection: &mut Connection,
+        sha: &str,
+        source: &str,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<T, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(sha);
+        args(&mut cmd);
+        let reply = Self::query(connection, &cmd).await;
+        if !matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            return reply;
+        }
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(source);
+        args(&mut eval);
+        Self::query(connection, &eval).await
     }
 
     /// FCALL of the library's function, loading the library when the server
@@ -615,18 +623,10 @@ impl RedisStore {
         cost: i64,
         peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(&self.sha);
-        push_args(&mut cmd, checks, now, cost, peek);
-        let mut reply = Self::query(connection, &cmd).await;
-        if matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            // The server restarted or ran SCRIPT FLUSH: EVAL loads the script again.
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(SCRIPT);
-            push_args(&mut eval, checks, now, cost, peek);
-            reply = Self::query(connection, &eval).await;
-        }
-        reply
+        Self::eval(connection, &self.sha, SCRIPT, |cmd| {
+            push_args(cmd, checks, now, cost, peek)
+        })
+        .await
     }
 
     /// Deletes keys.
