@@ -1,8 +1,9 @@
--- ARGV: now_ms ('' = use the server's TIME), cost, then per policy ten
+-- ARGV: now_ms ('' = use the server's TIME), cost, then per policy eleven
 -- values: kind, count, period_ms, burst (or limit), max_delay (scaled),
 -- flags (1 = shadow: its denial blocks nothing; 2 = peek: decide, charge
 -- nothing and record no penalty, set on every policy or none), penalty threshold (0 = none),
--- penalty within_ms, forget_after_ms, cooldowns ("10000,60000").
+-- penalty within_ms, forget_after_ms, cooldowns ("10000,60000"), and the
+-- id of the lease an admission takes (concurrency; '' for the others).
 -- KEYS: per policy its keys (sliding_window_log takes two), then its penalty
 -- key when it has a penalty.
 -- Returns {all_allowed, now, then per policy: allowed, remaining,
@@ -22,7 +23,7 @@ local cost = tonumber(ARGV[2])
 -- the bookkeeping of several policies (commits held back, penalties).
 if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 then
   local allowed, remaining, reset, retry, delay, commit = KINDS[tonumber(ARGV[3])](KEYS, 1, now, cost,
-    tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+    tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[13])
   local flags = tonumber(ARGV[8])
   if allowed and flags < 2 then commit() end
   remaining, reset, retry = reply_values(remaining, reset, retry)
@@ -54,7 +55,7 @@ for b = 3, #ARGV, STRIDE do
     allowed, remaining, reset, retry, delay, penalized = false, 0, blocked, blocked, 0, 1
   else
     allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
-      tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]))
+      tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 10])
   end
   local at = #out + 1
   if allowed then

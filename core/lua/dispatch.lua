@@ -3,9 +3,10 @@
 local KINDS = {
   token_bucket, token_bucket_interval, gcra, leaky_bucket,
   leaky_bucket_shape, fixed_window, sliding_window_log, sliding_window_counter,
+  concurrency,
 }
-local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
-local STRIDE = 10
+local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1, 1}
+local STRIDE = 11
 
 -- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.
 local function reply_values(remaining, reset, retry)

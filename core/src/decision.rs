@@ -87,6 +87,20 @@ impl Decision {
     }
 }
 
+/// A slot (or `cost` slots) of a `concurrency` policy held by a request in
+/// flight: give it back with [`crate::Limiter::release`] when the request
+/// ends. Unreleased, it ends by itself after the policy's `lease`. Small on
+/// purpose: (policy index, key, id) is all a release needs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The policy's index in its limiter.
+    pub policy: usize,
+    /// The key it was acquired for (as the check was given it).
+    pub key: String,
+    /// The lease id: 32 hex digits (random), then `*<n>` when it holds n > 1 slots.
+    pub id: String,
+}
+
 /// The decisions of one check across its policies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckResult {
@@ -96,6 +110,9 @@ pub struct CheckResult {
     pub now_ms: i64,
     /// One decision per policy, in the order the policies were given.
     pub decisions: Vec<Decision>,
+    /// The concurrency leases the check took (none unless it was allowed):
+    /// release them when the request ends.
+    pub leases: Vec<Lease>,
 }
 
 impl CheckResult {

@@ -36,11 +36,11 @@ pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
 pub use config::effective_config;
 #[doc(hidden)]
 pub use config::effective_config_with;
-pub use decision::{CheckResult, Decision, Source};
+pub use decision::{CheckResult, Decision, Lease, Source};
 pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{HeaderMode, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+pub use http::{HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
 #[doc(hidden)]
 pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};

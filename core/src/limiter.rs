@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
-use crate::algorithm::{Params, Verdict};
+use crate::algorithm::{Kind, Params, Verdict};
 use crate::breaker::{BreakerConfig, BreakerState, Clock};
-use crate::decision::{CheckResult, Decision, Source};
+use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policy::{check_name, Policy, MAX_COST};
@@ -153,6 +153,33 @@ pub(crate) fn process_now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A lease id: 128 random bits in hex, then `*<slots>` when it holds more
+/// than one slot.
+fn new_lease_id(slots: i64) -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        // No OS randomness (it does not happen on supported systems): the
+        // time, the process and a counter still make ids distinct.
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes[..8].copy_from_slice(&(nanos ^ u64::from(std::process::id()) << 32).to_le_bytes());
+        bytes[8..].copy_from_slice(&n.to_le_bytes());
+    }
+    let mut id = String::with_capacity(40);
+    for byte in bytes {
+        use std::fmt::Write;
+        let _ = write!(id, "{byte:02x}");
+    }
+    if slots > 1 {
+        id.push('*');
+        id.push_str(&slots.to_string());
+    }
+    id
+}
+
 impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
@@ -280,7 +307,7 @@ impl Engine {
         let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
             return None;
         };
-        if compiled.penalty.is_some() {
+        if compiled.penalty.is_some() || compiled.params.kind == Kind::Concurrency {
             return None;
         }
         let cost = match self.validate(options) {
@@ -294,6 +321,7 @@ impl Engine {
             key,
             shadow: false,
             penalty: None,
+            lease: None,
         };
         let verdict = inner.memory.decide_one(&check, now, cost);
         let decision = Decision::from_verdict(verdict, compiled.policy.limit(), Source::Store);
@@ -343,6 +371,7 @@ impl Engine {
 
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
+        let leases = self.lease_ids(targets, cost);
         if let ([(i, key, shadow)], true) = (targets, charge) {
             let compiled = &inner.policies[*i];
             if compiled.penalty.is_none() {
@@ -353,15 +382,17 @@ impl Engine {
                     key,
                     shadow: *shadow,
                     penalty: None,
+                    lease: leases[0].as_deref(),
                 };
                 let verdict = inner.memory.decide_one(&check, now, cost);
                 let allowed = verdict.allowed || *shadow;
-                return self.result(targets, now, allowed, [verdict], source);
+                return self.result(targets, now, allowed, [verdict], source, &leases);
             }
         }
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
-            .map(|&(i, key, shadow)| {
+            .zip(&leases)
+            .map(|(&(i, key, shadow), lease)| {
                 let compiled = &inner.policies[i];
                 MemoryCheck {
                     slot: i as u32,
@@ -369,11 +400,13 @@ impl Engine {
                     key,
                     shadow,
                     penalty: compiled.penalty.as_ref(),
+                    lease: lease.as_deref(),
                 }
             })
             .collect();
         let (allowed, verdicts) = inner.memory.decide(&checks, now, cost, charge);
-        self.result(targets, now, allowed, verdicts, source)
+        let leases = if charge { leases } else { Vec::new() };
+        self.result(targets, now, allowed, verdicts, source, &leases)
     }
 
     fn result(
@@ -383,8 +416,9 @@ impl Engine {
         allowed: bool,
         verdicts: impl IntoIterator<Item = Verdict>,
         source: Source,
+        lease_ids: &[Option<String>],
     ) -> CheckResult {
-        let decisions = targets
+        let decisions: Vec<Decision> = targets
             .iter()
             .zip(verdicts)
             .map(|(&(i, _, _), v)| {
@@ -392,11 +426,41 @@ impl Engine {
                 Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source)
             })
             .collect();
+        // The leases taken: an admitted concurrency policy's, when the check
+        // was charged (every enforced policy allowed).
+        let leases = if allowed {
+            targets
+                .iter()
+                .zip(lease_ids)
+                .zip(&decisions)
+                .filter_map(|((&(policy, key, _), id), d)| {
+                    let id = id.as_ref().filter(|_| d.allowed)?;
+                    Some(Lease {
+                        policy,
+                        key: key.to_string(),
+                        id: id.clone(),
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         CheckResult {
             allowed,
             now_ms: now,
             decisions,
+            leases,
         }
+    }
+
+    /// A new lease id for each concurrency target (`None` for the others):
+    /// 128 random bits in hex, then `*<cost>` when the lease holds more than
+    /// one slot (the release script reads how many members to remove).
+    fn lease_ids(&self, targets: &[Target<'_>], cost: i64) -> Vec<Option<String>> {
+        targets
+            .iter()
+            .map(|&(i, _, _)| (self.inner.policies[i].params.kind == Kind::Concurrency).then(|| new_lease_id(cost)))
+            .collect()
     }
 
     /// The policy's keys for `key`: its state (and log), then its penalty record.
@@ -422,6 +486,8 @@ impl Engine {
         cost: i64,
     ) -> Result<CheckResult> {
         let inner = &*self.inner;
+        let leases = self.lease_ids(targets, cost);
+        let lease_ids = &leases;
         let answer = inner
             .resilience
             .call(&inner.metrics, || async move {
@@ -429,13 +495,15 @@ impl Engine {
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
                     .zip(&keys)
-                    .map(|(&(i, _, shadow), keys)| {
+                    .zip(lease_ids)
+                    .map(|((&(i, _, shadow), keys), lease)| {
                         let compiled = &inner.policies[i];
                         RedisCheck {
                             params: &compiled.params,
                             keys,
                             shadow,
                             penalty: compiled.penalty.as_ref(),
+                            lease: lease.as_deref(),
                         }
                     })
                     .collect();
@@ -445,7 +513,7 @@ impl Engine {
         Ok(match answer {
             Some((store_now, verdicts)) => {
                 let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
-                self.result(targets, store_now, allowed, verdicts, Source::Store)
+                self.result(targets, store_now, allowed, verdicts, Source::Store, &leases)
             }
             None => self.fallback(targets, now, cost),
         })
@@ -485,6 +553,7 @@ impl Engine {
                         key,
                         shadow: false,
                         penalty: None,
+                        lease: None,
                     })
                     .collect();
                 Ok(inner.memory.refund(&checks, now, cost))
@@ -499,10 +568,76 @@ impl Engine {
                         keys,
                         shadow: false,
                         penalty: None,
+                        lease: None,
                     })
                     .collect();
                 redis.refund(&checks, now, cost).await
             }
+        }
+    }
+
+    /// Releases concurrency leases, at `now` (the store's clock when
+    /// `None`), in the local store (where the `local` fallback took them)
+    /// and in Redis. Returns how many were live. A store that cannot answer
+    /// is counted (`polylimit_store_errors_total`) and its leases end with
+    /// their lease; a lease of another limiter is a config error.
+    pub(crate) async fn release(&self, leases: &[Lease], now: Option<i64>) -> Result<usize> {
+        let inner = &*self.inner;
+        for (n, lease) in leases.iter().enumerate() {
+            if inner
+                .policies
+                .get(lease.policy)
+                .is_none_or(|c| c.params.kind != Kind::Concurrency)
+            {
+                return Err(Error::config(
+                    format!("leases[{n}].policy"),
+                    lease.policy,
+                    "is not a concurrency policy of this limiter",
+                ));
+            }
+        }
+        let local_now = now.unwrap_or_else(process_now_ms);
+        let mut released = 0;
+        for lease in leases {
+            if inner
+                .memory
+                .release(lease.policy as u32, &lease.key, &lease.id, local_now)
+            {
+                released += 1;
+            }
+        }
+        if let (Backend::Redis(redis), false) = (&inner.backend, leases.is_empty()) {
+            let keys: Vec<Vec<String>> = leases.iter().map(|l| self.store_keys(l.policy, &l.key)).collect();
+            let checks: Vec<RedisCheck<'_>> = leases
+                .iter()
+                .zip(&keys)
+                .map(|(l, keys)| RedisCheck {
+                    params: &inner.policies[l.policy].params,
+                    keys,
+                    shadow: false,
+                    penalty: None,
+                    lease: Some(&l.id),
+                })
+                .collect();
+            let answer = inner
+                .resilience
+                .call(&inner.metrics, || redis.release(&checks, now))
+                .await;
+            // A key holding foreign data releases nothing either.
+            if let Ok(Some(n)) = answer {
+                released += n;
+            }
+        }
+        Ok(released)
+    }
+
+    /// Releases leases in the local store only (no runtime to reach Redis).
+    pub(crate) fn release_local(&self, leases: &[Lease], now: Option<i64>) {
+        let now = now.unwrap_or_else(process_now_ms);
+        for lease in leases.iter().filter(|l| l.policy < self.inner.policies.len()) {
+            self.inner
+                .memory
+                .release(lease.policy as u32, &lease.key, &lease.id, now);
         }
     }
 

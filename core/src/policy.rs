@@ -19,7 +19,15 @@ pub const MAX_LOG_ENTRIES: u64 = 100_000;
 /// Largest cost a single check may carry.
 pub const MAX_COST: u64 = 1 << 32;
 
-/// The six algorithms.
+/// Largest `limit` of a `concurrency` policy: a key holds one lease slot per
+/// request in flight, so this bounds a key's state.
+pub const MAX_IN_FLIGHT: u64 = 100_000;
+
+/// A `concurrency` policy's lease when it names none: a request not released
+/// within it (its process crashed) gives its slot back then.
+pub const DEFAULT_LEASE_MS: u64 = 60_000;
+
+/// The algorithms: six rate limits, and a limit of requests in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Algorithm {
     /// Tokens refill at the rate up to `burst`.
@@ -34,6 +42,9 @@ pub enum Algorithm {
     SlidingWindowLog,
     /// Weighted previous + current window counters.
     SlidingWindowCounter,
+    /// Requests in flight: a lease per admitted request, given back when
+    /// released or when its `lease` ends.
+    Concurrency,
 }
 
 impl Algorithm {
@@ -46,16 +57,18 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindowLog => "sliding_window_log",
             Algorithm::SlidingWindowCounter => "sliding_window_counter",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
-    const ALL: [Algorithm; 6] = [
+    const ALL: [Algorithm; 7] = [
         Algorithm::TokenBucket,
         Algorithm::LeakyBucket,
         Algorithm::Gcra,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindowLog,
         Algorithm::SlidingWindowCounter,
+        Algorithm::Concurrency,
     ];
 
     /// Window algorithms count requests per window; the others are buckets.
@@ -135,8 +148,10 @@ pub struct Policy {
     penalty: Option<Penalty>,
 }
 
-const KNOWN_FIELDS: [&str; 10] = [
+const KNOWN_FIELDS: [&str; 12] = [
     "algorithm",
+    "limit",
+    "lease",
     "rate",
     "burst",
     "capacity",
@@ -147,7 +162,8 @@ const KNOWN_FIELDS: [&str; 10] = [
     "penalty",
     "name",
 ];
-const FIELDS: &str = "algorithm, rate, burst (capacity), refill, mode, max_delay, on_store_error, penalty, name";
+const FIELDS: &str =
+    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, name";
 
 const NAME_RULE: &str = "is not a name of 1 to 128 bytes without control characters";
 
@@ -204,16 +220,19 @@ impl Policy {
             }
         };
 
-        let rate = obj
-            .get("rate")
-            .ok_or_else(|| Error::config(at("rate"), "", "is required"))?;
-        let (count, period_ms) = parse_rate(rate).ok_or_else(|| {
-            Error::config(
-                at("rate"),
-                rate,
-                "is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0",
-            )
-        })?;
+        let (count, period_ms) = if algorithm == Algorithm::Concurrency {
+            concurrency_fields(obj, &at)?
+        } else {
+            for field in ["limit", "lease"] {
+                if obj.contains_key(field) {
+                    return Err(Error::config(at(field), "", "applies only to concurrency"));
+                }
+            }
+            let rate = obj
+                .get("rate")
+                .ok_or_else(|| Error::config(at("rate"), "", "is required"))?;
+            rate_fields(rate, &at)?
+        };
 
         let burst_field = if obj.contains_key("capacity") {
             "capacity"
@@ -222,6 +241,13 @@ impl Policy {
         };
         let burst = match obj.get(burst_field) {
             None => count,
+            Some(_) if algorithm == Algorithm::Concurrency => {
+                return Err(Error::config(
+                    at(burst_field),
+                    "",
+                    "does not apply to concurrency: the limit is `limit`, the requests in flight",
+                ))
+            }
             Some(_) if algorithm.is_window() => {
                 return Err(Error::config(
                     at(burst_field),
@@ -341,7 +367,11 @@ impl Policy {
             ));
         }
         if self.burst.checked_mul(self.period_ms).is_none_or(|v| v > MAX_SCALED) {
-            let field = if self.algorithm.is_window() { "rate" } else { "burst" };
+            let field = match self.algorithm {
+                Algorithm::Concurrency => "lease",
+                a if a.is_window() => "rate",
+                _ => "burst",
+            };
             return too_big(field, self.burst.to_string());
         }
         if let Some(d) = self.max_delay_ms {
@@ -365,11 +395,16 @@ impl Policy {
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
     }
-    /// The rate's count: requests per period.
+    /// Concurrency: how long a lease lasts unless released, in ms.
+    pub fn lease_ms(&self) -> Option<u64> {
+        (self.algorithm == Algorithm::Concurrency).then_some(self.period_ms)
+    }
+    /// The rate's count: requests per period (concurrency: the limit).
     pub fn count(&self) -> u64 {
         self.count
     }
-    /// The rate's period (the window for window algorithms), in ms.
+    /// The rate's period (the window for window algorithms; concurrency:
+    /// the lease), in ms.
     pub fn period_ms(&self) -> u64 {
         self.period_ms
     }
@@ -418,8 +453,13 @@ impl Policy {
         let mut out = serde_json::Map::new();
         out.insert("name".into(), self.name.clone().into());
         out.insert("algorithm".into(), self.algorithm.as_str().into());
-        out.insert("rate".into(), format!("{}/{}ms", self.count, self.period_ms).into());
-        if !self.algorithm.is_window() {
+        if self.algorithm == Algorithm::Concurrency {
+            out.insert("limit".into(), self.count.into());
+            out.insert("lease".into(), ms(self.period_ms));
+        } else {
+            out.insert("rate".into(), format!("{}/{}ms", self.count, self.period_ms).into());
+        }
+        if !self.algorithm.is_window() && self.algorithm != Algorithm::Concurrency {
             out.insert("burst".into(), self.burst.into());
         }
         if self.algorithm == Algorithm::TokenBucket {
@@ -450,6 +490,49 @@ impl Policy {
         }
         Value::Object(out)
     }
+}
+
+/// A rate policy's `rate` → (count, period_ms).
+fn rate_fields(rate: &Value, at: &dyn Fn(&str) -> String) -> Result<(u64, u64)> {
+    parse_rate(rate).ok_or_else(|| {
+        Error::config(
+            at("rate"),
+            rate,
+            "is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0",
+        )
+    })
+}
+
+/// A `concurrency` policy's `limit` and `lease` → (limit, lease_ms), held
+/// where a rate policy holds its count and period. `rate` is refused: a
+/// limit of requests in flight has no rate.
+fn concurrency_fields(obj: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<(u64, u64)> {
+    if let Some(rate) = obj.get("rate") {
+        return Err(Error::config(
+            at("rate"),
+            rate,
+            "does not apply to concurrency: give `limit`, the most requests in flight per key",
+        ));
+    }
+    let limit = obj.get("limit").ok_or_else(|| {
+        Error::config(
+            at("limit"),
+            "",
+            "is required for concurrency (the most requests in flight per key)",
+        )
+    })?;
+    let limit = positive_int(limit).filter(|n| *n <= MAX_IN_FLIGHT).ok_or_else(|| {
+        Error::config(
+            at("limit"),
+            limit,
+            format!("is not an integer from 1 to {MAX_IN_FLIGHT}"),
+        )
+    })?;
+    let lease_ms = match obj.get("lease") {
+        None => DEFAULT_LEASE_MS,
+        Some(v) => duration(v, &at("lease"), false)?,
+    };
+    Ok((limit, lease_ms))
 }
 
 /// `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"` → (count, period_ms).
@@ -613,7 +696,7 @@ mod tests {
             err(json!({"rate": "1/s", "burst": "10"})),
             "burst: \"10\" is not a positive integer"
         );
-        assert_eq!(err(json!({"rate": "1/s", "algorithm": "magic"})), "algorithm: \"magic\" is not one of token_bucket, leaky_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter");
+        assert_eq!(err(json!({"rate": "1/s", "algorithm": "magic"})), "algorithm: \"magic\" is not one of token_bucket, leaky_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, concurrency");
         assert!(err(json!({"rate": "1/s", "colour": "red"})).starts_with("colour: is not a policy field"));
         assert_eq!(
             err(json!({"rate": "1/s", "burst": 1u64 << 41})),
@@ -696,6 +779,47 @@ mod tests {
                 cooldowns_ms: vec![10_000, 60_000, 600_000],
                 forget_after_ms: 3_600_000
             }
+        );
+    }
+
+    #[test]
+    fn concurrency_fields() {
+        let p = Policy::from_value(&json!({"algorithm": "concurrency", "limit": 10, "lease": "30s"}), "").unwrap();
+        assert_eq!((p.limit(), p.lease_ms()), (10, Some(30_000)));
+        let p = Policy::from_value(&json!({"algorithm": "concurrency", "limit": 3}), "").unwrap();
+        assert_eq!(p.lease_ms(), Some(DEFAULT_LEASE_MS));
+        assert_eq!(Policy::from_value(&p.to_value(), "").unwrap(), p, "to_value reads back");
+        let c = |extra: Value| {
+            let mut v = json!({"algorithm": "concurrency", "limit": 10});
+            v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            err(v)
+        };
+        assert_eq!(
+            c(json!({"rate": "10/s"})),
+            "rate: \"10/s\" does not apply to concurrency: give `limit`, the most requests in flight per key"
+        );
+        assert_eq!(
+            err(json!({"algorithm": "concurrency"})),
+            "limit: is required for concurrency (the most requests in flight per key)"
+        );
+        assert_eq!(c(json!({"limit": 0})), "limit: 0 is not an integer from 1 to 100000");
+        assert_eq!(
+            c(json!({"limit": "10"})),
+            "limit: \"10\" is not an integer from 1 to 100000"
+        );
+        assert_eq!(
+            c(json!({"limit": 100_001})),
+            "limit: 100001 is not an integer from 1 to 100000"
+        );
+        assert!(c(json!({"lease": "0s"})).starts_with("lease: \"0s\" is not a duration"));
+        assert!(c(json!({"burst": 5})).starts_with("burst: does not apply to concurrency"));
+        assert_eq!(
+            err(json!({"rate": "1/s", "limit": 5})),
+            "limit: applies only to concurrency"
+        );
+        assert_eq!(
+            err(json!({"rate": "1/s", "lease": "5s"})),
+            "lease: applies only to concurrency"
         );
     }
 }

@@ -134,10 +134,13 @@ impl Resilience {
             })
             .collect();
         let allowed = targets.iter().zip(&decisions).all(|(t, d)| d.allowed || t.2);
+        // Leases the local store took (it charged only if nothing denied).
+        let leases = local_result.map(|r| r.leases).unwrap_or_default();
         CheckResult {
             allowed,
             now_ms: now,
             decisions,
+            leases,
         }
     }
 }

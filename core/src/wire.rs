@@ -161,6 +161,7 @@ mod tests {
                 },
                 shadow: false,
             }],
+            leases: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@
 
 use crate::policy::{Algorithm, LeakyMode, Policy, Refill};
 
+pub(crate) mod concurrency;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod leaky_bucket;
@@ -27,6 +28,7 @@ pub(crate) enum Kind {
     FixedWindow = 6,
     SlidingWindowLog = 7,
     SlidingWindowCounter = 8,
+    Concurrency = 9,
 }
 
 /// A policy's numbers, converted once to the signed integers the algorithms use.
@@ -54,6 +56,7 @@ impl Params {
             (Algorithm::FixedWindow, _, _) => Kind::FixedWindow,
             (Algorithm::SlidingWindowLog, _, _) => Kind::SlidingWindowLog,
             (Algorithm::SlidingWindowCounter, _, _) => Kind::SlidingWindowCounter,
+            (Algorithm::Concurrency, _, _) => Kind::Concurrency,
         };
         // Policy validation bounds all of these by 2^50.
         Params {
@@ -108,6 +111,8 @@ pub(crate) enum State {
     Cells([i64; 3]),
     /// The sliding log.
     Log(sliding_window_log::Log),
+    /// Concurrency: the leases in flight.
+    Leases(concurrency::Leases),
     /// A key's penalty record.
     Penalty([i64; 5]),
 }
@@ -118,8 +123,20 @@ pub(crate) enum State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Update {
     Cells([i64; 3]),
-    LogAppend { cutoff: i64, at: i64, cost: i64 },
+    LogAppend {
+        cutoff: i64,
+        at: i64,
+        cost: i64,
+    },
     Penalty([i64; 5]),
+    /// A lease taken at `at` (the leases ended by then go); its `id` is
+    /// set by [`Update::with_lease`] before the update is stored.
+    Acquire {
+        id: Box<str>,
+        at: i64,
+        expires: i64,
+        slots: i64,
+    },
 }
 
 impl Update {
@@ -137,6 +154,29 @@ impl Update {
                 log.push(at, cost);
                 State::Log(log)
             }
+            Update::Acquire { id, at, expires, slots } => {
+                let mut leases = match state {
+                    Some(State::Leases(leases)) => leases,
+                    _ => concurrency::Leases::default(),
+                };
+                leases.trim(at);
+                leases.push(id, expires, slots);
+                State::Leases(leases)
+            }
+        }
+    }
+
+    /// Names the lease an [`Update::Acquire`] takes (the caller generates
+    /// lease ids); other updates are returned as they are.
+    pub fn with_lease(self, lease: Option<&str>) -> Update {
+        match (self, lease) {
+            (Update::Acquire { at, expires, slots, .. }, Some(id)) => Update::Acquire {
+                id: id.into(),
+                at,
+                expires,
+                slots,
+            },
+            (update, _) => update,
         }
     }
 }
@@ -164,6 +204,13 @@ pub(crate) fn decide(p: &Params, state: Option<&State>, now: i64, cost: i64) -> 
                 _ => None,
             };
             sliding_window_log::decide(p, log, now, cost)
+        }
+        Kind::Concurrency => {
+            let leases = match state {
+                Some(State::Leases(leases)) => Some(leases),
+                _ => None,
+            };
+            concurrency::decide(p, leases, now, cost)
         }
     }
 }

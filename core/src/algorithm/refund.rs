@@ -24,7 +24,8 @@ use super::{ceil_div, Kind, Params, State};
 pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Option<i64> {
     let cells = match state {
         State::Log(log) => return sliding_window_log(p, log, now, cost),
-        State::Penalty(_) => return None,
+        // A lease is given back by releasing it, not by a refund.
+        State::Penalty(_) | State::Leases(_) => return None,
         State::Cells(cells) => cells,
     };
     let (refunded, ttl) = match p.kind {
@@ -34,7 +35,7 @@ pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Opti
         Kind::LeakyPolice => leaky_bucket(p, cells, now, cost)?,
         Kind::FixedWindow => fixed_window(p, cells, now, cost)?,
         Kind::SlidingWindowCounter => sliding_window_counter(p, cells, now, cost)?,
-        Kind::SlidingWindowLog => return None,
+        Kind::SlidingWindowLog | Kind::Concurrency => return None,
     };
     *cells = refunded;
     Some(ttl)

@@ -1,7 +1,7 @@
 //! Rate-limit response headers and bodies, identical in every language.
 
 use crate::decision::Decision;
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 
 /// Which rate-limit headers a response carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,16 @@ pub(crate) fn rate_limit_headers(
     }
     if matches!(mode, HeaderMode::Ietf | HeaderMode::Both) {
         let name = policy.name().replace(['"', '\\'], "_");
+        if policy.algorithm() == Algorithm::Concurrency {
+            // Requests in flight have no window and no reset time: the
+            // draft's quota unit says what `q` counts; `t` is left out.
+            headers.push((
+                "RateLimit-Policy".into(),
+                format!("\"{name}\";q={};qu=\"concurrent-requests\"", decision.limit),
+            ));
+            headers.push(("RateLimit".into(), format!("\"{name}\";r={}", decision.remaining)));
+            return headers;
+        }
         headers.push((
             "RateLimit-Policy".into(),
             format!("\"{name}\";q={};w={}", decision.limit, window_secs(policy)),

@@ -5,6 +5,7 @@
 pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
+mod concurrency;
 pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;
@@ -17,11 +18,12 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::breaker::{BreakerState, Clock};
-use crate::decision::{CheckResult, Decision, Source};
+use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
+pub use concurrency::LeaseGuard;
 pub use headers::HeaderMode;
 use route::normalize_path;
 use rules::{glob_match, key_dimensions, middleware_key, Dimension, HttpRules, List, Rule, Target};
@@ -190,6 +192,9 @@ pub struct Outcome {
     pub delay_ms: u64,
     /// Every policy's decision.
     pub decisions: Vec<RuleDecision>,
+    /// The concurrency leases the request took: release them
+    /// ([`Limiter::release`]) when its response is done.
+    pub leases: Vec<Lease>,
 }
 
 impl Outcome {
@@ -200,6 +205,7 @@ impl Outcome {
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
+            leases: Vec::new(),
         }
     }
 }
@@ -393,6 +399,7 @@ impl Limiter {
         if let Some(decision) = self.engine.check_one_now(key, options) {
             return decision;
         }
+        self.refuse_concurrency()?;
         let result = self.check_all(key, options).await?;
         Ok(result.decision())
     }
@@ -664,6 +671,7 @@ impl Limiter {
             outcome.delay_ms = result.decisions.iter().map(|d| d.delay_ms).max().unwrap_or(0);
         }
         outcome.decisions = decisions;
+        outcome.leases = result.leases;
         outcome
     }
 }

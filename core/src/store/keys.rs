@@ -29,6 +29,7 @@ pub(crate) fn kind_name(kind: Kind) -> &'static str {
         Kind::FixedWindow => "fixed_window",
         Kind::SlidingWindowLog => "sliding_window_log",
         Kind::SlidingWindowCounter => "sliding_window_counter",
+        Kind::Concurrency => "concurrency",
     }
 }
 

@@ -96,14 +96,22 @@ impl Shard {
 
     /// Decides one check and stores its update, looking the key up once.
     #[inline]
-    fn decide_and_store(&mut self, key: &MapKeyRef<'_>, params: &Params, now: i64, cost: i64, cap: usize) -> Verdict {
+    fn decide_and_store(
+        &mut self,
+        key: &MapKeyRef<'_>,
+        check: &MemoryCheck<'_>,
+        now: i64,
+        cost: i64,
+        cap: usize,
+    ) -> Verdict {
         let index = self.map.get_index_of(key);
         let live = index
             .and_then(|i| self.map.get_index(i))
             .filter(|(_, e)| now < e.expires_at)
             .map(|(_, e)| &e.state);
-        let (verdict, update) = decide(params, live, now, cost);
+        let (verdict, update) = decide(check.params, live, now, cost);
         if let Some(update) = update {
+            let update = update.with_lease(check.lease);
             let ttl = verdict.reset_after_ms;
             match index {
                 Some(index) => self.update_at(index, update, now, ttl),
@@ -180,6 +188,8 @@ pub(crate) struct MemoryCheck<'a> {
     /// A shadow check's denial blocks nothing (and so charges the others).
     pub shadow: bool,
     pub penalty: Option<&'a PenaltyParams>,
+    /// Concurrency: the id of the lease an admission takes.
+    pub lease: Option<&'a str>,
 }
 
 /// The embedded, process-local store.
@@ -275,6 +285,7 @@ impl MemoryStore {
         if all {
             for (i, update) in updates.into_iter().enumerate() {
                 if let Some(update) = update {
+                    let update = update.with_lease(checks[i].lease);
                     let ttl = verdicts[i].reset_after_ms;
                     guards[guard_of(i)].store(&keys[i], update, now, ttl, self.per_shard_cap);
                 }
@@ -304,7 +315,7 @@ impl MemoryStore {
         };
         self.shards[self.shard_of(&key)]
             .lock()
-            .decide_and_store(&key, check.params, now, cost, self.per_shard_cap)
+            .decide_and_store(&key, check, now, cost, self.per_shard_cap)
     }
 
     /// Gives back admissions of `cost` at `now` ([`refund`]), key by key.
@@ -327,6 +338,21 @@ impl MemoryStore {
             }
         }
         refunded
+    }
+
+    /// Releases the lease `id` of a key of one policy. True if it was live
+    /// at `now`; an unknown, released or ended lease changes nothing.
+    pub fn release(&self, slot: u32, key: &str, id: &str, now: i64) -> bool {
+        let stored = stored_key(key);
+        let key = MapKeyRef { slot, key: &stored };
+        let mut shard = self.shards[self.shard_of(&key)].lock();
+        match shard.map.get_mut(&key).filter(|e| now < e.expires_at) {
+            Some(Entry {
+                state: State::Leases(leases),
+                ..
+            }) => leases.release(id, now),
+            _ => false,
+        }
     }
 
     /// Forgets a key of one policy.
@@ -384,7 +410,8 @@ mod tests {
                             params: &p,
                             key: &key,
                             shadow: false,
-                            penalty: None
+                            penalty: None,
+                            lease: None
                         },
                         1_000,
                         1
@@ -409,6 +436,7 @@ mod tests {
                 key: &key,
                 shadow: false,
                 penalty: None,
+                lease: None,
             };
             assert!(store.decide_one(&check, 1_000, 1).allowed);
             if i % 100 == 0 {
@@ -451,6 +479,7 @@ mod tests {
                     key: &key,
                     shadow: false,
                     penalty: None,
+                    lease: None,
                 },
                 0,
                 1,
@@ -467,6 +496,7 @@ mod tests {
                     key: &key,
                     shadow: false,
                     penalty: None,
+                    lease: None,
                 },
                 10_000 + i,
                 1,
@@ -489,7 +519,8 @@ mod tests {
                         params: &p,
                         key: "k",
                         shadow: false,
-                        penalty: None
+                        penalty: None,
+                        lease: None
                     },
                     0,
                     1
@@ -504,7 +535,8 @@ mod tests {
                         params: &p,
                         key: "k",
                         shadow: false,
-                        penalty: None
+                        penalty: None,
+                        lease: None
                     },
                     0,
                     1
@@ -519,7 +551,8 @@ mod tests {
                         params: &p,
                         key: "k",
                         shadow: false,
-                        penalty: None
+                        penalty: None,
+                        lease: None
                     },
                     0,
                     1
@@ -540,6 +573,7 @@ mod tests {
                 key: "k",
                 shadow: false,
                 penalty: None,
+                lease: None,
             },
             MemoryCheck {
                 slot: 1,
@@ -547,6 +581,7 @@ mod tests {
                 key: "k",
                 shadow: false,
                 penalty: None,
+                lease: None,
             },
         ];
         assert!(store.decide(&checks, 0, 1, true).0);

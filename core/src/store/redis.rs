@@ -17,7 +17,7 @@ use redis::{AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, IntoConnectio
 use tokio::sync::watch;
 
 use crate::algorithm::penalty::PenaltyParams;
-use crate::algorithm::{Params, Verdict};
+use crate::algorithm::{Kind, Params, Verdict};
 use crate::error::{Error, Result};
 
 /// The algorithm functions of the decision code.
@@ -31,6 +31,7 @@ macro_rules! algorithms {
             include_str!("../../lua/fixed_window.lua"),
             include_str!("../../lua/sliding_window_counter.lua"),
             include_str!("../../lua/sliding_window_log.lua"),
+            include_str!("../../lua/concurrency.lua"),
             include_str!("../../lua/penalty.lua"),
             include_str!("../../lua/dispatch.lua"),
         )
@@ -49,6 +50,13 @@ pub const SCRIPT: &str = concat!(algorithms!(), include_str!("../../lua/check.lu
 pub(crate) const REFUND_SCRIPT: &str = concat!(
     include_str!("../../lua/common.lua"),
     include_str!("../../lua/refund.lua")
+);
+
+/// The release script: removes concurrency leases. Always a script.
+pub(crate) const RELEASE_SCRIPT: &str = concat!(
+    include_str!("../../lua/common.lua"),
+    include_str!("../../lua/concurrency.lua"),
+    include_str!("../../lua/release.lua")
 );
 
 /// The SHA1 of [`SCRIPT`], as EVALSHA wants it.
@@ -89,6 +97,8 @@ pub(crate) struct RedisCheck<'a> {
     pub keys: &'a [String],
     pub shadow: bool,
     pub penalty: Option<&'a PenaltyParams>,
+    /// Concurrency: the id of the lease an admission takes.
+    pub lease: Option<&'a str>,
 }
 
 #[derive(Clone)]
@@ -155,6 +165,7 @@ pub(crate) struct RedisStore {
     shared: Arc<Shared>,
     sha: String,
     refund_sha: String,
+    release_sha: String,
     between_passes: Mutex<Option<BetweenPasses>>,
     /// Whether decisions go through the function library: until the server
     /// shows it has no functions (Redis < 7) or may not use them (ACL).
@@ -267,6 +278,7 @@ impl RedisStore {
             shared: Arc::new(Shared::default()),
             sha: script_sha(),
             refund_sha: redis::Script::new(REFUND_SCRIPT).get_hash().to_string(),
+            release_sha: redis::Script::new(RELEASE_SCRIPT).get_hash().to_string(),
             between_passes: Mutex::new(None),
             // Cluster decisions stay scripts: a library would have to be
             // loaded on every primary, and re-loaded on each after failover.
@@ -514,8 +526,70 @@ impl RedisStore {
         now: i64,
         cost: i64,
     ) -> Result<usize> {
+        // A lease is given back by releasing it (and a concurrency key holds
+        // no cells for the refund script to read).
+        let (leases, checks): (Vec<RedisCheck<'_>>, Vec<RedisCheck<'_>>) =
+            checks.iter().copied().partition(|c| c.params.kind == Kind::Concurrency);
+        let leases: Vec<RedisCheck<'_>> = leases.into_iter().filter(|c| c.lease.is_some()).collect();
+        let mut refunded = 0;
+        if !leases.is_empty() {
+            refunded += self
+                .release_in_one_slot(generation, connection, &leases, Some(now))
+                .await?;
+        }
+        if checks.is_empty() {
+            return Ok(refunded);
+        }
         let reply: Result<i64, RedisError> = Self::eval(connection, &self.refund_sha, REFUND_SCRIPT, |cmd| {
-            push_refund_args(cmd, checks, now, cost)
+            push_refund_args(cmd, &checks, now, cost)
+        })
+        .await;
+        reply
+            .map(|n| refunded + n.max(0) as usize)
+            .map_err(|e| self.call_failed(generation, &checks, e))
+    }
+
+    /// Releases the leases of `checks` (their `lease`), one call per slot on
+    /// a cluster. Returns how many were live at `now` (the server's `TIME`
+    /// when `None`).
+    pub async fn release(&self, checks: &[RedisCheck<'_>], now: Option<i64>) -> Result<usize> {
+        self.with_connection(|generation, mut connection| async move {
+            let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
+            tags.sort_unstable();
+            tags.dedup();
+            let mut released = 0;
+            for tag in tags {
+                let group: Vec<RedisCheck<'_>> = checks.iter().filter(|c| hash_tag(c) == tag).copied().collect();
+                released += self
+                    .release_in_one_slot(generation, &mut connection, &group, now)
+                    .await?;
+            }
+            Ok(released)
+        })
+        .await
+    }
+
+    /// EVALSHA of the release script (EVAL when the server lost it) for
+    /// leases whose keys share one slot.
+    async fn release_in_one_slot(
+        &self,
+        generation: u64,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+    ) -> Result<usize> {
+        let reply: Result<i64, RedisError> = Self::eval(connection, &self.release_sha, RELEASE_SCRIPT, |cmd| {
+            cmd.arg(checks.len());
+            for check in checks {
+                cmd.arg(check.keys[0].as_str());
+            }
+            match now {
+                Some(now) => cmd.arg(now),
+                None => cmd.arg(""),
+            };
+            for check in checks {
+                cmd.arg(check.lease.unwrap_or("")).arg(check.params.burst);
+            }
         })
         .await;
         reply
@@ -844,6 +918,7 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
                 cmd.arg(0).arg(0).arg(0).arg("");
             }
         }
+        cmd.arg(check.lease.unwrap_or(""));
     }
 }
 

@@ -284,6 +284,7 @@ mod tests {
             body,
             delay_ms,
             decisions,
+            leases: Vec::new(),
         }
     }
 
@@ -419,6 +420,7 @@ mod tests {
                     shadow: i % 4 == 1,
                 })
                 .collect(),
+            leases: Vec::new(),
         }
     }
 
@@ -460,6 +462,7 @@ mod tests {
                 decision: decision(Source::Penalty, false, Some(2000)),
                 shadow: true,
             }],
+            leases: Vec::new(),
         };
         let mut want: Vec<u8> = vec![0xAD, 0x01, 1, 0x02, 0x01, 0, 0, 0, 0, 0, 0];
         want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, b'A', 1, 0, 0, 0, b'1']);
@@ -479,6 +482,7 @@ mod tests {
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
+            leases: Vec::new(),
         };
         assert_eq!(outcome(&pass, true), vec![0; 19]);
     }
