@@ -566,3 +566,31 @@ async fn a_request_carries_its_lease_and_the_concurrency_headers() {
     let third = limiter.check_request(&req).await.unwrap();
     assert_eq!(third.status, None, "the released slot is free");
 }
+
+/// Dropping a guard releases its leases: on the runtime it is dropped in
+/// (a task, run at the next yield), or at once without one.
+#[tokio::test]
+async fn dropping_a_guard_releases() {
+    for store in ["memory", &support::RedisServer::start().url()] {
+        let limiter = limiter(vec![concurrent(1, "30s")], store, "drop");
+        let (first, guard) = limiter.acquire("k").await.unwrap();
+        assert!(first.allowed);
+        assert!(!limiter.acquire("k").await.unwrap().0.allowed);
+        drop(guard);
+        let mut tries = 0;
+        let guard = loop {
+            let (decision, guard) = limiter.acquire("k").await.unwrap();
+            if decision.allowed {
+                break guard;
+            }
+            tries += 1;
+            assert!(tries < 1000, "{store}: the dropped guard's release never ran");
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        };
+        // Outside any runtime: the local store's leases go at once.
+        if store == "memory" {
+            std::thread::spawn(move || drop(guard)).join().unwrap();
+            assert!(limiter.acquire("k").await.unwrap().0.allowed);
+        }
+    }
+}
