@@ -594,3 +594,52 @@ async fn dropping_a_guard_releases() {
         }
     }
 }
+
+/// Across cluster slots, the other way round: a slot that denied in the
+/// peek frees up before the charge pass (a release in between). The request
+/// stays denied, so that slot's lease, taken when it is decided again, is
+/// given back, and the slot that allowed in the peek is not charged.
+#[tokio::test]
+async fn across_cluster_slots_a_slot_freed_between_the_passes_takes_no_lease() {
+    let mut config = LimiterConfig::new(concurrent(1, "30s")).with_store(&CLUSTER.url);
+    config.prefix = "freed".into();
+    let probe = RefundProbe::new(config.clone()).unwrap();
+    let holder = Limiter::new(config.clone()).unwrap();
+    // Releases on its own runtime, in the hook: a limiter of its own (a
+    // connection lives on the runtime that opened it, blocked meanwhile).
+    let releaser = Limiter::new(config).unwrap();
+    let at = CheckOptions {
+        cost: 1,
+        now_ms: Some(7_000),
+    };
+    // "z-busy" is held by another request; "a-free" is free.
+    let held = holder.check_all("z-busy", at).await.unwrap();
+    assert!(held.allowed);
+    let leases = Arc::new(std::sync::Mutex::new(Some(held.leases)));
+    let hook_ran = Arc::new(AtomicUsize::new(0));
+    let ran = hook_ran.clone();
+    probe.between_slot_passes(Some(Arc::new(move || {
+        ran.fetch_add(1, Ordering::SeqCst);
+        let (releaser, leases) = (releaser.clone(), leases.lock().unwrap().take());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let released = runtime.block_on(releaser.release_at(&leases.unwrap(), 7_000)).unwrap();
+            assert_eq!(released, 1, "the holder's request ends between the passes");
+        })
+        .join()
+        .unwrap();
+    })));
+    let result = probe.check(&[(0, "a-free"), (0, "z-busy")], at).await.unwrap();
+    assert_eq!(hook_ran.load(Ordering::SeqCst), 1, "the hook ran between the passes");
+    assert!(!result.allowed, "denied as the peek saw it: {result:?}");
+    assert!(result.leases.is_empty());
+    probe.between_slot_passes(None);
+    for key in ["a-free", "z-busy"] {
+        let free = probe.check(&[(0, key)], at).await.unwrap();
+        assert!(free.allowed, "{key}: no slot was kept for the denied request: {free:?}");
+    }
+    assert!(probe.metrics_text().contains("polylimit_store_errors_total 0\n"));
+}

@@ -431,7 +431,10 @@ impl RedisStore {
     /// charge another request may take what the peek saw: when a group then
     /// denies in the charge pass, the groups charged before it are refunded
     /// ([`crate::algorithm::refund`]) and the later ones are not charged, so
-    /// the request is denied with nothing charged.
+    /// the request is denied with nothing charged. The other way round, a
+    /// denying group may allow when decided again (freed in between): it is
+    /// refunded at once and keeps its peek verdicts, so the request stays
+    /// denied, and concurrency leases are released, never left behind.
     async fn decide_across_slots(
         &self,
         generation: u64,
@@ -456,7 +459,7 @@ impl RedisStore {
         let mut denying = Vec::new();
         let mut charged: Vec<Vec<RedisCheck<'_>>> = Vec::new();
         for pass in [Pass::Peek, Pass::Charge] {
-            if pass == Pass::Charge && denying.is_empty() {
+            if pass == Pass::Charge {
                 let hook = self.between_passes.lock().clone();
                 if let Some(hook) = hook {
                     hook();
@@ -472,6 +475,15 @@ impl RedisStore {
                     .await?;
                 let at = *store_now.get_or_insert(n);
                 let denied = denies(&decided, &group);
+                if pass == Pass::Charge && !denying.is_empty() && !denied {
+                    // A group that denied in the peek allows now (freed
+                    // between the passes) and was charged, for a request
+                    // that stays denied: give that back, keep the peek's
+                    // verdicts.
+                    self.refund_in_one_slot(generation, connection, &group, at, cost)
+                        .await?;
+                    continue;
+                }
                 for (&i, verdict) in members.iter().zip(decided) {
                     verdicts[i] = Some(verdict);
                 }
@@ -598,7 +610,7 @@ impl RedisStore {
     }
 
     /// Test hook: `hook` runs between the peek and the charge pass of every
-    /// cross-slot decision that peeked all allowed.
+    /// cross-slot decision.
     pub(crate) fn set_between_passes(&self, hook: Option<BetweenPasses>) {
         *self.between_passes.lock() = hook;
     }
