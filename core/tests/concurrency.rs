@@ -8,7 +8,7 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
-use polylimit::{CheckOptions, Decision, Lease, Limiter, LimiterConfig, Policy, RefundProbe};
+use polylimit::{CheckOptions, Decision, Lease, LeaseGuard, Limiter, LimiterConfig, Policy, RefundProbe};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -207,8 +207,8 @@ async fn hundred_at_once(store: &str) {
         let (decision, guard) = task.await.unwrap();
         admitted += usize::from(decision.allowed);
         // Dropping a guard releases on the runtime, a moment later: keep
-        // them until every task has decided.
-        std::mem::forget(guard.map(|g| g.into_leases()));
+        // these leases held (not released) while the others decide.
+        drop(guard.map(LeaseGuard::into_leases));
     }
     assert_eq!(admitted, 10, "{store}: releasing made room for 10 more");
     assert!(limiter.metrics_text().contains("polylimit_store_errors_total 0\n"));
