@@ -180,6 +180,11 @@ fn new_lease_id(slots: i64) -> String {
     id
 }
 
+/// The lease id of target `n` ([`Engine::lease_ids`]).
+fn lease_at(leases: &[Option<String>], n: usize) -> Option<&str> {
+    leases.get(n).and_then(Option::as_deref)
+}
+
 impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
@@ -382,7 +387,7 @@ impl Engine {
                     key,
                     shadow: *shadow,
                     penalty: None,
-                    lease: leases[0].as_deref(),
+                    lease: lease_at(&leases, 0),
                 };
                 let verdict = inner.memory.decide_one(&check, now, cost);
                 let allowed = verdict.allowed || *shadow;
@@ -391,8 +396,8 @@ impl Engine {
         }
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
-            .zip(&leases)
-            .map(|(&(i, key, shadow), lease)| {
+            .enumerate()
+            .map(|(n, &(i, key, shadow))| {
                 let compiled = &inner.policies[i];
                 MemoryCheck {
                     slot: i as u32,
@@ -400,7 +405,7 @@ impl Engine {
                     key,
                     shadow,
                     penalty: compiled.penalty.as_ref(),
-                    lease: lease.as_deref(),
+                    lease: lease_at(&leases, n),
                 }
             })
             .collect();
@@ -428,7 +433,7 @@ impl Engine {
             .collect();
         // The leases taken: an admitted concurrency policy's, when the check
         // was charged (every enforced policy allowed).
-        let leases = if allowed {
+        let leases = if allowed && !lease_ids.is_empty() {
             targets
                 .iter()
                 .zip(lease_ids)
@@ -453,10 +458,15 @@ impl Engine {
         }
     }
 
-    /// A new lease id for each concurrency target (`None` for the others):
-    /// 128 random bits in hex, then `*<cost>` when the lease holds more than
-    /// one slot (the release script reads how many members to remove).
+    /// A new lease id for each concurrency target (`None` for the others;
+    /// nothing at all, and no allocation, when no target is one): 128 random
+    /// bits in hex, then `*<cost>` when the lease holds more than one slot
+    /// (the release script reads how many members to remove).
     fn lease_ids(&self, targets: &[Target<'_>], cost: i64) -> Vec<Option<String>> {
+        let concurrency = |&(i, _, _): &Target<'_>| self.inner.policies[i].params.kind == Kind::Concurrency;
+        if !targets.iter().any(concurrency) {
+            return Vec::new();
+        }
         targets
             .iter()
             .map(|&(i, _, _)| (self.inner.policies[i].params.kind == Kind::Concurrency).then(|| new_lease_id(cost)))
@@ -495,15 +505,15 @@ impl Engine {
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
                     .zip(&keys)
-                    .zip(lease_ids)
-                    .map(|((&(i, _, shadow), keys), lease)| {
+                    .enumerate()
+                    .map(|(n, (&(i, _, shadow), keys))| {
                         let compiled = &inner.policies[i];
                         RedisCheck {
                             params: &compiled.params,
                             keys,
                             shadow,
                             penalty: compiled.penalty.as_ref(),
-                            lease: lease.as_deref(),
+                            lease: lease_at(lease_ids, n),
                         }
                     })
                     .collect();
