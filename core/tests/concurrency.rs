@@ -499,6 +499,11 @@ async fn check_refuses_a_concurrency_policy() {
     };
     let e = plain.release(&[foreign]).await.unwrap_err().to_string();
     assert_eq!(e, "leases[0].policy: 0 is not a concurrency policy of this limiter");
+    // Requests in flight finish after close: their leases still release.
+    let (_, guard) = limiter.acquire("k").await.unwrap();
+    limiter.close();
+    assert!(matches!(limiter.acquire("k").await, Err(polylimit::Error::Closed)));
+    assert_eq!(guard.unwrap().release().await.unwrap(), 1);
 }
 
 fn limiter_plain() -> Limiter {
