@@ -204,3 +204,28 @@ func TestAPolicyLimiterPeeksAndResetsRequestsByItsKey(t *testing.T) {
 		t.Fatalf("closed peek: %v", err)
 	}
 }
+
+func TestWhileTheStoreIsDownAPeekAnswersByTheFallback(t *testing.T) {
+	ctx := context.Background()
+	// A port nothing listens on: every store call fails at once.
+	store := fmt.Sprintf("redis://127.0.0.1:%d", freePort(t))
+	l := newLimiter(t, Options{Policy: &Policy{Rate: "2/min", Burst: 2, OnStoreError: "local"}, Store: store})
+	for i := 0; i < 3; i++ {
+		if d, err := l.Peek(ctx, "k", WithNowMs(peekNow)); err != nil || !d.Allowed || d.Remaining != 1 || d.Source != SourceLocal {
+			t.Fatalf("peek %d: %+v %v", i, d, err)
+		}
+	}
+	if d, _ := l.Check(ctx, "k", WithNowMs(peekNow)); d.Remaining != 1 {
+		t.Fatalf("check: %+v", d)
+	}
+	if d, _ := l.Peek(ctx, "k", WithNowMs(peekNow)); d.Remaining != 0 {
+		t.Fatalf("peek after the check: %+v", d)
+	}
+	closed := newLimiter(t, Options{Policy: &Policy{Rate: "2/min", OnStoreError: "fail_closed"}, Store: store})
+	if d, _ := closed.Peek(ctx, "k"); d.Source != SourceFailClosed {
+		t.Fatalf("fail_closed: %+v", d)
+	}
+	if _, err := closed.ResetRequest(ctx, &RequestInfo{Path: "/", Peer: "203.0.113.7"}); !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("reset with the store down: %v", err)
+	}
+}

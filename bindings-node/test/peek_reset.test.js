@@ -125,3 +125,21 @@ test('a policy limiter peeks and resets requests by its key (ip)', async () => {
   await assert.rejects(limiter.resetRequest(req), ClosedError);
   await assert.rejects(limiter.peekRequest(req), ClosedError);
 });
+
+test('while the store is down a peek answers by the fallback', async () => {
+  // A port nothing listens on: every store call fails at once.
+  const server = require('node:net').createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const store = `redis://127.0.0.1:${server.address().port}`;
+  await new Promise((resolve) => server.close(resolve));
+  const limiter = new Limiter({ policy: { rate: '2/min', burst: 2, onStoreError: 'local' }, store });
+  for (let i = 0; i < 3; i++) {
+    const d = await limiter.peek('k', { nowMs: NOW });
+    assert.deepStrictEqual([d.allowed, d.remaining, d.source], [true, 1, 'local']);
+  }
+  assert.equal((await limiter.check('k', { nowMs: NOW })).remaining, 1);
+  assert.equal((await limiter.peek('k', { nowMs: NOW })).remaining, 0);
+  const closed = new Limiter({ policy: { rate: '2/min', onStoreError: 'fail_closed' }, store });
+  assert.equal((await closed.peek('k')).source, 'fail_closed');
+  await assert.rejects(closed.resetRequest({ path: '/', peer: '203.0.113.7' }), (e) => e.code === 'POLYLIMIT_STORE_UNAVAILABLE');
+});

@@ -127,3 +127,21 @@ def test_a_policy_limiter_peeks_and_resets_requests_by_its_key() -> None:
     assert limiter.check_request_sync(req).status is None
     with pytest.raises(polylimit.ConfigError):
         limiter.reset_request_sync({"path": "/", "cost": "x"})
+
+
+def test_while_the_store_is_down_a_peek_answers_by_the_fallback() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every store call fails at once
+        s.bind(("127.0.0.1", 0))
+        store = f"redis://127.0.0.1:{s.getsockname()[1]}"
+    limiter = polylimit.Limiter(policy={"rate": "2/min", "burst": 2, "on_store_error": "local"}, store=store)
+    for _ in range(3):
+        d = limiter.peek_sync("k", now_ms=NOW)
+        assert (d.allowed, d.remaining, d.source) == (True, 1, "local")
+    assert limiter.check_sync("k", now_ms=NOW).remaining == 1
+    assert limiter.peek_sync("k", now_ms=NOW).remaining == 0
+    closed = polylimit.Limiter(policy={"rate": "2/min", "on_store_error": "fail_closed"}, store=store)
+    assert closed.peek_sync("k").source == "fail_closed"
+    with pytest.raises(polylimit.StoreUnavailableError):
+        closed.reset_request_sync({"path": "/", "peer": "203.0.113.7"})
