@@ -54,6 +54,7 @@ type vectorFile struct {
 			NowMs  *int64  `json:"now_ms"`
 			Key    *string `json:"key"`
 			Cost   *uint64 `json:"cost"`
+			Peek   bool    `json:"peek"` // the decision a check would get, nothing charged
 			Expect struct {
 				Allowed      *bool   `json:"allowed"`
 				Remaining    *uint64 `json:"remaining"`
@@ -144,7 +145,11 @@ func TestConformanceVectors(t *testing.T) {
 						if s.Cost != nil {
 							cost = *s.Cost
 						}
-						got, err := l.Check(context.Background(), key, WithCost(cost), WithNowMs(*s.NowMs))
+						decide := l.Check
+						if s.Peek {
+							decide = l.Peek
+						}
+						got, err := decide(context.Background(), key, WithCost(cost), WithNowMs(*s.NowMs))
 						if err != nil {
 							t.Errorf("%s: %q step %d: %v", name, c.Name, i, err)
 							continue
@@ -189,6 +194,7 @@ type httpVectorFile struct {
 		Rules       json.RawMessage `json:"rules"`
 		Requests    []struct {
 			Request json.RawMessage `json:"request"`
+			Peek    bool            `json:"peek"` // the answer a check would get, nothing charged
 			Expect  struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
@@ -262,7 +268,11 @@ func TestHTTPConformanceVectors(t *testing.T) {
 					}
 					for i, step := range c.Requests {
 						requests++
-						got, err := l.CheckRequest(context.Background(), requestInfo(t, step.Request))
+						decide := l.CheckRequest
+						if step.Peek {
+							decide = l.PeekRequest
+						}
+						got, err := decide(context.Background(), requestInfo(t, step.Request))
 						if err != nil {
 							t.Errorf("%s: %q request %d: %v", name, c.Name, i, err)
 							continue

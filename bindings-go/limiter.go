@@ -21,6 +21,8 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_check
 #cgo noescape polylimit_limiter_try_check_request
 #cgo nocallback polylimit_limiter_try_check_request
+#cgo noescape polylimit_limiter_try_peek
+#cgo nocallback polylimit_limiter_try_peek
 */
 import "C"
 
@@ -149,6 +151,19 @@ func await(ctx context.Context, ch chan result) (result, error) {
 // Redis check waits on a channel (no OS thread is held), and returns
 // ctx.Err() if ctx ends first.
 func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (Decision, error) {
+	return l.decide(ctx, key, false, opts)
+}
+
+// Peek returns the decision Check would return now (same options), charging
+// nothing and recording no penalty; peeks are not counted in the metrics.
+// While the store is down, each policy's on_store_error decides as for a
+// check ("local" peeks the local fallback).
+func (l *Limiter) Peek(ctx context.Context, key string, opts ...CheckOption) (Decision, error) {
+	return l.decide(ctx, key, true, opts)
+}
+
+// decide is Check, or Peek when peek is set.
+func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []CheckOption) (Decision, error) {
 	o := checkOptions{cost: 1, nowMs: -1}
 	for _, opt := range opts {
 		opt(&o)
@@ -165,7 +180,12 @@ func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (D
 		l.mu.RUnlock()
 		return Decision{}, closedError()
 	}
-	rc := C.polylimit_limiter_try_check(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out, &pending, &cerr)
+	var rc C.int32_t
+	if peek {
+		rc = C.polylimit_limiter_try_peek(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out, &pending, &cerr)
+	} else {
+		rc = C.polylimit_limiter_try_check(l.ptr, keyPtr, keyLen, C.uint64_t(o.cost), C.int64_t(o.nowMs), &out, &pending, &cerr)
+	}
 	l.mu.RUnlock()
 	runtime.KeepAlive(key)
 	switch rc {
@@ -219,25 +239,74 @@ func (l *Limiter) CheckRequest(ctx context.Context, req *RequestInfo) (*Outcome,
 	return l.checkRequest(ctx, req, true)
 }
 
-// checkRequest is CheckRequest; without decisions, Outcome.Decisions stays
-// empty and the answer is cheaper to build and read.
-func (l *Limiter) checkRequest(ctx context.Context, req *RequestInfo, withDecisions bool) (*Outcome, error) {
+// PeekRequest returns the outcome CheckRequest would return now, charging
+// nothing and recording no penalty; not counted in the metrics.
+func (l *Limiter) PeekRequest(ctx context.Context, req *RequestInfo) (*Outcome, error) {
+	return l.decideRequest(ctx, req, C.POLYLIMIT_WITH_DECISIONS|C.POLYLIMIT_PEEK)
+}
+
+// ResetRequest forgets every (policy, key) CheckRequest would charge for req
+// (the same rules, tiers and keys), penalty blocks included, so a blocked
+// client starts afresh. Returns how many (policy, key) pairs were forgotten:
+// 0 when no rule limits req. Waits for the store.
+func (l *Limiter) ResetRequest(ctx context.Context, req *RequestInfo) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return 0, err
 	}
 	p := getPacker()
 	defer putPacker(p)
 	p.request(req)
-	var flags C.uint32_t
-	if withDecisions {
-		flags |= C.POLYLIMIT_WITH_DECISIONS
+	if p.tooLong {
+		return 0, &Error{Kind: ErrInvalidArgument, Message: "request: a string of 4 GiB or more"}
 	}
+	var count C.size_t
+	var cerr *C.polylimit_error_t
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return 0, closedError()
+	}
+	rc := C.polylimit_limiter_reset_request(l.ptr, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(p.buf))), C.size_t(len(p.buf)),
+		matchFlags(req), &count, &cerr)
+	runtime.KeepAlive(p)
+	if rc != C.POLYLIMIT_OK {
+		return 0, takeError(rc, cerr)
+	}
+	return int(count), nil
+}
+
+// matchFlags are the router's path-matching flags of req.
+func matchFlags(req *RequestInfo) C.uint32_t {
+	var flags C.uint32_t
 	if req.CaseInsensitive {
 		flags |= C.POLYLIMIT_CASE_INSENSITIVE
 	}
 	if req.IgnoreTrailingSlash {
 		flags |= C.POLYLIMIT_IGNORE_TRAILING_SLASH
 	}
+	return flags
+}
+
+// checkRequest is CheckRequest; without decisions, Outcome.Decisions stays
+// empty and the answer is cheaper to build and read.
+func (l *Limiter) checkRequest(ctx context.Context, req *RequestInfo, withDecisions bool) (*Outcome, error) {
+	var flags C.uint32_t
+	if withDecisions {
+		flags |= C.POLYLIMIT_WITH_DECISIONS
+	}
+	return l.decideRequest(ctx, req, flags)
+}
+
+// decideRequest decides req with flags (C.POLYLIMIT_WITH_DECISIONS,
+// C.POLYLIMIT_PEEK) and the request's own path-matching flags and clock.
+func (l *Limiter) decideRequest(ctx context.Context, req *RequestInfo, flags C.uint32_t) (*Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := getPacker()
+	defer putPacker(p)
+	p.request(req)
+	flags |= matchFlags(req)
 	var nowMs int64
 	if req.NowMs != nil {
 		nowMs = *req.NowMs

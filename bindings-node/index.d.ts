@@ -141,7 +141,13 @@ export class Limiter {
   /** From the text (YAML or JSON) or the object of a rules file: `new Limiter({ ...options, rules })`. */
   static fromRules(rules: string | object, options?: LimiterOptions): Limiter;
   check(key: string, options?: CheckOptions): Promise<Decision>;
+  /** The decision `check` would return now, charging nothing and recording no penalty. */
+  peek(key: string, options?: CheckOptions): Promise<Decision>;
   checkRequest(request: RequestInfo): Promise<Outcome>;
+  /** The outcome `checkRequest` would give now, charging nothing. */
+  peekRequest(request: RequestInfo): Promise<Outcome>;
+  /** Forgets every (policy, key) `checkRequest` would charge for `request`; resolves with how many. */
+  resetRequest(request: RequestInfo): Promise<number>;
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics, `close()`):
    * the middlewares' `rateLimit({ limiter, key, policy })`. No `key`: `['ip']`, or `['key']` with

@@ -102,6 +102,15 @@ const REQUEST_NAMES = {
   ignoreTrailingSlash: 'ignore_trailing_slash',
 };
 
+/** A request object in JavaScript's names as the JSON text of the core's `RequestInfo`. */
+function requestJson(request) {
+  const info = {};
+  for (const [name, value] of Object.entries(request || {})) {
+    if (value !== undefined) info[REQUEST_NAMES[name] || name] = value;
+  }
+  return JSON.stringify(info);
+}
+
 class Limiter {
   /**
    * @param {object} options the core's options in JavaScript's names: `policy` | `policies` with `key`,
@@ -138,15 +147,48 @@ class Limiter {
   }
 
   /**
+   * The decision `check(key, options)` would return now, charging nothing and recording no
+   * penalty (not counted in the metrics): `{ allowed, limit, remaining, … }`.
+   */
+  peek(key, options) {
+    if (typeof key !== 'string') {
+      return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
+    }
+    const { cost, nowMs } = options || {};
+    return this._flight.start((id) => this._native.peekBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+  }
+
+  /**
    * Decides an HTTP request by the rules (`{ method, path, route, peer, headers, user, apiKey, key, cost, nowMs }`):
    * `{ status, headers, body, delayMs, decisions }`.
    */
   checkRequest(request) {
-    const info = {};
-    for (const [name, value] of Object.entries(request || {})) {
-      if (value !== undefined) info[REQUEST_NAMES[name] || name] = value;
+    const info = requestJson(request);
+    return this._flight.start((id) => this._native.checkRequestBatched(id, info));
+  }
+
+  /** The outcome `checkRequest(request)` would give now, charging nothing (not counted in the metrics). */
+  peekRequest(request) {
+    const info = requestJson(request);
+    return this._flight.start((id) => this._native.peekRequestBatched(id, info));
+  }
+
+  /**
+   * Forgets every (policy, key) that `checkRequest(request)` would charge (same rules, tiers and
+   * keys), penalty blocks included: resolves with how many pairs were forgotten.
+   */
+  resetRequest(request) {
+    let answer;
+    try {
+      answer = this._native.resetRequest(requestJson(request));
+    } catch (e) {
+      return Promise.reject(fromNative(e));
     }
-    return this._flight.start((id) => this._native.checkRequestBatched(id, JSON.stringify(info)));
+    return answer.then((text) => {
+      const { count, error } = JSON.parse(text);
+      if (error) throw fromRecord(error);
+      return count;
+    });
   }
 
   /**

@@ -131,6 +131,14 @@ pub enum Job {
     },
     /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
     Request { id: u32, request: RequestInfo },
+    /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
+    Peek {
+        id: u32,
+        key: String,
+        options: CheckOptions,
+    },
+    /// `limiter.peekRequest(request)`: answered like `Request`, nothing charged.
+    PeekRequest { id: u32, request: RequestInfo },
     /// A route middleware's request, decided by one [`RouteRule`] of the
     /// limiter (`Limiter::check_route`), answered like `Request`. Shared, so
     /// a request costs no copy of the rule.
@@ -173,6 +181,18 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
         }
         Job::Request { id, request } => {
             let result = AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await;
+            complete_request(&completions, id, result);
+        }
+        Job::Peek { id, key, options } => {
+            let result = match AssertUnwindSafe(limiter.peek_with(&key, options)).catch_unwind().await {
+                Ok(Ok(d)) => Ok(d),
+                Ok(Err(e)) => Err(error_record(&e)),
+                Err(_) => Err(panic_error()),
+            };
+            completions.complete(id, result);
+        }
+        Job::PeekRequest { id, request } => {
+            let result = AssertUnwindSafe(limiter.peek_request(&request)).catch_unwind().await;
             complete_request(&completions, id, result);
         }
         Job::Route { id, request, rule } => {

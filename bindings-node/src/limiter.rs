@@ -57,6 +57,24 @@ fn loose(value: Option<Unknown<'_>>) -> Result<Option<Value>> {
     }))
 }
 
+/// `cost` and `nowMs` by the core's one rule; errors name the JavaScript option.
+fn check_options(env: &Env, cost: Option<Unknown<'_>>, now_ms: Option<Unknown<'_>>) -> Result<CheckOptions> {
+    CheckOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
+        // The option's JavaScript name.
+        polylimit::Error::Config { field, value, message } if field == "now_ms" => {
+            config(env, "nowMs", value, &message)
+        }
+        e => throw(env, e),
+    })
+}
+
+/// A `RequestInfo` from its JSON text.
+fn request_arg(env: &Env, request: &str) -> Result<RequestInfo> {
+    let value: Value =
+        serde_json::from_str(request).map_err(|e| config(env, "request", "", &format!("is not JSON: {e}")))?;
+    RequestInfo::from_value(&value).map_err(|e| throw(env, e))
+}
+
 /// A route rule built by `NativeLimiter.routeRule`; opaque to JavaScript.
 #[napi]
 pub struct NativeRouteRule {
@@ -106,14 +124,7 @@ impl NativeLimiter {
         cost: Option<Unknown<'_>>,
         now_ms: Option<Unknown<'_>>,
     ) -> Result<()> {
-        let options =
-            CheckOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
-                // The option's JavaScript name.
-                polylimit::Error::Config { field, value, message } if field == "now_ms" => {
-                    config(&env, "nowMs", value, &message)
-                }
-                e => throw(&env, e),
-            })?;
+        let options = check_options(&env, cost, now_ms)?;
         self.send(&env, Job::Check { id, key, options })
     }
 
@@ -121,10 +132,52 @@ impl NativeLimiter {
     /// outcome arrives through the request completion handler.
     #[napi]
     pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
-        let value: Value =
-            serde_json::from_str(&request).map_err(|e| config(&env, "request", "", &format!("is not JSON: {e}")))?;
-        let request = RequestInfo::from_value(&value).map_err(|e| throw(&env, e))?;
+        let request = request_arg(&env, &request)?;
         self.send(&env, Job::Request { id, request })
+    }
+
+    /// Starts peek `id` of `key` (the decision a check would get, nothing
+    /// charged); its result arrives like `checkBatched`'s.
+    #[napi(ts_args_type = "id: number, key: string, cost?: number, nowMs?: number")]
+    pub fn peek_batched(
+        &self,
+        env: Env,
+        id: u32,
+        key: String,
+        cost: Option<Unknown<'_>>,
+        now_ms: Option<Unknown<'_>>,
+    ) -> Result<()> {
+        let options = check_options(&env, cost, now_ms)?;
+        self.send(&env, Job::Peek { id, key, options })
+    }
+
+    /// Starts peeking request `id` (the `RequestInfo` as JSON text): the
+    /// outcome `checkRequestBatched` would give, nothing charged.
+    #[napi]
+    pub fn peek_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
+        let request = request_arg(&env, &request)?;
+        self.send(&env, Job::PeekRequest { id, request })
+    }
+
+    /// Forgets every (policy, key) `checkRequest` would charge for the
+    /// request (JSON text): resolves with `{"count": n}` or `{"error": record}`
+    /// as JSON text, which `index.js` settles.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn reset_request<'e>(&self, env: &'e Env, request: String) -> Result<PromiseRaw<'e, String>> {
+        let request = request_arg(env, &request)?;
+        let limiter = self.inner.clone();
+        env.spawn_future(
+            AssertUnwindSafe(async move { limiter.reset_request(&request).await })
+                .catch_unwind()
+                .map(|r| {
+                    let r = r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in a reset".into())));
+                    Ok(match r {
+                        Ok(n) => serde_json::json!({ "count": n }),
+                        Err(e) => serde_json::json!({ "error": record(&e) }),
+                    }
+                    .to_string())
+                }),
+        )
     }
 
     /// Starts deciding request `id` for a middleware, from typed arguments

@@ -7,10 +7,10 @@ const { Limiter } = require('..');
 const { RedisServer, Topology, vectorFiles, strictFields } = require('./support');
 
 const CASE = ['name', 'description', 'policy', 'steps'];
-const STEP = ['now_ms', 'key', 'cost', 'expect'];
+const STEP = ['now_ms', 'key', 'cost', 'peek', 'expect'];
 const EXPECT = ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms', 'limit', 'delay_ms', 'source'];
 const HTTP_CASE = ['name', 'description', 'rules', 'requests'];
-const HTTP_STEP = ['request', 'expect'];
+const HTTP_STEP = ['request', 'peek', 'expect'];
 const HTTP_EXPECT = ['status', 'headers', 'body', 'delay_ms'];
 
 async function playDecisions(store, files) {
@@ -40,7 +40,9 @@ async function playDecisions(store, files) {
         };
         let got;
         try {
-          got = await limiter.check(step.key ?? 'k', { cost: step.cost ?? 1, nowMs: step.now_ms });
+          // A peek step: the decision a check would get, with nothing charged.
+          const decide = step.peek ? limiter.peek : limiter.check;
+          got = await decide.call(limiter, step.key ?? 'k', { cost: step.cost ?? 1, nowMs: step.now_ms });
         } catch (err) {
           failures.push(`${store}: ${file}: ${c.name} step ${i}: error ${err.message}`);
           continue;
@@ -87,7 +89,7 @@ async function playHttp(store, files) {
       assert.ok(c.requests.length > 0, `${file}: ${c.name}: no requests`);
       const limiter = Limiter.fromRules({ ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
       for (const [i, step] of c.requests.entries()) {
-        strictFields(step, HTTP_STEP, HTTP_STEP, `${file}: ${c.name}: request ${i}`);
+        strictFields(step, HTTP_STEP, ['request', 'expect'], `${file}: ${c.name}: request ${i}`);
         strictFields(step.expect, HTTP_EXPECT, ['status', 'headers', 'body'], `${file}: ${c.name}: request ${i} expect`);
         steps++;
         const want = {
@@ -98,7 +100,7 @@ async function playHttp(store, files) {
         };
         let got;
         try {
-          const o = await limiter.checkRequest(step.request);
+          const o = await (step.peek ? limiter.peekRequest(step.request) : limiter.checkRequest(step.request));
           got = { status: o.status, headers: o.headers, body: o.body, delayMs: o.delayMs };
           const fallback = o.decisions.filter((d) => ['local', 'fail_open', 'fail_closed'].includes(d.source));
           if (fallback.length > 0) failures.push(`${store}: ${file}: ${c.name} request ${i}: decided by a fallback`);

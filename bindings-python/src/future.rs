@@ -34,6 +34,8 @@ pub(crate) enum Done {
     Decision(Decision),
     Decisions(Vec<Decision>),
     Outcome(Outcome),
+    /// A count (`reset_request`: the (policy, key) pairs forgotten).
+    Count(usize),
     Unit,
 }
 
@@ -52,6 +54,11 @@ impl From<Outcome> for Done {
         Done::Outcome(o)
     }
 }
+impl From<usize> for Done {
+    fn from(n: usize) -> Self {
+        Done::Count(n)
+    }
+}
 impl From<()> for Done {
     fn from(_: ()) -> Self {
         Done::Unit
@@ -64,6 +71,7 @@ impl Done {
             Done::Decision(d) => PyDecision(d).into_py_any(py),
             Done::Decisions(ds) => ds.into_iter().map(PyDecision).collect::<Vec<_>>().into_py_any(py),
             Done::Outcome(o) => PyOutcome(o).into_py_any(py),
+            Done::Count(n) => n.into_py_any(py),
             Done::Unit => Ok(py.None()),
         }
     }

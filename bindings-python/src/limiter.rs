@@ -215,6 +215,70 @@ impl PyLimiter {
             .into_py_result()
     }
 
+    /// The decision `check` would return now, charging nothing and recording
+    /// no penalty; an awaitable resolving to a `Decision`.
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn peek<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        cost: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.peek_with(&key, options).await })
+    }
+
+    /// `peek`, blocking with the GIL released.
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn peek_sync(
+        &self,
+        py: Python<'_>,
+        key: String,
+        cost: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
+        let options = check_options(cost, now_ms)?;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.peek_with(&key, options)))
+            .map(PyDecision)
+            .into_py_result()
+    }
+
+    /// The `Outcome` `check_request` would return for `request` now,
+    /// charging nothing; an awaitable.
+    fn peek_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let req = request_info(request)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.peek_request(&req).await })
+    }
+
+    /// `peek_request`, blocking with the GIL released.
+    fn peek_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<PyOutcome> {
+        let req = request_info(request)?;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.peek_request(&req)))
+            .map(PyOutcome)
+            .into_py_result()
+    }
+
+    /// Forgets every (policy, key) `check_request` would charge for
+    /// `request`, penalties included; an awaitable resolving to how many.
+    fn reset_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let req = request_info(request)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.reset_request(&req).await })
+    }
+
+    /// `reset_request`, blocking with the GIL released.
+    fn reset_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let req = request_info(request)?;
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.reset_request(&req)))
+            .into_py_result()
+    }
+
     /// Forgets every policy's state for `key`; an awaitable.
     fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();

@@ -14,11 +14,11 @@ from conftest import unique_prefix, vectors_dir
 import polylimit
 
 CASE_FIELDS = {"name", "description", "policy", "steps"}
-STEP_FIELDS = {"now_ms", "key", "cost", "expect"}
+STEP_FIELDS = {"now_ms", "key", "cost", "peek", "expect"}
 EXPECT_FIELDS = {"allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source"}
 EXPECT_REQUIRED = {"allowed", "remaining", "reset_after_ms", "retry_after_ms"}
 HTTP_CASE_FIELDS = {"name", "description", "rules", "requests"}
-HTTP_STEP_FIELDS = {"request", "expect"}
+HTTP_STEP_FIELDS = {"request", "peek", "expect"}
 HTTP_EXPECT_FIELDS = {"status", "headers", "body", "delay_ms"}
 
 
@@ -59,7 +59,9 @@ def test_vectors(path: Path, vector_store: str) -> None:
             check_fields(f"{where} step {i}", step, STEP_FIELDS, {"now_ms", "expect"})
             expect = step["expect"]
             check_fields(f"{where} step {i} expect", expect, EXPECT_FIELDS, EXPECT_REQUIRED)
-            got = limiter.check_sync(step.get("key", "k"), cost=step.get("cost", 1), now_ms=step["now_ms"])
+            # A peek step: the decision a check would get, with nothing charged.
+            decide = limiter.peek_sync if step.get("peek", False) else limiter.check_sync
+            got = decide(step.get("key", "k"), cost=step.get("cost", 1), now_ms=step["now_ms"])
             steps += 1
             want = {k: expect[k] for k in EXPECT_REQUIRED}
             want["delay_ms"] = expect.get("delay_ms", 0)
@@ -91,10 +93,11 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
             rules = dict(case["rules"], store=store, prefix=unique_prefix("http"))
             limiter = polylimit.Limiter.from_rules(rules)
             for i, step in enumerate(case["requests"]):
-                check_fields(f"{where} request {i}", step, HTTP_STEP_FIELDS, HTTP_STEP_FIELDS)
+                check_fields(f"{where} request {i}", step, HTTP_STEP_FIELDS, {"request", "expect"})
                 expect = step["expect"]
                 check_fields(f"{where} request {i} expect", expect, HTTP_EXPECT_FIELDS, {"status", "headers", "body"})
-                outcome = await limiter.check_request(step["request"])
+                decide = limiter.peek_request if step.get("peek", False) else limiter.check_request
+                outcome = await decide(step["request"])
                 want = (expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0))
                 fallback = [d for d in outcome.decisions if d["source"] in ("local", "fail_open", "fail_closed")]
                 if fallback:

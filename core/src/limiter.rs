@@ -303,6 +303,13 @@ impl Engine {
         Ok(result)
     }
 
+    /// The decision [`Engine::check_all`] would make now, charging nothing
+    /// and recording no penalty; not counted in the request metrics.
+    pub(crate) async fn peek_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
+        let targets: Vec<Target<'_>> = (0..self.inner.policies.len()).map(|i| (i, key, false)).collect();
+        self.peek(&targets, options).await
+    }
+
     /// [`Engine::check_all`] of a limiter with one policy and no penalty on
     /// the memory store, decided now: the hot path, with no future to poll
     /// and nothing to allocate. `None` for any other limiter.
@@ -357,6 +364,18 @@ impl Engine {
 
     /// Decides `(policy index, key)` pairs atomically.
     pub(crate) async fn decide(&self, targets: &[Target<'_>], options: CheckOptions) -> Result<CheckResult> {
+        self.decide_as(targets, options, true).await
+    }
+
+    /// The decision [`Engine::decide`] would make, charging nothing and
+    /// recording no penalty (a peek): on a cluster every slot group is
+    /// peeked; while the store is down, each policy's `on_store_error`
+    /// decides as for a check, `local` peeking the local memory store.
+    pub(crate) async fn peek(&self, targets: &[Target<'_>], options: CheckOptions) -> Result<CheckResult> {
+        self.decide_as(targets, options, false).await
+    }
+
+    async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
         let inner = &*self.inner;
         let cost = self.validate(options)?;
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
@@ -365,12 +384,12 @@ impl Engine {
         match &inner.backend {
             Backend::Memory => {
                 let now = options.now_ms.unwrap_or_else(process_now_ms);
-                Ok(self.decide_memory(targets, now, cost, Source::Store, true))
+                Ok(self.decide_memory(targets, now, cost, Source::Store, charge))
             }
             // Boxed: the Redis call's state machine is large, and every
             // future that awaits this one (the memory path's too) would
             // otherwise carry it and copy it on each move.
-            Backend::Redis(redis) => Box::pin(self.decide_redis(redis, targets, options.now_ms, cost)).await,
+            Backend::Redis(redis) => Box::pin(self.decide_redis(redis, targets, options.now_ms, cost, charge)).await,
         }
     }
 
@@ -494,6 +513,7 @@ impl Engine {
         targets: &[Target<'_>],
         now: Option<i64>,
         cost: i64,
+        charge: bool,
     ) -> Result<CheckResult> {
         let inner = &*self.inner;
         let leases = self.lease_ids(targets, cost);
@@ -517,7 +537,11 @@ impl Engine {
                         }
                     })
                     .collect();
-                redis.decide(&checks, now, cost).await
+                if charge {
+                    redis.decide(&checks, now, cost).await
+                } else {
+                    redis.peek(&checks, now, cost).await
+                }
             })
             .await?;
         Ok(match answer {
@@ -525,13 +549,14 @@ impl Engine {
                 let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
                 self.result(targets, store_now, allowed, verdicts, Source::Store, &leases)
             }
-            None => self.fallback(targets, now, cost),
+            None => self.fallback(targets, now, cost, charge),
         })
     }
 
     /// Decides while the store cannot, per each policy's `on_store_error`
     /// ([`Resilience::fallback`]), `local` policies on the memory store.
-    pub(crate) fn fallback(&self, targets: &[Target<'_>], now: Option<i64>, cost: i64) -> CheckResult {
+    /// `charge`: `false` for a peek, which charges no `local` policy either.
+    pub(crate) fn fallback(&self, targets: &[Target<'_>], now: Option<i64>, cost: i64, charge: bool) -> CheckResult {
         let inner = &*self.inner;
         let now = now.unwrap_or_else(process_now_ms);
         inner.resilience.fallback(
@@ -541,7 +566,7 @@ impl Engine {
                 let policy = &inner.policies[i].policy;
                 (policy.on_store_error(), policy.limit())
             },
-            |local, charge| self.decide_memory(local, now, cost, Source::Local, charge),
+            |local, all_allow| self.decide_memory(local, now, cost, Source::Local, all_allow && charge),
         )
     }
 
@@ -653,17 +678,25 @@ impl Engine {
 
     /// Forgets `key` under every policy (in the store and the local fallback).
     pub(crate) async fn reset(&self, key: &str) -> Result<()> {
+        let targets: Vec<(usize, &str)> = (0..self.inner.policies.len()).map(|i| (i, key)).collect();
+        self.forget(&targets).await
+    }
+
+    /// Forgets `(policy index, key)` targets, penalty records included (in
+    /// the store and the local fallback).
+    pub(crate) async fn forget(&self, targets: &[(usize, &str)]) -> Result<()> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        for i in 0..inner.policies.len() {
+        if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
+            return Err(Error::Internal(format!("no policy at index {i}")));
+        }
+        for &(i, key) in targets {
             inner.memory.reset(i as u32, key);
         }
         if let Backend::Redis(redis) = &inner.backend {
-            let keys: Vec<String> = (0..inner.policies.len())
-                .flat_map(|i| self.store_keys(i, key))
-                .collect();
+            let keys: Vec<String> = targets.iter().flat_map(|&(i, key)| self.store_keys(i, key)).collect();
             redis.delete(&keys).await?;
         }
         Ok(())

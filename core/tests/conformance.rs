@@ -14,6 +14,9 @@ struct Step {
     key: String,
     #[serde(default = "support::one")]
     cost: u64,
+    /// A peek: the decision a check would get, with nothing charged.
+    #[serde(default)]
+    peek: bool,
     expect: Expect,
 }
 
@@ -72,11 +75,20 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                     cost: step.cost,
                     now_ms: Some(step.now_ms),
                 };
-                match limiter.check_with(&step.key, options).await {
+                let decided = if step.peek {
+                    limiter.peek_with(&step.key, options).await
+                } else {
+                    limiter.check_with(&step.key, options).await
+                };
+                match decided {
                     Ok(got) if !mismatch(&step.expect, &got) => {}
                     Ok(got) => failures.push(format!(
-                        "{store}: {file}: {:?} step {i} (now_ms {}): expected {:?}, got {:?}",
-                        case.name, step.now_ms, step.expect, got
+                        "{store}: {file}: {:?} step {i} (now_ms {}{}): expected {:?}, got {:?}",
+                        case.name,
+                        step.now_ms,
+                        if step.peek { ", peek" } else { "" },
+                        step.expect,
+                        got
                     )),
                     Err(e) => failures.push(format!("{store}: {file}: {:?} step {i}: error {e}", case.name)),
                 }

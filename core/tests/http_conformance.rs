@@ -29,6 +29,9 @@ struct Case {
 #[serde(deny_unknown_fields)]
 struct Step {
     request: Value,
+    /// A peek: the answer `check_request` would give, with nothing charged.
+    #[serde(default)]
+    peek: bool,
     expect: Expect,
 }
 
@@ -65,7 +68,12 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 steps += 1;
                 let request =
                     RequestInfo::from_value(&step.request).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
-                match limiter.check_request(&request).await {
+                let decided = if step.peek {
+                    limiter.peek_request(&request).await
+                } else {
+                    limiter.check_request(&request).await
+                };
+                match decided {
                     Ok(outcome) => {
                         let got = Expect {
                             status: outcome.status,

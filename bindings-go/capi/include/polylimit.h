@@ -22,6 +22,9 @@
 // `flags` bit: decide at `now_ms` instead of the store's clock.
 #define POLYLIMIT_HAS_NOW_MS 8
 
+// `flags` bit: peek (the outcome a check would give, nothing charged).
+#define POLYLIMIT_PEEK 16
+
 // What a function returns (as `int32_t`).
 enum polylimit_status_t
 #if __STDC_VERSION__ >= 202311L
@@ -332,6 +335,22 @@ int32_t polylimit_limiter_check_request(const struct polylimit_limiter_t *limite
                                         size_t ctx,
                                         struct polylimit_error_t **err);
 
+// `polylimit_limiter_try_check`, peeking: the decision a check of `cost` at
+// `now_ms` would get, charging nothing and recording no penalty. Returns
+// `POLYLIMIT_OK` with `*out` written, or `POLYLIMIT_PENDING` with
+// `*pending` written (start it with `polylimit_pending_start`).
+//
+// # Safety
+// As `polylimit_limiter_try_check`.
+int32_t polylimit_limiter_try_peek(const struct polylimit_limiter_t *limiter,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   uint64_t cost,
+                                   int64_t now_ms,
+                                   struct polylimit_decision_t *out,
+                                   struct polylimit_pending_t **pending,
+                                   struct polylimit_error_t **err);
+
 // `polylimit_limiter_check` without a callback in the call: returns
 // `POLYLIMIT_OK` with `*out` written when the decision is ready at once
 // (memory store, a local decision), or `POLYLIMIT_PENDING` with
@@ -359,7 +378,8 @@ int32_t polylimit_limiter_try_check(const struct polylimit_limiter_t *limiter,
 // `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every
 // policy's decision in the outcome; a middleware does not need them),
 // `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH` (the
-// router's path matching).
+// router's path matching), `POLYLIMIT_PEEK` (the outcome a check would
+// give, nothing charged).
 //
 // Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
 // (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
@@ -402,6 +422,24 @@ int32_t polylimit_limiter_reset(const struct polylimit_limiter_t *limiter,
                                 const uint8_t *key,
                                 size_t key_len,
                                 struct polylimit_error_t **err);
+
+// Forgets every (policy, key) that a check of the request would charge
+// (the same rules, tiers and keys), penalty records included; waits for the
+// store. `request` holds the packed request (`request_len` bytes, as for
+// `polylimit_limiter_try_check_request`); `flags` ORs
+// `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH`. Writes
+// how many (policy, key) pairs were forgotten to `*out_count`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
+// 0) or points to `request_len` readable bytes; `out_count` and `err` are
+// NULL or writable.
+int32_t polylimit_limiter_reset_request(const struct polylimit_limiter_t *limiter,
+                                        const uint8_t *request,
+                                        size_t request_len,
+                                        uint32_t flags,
+                                        size_t *out_count,
+                                        struct polylimit_error_t **err);
 
 // Metrics in Prometheus text format, in `*out` (free with `polylimit_string_free`).
 //

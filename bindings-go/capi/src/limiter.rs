@@ -398,6 +398,52 @@ pub unsafe extern "C" fn polylimit_limiter_check_request(
     })
 }
 
+/// `polylimit_limiter_try_check`, peeking: the decision a check of `cost` at
+/// `now_ms` would get, charging nothing and recording no penalty. Returns
+/// `POLYLIMIT_OK` with `*out` written, or `POLYLIMIT_PENDING` with
+/// `*pending` written (start it with `polylimit_pending_start`).
+///
+/// # Safety
+/// As `polylimit_limiter_try_check`.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_try_peek(
+    limiter: *const polylimit_limiter_t,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    now_ms: i64,
+    out: *mut polylimit_decision_t,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
+        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
+        if out.is_null() || pending.is_null() {
+            return Err(FfiError::invalid("out or pending is NULL"));
+        }
+        let work: Work = Box::pin(async move {
+            let d = limiter.peek_with(&key, options(cost, now_ms)).await?;
+            Ok(Done::Decision((&d).into()))
+        });
+        match try_now(work)? {
+            Ok(Done::Decision(d)) => {
+                // SAFETY: checked above.
+                unsafe { *out = d };
+                Ok(Status::POLYLIMIT_OK as i32)
+            }
+            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a peek".into()))),
+            Err(p) => {
+                // SAFETY: checked above.
+                unsafe { *pending = Box::into_raw(p) };
+                Ok(Status::POLYLIMIT_PENDING as i32)
+            }
+        }
+    })
+}
+
 /// `polylimit_limiter_check` without a callback in the call: returns
 /// `POLYLIMIT_OK` with `*out` written when the decision is ready at once
 /// (memory store, a local decision), or `POLYLIMIT_PENDING` with
@@ -455,7 +501,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_check(
 /// `now_ms`, else on the store's clock), `POLYLIMIT_WITH_DECISIONS` (every
 /// policy's decision in the outcome; a middleware does not need them),
 /// `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH` (the
-/// router's path matching).
+/// router's path matching), `POLYLIMIT_PEEK` (the outcome a check would
+/// give, nothing charged).
 ///
 /// Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
 /// (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
@@ -502,8 +549,13 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
         let now_ms = (flags & packed::POLYLIMIT_HAS_NOW_MS != 0).then_some(now_ms);
         let request = packed::request(bytes, cost, now_ms, flags)?;
         let with_decisions = flags & packed::POLYLIMIT_WITH_DECISIONS != 0;
+        let peek = flags & packed::POLYLIMIT_PEEK != 0;
         let work: Work = Box::pin(async move {
-            let outcome = limiter.check_request(&request).await?;
+            let outcome = if peek {
+                limiter.peek_request(&request).await?
+            } else {
+                limiter.check_request(&request).await?
+            };
             Ok(Done::Bytes(packed::outcome(&outcome, with_decisions)))
         });
         match try_now(work)? {
@@ -566,6 +618,49 @@ pub unsafe extern "C" fn polylimit_limiter_reset(
         // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
         let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
         runtime().block_on(async move { limiter.reset(&key).await })?;
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
+/// Forgets every (policy, key) that a check of the request would charge
+/// (the same rules, tiers and keys), penalty records included; waits for the
+/// store. `request` holds the packed request (`request_len` bytes, as for
+/// `polylimit_limiter_try_check_request`); `flags` ORs
+/// `POLYLIMIT_CASE_INSENSITIVE` and `POLYLIMIT_IGNORE_TRAILING_SLASH`. Writes
+/// how many (policy, key) pairs were forgotten to `*out_count`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
+/// 0) or points to `request_len` readable bytes; `out_count` and `err` are
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_reset_request(
+    limiter: *const polylimit_limiter_t,
+    request: *const u8,
+    request_len: usize,
+    flags: u32,
+    out_count: *mut usize,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        if out_count.is_null() {
+            return Err(FfiError::invalid("out_count is NULL"));
+        }
+        let bytes: &[u8] = if request.is_null() {
+            if request_len != 0 {
+                return Err(FfiError::invalid("request is NULL"));
+            }
+            &[]
+        } else {
+            // SAFETY: the caller passes `request_len` readable bytes at `request`.
+            unsafe { std::slice::from_raw_parts(request, request_len) }
+        };
+        let request = packed::request(bytes, 0, None, flags)?;
+        let count = runtime().block_on(async move { limiter.reset_request(&request).await })?;
+        // SAFETY: checked above.
+        unsafe { *out_count = count };
         Ok(Status::POLYLIMIT_OK as i32)
     })
 }

@@ -20,6 +20,8 @@ pub const POLYLIMIT_CASE_INSENSITIVE: u32 = 2;
 pub const POLYLIMIT_IGNORE_TRAILING_SLASH: u32 = 4;
 /// `flags` bit: decide at `now_ms` instead of the store's clock.
 pub const POLYLIMIT_HAS_NOW_MS: u32 = 8;
+/// `flags` bit: peek (the outcome a check would give, nothing charged).
+pub const POLYLIMIT_PEEK: u32 = 16;
 
 /// The request packed in `bytes`, with `cost` (0: the default), `now_ms`
 /// and the router's `flags`.

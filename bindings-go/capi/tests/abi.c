@@ -149,6 +149,21 @@ int main(void) {
   /* Denied (429 = 0x1AD) with a body; too long for 4 bytes, so owned. */
   CHECK(rc == POLYLIMIT_OK && owned != NULL && out_len > 15 && owned[0] == 0xAD && owned[1] == 0x01 && owned[2] == 1);
   polylimit_bytes_free(owned, out_len);
+  /* A peek (POLYLIMIT_PEEK) answers the same 429 and charges nothing; resetting the
+     request forgets its one (policy, key), so the next request passes. */
+  rc = polylimit_limiter_try_check_request(limiter, packed, n, 0, 1700000000000, POLYLIMIT_HAS_NOW_MS | POLYLIMIT_PEEK,
+                                           out, sizeof out, &out_len, &owned, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && owned == NULL && pending == NULL && out[0] == 0xAD && out[1] == 0x01);
+  size_t forgotten = 0;
+  rc = polylimit_limiter_reset_request(limiter, packed, n, 0, &forgotten, &err);
+  CHECK(rc == POLYLIMIT_OK && forgotten == 1);
+  rc = polylimit_limiter_try_check_request(limiter, packed, n, 0, 1700000000000, POLYLIMIT_HAS_NOW_MS, out, sizeof out,
+                                           &out_len, &owned, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && owned == NULL && out[0] == 0 && out[1] == 0);
+  rc = polylimit_limiter_reset_request(limiter, packed, n, 0, NULL, &err);
+  CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
   rc = polylimit_limiter_try_check_request(limiter, packed, n - 1, 0, 0, 0, out, sizeof out, &out_len, &owned, &pending,
                                            &err);
   CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
@@ -160,6 +175,9 @@ int main(void) {
   rc = polylimit_limiter_build("{\"Policy\": {\"Rate\": \"1/s\", \"Burst\": 1}}", &limiter, &err);
   CHECK(rc == POLYLIMIT_OK);
   pending = NULL;
+  /* A peek is decided at once too, and charges nothing. */
+  rc = polylimit_limiter_try_peek(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && pending == NULL && d.allowed && d.remaining == 0);
   rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);
   CHECK(rc == POLYLIMIT_OK && pending == NULL && d.allowed);
   rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);

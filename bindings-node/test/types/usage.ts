@@ -30,6 +30,12 @@ async function main(): Promise<void> {
   const o: Outcome = await rules.checkRequest({ path: '/api', peer: '127.0.0.1', apiKey: 'k' });
   const status: number | null = o.status;
   await limiter.reset('user:1');
+  const peeked: Decision = await limiter.peek('user:1', { cost: 1, nowMs: 1000 });
+  const would: Outcome = await rules.peekRequest({ path: '/api', peer: '127.0.0.1' });
+  const forgotten: number = await rules.resetRequest({ path: '/api', peer: '127.0.0.1' });
+  void peeked;
+  void would;
+  void forgotten;
   const text: string = limiter.metricsText();
   limiter.close();
   const breaker = new CircuitBreaker(5, '30s', 3);

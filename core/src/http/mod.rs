@@ -358,6 +358,18 @@ pub struct RouteShorthand {
     pub per_route: bool,
 }
 
+/// What a request's matching rules make of it before the store is asked.
+enum Plan<'r> {
+    /// Answered without the store: denylisted, allowlisted, or not limited.
+    Answer(Outcome),
+    /// The (policy index, key) pairs to decide, and each one's rule and
+    /// shadow flag.
+    Decide {
+        targets: Vec<(usize, String)>,
+        owners: Vec<(&'r Rule, bool)>,
+    },
+}
+
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
 /// breaker and each policy's fallback, and, when built from a rules file,
 /// the rules that decide HTTP requests. Cheap to clone; clones share state.
@@ -456,6 +468,52 @@ impl Limiter {
         self.decide_request(rules, &rules.rules, req).await
     }
 
+    /// The outcome [`Limiter::check_request`] would give `req` now, charging
+    /// nothing and recording no penalty (a peek): the same status, headers,
+    /// body and decisions, as if the request were decided. While the store
+    /// is down, each policy's `on_store_error` decides as for a check.
+    /// Peeks are not counted in the request metrics.
+    pub async fn peek_request(&self, req: &RequestInfo) -> Result<Outcome> {
+        let rules = self
+            .rules
+            .as_deref()
+            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        self.decide_request_as(rules, &rules.rules, req, false).await
+    }
+
+    /// Forgets every (policy, key) that [`Limiter::check_request`] would
+    /// charge for `req` (the same matching rules, tiers and keys), penalty
+    /// records included, so a blocked client starts afresh. Returns how many
+    /// (policy, key) pairs were forgotten: 0 when no rule limits `req` (or
+    /// it is allowlisted or denylisted).
+    pub async fn reset_request(&self, req: &RequestInfo) -> Result<usize> {
+        let rules = self
+            .rules
+            .as_deref()
+            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        match self.plan(rules, &rules.rules, req)? {
+            Plan::Answer(_) => Ok(0),
+            Plan::Decide { targets, .. } => {
+                let pairs: Vec<(usize, &str)> = targets.iter().map(|(p, k)| (*p, k.as_str())).collect();
+                self.engine.forget(&pairs).await?;
+                Ok(pairs.len())
+            }
+        }
+    }
+
+    /// Peeks `key` with cost 1 on the store's clock: the decision
+    /// [`Limiter::check`] would return now, charging nothing and recording
+    /// no penalty. Not counted in the request metrics.
+    pub async fn peek(&self, key: &str) -> Result<Decision> {
+        self.peek_with(key, CheckOptions::default()).await
+    }
+
+    /// Peeks `key` with options (a cost, a time): the decision
+    /// [`Limiter::check_with`] would return, charging nothing.
+    pub async fn peek_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
+        Ok(self.engine.peek_all(key, options).await?.decision())
+    }
+
     /// A rule for one route, checked by [`Limiter::check_route`]: the request
     /// is limited by `policy` (a policy name of this limiter; `None`: every
     /// policy) on a key made of the dimensions `key` (as a rules file's `key`:
@@ -523,6 +581,53 @@ impl Limiter {
     /// Decides `req` by the `candidates` that match it, with `rules`'
     /// client-address, list, shadow and header rules.
     async fn decide_request(&self, rules: &HttpRules, candidates: &[Rule], req: &RequestInfo) -> Result<Outcome> {
+        self.decide_request_as(rules, candidates, req, true).await
+    }
+
+    /// [`Limiter::decide_request`], charging only with `charge` (`false`: a
+    /// peek, which the request metrics do not count).
+    async fn decide_request_as(
+        &self,
+        rules: &HttpRules,
+        candidates: &[Rule],
+        req: &RequestInfo,
+        charge: bool,
+    ) -> Result<Outcome> {
+        let (targets, owners) = match self.plan(rules, candidates, req)? {
+            Plan::Answer(outcome) => return Ok(outcome),
+            Plan::Decide { targets, owners } => (targets, owners),
+        };
+        let options = CheckOptions {
+            cost: req.cost.unwrap_or(1),
+            now_ms: req.now_ms,
+        };
+        let pairs: Vec<Check<'_>> = targets
+            .iter()
+            .zip(&owners)
+            .map(|((p, k), (_, shadow))| (*p, k.as_str(), *shadow))
+            .collect();
+        let decided = if charge {
+            self.engine.decide(&pairs, options).await
+        } else {
+            self.engine.peek(&pairs, options).await
+        };
+        let result = match decided {
+            Ok(result) => result,
+            // A key holding foreign data: answer this request as if the store were down.
+            Err(Error::Store { .. }) => self
+                .engine
+                .fallback(&pairs, options.now_ms, options.cost as i64, charge),
+            Err(e) => return Err(e),
+        };
+        Ok(self.outcome(rules, &targets, &owners, result, charge))
+    }
+
+    /// What `candidates` make of `req` before the store is asked: an answer
+    /// (denylisted, allowlisted, or no rule limits it), or the (policy, key)
+    /// pairs a check decides and charges, each with its rule and whether it
+    /// only observes (shadow). The one computation of a request's targets,
+    /// shared by checks, peeks and resets.
+    fn plan<'r>(&self, rules: &HttpRules, candidates: &'r [Rule], req: &RequestInfo) -> Result<Plan<'r>> {
         if self.engine.is_closed() {
             return Err(Error::Closed);
         }
@@ -546,10 +651,10 @@ impl Limiter {
             let mut outcome = Outcome::pass();
             outcome.status = Some(403);
             outcome.body = Some(headers::forbidden_body());
-            return Ok(outcome);
+            return Ok(Plan::Answer(outcome));
         }
         if in_list(&rules.allowlist, ip, req) {
-            return Ok(Outcome::pass());
+            return Ok(Plan::Answer(Outcome::pass()));
         }
 
         let resolved = Resolved {
@@ -588,33 +693,19 @@ impl Limiter {
             }
         }
         if targets.is_empty() {
-            return Ok(Outcome::pass());
+            return Ok(Plan::Answer(Outcome::pass()));
         }
-
-        let options = CheckOptions {
-            cost: req.cost.unwrap_or(1),
-            now_ms: req.now_ms,
-        };
-        let pairs: Vec<Check<'_>> = targets
-            .iter()
-            .zip(&owners)
-            .map(|((p, k), (_, shadow))| (*p, k.as_str(), *shadow))
-            .collect();
-        let result = match self.engine.decide(&pairs, options).await {
-            Ok(result) => result,
-            // A key holding foreign data: answer this request as if the store were down.
-            Err(Error::Store { .. }) => self.engine.fallback(&pairs, options.now_ms, options.cost as i64),
-            Err(e) => return Err(e),
-        };
-        Ok(self.outcome(rules, &targets, &owners, result))
+        Ok(Plan::Decide { targets, owners })
     }
 
+    /// The answer to a decided request; `record`: count it in the metrics.
     fn outcome(
         &self,
         rules: &HttpRules,
         targets: &[(usize, String)],
         owners: &[(&Rule, bool)],
         result: CheckResult,
+        record: bool,
     ) -> Outcome {
         let decisions: Vec<RuleDecision> = targets
             .iter()
@@ -629,7 +720,7 @@ impl Limiter {
             .collect();
         let blocking = |d: &RuleDecision| !d.decision.allowed && !d.shadow;
         let blocked = decisions.iter().any(blocking);
-        for (d, (p, _)) in decisions.iter().zip(targets) {
+        for (d, (p, _)) in decisions.iter().zip(targets).filter(|_| record) {
             self.engine.record_request(*p, &d.rule, &d.decision, blocking(d));
         }
 

@@ -355,11 +355,14 @@ impl MemoryStore {
         }
     }
 
-    /// Forgets a key of one policy.
+    /// Forgets a key of one policy, and its penalty record.
     pub fn reset(&self, slot: u32, key: &str) {
         let stored = stored_key(key);
-        let key = MapKeyRef { slot, key: &stored };
-        self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
+        // The policy's state, then its penalty record.
+        for slot in [slot, slot | PENALTY_SLOT] {
+            let key = MapKeyRef { slot, key: &stored };
+            self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
+        }
     }
 
     /// Keys held, including expired ones not yet reclaimed.

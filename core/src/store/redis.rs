@@ -421,6 +421,44 @@ impl RedisStore {
             .await
     }
 
+    /// The decision [`RedisStore::decide`] would make, charging nothing and
+    /// recording no penalty: one peek per slot group on a cluster, all at
+    /// the first group's `now`.
+    pub async fn peek(&self, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) -> Result<(i64, Vec<Verdict>)> {
+        self.with_connection(|generation, mut connection| async move {
+            let mut tags: Vec<Option<&str>> = match *self.target {
+                Target::Cluster(_) => checks.iter().map(hash_tag).collect(),
+                _ => vec![None],
+            };
+            tags.sort_unstable();
+            tags.dedup();
+            if let [_] = tags.as_slice() {
+                return self
+                    .decide_in_one_slot(generation, &mut connection, checks, now, cost, true)
+                    .await;
+            }
+            let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
+            let mut store_now = now;
+            for tag in tags {
+                let members: Vec<usize> = (0..checks.len()).filter(|&i| hash_tag(&checks[i]) == tag).collect();
+                let group: Vec<RedisCheck<'_>> = members.iter().map(|&i| checks[i]).collect();
+                let (n, decided) = self
+                    .decide_in_one_slot(generation, &mut connection, &group, store_now, cost, true)
+                    .await?;
+                store_now.get_or_insert(n);
+                for (&i, verdict) in members.iter().zip(decided) {
+                    verdicts[i] = Some(verdict);
+                }
+            }
+            let verdicts = verdicts
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::Internal("a check was left out of every slot group".into()))?;
+            Ok((store_now.unwrap_or_default(), verdicts))
+        })
+        .await
+    }
+
     /// Checks whose keys live in different cluster slots, grouped by slot
     /// (hash tag) and taken in tag order: every group is first decided
     /// without charging anything (peek). When all allow, each group is then
