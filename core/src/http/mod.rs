@@ -5,6 +5,7 @@
 pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
+pub(crate) mod completion;
 pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;
@@ -190,6 +191,10 @@ pub struct Outcome {
     pub delay_ms: u64,
     /// Every policy's decision.
     pub decisions: Vec<RuleDecision>,
+    /// An allowed request some of whose rules do not count every response
+    /// (`count`): the token to pass to [`Limiter::complete`] with the
+    /// response's status. Server-side only, never a header.
+    pub completion: Option<String>,
 }
 
 impl Outcome {
@@ -200,6 +205,7 @@ impl Outcome {
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
+            completion: None,
         }
     }
 }
@@ -350,6 +356,9 @@ pub struct RouteShorthand {
     /// The form is declared on one route (a decorator, a dependency, a route's
     /// config): `route` joins the key unless it is there.
     pub per_route: bool,
+    /// Which responses are charged, as a rule's `count` (`"failed"`,
+    /// `["4xx", 503]`, …); `None`: all. Bad values are a config error naming `count`.
+    pub count: Option<Value>,
 }
 
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
@@ -478,6 +487,7 @@ impl Limiter {
                 key,
                 target: Target::Policies(policies),
                 shadow: false,
+                count: completion::Count::All,
             },
             owner: self.engine.clone(),
         })
@@ -490,7 +500,13 @@ impl Limiter {
     pub fn route_rule_for(&self, shorthand: &RouteShorthand) -> Result<RouteRule> {
         let key = middleware_key(shorthand.key.as_deref(), shorthand.key_function, shorthand.per_route)?;
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
-        self.route_rule(&key, shorthand.policy.as_deref())
+        let count = match &shorthand.count {
+            None | Some(Value::Null) => completion::Count::All,
+            Some(v) => completion::Count::parse(v, "count")?,
+        };
+        let mut rule = self.route_rule(&key, shorthand.policy.as_deref())?;
+        rule.rule.count = count;
+        Ok(rule)
     }
 
     /// Decides a request by one [`RouteRule`] of this limiter, instead of the
@@ -599,7 +615,7 @@ impl Limiter {
             Err(Error::Store { .. }) => self.engine.fallback(&pairs, options.now_ms, options.cost as i64),
             Err(e) => return Err(e),
         };
-        Ok(self.outcome(rules, &targets, &owners, result))
+        Ok(self.outcome(rules, &targets, &owners, result, options.cost))
     }
 
     fn outcome(
@@ -608,6 +624,7 @@ impl Limiter {
         targets: &[(usize, String)],
         owners: &[(&Rule, bool)],
         result: CheckResult,
+        cost: u64,
     ) -> Outcome {
         let decisions: Vec<RuleDecision> = targets
             .iter()
@@ -662,6 +679,12 @@ impl Limiter {
             }
         } else if result.allowed {
             outcome.delay_ms = result.decisions.iter().map(|d| d.delay_ms).max().unwrap_or(0);
+            let charges = targets
+                .iter()
+                .zip(owners)
+                .zip(&result.decisions)
+                .map(|(((p, k), (rule, _)), d)| (*p, k.as_str(), &rule.count, *d));
+            outcome.completion = completion::Completion::of(result.now_ms, cost, charges).map(|c| c.encode());
         }
         outcome.decisions = decisions;
         outcome
