@@ -213,12 +213,12 @@ def limit(
             request: Request = kwargs[own_request] if own_request else kwargs.pop(_REQUEST)
             response: Response = kwargs[own_response] if own_response else kwargs.pop(_RESPONSE)
             outcome = await check(request)
+            token = outcome.completion if outcome is not None else None
             if outcome is not None:
                 if outcome.status is not None:
                     return refusal(outcome)
                 if outcome.delay_ms:
-                    await asyncio.sleep(outcome.delay_ms / 1000)
-            token = outcome.completion if outcome is not None else None
+                    await _delay(outcome, check.limiter)
             if token is not None:
                 return await _call_and_settle(check.limiter, token, request, response, outcome, endpoint, args, kwargs)
             if is_async:
@@ -244,6 +244,17 @@ def limit(
         return wrapper
 
     return decorator
+
+
+async def _delay(outcome: Outcome, limiter: Any) -> None:
+    """Holds an admitted request for its shape-mode delay; a request cancelled meanwhile (the client
+    went away) is settled as one without a response."""
+    try:
+        await asyncio.sleep(outcome.delay_ms / 1000)
+    except asyncio.CancelledError:
+        if outcome.completion is not None:
+            _settle_soon(limiter, outcome.completion, None)
+        raise
 
 
 async def _call_and_settle(
@@ -442,7 +453,7 @@ class PolylimitMiddleware:
             await refusal(outcome)(scope, receive, send)
             return
         if outcome.delay_ms:
-            await asyncio.sleep(outcome.delay_ms / 1000)
+            await _delay(outcome, self.limiter)
         headers = _raw_headers(outcome)
         if outcome.completion is not None:
             await self._settled(scope, receive, send, headers, outcome.completion)
