@@ -4,6 +4,8 @@
 //! are given back on the local store (fail_open gives nothing to settle).
 //! The per-algorithm behaviour is in `tests/conformance/http/count.json`.
 
+mod support;
+
 use polylimit::{Error, Limiter, RequestInfo, RouteShorthand};
 use serde_json::json;
 
@@ -136,4 +138,23 @@ async fn the_local_fallback_gives_back_on_the_local_store_and_fail_open_has_noth
     }))
     .unwrap();
     assert_eq!(only_open.check_request(&login(T0)).await.unwrap().completion, None);
+}
+
+#[tokio::test]
+async fn completing_while_redis_is_down_keeps_the_charge_and_raises_nothing() {
+    let mut redis = support::RedisServer::start();
+    let limiter = Limiter::from_value(&json!({
+        "policy": {"algorithm": "fixed_window", "rate": "2/10s"},
+        "count": "failed",
+        "store": redis.url(),
+        "timeout": "200ms",
+    }))
+    .unwrap();
+    let o = limiter.check_request(&login(T0)).await.unwrap();
+    let token = o.completion.expect("a store decision to settle");
+    assert!(token.contains(";rs0,"), "{token}");
+    redis.kill();
+    assert_eq!(limiter.complete(&token, Some(200)).await.unwrap(), 0);
+    let metrics = limiter.metrics_text();
+    assert!(!metrics.contains("polylimit_store_errors_total 0\n"), "{metrics}");
 }
