@@ -194,8 +194,12 @@ type httpVectorFile struct {
 		Rules       json.RawMessage `json:"rules"`
 		Requests    []struct {
 			Request json.RawMessage `json:"request"`
-			Peek    bool            `json:"peek"` // the answer a check would get, nothing charged
-			Expect  struct {
+			// Complete: after this request (or request Of), complete it with
+			// this status (JSON null: no response). Absent: not completed here.
+			Complete json.RawMessage `json:"complete"`
+			Of       *int            `json:"of"`
+			Peek     bool            `json:"peek"` // the answer a check would get, nothing charged
+			Expect   struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
 				Body    *string     `json:"body"`
@@ -238,6 +242,19 @@ func requestInfo(t *testing.T, raw json.RawMessage) *RequestInfo {
 	return &info
 }
 
+// completeStatus reads a step's "complete": a status, or null (0: no response).
+func completeStatus(t *testing.T, raw json.RawMessage) int {
+	t.Helper()
+	var status *int
+	if err := json.Unmarshal(raw, &status); err != nil {
+		t.Fatalf("complete %s: %v", raw, err)
+	}
+	if status == nil {
+		return 0
+	}
+	return *status
+}
+
 func TestHTTPConformanceVectors(t *testing.T) {
 	files := map[string]*httpVectorFile{}
 	names := vectorFiles(t, "http", func(name string) any { files[name] = &httpVectorFile{}; return files[name] })
@@ -266,16 +283,37 @@ func TestHTTPConformanceVectors(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%s: %q: %v", name, c.Name, err)
 					}
+					tokens := make([]string, 0, len(c.Requests))
 					for i, step := range c.Requests {
 						requests++
+						if step.Of != nil {
+							// The completion of an earlier request, now (what Middleware does after the response).
+							token := tokens[*step.Of]
+							tokens = append(tokens, "")
+							if token == "" {
+								t.Errorf("%s: %s: %q step %d: request %d has no completion token", store, name, c.Name, i, *step.Of)
+							} else if err := l.Complete(context.Background(), token, completeStatus(t, step.Complete)); err != nil {
+								t.Errorf("%s: %s: %q step %d: %v", store, name, c.Name, i, err)
+							}
+							continue
+						}
 						decide := l.CheckRequest
 						if step.Peek {
 							decide = l.PeekRequest
 						}
 						got, err := decide(context.Background(), requestInfo(t, step.Request))
 						if err != nil {
+							tokens = append(tokens, "")
 							t.Errorf("%s: %q request %d: %v", name, c.Name, i, err)
 							continue
+						}
+						tokens = append(tokens, got.Completion)
+						if step.Complete != nil {
+							if got.Completion == "" {
+								t.Errorf("%s: %s: %q request %d: no completion token", store, name, c.Name, i)
+							} else if err := l.Complete(context.Background(), got.Completion, completeStatus(t, step.Complete)); err != nil {
+								t.Errorf("%s: %s: %q request %d: %v", store, name, c.Name, i, err)
+							}
 						}
 						e := step.Expect
 						status := 0

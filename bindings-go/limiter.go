@@ -23,12 +23,15 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_check_request
 #cgo noescape polylimit_limiter_try_peek
 #cgo nocallback polylimit_limiter_try_peek
+#cgo noescape polylimit_limiter_try_complete
+#cgo nocallback polylimit_limiter_try_complete
 */
 import "C"
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"sync"
@@ -352,6 +355,38 @@ func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs 
 		return r.text, err
 	default:
 		return "", takeError(rc, cerr)
+	}
+}
+
+// Complete settles a request after its response: token is its Outcome's
+// Completion (set when a rule's count charges only some responses), status
+// the response's status (0: no response, counted as failed). The core gives
+// back the charges whose rule does not count that status. It never fails
+// because the store is down; a malformed token is a *ConfigError naming
+// "token". A store call waits on a channel (no OS thread held), or for ctx.
+func (l *Limiter) Complete(ctx context.Context, token string, status int) error {
+	if status < 0 || status > 0xffff {
+		return &ConfigError{Field: "status", Value: fmt.Sprint(status), Message: fmt.Sprintf("status: %d is not an HTTP status", status)}
+	}
+	var pending *C.polylimit_pending_t
+	var cerr *C.polylimit_error_t
+	tokenPtr, tokenLen := stringArg(token)
+	l.mu.RLock()
+	if l.ptr == nil {
+		l.mu.RUnlock()
+		return closedError()
+	}
+	rc := C.polylimit_limiter_try_complete(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), &pending, &cerr)
+	l.mu.RUnlock()
+	runtime.KeepAlive(token)
+	switch rc {
+	case C.POLYLIMIT_OK:
+		return nil
+	case C.POLYLIMIT_PENDING:
+		_, err := awaitPending(ctx, pending)
+		return err
+	default:
+		return takeError(rc, cerr)
 	}
 }
 

@@ -1,8 +1,12 @@
 package polylimit
 
 import (
+	"bufio"
+	"context"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -96,13 +100,92 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 				case <-t.C:
 				case <-ctx.Done():
 					t.Stop()
+					if head.completion != "" {
+						// Gone before an answer: no response.
+						_ = l.Complete(context.WithoutCancel(ctx), head.completion, 0)
+					}
 					return
 				}
+			}
+			if head.completion != "" {
+				l.serveAndSettle(next, w, r, head.completion)
+				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
 }
+
+// serveAndSettle serves a request whose charge depends on its status (a
+// rule's count), then settles it once: with the status written (200 when
+// the handler wrote nothing), or as failed (no response) when the handler
+// panicked (the panic goes on) or the client went away before an answer.
+func (l *Limiter) serveAndSettle(next http.Handler, w http.ResponseWriter, r *http.Request, token string) {
+	rec := &statusRecorder{ResponseWriter: w}
+	defer func() {
+		p := recover()
+		status := rec.status
+		switch {
+		case p != nil:
+			status = 0
+		case status == 0 && r.Context().Err() == nil:
+			status = http.StatusOK
+		}
+		// A refund that must happen even when the client is gone; the core bounds it by its timeout.
+		_ = l.Complete(context.WithoutCancel(r.Context()), token, status)
+		if p != nil {
+			panic(p)
+		}
+	}()
+	next.ServeHTTP(rec, r)
+}
+
+// statusRecorder remembers the status a handler writes. Flush, Hijack and
+// the ResponseController methods reach the wrapped writer.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) ReadFrom(src io.Reader) (int64, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return io.Copy(s.ResponseWriter, src)
+}
+
+// Flush keeps streaming handlers working (http.Flusher).
+func (s *statusRecorder) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// Hijack keeps websocket upgrades working (http.Hijacker).
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if s.status == 0 {
+		s.status = http.StatusSwitchingProtocols
+	}
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the wrapped writer.
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // pack packs what the core needs to know about r, straight from r: no
 // RequestInfo, no copy of its headers.
@@ -135,7 +218,8 @@ func (m *middleware) pack(p *packer, r *http.Request, route func(*http.Request) 
 
 // writeOutcome sets the outcome's headers on w and, when it refuses the request,
 // writes the refusal. Returns the outcome's head (status 0: serve it, after
-// head.delay) and false when the outcome is malformed (nothing written).
+// head.delay, and settle head.completion after the response when set) and
+// false when the outcome is malformed (nothing written).
 func writeOutcome(w http.ResponseWriter, packed string) (outcomeHead, bool) {
 	r := reader{s: packed}
 	head := r.head()
@@ -154,6 +238,10 @@ func writeOutcome(w http.ResponseWriter, packed string) (outcomeHead, bool) {
 	var body string
 	if head.hasBody {
 		body = r.str()
+	}
+	r.skipDecisions()
+	if completion := r.optStr(); completion != "" {
+		head.completion = strings.Clone(completion)
 	}
 	if r.bad {
 		return head, false

@@ -31,7 +31,11 @@ type Options struct {
 	Policies []Policy // several policies, decided atomically (give each a Name)
 	// Key dimensions of the one rule Policy makes: "ip" (default), "route",
 	// "method", "user", "api_key", "header:<name>", "key", "global".
-	KeyBy     []string
+	KeyBy []string
+	// Which responses the one rule Policy makes charges, settled after the
+	// response by Middleware: "failed" (status >= 400, or no response),
+	// "successful" (< 400), or classes and codes ("4xx", "503"). Default all.
+	Count     []string
 	Rules     string // a rules document (YAML or JSON text); the other fields override its values
 	RulesFile string // the path of a rules file (YAML or JSON)
 

@@ -2,6 +2,7 @@ package polylimit
 
 import (
 	"encoding/binary"
+	"net/http/httptest"
 	"testing"
 )
 
@@ -27,7 +28,8 @@ func TestPackedOutcome(t *testing.T) {
 	for _, n := range []uint64{10, 0, 2000, 2000, 0} {
 		b = binary.LittleEndian.AppendUint64(b, n)
 	}
-	b = append(b, 4) // penalty
+	b = append(b, 4)                                // penalty
+	b = binary.LittleEndian.AppendUint32(b, absent) // no completion token
 	o, err := parseOutcome(string(b))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +48,31 @@ func TestPackedOutcome(t *testing.T) {
 	}
 	if _, err := parseOutcome(string(b) + "x"); err == nil {
 		t.Fatal("padded: no error")
+	}
+}
+
+// The completion token comes last: Outcome.Completion, and what the
+// middleware settles after the response.
+func TestPackedOutcomeCompletion(t *testing.T) {
+	var b []byte
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	b = append(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, 0)
+	b = binary.LittleEndian.AppendUint32(b, 0) // no headers
+	b = binary.LittleEndian.AppendUint32(b, 0) // no decisions
+	token := "pl1;n1;c1;rs0,failed,ip=1"
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(token)))
+	b = append(b, token...)
+	o, err := parseOutcome(string(b))
+	if err != nil || o.Completion != token {
+		t.Fatalf("%+v %v", o, err)
+	}
+	head, ok := writeOutcome(httptest.NewRecorder(), string(b))
+	if !ok || head.completion != token {
+		t.Fatalf("%+v %v", head, ok)
+	}
+	if _, err := parseOutcome(string(b[:len(b)-1])); err == nil {
+		t.Fatal("truncated token: no error")
 	}
 }
 

@@ -48,6 +48,10 @@ type Outcome struct {
 	Delay time.Duration
 	// Decisions: every policy's decision.
 	Decisions []RuleDecision
+	// Completion is set when the request was allowed and a rule counts only
+	// some responses (Options.Count, a rule's count): pass it to
+	// Limiter.Complete with the response's status. Server-side only.
+	Completion string
 }
 
 // RuleDecision is one policy's decision for a request.
@@ -195,6 +199,25 @@ func (r *reader) u64() uint64 {
 
 func (r *reader) str() string { return r.take(int(r.u32())) }
 
+// optStr reads a string, or "" for an absent one (the length absent alone).
+func (r *reader) optStr() string {
+	n := r.u32()
+	if n == absent {
+		return ""
+	}
+	return r.take(int(n))
+}
+
+// skipDecisions reads past a packed outcome's decisions.
+func (r *reader) skipDecisions() {
+	n := r.count(50)
+	for i := 0; i < n && !r.bad; i++ {
+		r.str()
+		r.str()
+		r.take(1 + 5*8 + 1)
+	}
+}
+
 // count reads a count of items of at least min bytes each, bounded by what is left.
 func (r *reader) count(min int) int {
 	n := int(r.u32())
@@ -210,6 +233,8 @@ type outcomeHead struct {
 	status  int
 	hasBody bool
 	delay   time.Duration
+	// completion: the token to settle after the response (writeOutcome only).
+	completion string
 }
 
 func (r *reader) head() outcomeHead {
@@ -249,6 +274,7 @@ func parseOutcome(packed string) (*Outcome, error) {
 			d.Decision.Source = sourceOf(int(r.u8()))
 		}
 	}
+	o.Completion = r.optStr()
 	if r.bad || r.s != "" {
 		return nil, badOutcome()
 	}

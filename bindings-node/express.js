@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { limiterFor, routeRuleFor, decide, pathOf } = require('./options');
+const { limiterFor, routeRuleFor, decide, pathOf, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -10,13 +10,16 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * Options familiar from express-rate-limit: `windowMs`, `limit`/`max`, `keyGenerator(req, res)`,
  * `skip(req, res)`, `handler(req, res, next, outcome)`, `standardHeaders`, `legacyHeaders`,
  * `requestPropertyName` (default `rateLimit`). Also `user(req)` and `apiKey(req)` for those key dimensions.
+ * `count: 'failed' | 'successful' | ['4xx', 503]` (express-rate-limit's skipSuccessfulRequests /
+ * skipFailedRequests): the request is charged first and given back after the response when its
+ * status does not count.
  * `rateLimit({ limiter, key: ['ip'], policy: 'api' })` checks through that limiter's route rule
  * (its store, state, metrics and `close()`; `perRoute: true` adds the `route` dimension, for one
  * budget per route); `rateLimit({ limiter })` applies its rules file.
  */
 function rateLimit(options = {}) {
   const limiter = limiterFor(options);
-  const named = options.key !== undefined || options.policy !== undefined;
+  const named = options.key !== undefined || options.policy !== undefined || options.count !== undefined;
   const rule = options.limiter && named ? routeRuleFor(limiter, options, Boolean(options.perRoute)) : null;
   const { skip, handler } = options;
   const property = options.requestPropertyName ?? 'rateLimit';
@@ -36,6 +39,7 @@ function rateLimit(options = {}) {
         res.end(outcome.body);
         return undefined;
       }
+      settleAfterResponse(limiter, outcome, res);
       if (outcome.delayMs > 0) await sleep(outcome.delayMs);
       return next();
     } catch (e) {

@@ -8,10 +8,10 @@
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const { limiterFor, namesRouteRule, routeRuleFor, decide, MIDDLEWARE_ONLY } = require('./options');
+const { limiterFor, namesRouteRule, routeRuleFor, decide, settleAfterResponse, MIDDLEWARE_ONLY } = require('./options');
 
 // Options that say what is limited: a route giving its own replaces the plugin's.
-const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'windowMs', 'limit', 'max'];
+const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'count', 'windowMs', 'limit', 'max'];
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -41,6 +41,8 @@ function hookFor(limiter, rule, options, match) {
       if (handler) return handler(request, reply, outcome);
       return reply.code(outcome.status).type('application/json').send(outcome.body);
     }
+    // After the response (also an aborted one): give back what `count` does not charge.
+    settleAfterResponse(limiter, outcome, reply.raw);
     if (outcome.delayMs > 0) await sleep(outcome.delayMs);
   };
 }
@@ -56,6 +58,7 @@ function ownLimit(config) {
       typeof value !== 'function' &&
       !MIDDLEWARE_ONLY.includes(name) &&
       name !== 'key' &&
+      name !== 'count' &&
       !(name === 'policy' && typeof value === 'string'),
   );
 }
@@ -117,7 +120,9 @@ async function polylimitFastify(fastify, options) {
 
 /** The plugin-wide rule of a given `limiter` with `key` or `policy`, else null (its rules decide). */
 function routeRuleOf(limiter, options, perRoute) {
-  return options.key !== undefined || options.policy !== undefined ? routeRuleFor(limiter, options, perRoute) : null;
+  return options.key !== undefined || options.policy !== undefined || options.count !== undefined
+    ? routeRuleFor(limiter, options, perRoute)
+    : null;
 }
 
 module.exports = fp(polylimitFastify, { fastify: '>=4', name: 'polylimit' });

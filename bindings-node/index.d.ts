@@ -27,6 +27,13 @@ export interface LimiterOptions {
   policies?: Policy[] | Record<string, Policy>;
   /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
   key?: string | string[];
+  /**
+   * Which responses the one rule built from `policy` charges (express-rate-limit's
+   * skipSuccessfulRequests / skipFailedRequests): `'all'` (default), `'failed'` (status >= 400, or
+   * no response), `'successful'` (< 400), or classes and codes (`['4xx', 503]`). Settled after the
+   * response by the middlewares (`Limiter.complete`).
+   */
+  count?: Count;
   /** A rules document (SPEC §6): its YAML or JSON text, or the object. */
   rules?: string | object;
   /** A rules file path (YAML or JSON). */
@@ -66,6 +73,9 @@ export interface LimiterOptions {
   /** Set by a Fastify route's own limiter: its keys go under `<prefix>:route:<route>`. */
   route?: string;
 }
+
+/** Which responses a rule charges: `'all'`, `'failed'`, `'successful'`, a class (`'4xx'`) or code (`401`), or a list. */
+export type Count = 'all' | 'failed' | 'successful' | string | number | Array<string | number>;
 
 export interface CheckOptions {
   /** Units the request consumes (a positive integer, default 1). */
@@ -132,6 +142,11 @@ export interface Outcome {
   body: string | null;
   delayMs: number;
   decisions: RuleDecision[];
+  /**
+   * Present when the request was allowed and a rule counts only some responses (`count`): pass it
+   * to `limiter.complete(completion, status)` after the response. Server-side only.
+   */
+  completion?: string;
 }
 
 export class Limiter {
@@ -157,8 +172,14 @@ export class Limiter {
   routeRule(
     key?: string | string[] | null,
     policy?: string | null,
-    options?: { keyFunction?: boolean; perRoute?: boolean },
+    options?: { keyFunction?: boolean; perRoute?: boolean; count?: Count },
   ): RouteRule;
+  /**
+   * Settles a request after its response: gives back the charges whose rule's `count` does not
+   * count `status` (null/undefined/0: no response, counted as failed). Never rejects because the
+   * store is down; rejects with a ConfigError naming `token` for a malformed token.
+   */
+  complete(token: string, status?: number | null): Promise<void>;
   reset(key: string): Promise<void>;
   metricsText(): string;
   readonly breakerState: 'closed' | 'open' | 'half_open';

@@ -218,12 +218,13 @@ class Limiter {
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics and
    * `close()`): `key` names its key dimensions (`['ip']`, `'user'`, `'header:x-tenant'`, …),
-   * `policy` one of this limiter's policies (default: all). The defaults are the core's, the
+   * `policy` one of this limiter's policies (default: all), `count` which responses it charges
+   * (`'failed'`, `'successful'`, `['4xx', 503]`; default all). The defaults are the core's, the
    * same in every language: no `key` is `['ip']`, or `['key']` with `{ keyFunction: true }`
    * (a `keyGenerator`); `{ perRoute: true }` puts `route` first. An opaque object for the
    * middlewares (`rateLimit({ limiter, key, policy })`); bad input throws a ConfigError.
    */
-  routeRule(key, policy, { keyFunction = false, perRoute = false } = {}) {
+  routeRule(key, policy, { keyFunction = false, perRoute = false, count } = {}) {
     const dims = key === undefined || key === null ? undefined : Array.isArray(key) ? key : [key];
     for (const dim of dims || []) {
       if (typeof dim !== 'string') {
@@ -234,7 +235,27 @@ class Limiter {
       const shown = JSON.stringify(policy);
       throw new ConfigError(`policy: ${shown} is not a policy name of this limiter`, 'policy', String(shown));
     }
-    return call(() => this._native.routeRule(dims, policy ?? undefined, Boolean(keyFunction), Boolean(perRoute)));
+    return call(() =>
+      this._native.routeRule(dims, policy ?? undefined, Boolean(keyFunction), Boolean(perRoute), count ?? undefined),
+    );
+  }
+
+  /**
+   * Settles a request after its response: `token` is the outcome's `completion` (present when a
+   * rule's `count` charges only some responses), `status` the response's status (null/undefined/0:
+   * no response, counted as failed). The core gives back the charges whose rule does not count
+   * that status. Never rejects because the store is down; rejects with a ConfigError naming
+   * `token` when it is not one.
+   */
+  complete(token, status) {
+    try {
+      if (typeof token !== 'string') {
+        throw new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token));
+      }
+      return this._native.complete(token, status ? Number(status) : undefined).then(settled);
+    } catch (e) {
+      return Promise.reject(fromNative(e));
+    }
   }
 
   /** Forgets every policy's state for `key`. */

@@ -33,7 +33,7 @@ function limiterFor(options) {
 
 /** Whether middleware options name a rule of an existing limiter: a `key`, or a policy *name*. */
 function namesRouteRule(options) {
-  return options.key !== undefined || typeof options.policy === 'string';
+  return options.key !== undefined || typeof options.policy === 'string' || options.count !== undefined;
 }
 
 /**
@@ -43,7 +43,33 @@ function namesRouteRule(options) {
  * ConfigError here, when the middleware is built.
  */
 function routeRuleFor(limiter, options, perRoute) {
-  return limiter.routeRule(options.key, options.policy, { keyFunction: Boolean(options.keyGenerator), perRoute });
+  return limiter.routeRule(options.key, options.policy, {
+    keyFunction: Boolean(options.keyGenerator),
+    perRoute,
+    count: options.count,
+  });
+}
+
+/**
+ * Settles an allowed request after its response when its outcome carries a `completion` token
+ * (a rule's `count`): once, when `res` (Node's ServerResponse) finishes, with its status, or
+ * when it closes first (the client went away, an aborted handler), as failed. Never throws
+ * into the app.
+ */
+function settleAfterResponse(limiter, outcome, res) {
+  const token = outcome.completion;
+  if (!token) return;
+  let done = false;
+  const settle = () => {
+    if (done) return;
+    done = true;
+    res.removeListener('finish', settle);
+    res.removeListener('close', settle);
+    const status = res.writableFinished ? res.statusCode : null;
+    limiter.complete(token, status).catch(() => {});
+  };
+  res.once('finish', settle);
+  res.once('close', settle);
 }
 
 /**
@@ -89,4 +115,4 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { limiterFor, namesRouteRule, routeRuleFor, decide, pathOf, MIDDLEWARE_ONLY };
+module.exports = { limiterFor, namesRouteRule, routeRuleFor, decide, pathOf, settleAfterResponse, MIDDLEWARE_ONLY };

@@ -89,11 +89,16 @@ class App:
             self.proc.wait()
 
     def request(
-        self, path: str, method: str = "GET", headers: Optional[Dict[str, str]] = None, timeout: float = 10
+        self,
+        path: str,
+        method: str = "GET",
+        headers: Optional[Dict[str, str]] = None,
+        timeout: float = 10,
+        body: Optional[bytes] = None,
     ) -> Response:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         try:
-            conn.request(method, path, headers=headers or {})
+            conn.request(method, path, body=body, headers=headers or {})
             res = conn.getresponse()
             return Response(res.status, res.getheaders(), res.read())
         finally:

@@ -250,12 +250,14 @@ impl NativeLimiter {
         policy: Option<String>,
         key_function: Option<bool>,
         per_route: Option<bool>,
+        count: Option<Value>,
     ) -> Result<NativeRouteRule> {
         let shorthand = RouteShorthand {
             key,
             policy,
             key_function: key_function.unwrap_or(false),
             per_route: per_route.unwrap_or(false),
+            count: count.map(integral),
         };
         guard(&env, || {
             self.inner
@@ -270,6 +272,26 @@ impl NativeLimiter {
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
             .ok_or_else(|| throw(env, polylimit::Error::Closed))
+    }
+
+    /// Settles a request after its response (`outcome.completion`): gives
+    /// back the charges whose rule's `count` does not count `status` (absent
+    /// or 0: no response, counted as failed). Resolves with null, or with the
+    /// error record (JSON) of a malformed token; never fails because the
+    /// store is down.
+    #[napi(ts_return_type = "Promise<string | null>")]
+    pub fn complete<'e>(
+        &self,
+        env: &'e Env,
+        token: String,
+        status: Option<u32>,
+    ) -> Result<PromiseRaw<'e, Option<String>>> {
+        let limiter = self.inner.clone();
+        let status = match status {
+            None => None,
+            Some(s) => Some(u16::try_from(s).map_err(|_| config(env, "status", s, "is not an HTTP status"))?),
+        };
+        spawn(env, async move { limiter.complete(&token, status).await.map(|_| ()) })
     }
 
     /// Forgets every policy's state for `key`: resolves with null, or with

@@ -10,7 +10,9 @@ const CASE = ['name', 'description', 'policy', 'steps'];
 const STEP = ['now_ms', 'key', 'cost', 'peek', 'expect'];
 const EXPECT = ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms', 'limit', 'delay_ms', 'source'];
 const HTTP_CASE = ['name', 'description', 'rules', 'requests'];
-const HTTP_STEP = ['request', 'peek', 'expect'];
+const HTTP_STEP = ['request', 'peek', 'expect', 'complete'];
+// A step that completes an earlier request (`of`: its index) with a status.
+const HTTP_LATER = ['complete', 'of'];
 const HTTP_EXPECT = ['status', 'headers', 'body', 'delay_ms'];
 
 async function playDecisions(store, files) {
@@ -88,7 +90,17 @@ async function playHttp(store, files) {
       strictFields(c, HTTP_CASE, ['name', 'rules', 'requests'], `${file}: case ${ci}`);
       assert.ok(c.requests.length > 0, `${file}: ${c.name}: no requests`);
       const limiter = Limiter.fromRules({ ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
+      const tokens = [];
       for (const [i, step] of c.requests.entries()) {
+        if ('of' in step) {
+          // The completion of an earlier request, now (what a middleware does after the response).
+          strictFields(step, HTTP_LATER, HTTP_LATER, `${file}: ${c.name}: step ${i}`);
+          const token = tokens[step.of];
+          tokens.push(undefined);
+          if (!token) failures.push(`${store}: ${file}: ${c.name} step ${i}: request ${step.of} has no completion token`);
+          else await limiter.complete(token, step.complete);
+          continue;
+        }
         strictFields(step, HTTP_STEP, ['request', 'expect'], `${file}: ${c.name}: request ${i}`);
         strictFields(step.expect, HTTP_EXPECT, ['status', 'headers', 'body'], `${file}: ${c.name}: request ${i} expect`);
         steps++;
@@ -101,10 +113,16 @@ async function playHttp(store, files) {
         let got;
         try {
           const o = await (step.peek ? limiter.peekRequest(step.request) : limiter.checkRequest(step.request));
+          tokens.push(o.completion);
+          if ('complete' in step) {
+            if (!o.completion) failures.push(`${store}: ${file}: ${c.name} request ${i}: no completion token`);
+            else await limiter.complete(o.completion, step.complete);
+          }
           got = { status: o.status, headers: o.headers, body: o.body, delayMs: o.delayMs };
           const fallback = o.decisions.filter((d) => ['local', 'fail_open', 'fail_closed'].includes(d.source));
           if (fallback.length > 0) failures.push(`${store}: ${file}: ${c.name} request ${i}: decided by a fallback`);
         } catch (err) {
+          if (tokens.length === i) tokens.push(undefined);
           failures.push(`${store}: ${file}: ${c.name} request ${i}: error ${err.message}`);
           continue;
         }

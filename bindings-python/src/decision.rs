@@ -93,6 +93,13 @@ impl PyOutcome {
     fn delay_ms(&self) -> u64 {
         self.0.delay_ms
     }
+    /// The token to settle an allowed request after its response
+    /// (`Limiter.complete(token, status)`), when a rule counts only some
+    /// responses; None otherwise. Server-side only.
+    #[getter]
+    fn completion(&self) -> Option<String> {
+        self.0.completion.clone()
+    }
     /// Each policy's decision: dicts with rule, policy, the decision fields and shadow.
     #[getter]
     fn decisions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

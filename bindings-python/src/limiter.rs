@@ -169,19 +169,25 @@ impl PyLimiter {
     /// all). The defaults are the core's ([`Limiter::route_rule_for`]): no
     /// `key` is `["ip"]`, or `["key"]` with `key_function=True`; `per_route`
     /// puts `route` first. Bad values raise `ConfigError` naming `key` or `policy`.
-    #[pyo3(signature = (key=None, policy=None, *, key_function=false, per_route=false))]
+    #[pyo3(signature = (key=None, policy=None, *, key_function=false, per_route=false, count=None))]
     fn route_rule(
         &self,
         key: Option<Vec<String>>,
         policy: Option<String>,
         key_function: bool,
         per_route: bool,
+        count: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyRouteRule> {
+        let count = count
+            .filter(|c| !c.is_none())
+            .map(|c| to_value(c, "count"))
+            .transpose()?;
         let shorthand = RouteShorthand {
             key,
             policy,
             key_function,
             per_route,
+            count,
         };
         self.inner.route_rule_for(&shorthand).map(PyRouteRule).into_py_result()
     }
@@ -276,6 +282,25 @@ impl PyLimiter {
         let req = request_info(request)?;
         let inner = &self.inner;
         py.detach(|| runtime::runtime().block_on(inner.reset_request(&req)))
+            .into_py_result()
+    }
+
+    /// Settles a request after its response (`Outcome.completion`): gives
+    /// back the charges whose rule's `count` does not count `status` (None or
+    /// 0: no response, counted as failed); an awaitable. Never raises because
+    /// the store is down; a malformed token raises `ConfigError` naming `token`.
+    #[pyo3(signature = (token, status=None))]
+    fn complete<'py>(&self, py: Python<'py>, token: String, status: Option<u16>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        future::spawn(py, async move { inner.complete(&token, status).await.map(|_| ()) })
+    }
+
+    /// `complete`, blocking with the GIL released.
+    #[pyo3(signature = (token, status=None))]
+    fn complete_sync(&self, py: Python<'_>, token: String, status: Option<u16>) -> PyResult<()> {
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.complete(&token, status)))
+            .map(|_| ())
             .into_py_result()
     }
 

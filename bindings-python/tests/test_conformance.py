@@ -18,7 +18,9 @@ STEP_FIELDS = {"now_ms", "key", "cost", "peek", "expect"}
 EXPECT_FIELDS = {"allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source"}
 EXPECT_REQUIRED = {"allowed", "remaining", "reset_after_ms", "retry_after_ms"}
 HTTP_CASE_FIELDS = {"name", "description", "rules", "requests"}
-HTTP_STEP_FIELDS = {"request", "peek", "expect"}
+HTTP_STEP_FIELDS = {"request", "peek", "expect", "complete"}
+# A step that completes an earlier request (`of`: its index) with a status.
+HTTP_LATER_FIELDS = {"complete", "of"}
 HTTP_EXPECT_FIELDS = {"status", "headers", "body", "delay_ms"}
 
 
@@ -92,12 +94,29 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
             assert case["requests"], f"{where}: no requests"
             rules = dict(case["rules"], store=store, prefix=unique_prefix("http"))
             limiter = polylimit.Limiter.from_rules(rules)
+            tokens: List[Any] = []
             for i, step in enumerate(case["requests"]):
+                if "of" in step:
+                    # The completion of an earlier request, now (what a middleware does after the response).
+                    check_fields(f"{where} step {i}", step, HTTP_LATER_FIELDS, HTTP_LATER_FIELDS)
+                    token = tokens[step["of"]]
+                    tokens.append(None)
+                    if token is None:
+                        failures.append(f"{where} step {i}: request {step['of']} has no completion token")
+                    else:
+                        await limiter.complete(token, step["complete"])
+                    continue
                 check_fields(f"{where} request {i}", step, HTTP_STEP_FIELDS, {"request", "expect"})
                 expect = step["expect"]
                 check_fields(f"{where} request {i} expect", expect, HTTP_EXPECT_FIELDS, {"status", "headers", "body"})
                 decide = limiter.peek_request if step.get("peek", False) else limiter.check_request
                 outcome = await decide(step["request"])
+                tokens.append(outcome.completion)
+                if "complete" in step:
+                    if outcome.completion is None:
+                        failures.append(f"{where} request {i}: no completion token")
+                    else:
+                        await limiter.complete(outcome.completion, step["complete"])
                 want = (expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0))
                 fallback = [d for d in outcome.decisions if d["source"] in ("local", "fail_open", "fail_closed")]
                 if fallback:

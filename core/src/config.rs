@@ -11,6 +11,7 @@ use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
 use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
+use crate::http::completion::Count;
 use crate::http::rules::{middleware_key, strings, HttpRules, HTTP_FIELDS};
 use crate::http::Limiter;
 use crate::limiter::LimiterConfig;
@@ -278,7 +279,7 @@ impl Resolved {
                 Resolved::from_parts(doc, opts, Origin::Shorthand)
             }
             Some(Value::Object(doc)) => {
-                for field in ["policy", "policies", "key"] {
+                for field in ["policy", "policies", "key", "count"] {
                     if opts.contains_key(field) {
                         return Err(Error::config(
                             field,
@@ -298,6 +299,13 @@ impl Resolved {
         let mut all = fields;
         all.extend(overrides);
         let key = all.remove("key");
+        let count = match all.remove("count") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                Count::parse(&v, "count")?;
+                Some(v)
+            }
+        };
         let key_function = match all.remove("key_function") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => b,
@@ -327,6 +335,13 @@ impl Resolved {
                     "is not a rules-file field (rules name their key)",
                 ));
             }
+            if let Some(c) = count.as_ref() {
+                return Err(Error::config(
+                    "count",
+                    c,
+                    "is not a rules-file field (each rule has its own count)",
+                ));
+            }
         }
         let mut config = LimiterConfig::from_value(&Value::Object(options))?;
         if let Some(route) = route {
@@ -351,7 +366,10 @@ impl Resolved {
             } else {
                 "limit".to_string()
             };
-            let rule = serde_json::json!({ "name": name, "key": key, "policy": names });
+            let mut rule = serde_json::json!({ "name": name, "key": key, "policy": names });
+            if let Some(count) = count {
+                rule["count"] = count;
+            }
             http.insert("rules".into(), Value::Array(vec![rule]));
         }
         let rules = HttpRules::from_value(&http, &|name| names.iter().position(|n| n == name))?;

@@ -579,20 +579,7 @@ impl Engine {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
         match &inner.backend {
-            Backend::Memory => {
-                let checks: Vec<MemoryCheck<'_>> = targets
-                    .iter()
-                    .map(|&(i, key)| MemoryCheck {
-                        slot: i as u32,
-                        params: &inner.policies[i].params,
-                        key,
-                        shadow: false,
-                        penalty: None,
-                        lease: None,
-                    })
-                    .collect();
-                Ok(inner.memory.refund(&checks, now, cost))
-            }
+            Backend::Memory => Ok(self.refund_memory(targets, now, cost)),
             Backend::Redis(redis) => {
                 let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
                 let checks: Vec<RedisCheck<'_>> = targets
@@ -673,6 +660,44 @@ impl Engine {
             self.inner
                 .memory
                 .release(lease.policy as u32, &lease.key, &lease.id, now);
+        }
+    }
+
+    /// [`Engine::refund`] on the memory store (for Redis, the local
+    /// fallback's): what a `local` decision charged.
+    pub(crate) fn refund_memory(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+        let inner = &*self.inner;
+        let checks: Vec<MemoryCheck<'_>> = targets
+            .iter()
+            .filter(|(i, _)| *i < inner.policies.len())
+            .map(|&(i, key)| MemoryCheck {
+                slot: i as u32,
+                params: &inner.policies[i].params,
+                key,
+                shadow: false,
+                penalty: None,
+                lease: None,
+            })
+            .collect();
+        inner.memory.refund(&checks, now, cost)
+    }
+
+    /// [`Engine::refund`] through the store's breaker, for a refund that may
+    /// not fail (after a response): a store that cannot answer keeps the
+    /// charges (a spurious denial later, never an over-admission), and the
+    /// failure is metered.
+    pub(crate) async fn refund_guarded(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+        let inner = &*self.inner;
+        if let Backend::Memory = inner.backend {
+            return self.refund_memory(targets, now, cost);
+        }
+        match inner
+            .resilience
+            .call(&inner.metrics, || self.refund(targets, now, cost))
+            .await
+        {
+            Ok(Some(given)) => given,
+            Ok(None) | Err(_) => 0,
         }
     }
 

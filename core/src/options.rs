@@ -102,6 +102,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("policy", "policy", "Policy", Kind::Policy, "", "the policy (SPEC §2)"),
     spec("policies", "policies", "Policies", Kind::Policies, "", "several policies, each named, decided atomically: none is charged when one denies"),
     spec("key", "key", "KeyBy", Kind::Plain, "[\"ip\"]", "key dimensions of the one rule built from `policy`: ip, route, method, user, api_key, header:<name>, key, global (`key` is a middleware's key function: it needs a rule reading it)"),
+    spec("count", "count", "Count", Kind::Plain, "all", "which responses the one rule built from `policy` charges: all, failed (status >= 400 or no response), successful (< 400), or a list of classes and codes ([\"4xx\", 503]); settled after the response"),
     spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1/<service>"),

@@ -68,7 +68,8 @@ impl Case {
 }
 
 /// An outcome ready to serialise: `status`, `headers` (`[name, value]`
-/// pairs), `body`, `delay_ms` and, unless left out, `decisions`.
+/// pairs), `body`, `delay_ms`, `completion` (only when the outcome has a
+/// completion token) and, unless left out, `decisions`.
 pub struct OutcomeWire<'a> {
     outcome: &'a Outcome,
     case: Case,
@@ -95,11 +96,16 @@ impl<'a> OutcomeWire<'a> {
 impl Serialize for OutcomeWire<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let o = self.outcome;
-        let mut map = serializer.serialize_map(Some(4 + usize::from(self.decisions)))?;
+        let fields = 4 + usize::from(self.decisions) + usize::from(o.completion.is_some());
+        let mut map = serializer.serialize_map(Some(fields))?;
         map.serialize_entry("status", &o.status)?;
         map.serialize_entry("headers", &o.headers)?;
         map.serialize_entry("body", &o.body)?;
         map.serialize_entry(self.case.name("delay_ms", "delayMs"), &o.delay_ms)?;
+        if let Some(token) = &o.completion {
+            // Only when there is one: the after-response token (`Limiter::complete`).
+            map.serialize_entry("completion", token)?;
+        }
         if self.decisions {
             let decisions: Vec<RuleDecisionWire<'_>> = o
                 .decisions
@@ -162,6 +168,7 @@ mod tests {
                 shadow: false,
             }],
             leases: Vec::new(),
+            completion: None,
         }
     }
 

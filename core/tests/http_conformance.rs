@@ -25,14 +25,29 @@ struct Case {
     requests: Vec<Step>,
 }
 
+/// A request and its expected answer, or the completion of an earlier
+/// request (`of`: its index) with a response status.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Step {
-    request: Value,
+    #[serde(default)]
+    request: Option<Value>,
     /// A peek: the answer `check_request` would give, with nothing charged.
     #[serde(default)]
     peek: bool,
-    expect: Expect,
+    #[serde(default)]
+    expect: Option<Expect>,
+    /// After this request (or request `of`): complete it with this status
+    /// (`null`: no response). Absent: not completed here.
+    #[serde(default, deserialize_with = "present")]
+    complete: Option<Option<u16>>,
+    #[serde(default)]
+    of: Option<usize>,
+}
+
+/// A field that is present, `null` included.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u16>>, D::Error> {
+    Option::<u16>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize, Debug, PartialEq)]
@@ -64,10 +79,38 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
             rules["prefix"] = Value::String(format!("http-{fi}-{ci}"));
             let limiter =
                 Limiter::from_rules(&rules.to_string()).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
+            let mut tokens: Vec<Option<String>> = Vec::new();
             for (i, step) in case.requests.iter().enumerate() {
                 steps += 1;
+                let (request, expect) = match (&step.request, &step.expect, step.of) {
+                    (Some(r), Some(e), None) => (r, e),
+                    (None, None, Some(of)) => {
+                        // The completion of an earlier request, now.
+                        let status = step
+                            .complete
+                            .unwrap_or_else(|| panic!("{file}: {:?} step {i}: of without complete", case.name));
+                        let token = tokens.get(of).cloned().flatten();
+                        tokens.push(None);
+                        match token {
+                            None => failures.push(format!(
+                                "{store}: {file}: {:?} step {i}: request {of} has no completion token",
+                                case.name
+                            )),
+                            Some(token) => {
+                                if let Err(e) = limiter.complete(&token, status).await {
+                                    failures.push(format!("{store}: {file}: {:?} step {i}: complete: {e}", case.name));
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    _ => panic!(
+                        "{file}: {:?} step {i}: a request with expect, or complete with of",
+                        case.name
+                    ),
+                };
                 let request =
-                    RequestInfo::from_value(&step.request).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
+                    RequestInfo::from_value(request).unwrap_or_else(|e| panic!("{file}: {:?}: {e}", case.name));
                 let decided = if step.peek {
                     limiter.peek_request(&request).await
                 } else {
@@ -75,20 +118,40 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 };
                 match decided {
                     Ok(outcome) => {
+                        tokens.push(outcome.completion.clone());
+                        if let Some(status) = step.complete {
+                            match &outcome.completion {
+                                None => failures.push(format!(
+                                    "{store}: {file}: {:?} request {i}: no completion token",
+                                    case.name
+                                )),
+                                Some(token) => {
+                                    if let Err(e) = limiter.complete(token, status).await {
+                                        failures.push(format!(
+                                            "{store}: {file}: {:?} request {i}: complete: {e}",
+                                            case.name
+                                        ));
+                                    }
+                                }
+                            }
+                        }
                         let got = Expect {
                             status: outcome.status,
                             headers: outcome.headers,
                             body: outcome.body,
                             delay_ms: outcome.delay_ms,
                         };
-                        if got != step.expect {
+                        if got != *expect {
                             failures.push(format!(
-                                "{store}: {file}: {:?} request {i}: expected {:?}, got {got:?}",
-                                case.name, step.expect
+                                "{store}: {file}: {:?} request {i}: expected {expect:?}, got {got:?}",
+                                case.name
                             ));
                         }
                     }
-                    Err(e) => failures.push(format!("{store}: {file}: {:?} request {i}: error {e}", case.name)),
+                    Err(e) => {
+                        tokens.push(None);
+                        failures.push(format!("{store}: {file}: {:?} request {i}: error {e}", case.name))
+                    }
                 }
             }
             // A store failure would be hidden by the local fallback, which decides alike.

@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 
 import uvicorn
-from fastapi import FastAPI
+from fastapi import Body, FastAPI, Header, HTTPException
 from fastapi.responses import PlainTextResponse
 
 from polylimit import Limiter
@@ -29,6 +29,18 @@ async def hello(name: str):
 @app.post("/api/payments/{payment_id}")
 async def pay(payment_id: str):
     return {"paid": payment_id}
+
+
+# The demo's one account password; a real app checks its user store.
+DEMO_PASSWORD = "open-sesame"
+
+
+@app.post("/login")
+async def login(x_login_user: str = Header(""), password: str = Body("", embed=True)):
+    # The rules file's `login` rule keys by IP and this header and counts only failures.
+    if not x_login_user or password != DEMO_PASSWORD:
+        raise HTTPException(status_code=401, detail="wrong user or password")
+    return {"logged_in": x_login_user}
 
 
 @app.get("/metrics", response_class=PlainTextResponse)

@@ -5,11 +5,22 @@ const polylimit = require('polylimit/fastify');
 
 const rules = process.env.POLYLIMIT_RULES || path.join(__dirname, '..', 'polylimit.yaml');
 
+const DEMO_PASSWORD = 'open-sesame';
+
 async function main() {
   const app = Fastify();
   await app.register(polylimit, { rulesFile: rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
   app.get('/api/:name', async (request) => ({ hello: request.params.name }));
   app.post('/api/payments/:id', async (request) => ({ paid: request.params.id }));
+  // The demo's one account password; a real app checks its user store. The rules file's `login`
+  // rule keys by IP and the X-Login-User header, and counts only failed logins.
+  app.post('/login', async (request, reply) => {
+    const user = request.headers['x-login-user'];
+    if (!user || !request.body || request.body.password !== DEMO_PASSWORD) {
+      return reply.code(401).send({ error: 'wrong user or password' });
+    }
+    return { logged_in: user };
+  });
   app.get('/metrics', async (request, reply) => reply.type('text/plain').send(app.polylimit.metricsText()));
   const port = Number(process.env.PORT || 3001);
   await app.listen({ port, host: '127.0.0.1' });

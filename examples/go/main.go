@@ -29,6 +29,21 @@ func main() {
 	mux.HandleFunc("POST /api/payments/{id}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"paid": r.PathValue("id")})
 	})
+	// The rules file's login rule keys by IP and the X-Login-User header, and
+	// counts only failed logins (a 401 here); successful ones are given back.
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Password string `json:"password"`
+		}
+		user := r.Header.Get("X-Login-User")
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || user == "" || body.Password != demoPassword {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"error":"wrong user or password"}`)
+			return
+		}
+		reply(w, map[string]string{"logged_in": user})
+	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		text, _ := limiter.Metrics()
 		_, _ = io.WriteString(w, text)
@@ -39,6 +54,9 @@ func main() {
 	log.Printf("go example on http://%s", addr)
 	log.Fatal(http.ListenAndServe(addr, limiter.Middleware(user)(mux)))
 }
+
+// demoPassword is the demo's one account password; a real app checks its user store.
+const demoPassword = "open-sesame"
 
 func reply(w http.ResponseWriter, body any) {
 	w.Header().Set("Content-Type", "application/json")

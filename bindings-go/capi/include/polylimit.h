@@ -406,6 +406,24 @@ int32_t polylimit_limiter_try_check_request(const struct polylimit_limiter_t *li
                                             struct polylimit_pending_t **pending,
                                             struct polylimit_error_t **err);
 
+// Settles a request after its response: `token` is the completion token of
+// its packed outcome (`token_len` bytes), `status` the response's status (0:
+// no response, counted as failed). Gives back the charges whose rule's
+// `count` does not count `status`. Returns `POLYLIMIT_OK` when done at once
+// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (start it
+// with `polylimit_pending_start`; its callback gets an empty text). Never
+// fails because the store is down; a malformed token is `POLYLIMIT_CONFIG`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `token` is NULL (with `token_len` 0)
+// or points to `token_len` readable bytes; `pending` and `err` are NULL or writable.
+int32_t polylimit_limiter_try_complete(const struct polylimit_limiter_t *limiter,
+                                       const uint8_t *token,
+                                       size_t token_len,
+                                       uint16_t status,
+                                       struct polylimit_pending_t **pending,
+                                       struct polylimit_error_t **err);
+
 // Frees `len` bytes this library returned (`out_owned` of
 // `polylimit_limiter_try_check_request`). NULL is ignored.
 //

@@ -585,6 +585,50 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
     })
 }
 
+/// Settles a request after its response: `token` is the completion token of
+/// its packed outcome (`token_len` bytes), `status` the response's status (0:
+/// no response, counted as failed). Gives back the charges whose rule's
+/// `count` does not count `status`. Returns `POLYLIMIT_OK` when done at once
+/// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (start it
+/// with `polylimit_pending_start`; its callback gets an empty text). Never
+/// fails because the store is down; a malformed token is `POLYLIMIT_CONFIG`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `token` is NULL (with `token_len` 0)
+/// or points to `token_len` readable bytes; `pending` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_try_complete(
+    limiter: *const polylimit_limiter_t,
+    token: *const u8,
+    token_len: usize,
+    status: u16,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
+        let token = unsafe { str_arg(token, token_len, "token") }?.to_string();
+        if pending.is_null() {
+            return Err(FfiError::invalid("pending is NULL"));
+        }
+        let status = (status != 0).then_some(status);
+        let work: Work = Box::pin(async move {
+            limiter.complete(&token, status).await?;
+            Ok(Done::Bytes(Vec::new()))
+        });
+        match try_now(work)? {
+            Ok(_) => Ok(Status::POLYLIMIT_OK as i32),
+            Err(p) => {
+                // SAFETY: checked above.
+                unsafe { *pending = Box::into_raw(p) };
+                Ok(Status::POLYLIMIT_PENDING as i32)
+            }
+        }
+    })
+}
+
 /// Frees `len` bytes this library returned (`out_owned` of
 /// `polylimit_limiter_try_check_request`). NULL is ignored.
 ///

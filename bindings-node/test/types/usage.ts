@@ -29,6 +29,9 @@ async function main(): Promise<void> {
   const cfg: Record<string, unknown> = effectiveConfig({ rulesFile: 'polylimit.yaml', windowMs: 60000, limit: 5 });
   const o: Outcome = await rules.checkRequest({ path: '/api', peer: '127.0.0.1', apiKey: 'k' });
   const status: number | null = o.status;
+  if (o.completion !== undefined) await rules.complete(o.completion, 401);
+  const login = rateLimit({ windowMs: 900000, limit: 5, count: 'failed' });
+  const counted: RouteRule = rules.routeRule(['ip'], 'api', { count: ['4xx', 503] });
   await limiter.reset('user:1');
   const peeked: Decision = await limiter.peek('user:1', { cost: 1, nowMs: 1000 });
   const would: Outcome = await rules.peekRequest({ path: '/api', peer: '127.0.0.1' });
@@ -48,6 +51,6 @@ async function main(): Promise<void> {
   const errors: Array<typeof PolylimitError> = [ConfigError, StoreUnavailableError, StoreError, ClosedError, InternalError, CircuitOpenError];
   const e = new ConfigError('x') as ConfigError;
   const field: string = e.field;
-  void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state];
+  void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state, login, counted];
 }
 void main;

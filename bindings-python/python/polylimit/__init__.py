@@ -101,12 +101,13 @@ class Limiter(_NativeLimiter):
         policy: Optional[str] = None,
         cost: int = 1,
         per_route: bool = True,
+        count: Union[None, str, int, Sequence[Union[str, int]]] = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator for a FastAPI route (placed under ``@app.get(...)``), checked through this limiter
         (its state, metrics and ``close()``); see ``polylimit.fastapi``."""
         from .fastapi import limit
 
-        return limit(self, key, policy=policy, cost=cost, per_route=per_route)
+        return limit(self, key, policy=policy, cost=cost, per_route=per_route, count=count)
 
     def depends(
         self,
@@ -115,12 +116,13 @@ class Limiter(_NativeLimiter):
         policy: Optional[str] = None,
         cost: int = 1,
         per_route: bool = True,
+        count: Union[None, str, int, Sequence[Union[str, int]]] = None,
     ) -> Callable[..., Any]:
         """A dependency for ``Depends(...)``, checked through this limiter: raises ``RateLimitExceeded``
         when refused."""
         from .fastapi import depends
 
-        return depends(self, key, policy=policy, cost=cost, per_route=per_route)
+        return depends(self, key, policy=policy, cost=cost, per_route=per_route, count=count)
 
     async def __aenter__(self) -> "Limiter":
         return self

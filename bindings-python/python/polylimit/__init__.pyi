@@ -22,6 +22,8 @@ from ._polylimit import (
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
+# `count`: "all", "failed", "successful", a status class ("4xx") or code (401), or a list of them.
+CountSpec = Union[str, int, Sequence[Union[str, int]]]
 
 class Policy:
     rate: str
@@ -67,10 +69,22 @@ class Limiter(_NativeLimiter):
     @classmethod
     def from_rules(cls, rules: Union[str, Mapping[str, Any]], **options: Any) -> "Limiter": ...
     def limit(
-        self, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True
+        self,
+        key: Optional[KeySpec] = None,
+        *,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        per_route: bool = True,
+        count: Optional[CountSpec] = None,
     ) -> Callable[[_F], _F]: ...
     def depends(
-        self, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True
+        self,
+        key: Optional[KeySpec] = None,
+        *,
+        policy: Optional[str] = None,
+        cost: int = 1,
+        per_route: bool = True,
+        count: Optional[CountSpec] = None,
     ) -> Callable[..., Awaitable[Optional[Outcome]]]: ...
     async def __aenter__(self) -> "Limiter": ...
     async def __aexit__(self, *exc: Any) -> None: ...

@@ -25,6 +25,15 @@ Node and Go: no ``key`` is ``["ip"]``, a callable is ``["key"]``; with
 ``per_route=True`` (the default) the core puts the ``route`` dimension first, so
 each decorated route has its own budget (``per_route=False`` shares one).
 
+``count`` (``"failed"``, ``"successful"``, ``["4xx", 503]``, …; default ``"all"``) charges only
+some responses, like express-rate-limit's ``skipSuccessfulRequests``: the request is checked and
+charged before the handler as always, and once its status is known the core gives the charge back
+when the status does not count (``Outcome.completion`` → ``limiter.complete(token, status)``). A
+handler exception or a cancelled request (client gone) counts as failed. The decorator sees the
+status itself (the endpoint's ``Response``, an ``HTTPException``, the injected ``response``'s status,
+else the route's); the ``Depends`` form needs ``install(app)``, whose middleware sees the response.
+Rules-file ``count`` (the ASGI middleware) is settled by ``PolylimitMiddleware`` itself.
+
 ``limit`` and ``depends`` check through the limiter they are called on (a
 ``route_rule`` of it, validated when the route is decorated): the same store,
 memory state and metrics (labelled ``route="route_rule"``), the rules file's
@@ -39,6 +48,7 @@ import asyncio
 import functools
 import inspect
 import json
+import logging
 import typing
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -54,10 +64,41 @@ from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
 
 KeySpec = Union[str, Sequence[str], Callable[[Request], Optional[str]]]
+CountSpec = Union[str, int, Sequence[Union[str, int]], None]
 Hook = Optional[Callable[[Request], Optional[str]]]
 
 _REQUEST = "polylimit_request__"
 _RESPONSE = "polylimit_response__"
+# The completions `install(app)`'s middleware settles after the response: (limiter, token) pairs.
+_SETTLE = "polylimit.settle"
+
+_log = logging.getLogger("polylimit")
+# Completions left to run after a cancelled request: referenced until they finish.
+_settling: "set[asyncio.Task[None]]" = set()
+
+
+async def _settle(limiter: Any, token: str, status: Optional[int]) -> None:
+    """Settles a request after its response; never raises into the app (the core does not fail
+    because the store is down; anything else is logged)."""
+    try:
+        await limiter.complete(token, status)
+    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
+        _log.exception("polylimit: completing a request failed")
+
+
+def _settle_soon(limiter: Any, token: str, status: Optional[int]) -> None:
+    """``_settle`` in its own task: for a request being cancelled, which cannot await any more."""
+    try:
+        task = asyncio.get_running_loop().create_task(_settle(limiter, token, status))
+    except RuntimeError:
+        return
+    _settling.add(task)
+    task.add_done_callback(_settling.discard)
+
+
+def _route_status(scope: Scope) -> int:
+    """The status FastAPI answers an endpoint's plain return value with: the route's, or 200."""
+    return getattr(scope.get("route"), "status_code", None) or 200
 
 
 def request_info(
@@ -108,11 +149,17 @@ class _Check:
     The key's defaults are the core's (``route_rule``): ``["ip"]``, ``["key"]`` for a callable,
     ``route`` first per route."""
 
-    def __init__(self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: int, per_route: bool) -> None:
+    def __init__(
+        self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: int, per_route: bool, count: CountSpec = None
+    ) -> None:
         self.hook: Hook = key if callable(key) else None
         dims = None if key is None or callable(key) else [key] if isinstance(key, str) else list(key)
         self.limiter: _NativeLimiter = limiter
-        self.rule: RouteRule = limiter.route_rule(dims, policy, key_function=self.hook is not None, per_route=per_route)
+        if count is not None and not isinstance(count, (str, int)):
+            count = list(count)
+        self.rule: RouteRule = limiter.route_rule(
+            dims, policy, key_function=self.hook is not None, per_route=per_route, count=count
+        )
         self.cost = cost
 
     async def __call__(self, request: Request) -> Optional[Outcome]:
@@ -136,9 +183,17 @@ def _own_parameter(params: List[inspect.Parameter], hints: Dict[str, Any], kind:
     return None
 
 
-def limit(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+def limit(
+    limiter: Any,
+    key: Optional[KeySpec] = None,
+    *,
+    policy: Optional[str] = None,
+    cost: int = 1,
+    per_route: bool = True,
+    count: CountSpec = None,
+):
     """``@limiter.limit(...)``: see the module documentation."""
-    check = _Check(limiter, key, policy, cost, per_route)
+    check = _Check(limiter, key, policy, cost, per_route, count)
 
     def decorator(endpoint: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         is_async = inspect.iscoroutinefunction(endpoint)
@@ -158,11 +213,14 @@ def limit(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] 
             request: Request = kwargs[own_request] if own_request else kwargs.pop(_REQUEST)
             response: Response = kwargs[own_response] if own_response else kwargs.pop(_RESPONSE)
             outcome = await check(request)
+            token = outcome.completion if outcome is not None else None
             if outcome is not None:
                 if outcome.status is not None:
                     return refusal(outcome)
                 if outcome.delay_ms:
-                    await asyncio.sleep(outcome.delay_ms / 1000)
+                    await _delay(outcome, check.limiter)
+            if token is not None:
+                return await _call_and_settle(check.limiter, token, request, response, outcome, endpoint, args, kwargs)
             if is_async:
                 result = await endpoint(*args, **kwargs)
             else:
@@ -188,6 +246,49 @@ def limit(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] 
     return decorator
 
 
+async def _delay(outcome: Outcome, limiter: Any) -> None:
+    """Holds an admitted request for its shape-mode delay; a request cancelled meanwhile (the client
+    went away) is settled as one without a response."""
+    try:
+        await asyncio.sleep(outcome.delay_ms / 1000)
+    except asyncio.CancelledError:
+        if outcome.completion is not None:
+            _settle_soon(limiter, outcome.completion, None)
+        raise
+
+
+async def _call_and_settle(
+    limiter: Any, token: str, request: Request, response: Response, outcome: Outcome, endpoint: Any, args: Any, kwargs: Any
+) -> Any:
+    """Runs the endpoint of a request whose charge depends on its status, then settles it: the
+    status of the endpoint's ``Response``, of an ``HTTPException``, of the injected ``response``, else
+    the route's; an exception or a cancellation counts as failed (no response)."""
+    status: Optional[int] = None
+    try:
+        if inspect.iscoroutinefunction(endpoint):
+            result = await endpoint(*args, **kwargs)
+        else:
+            result = await run_in_threadpool(endpoint, *args, **kwargs)
+        target = result if isinstance(result, Response) else response
+        for name, value in outcome.headers:
+            target.headers[name] = value
+        if isinstance(result, Response):
+            status = result.status_code
+        else:
+            status = response.status_code or _route_status(request.scope)
+        return result
+    except HTTPException as exc:
+        status = exc.status_code
+        raise
+    except asyncio.CancelledError:
+        _settle_soon(limiter, token, None)
+        token = ""
+        raise
+    finally:
+        if token:
+            await _settle(limiter, token, status)
+
+
 class RateLimitExceeded(HTTPException):
     """Raised by the ``Depends`` form when the core refuses a request."""
 
@@ -198,9 +299,17 @@ class RateLimitExceeded(HTTPException):
         self.outcome = outcome
 
 
-def depends(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str] = None, cost: int = 1, per_route: bool = True):
+def depends(
+    limiter: Any,
+    key: Optional[KeySpec] = None,
+    *,
+    policy: Optional[str] = None,
+    cost: int = 1,
+    per_route: bool = True,
+    count: CountSpec = None,
+):
     """``Depends(limiter.depends(...))``: see the module documentation."""
-    check = _Check(limiter, key, policy, cost, per_route)
+    check = _Check(limiter, key, policy, cost, per_route, count)
 
     async def polylimit_dependency(request: Request, response: Response) -> Optional[Outcome]:
         outcome = await check(request)
@@ -208,6 +317,12 @@ def depends(limiter: Any, key: Optional[KeySpec] = None, *, policy: Optional[str
             return None
         if outcome.status is not None:
             raise RateLimitExceeded(outcome)
+        if outcome.completion is not None:
+            pending = request.scope.get(_SETTLE)
+            if pending is None:
+                _warn_not_installed()
+            else:
+                pending.append((check.limiter, outcome.completion))
         if outcome.delay_ms:
             await asyncio.sleep(outcome.delay_ms / 1000)
         for name, value in outcome.headers:
@@ -222,9 +337,54 @@ async def _rate_limit_handler(request: Request, exc: Exception) -> Response:
     return refusal(exc.outcome)
 
 
+_WARNED: List[bool] = []
+
+
+def _warn_not_installed() -> None:
+    if not _WARNED:
+        _WARNED.append(True)
+        _log.warning(
+            "polylimit: Depends(limiter.depends(count=...)) cannot see the response without "
+            "polylimit.fastapi.install(app): every request is charged"
+        )
+
+
 def install(app: Any) -> None:
-    """Renders ``RateLimitExceeded`` with the core's exact body and headers."""
+    """Renders ``RateLimitExceeded`` with the core's exact body and headers, and settles the
+    ``Depends`` form's ``count`` after each response (a small ASGI middleware that sees the status)."""
     app.add_exception_handler(RateLimitExceeded, _rate_limit_handler)
+    app.add_middleware(_SettleMiddleware)
+
+
+async def _send_capturing(send: Send, seen: List[int], message: Message) -> None:
+    if message["type"] == "http.response.start":
+        seen.append(int(message["status"]))
+    await send(message)
+
+
+class _SettleMiddleware:
+    """Settles, after the response, the completions the ``Depends`` form registered in the scope."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        pending: List[Tuple[Any, str]] = []
+        scope[_SETTLE] = pending
+        seen: List[int] = []
+        try:
+            await self.app(scope, receive, functools.partial(_send_capturing, send, seen))
+        except asyncio.CancelledError:
+            for limiter, token in pending:
+                _settle_soon(limiter, token, seen[0] if seen else None)
+            pending.clear()
+            raise
+        finally:
+            for limiter, token in pending:
+                await _settle(limiter, token, seen[0] if seen else None)
 
 
 def _route_template(scope: Scope) -> Optional[str]:
@@ -293,8 +453,11 @@ class PolylimitMiddleware:
             await refusal(outcome)(scope, receive, send)
             return
         if outcome.delay_ms:
-            await asyncio.sleep(outcome.delay_ms / 1000)
+            await _delay(outcome, self.limiter)
         headers = _raw_headers(outcome)
+        if outcome.completion is not None:
+            await self._settled(scope, receive, send, headers, outcome.completion)
+            return
         if not headers:
             await self.app(scope, receive, send)
             return
@@ -306,3 +469,25 @@ class PolylimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    async def _settled(self, scope: Scope, receive: Receive, send: Send, headers: List[Tuple[bytes, bytes]], token: str) -> None:
+        """Serves a request whose charge depends on its status, then settles it with the status
+        sent (none: an exception or a cancellation before the response, counted as failed)."""
+        seen: List[int] = []
+
+        async def send_capturing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                seen.append(int(message["status"]))
+                message = dict(message)
+                message["headers"] = list(message.get("headers", ())) + headers
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_capturing)
+        except asyncio.CancelledError:
+            _settle_soon(self.limiter, token, seen[0] if seen else None)
+            token = ""
+            raise
+        finally:
+            if token:
+                await _settle(self.limiter, token, seen[0] if seen else None)

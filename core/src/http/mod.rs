@@ -6,6 +6,7 @@ pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
 mod concurrency;
+pub(crate) mod completion;
 pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;
@@ -195,6 +196,10 @@ pub struct Outcome {
     /// The concurrency leases the request took: release them
     /// ([`Limiter::release`]) when its response is done.
     pub leases: Vec<Lease>,
+    /// An allowed request some of whose rules do not count every response
+    /// (`count`): the token to pass to [`Limiter::complete`] with the
+    /// response's status. Server-side only, never a header.
+    pub completion: Option<String>,
 }
 
 impl Outcome {
@@ -206,6 +211,7 @@ impl Outcome {
             delay_ms: 0,
             decisions: Vec::new(),
             leases: Vec::new(),
+            completion: None,
         }
     }
 }
@@ -356,6 +362,9 @@ pub struct RouteShorthand {
     /// The form is declared on one route (a decorator, a dependency, a route's
     /// config): `route` joins the key unless it is there.
     pub per_route: bool,
+    /// Which responses are charged, as a rule's `count` (`"failed"`,
+    /// `["4xx", 503]`, …); `None`: all. Bad values are a config error naming `count`.
+    pub count: Option<Value>,
 }
 
 /// What a request's matching rules make of it before the store is asked.
@@ -543,6 +552,7 @@ impl Limiter {
                 key,
                 target: Target::Policies(policies),
                 shadow: false,
+                count: completion::Count::All,
             },
             owner: self.engine.clone(),
         })
@@ -555,7 +565,13 @@ impl Limiter {
     pub fn route_rule_for(&self, shorthand: &RouteShorthand) -> Result<RouteRule> {
         let key = middleware_key(shorthand.key.as_deref(), shorthand.key_function, shorthand.per_route)?;
         let key: Vec<&str> = key.iter().map(String::as_str).collect();
-        self.route_rule(&key, shorthand.policy.as_deref())
+        let count = match &shorthand.count {
+            None | Some(Value::Null) => completion::Count::All,
+            Some(v) => completion::Count::parse(v, "count")?,
+        };
+        let mut rule = self.route_rule(&key, shorthand.policy.as_deref())?;
+        rule.rule.count = count;
+        Ok(rule)
     }
 
     /// Decides a request by one [`RouteRule`] of this limiter, instead of the
@@ -619,7 +635,7 @@ impl Limiter {
                 .fallback(&pairs, options.now_ms, options.cost as i64, charge),
             Err(e) => return Err(e),
         };
-        Ok(self.outcome(rules, &targets, &owners, result, charge))
+        Ok(self.outcome(rules, &targets, &owners, result, charge, options.cost))
     }
 
     /// What `candidates` make of `req` before the store is asked: an answer
@@ -698,7 +714,8 @@ impl Limiter {
         Ok(Plan::Decide { targets, owners })
     }
 
-    /// The answer to a decided request; `record`: count it in the metrics.
+    /// The answer to a decided request; `record`: it was charged (not a
+    /// peek): count it in the metrics and give it its completion token.
     fn outcome(
         &self,
         rules: &HttpRules,
@@ -706,6 +723,7 @@ impl Limiter {
         owners: &[(&Rule, bool)],
         result: CheckResult,
         record: bool,
+        cost: u64,
     ) -> Outcome {
         let decisions: Vec<RuleDecision> = targets
             .iter()
@@ -760,6 +778,14 @@ impl Limiter {
             }
         } else if result.allowed {
             outcome.delay_ms = result.decisions.iter().map(|d| d.delay_ms).max().unwrap_or(0);
+        }
+        if result.allowed && !blocked && record {
+            let charges = targets
+                .iter()
+                .zip(owners)
+                .zip(&result.decisions)
+                .map(|(((p, k), (rule, _)), d)| (*p, k.as_str(), &rule.count, *d));
+            outcome.completion = completion::Completion::of(result.now_ms, cost, charges).map(|c| c.encode());
         }
         outcome.decisions = decisions;
         outcome.leases = result.leases;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::client_ip::{Cidr, ForwardedHeader, TrustedProxies};
+use super::completion::Count;
 use super::headers::HeaderMode;
 use crate::error::{Error, Result};
 
@@ -77,6 +78,8 @@ pub(crate) struct Rule {
     pub key: Vec<Dimension>,
     pub target: Target,
     pub shadow: bool,
+    /// Which responses are charged (`count`); anything but `all` is settled after the response.
+    pub count: Count,
 }
 
 /// An allowlist or denylist: networks match the client address; typed
@@ -330,7 +333,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
     let obj = value
         .as_object()
         .ok_or_else(|| Error::config(path, value, "is not an object"))?;
-    const FIELDS: [&str; 8] = [
+    const FIELDS: [&str; 9] = [
         "name",
         "match",
         "key",
@@ -339,6 +342,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         "tiers",
         "default_tier",
         "shadow",
+        "count",
     ];
     let at = |f: &str| format!("{path}.{f}");
     for k in obj.keys() {
@@ -426,6 +430,10 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
             .as_bool()
             .ok_or_else(|| Error::config(at("shadow"), v, "is not true or false"))?,
     };
+    let count = match obj.get("count") {
+        None | Some(Value::Null) => Count::All,
+        Some(v) => Count::parse(v, &at("count"))?,
+    };
     let label = match obj.get("name") {
         Some(v) => {
             let name = v
@@ -452,6 +460,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         key,
         target,
         shadow,
+        count,
     })
 }
 

@@ -23,7 +23,9 @@
 //!   each: rule and policy (two strings), a `u8` of bits (1 allowed, 2 shadow,
 //!   4 has a retry-after), `u64` limit, remaining, reset-after ms,
 //!   retry-after ms (0 without one) and delay ms, and a `u8` source: its
-//!   place in [`Source::ALL`](crate::Source::ALL) (`polylimit_source_t` in C).
+//!   place in [`Source::ALL`](crate::Source::ALL) (`polylimit_source_t` in C);
+//! - the completion token (a string), or the length [`ABSENT`] alone when the
+//!   outcome has none (`Outcome::completion`: settle it after the response).
 
 use std::fmt;
 
@@ -156,7 +158,8 @@ pub fn write_request(request: &RequestInfo, out: &mut Vec<u8>) {
 /// The exact size of `outcome` packed (with its decisions when `with_decisions`).
 pub fn outcome_len(outcome: &Outcome, with_decisions: bool) -> usize {
     let strings = |a: &str, b: &str| 8 + a.len() + b.len();
-    let mut size = 2 + 1 + 8 + 4 + 4;
+    let mut size = 2 + 1 + 8 + 4 + 4 + 4;
+    size += outcome.completion.as_ref().map_or(0, String::len);
     size += outcome.headers.iter().map(|(k, v)| strings(k, v)).sum::<usize>();
     size += outcome.body.as_ref().map_or(0, |b| 4 + b.len());
     if with_decisions {
@@ -201,6 +204,7 @@ pub fn write_outcome(outcome: &Outcome, with_decisions: bool, out: &mut Vec<u8>)
         // Seven sources: the index always fits.
         out.push(d.source.index() as u8);
     }
+    put_opt(out, outcome.completion.as_deref());
 }
 
 /// `outcome` packed in a buffer of exactly its size (one allocation).
@@ -277,6 +281,12 @@ mod tests {
                 }
             })
             .collect();
+        let completion = if b.0[..4] == ABSENT.to_le_bytes() {
+            b.u32();
+            None
+        } else {
+            Some(b.string())
+        };
         assert!(b.0.is_empty(), "{} bytes left", b.0.len());
         Outcome {
             status: (status != 0).then_some(status),
@@ -285,6 +295,7 @@ mod tests {
             delay_ms,
             decisions,
             leases: Vec::new(),
+            completion,
         }
     }
 
@@ -421,6 +432,7 @@ mod tests {
                 })
                 .collect(),
             leases: Vec::new(),
+            completion: Some("pl1;n1;c1;rs0,failed,ip=1".into()),
         }
     }
 
@@ -463,6 +475,7 @@ mod tests {
                 shadow: true,
             }],
             leases: Vec::new(),
+            completion: None,
         };
         let mut want: Vec<u8> = vec![0xAD, 0x01, 1, 0x02, 0x01, 0, 0, 0, 0, 0, 0];
         want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, b'A', 1, 0, 0, 0, b'1']);
@@ -473,6 +486,7 @@ mod tests {
             want.extend_from_slice(&n.to_le_bytes());
         }
         want.push(4); // penalty
+        want.extend_from_slice(&ABSENT.to_le_bytes()); // no completion token
         assert_eq!(outcome(&o, true), want);
 
         // A pass without headers or body: 19 bytes.
@@ -483,7 +497,20 @@ mod tests {
             delay_ms: 0,
             decisions: Vec::new(),
             leases: Vec::new(),
+            completion: None,
         };
-        assert_eq!(outcome(&pass, true), vec![0; 19]);
+        let mut want = vec![0; 19];
+        want.extend_from_slice(&ABSENT.to_le_bytes());
+        assert_eq!(outcome(&pass, true), want);
+        // An allowed request to settle after its response: the token last.
+        let settle = Outcome {
+            completion: Some("pl1;n1;c1".into()),
+            ..pass
+        };
+        let mut want = vec![0; 19];
+        want.extend_from_slice(&[9, 0, 0, 0]);
+        want.extend_from_slice(b"pl1;n1;c1");
+        assert_eq!(outcome(&settle, false), want);
+        assert_eq!(read_outcome(&want), settle);
     }
 }

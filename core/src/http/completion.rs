@@ -1,0 +1,407 @@
+//! "After the response": a rule's `count` (which responses are charged) and
+//! the completion token that carries what to do once the status is known.
+//!
+//! A request is checked and charged before the handler, as every request is
+//! (so concurrent attempts cannot all pass on a budget already spent). When
+//! it was allowed and some rule of it does not count every status, its
+//! [`Outcome`](super::Outcome) carries a completion token; after the response
+//! the middleware calls [`Limiter::complete`] with the status, and the core
+//! gives back, with the exact inverse of each algorithm
+//! (`algorithm/refund.rs`, `lua/refund.lua`), the charge of every target
+//! whose rule does not count that status, at the decision's own time and cost.
+//!
+//! The refund is exact for the window algorithms (fixed window, sliding
+//! window counter and log: the charge comes off the window it went into,
+//! while that window lasts). For the buckets (token bucket, GCRA, leaky
+//! bucket) it is best-effort and never over-admits: the charge comes back
+//! only if no admission at a later millisecond came since (see `refund.rs`).
+//!
+//! # The token
+//!
+//! A string, server-side only (never a header), made of records separated by
+//! `;`, each starting with its kind, so another after-response action can be
+//! added as a new kind:
+//!
+//! ```text
+//! token  = "pl1" ";n" now_ms ";c" cost 1*( ";r" target )
+//! target = ("s" / "l") policy_index "," count "," key   ; s: the store decided, l: the local fallback
+//! count  = "failed" / "successful" / item *( "+" item ) ; item: "4xx" or "401"
+//! ```
+//!
+//! `key` is the target's key with `%` and `;` percent-escaped.
+
+use serde_json::Value;
+
+use super::Limiter;
+use crate::decision::Source;
+use crate::error::{Error, Result};
+
+/// Which responses a rule charges (`count` of a rule or a route's shorthand).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Count {
+    /// Every request (the default): nothing to do after the response.
+    #[default]
+    All,
+    /// Status >= 400, or no response at all (a handler error, a client that went away).
+    Failed,
+    /// Status < 400.
+    Successful,
+    /// The statuses listed: classes (`4xx`, stored as 4) and codes (401);
+    /// no response at all counts too.
+    Statuses(Vec<u16>),
+}
+
+const COUNT_HELP: &str = "is not all, failed, successful or a list of status classes (4xx) and codes (401)";
+
+impl Count {
+    /// `count` as written in a rules file or given by a binding: `all`,
+    /// `failed`, `successful`, a status class (`4xx`) or code (`401`, as a
+    /// number or text), or a non-empty list of classes and codes.
+    pub(crate) fn parse(value: &Value, field: &str) -> Result<Count> {
+        let bad = || Error::config(field, value, COUNT_HELP);
+        match value {
+            Value::String(s) => match s.as_str() {
+                "all" => Ok(Count::All),
+                "failed" => Ok(Count::Failed),
+                "successful" => Ok(Count::Successful),
+                other => Ok(Count::Statuses(vec![status_item(other).ok_or_else(bad)?])),
+            },
+            Value::Number(_) => Ok(Count::Statuses(vec![number_item(value).ok_or_else(bad)?])),
+            Value::Array(items) if items.len() == 1 && items[0].is_string() => {
+                Count::parse(&items[0], field).map_err(|_| Error::config(format!("{field}[0]"), &items[0], COUNT_HELP))
+            }
+            Value::Array(items) if !items.is_empty() => {
+                let mut out = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let parsed = match item {
+                        Value::String(s) => status_item(s),
+                        Value::Number(_) => number_item(item),
+                        _ => None,
+                    };
+                    let parsed = parsed.ok_or_else(|| Error::config(format!("{field}[{i}]"), item, COUNT_HELP))?;
+                    if !out.contains(&parsed) {
+                        out.push(parsed);
+                    }
+                }
+                Ok(Count::Statuses(out))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// Whether a request answered with `status` (`None`: no response) is charged.
+    pub(crate) fn counts(&self, status: Option<u16>) -> bool {
+        match (self, status) {
+            (Count::All, _) => true,
+            (Count::Failed, None) => true,
+            (Count::Failed, Some(s)) => s >= 400,
+            (Count::Successful, None) => false,
+            (Count::Successful, Some(s)) => s < 400,
+            (Count::Statuses(_), None) => true,
+            (Count::Statuses(items), Some(s)) => items.iter().any(|&i| i == s || (i < 10 && s / 100 == i)),
+        }
+    }
+
+    /// The token's spelling.
+    fn token_text(&self) -> String {
+        match self {
+            Count::All => "all".into(),
+            Count::Failed => "failed".into(),
+            Count::Successful => "successful".into(),
+            Count::Statuses(items) => items
+                .iter()
+                .map(|&i| if i < 10 { format!("{i}xx") } else { i.to_string() })
+                .collect::<Vec<_>>()
+                .join("+"),
+        }
+    }
+
+    fn from_token_text(text: &str) -> Option<Count> {
+        match text {
+            "all" => Some(Count::All),
+            "failed" => Some(Count::Failed),
+            "successful" => Some(Count::Successful),
+            _ => text
+                .split('+')
+                .map(status_item)
+                .collect::<Option<Vec<_>>>()
+                .map(Count::Statuses),
+        }
+    }
+}
+
+/// `4xx` (class 1 to 5) as the class digit, or `401` (100 to 599) as the code.
+fn status_item(text: &str) -> Option<u16> {
+    let lower = text.trim().to_ascii_lowercase();
+    if let Some(class) = lower.strip_suffix("xx") {
+        return class
+            .parse::<u16>()
+            .ok()
+            .filter(|c| (1..=5).contains(c) && class.len() == 1);
+    }
+    lower
+        .parse::<u16>()
+        .ok()
+        .filter(|c| (100..=599).contains(c) && lower.len() == 3)
+}
+
+fn number_item(value: &Value) -> Option<u16> {
+    let n = value
+        .as_u64()
+        .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as u64))?;
+    (100..=599).contains(&n).then_some(n as u16)
+}
+
+/// One charge that may be given back after the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Charge {
+    /// The policy's index in the limiter.
+    pub policy: usize,
+    /// The target's key.
+    pub key: String,
+    /// Decided by the local fallback (given back on the process's memory store).
+    pub local: bool,
+    /// Which responses its rule charges.
+    pub count: Count,
+}
+
+/// What a completion token holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Completion {
+    /// The decision's clock.
+    pub now_ms: i64,
+    /// The request's cost.
+    pub cost: u64,
+    /// The charges that depend on the status.
+    pub charges: Vec<Charge>,
+}
+
+const TOKEN_VERSION: &str = "pl1";
+
+fn escape(key: &str) -> String {
+    key.replace('%', "%25").replace(';', "%3B")
+}
+
+fn unescape(key: &str) -> String {
+    key.replace("%3B", ";").replace("%25", "%")
+}
+
+impl Completion {
+    /// The charges of an allowed request that can depend on its status: the
+    /// targets that were charged (allowed, decided by the store or the local
+    /// fallback) whose rule does not count every status. `None` when there
+    /// are none.
+    pub(crate) fn of<'a>(
+        now_ms: i64,
+        cost: u64,
+        targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision)>,
+    ) -> Option<Completion> {
+        let charges: Vec<Charge> = targets
+            .filter(|(_, _, count, d)| **count != Count::All && d.allowed)
+            .filter_map(|(policy, key, count, d)| {
+                let local = match d.source {
+                    Source::Store => false,
+                    Source::Local => true,
+                    // fail_open, fail_closed, penalty, lists: nothing was charged.
+                    _ => return None,
+                };
+                Some(Charge {
+                    policy,
+                    key: key.to_string(),
+                    local,
+                    count: count.clone(),
+                })
+            })
+            .collect();
+        (!charges.is_empty()).then_some(Completion { now_ms, cost, charges })
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        let mut out = format!("{TOKEN_VERSION};n{};c{}", self.now_ms, self.cost);
+        for c in &self.charges {
+            out.push_str(&format!(
+                ";r{}{},{},{}",
+                if c.local { 'l' } else { 's' },
+                c.policy,
+                c.count.token_text(),
+                escape(&c.key)
+            ));
+        }
+        out
+    }
+
+    pub(crate) fn decode(token: &str) -> Result<Completion> {
+        let bad = |why: &str| {
+            let shown: String = token.chars().take(64).collect();
+            Error::config(
+                "token",
+                format!("{shown:?}"),
+                format!("is not a completion token of polylimit ({why})"),
+            )
+        };
+        let mut records = token.split(';');
+        if records.next() != Some(TOKEN_VERSION) {
+            return Err(bad("unknown version"));
+        }
+        let (mut now_ms, mut cost, mut charges) = (None, None, Vec::new());
+        for record in records {
+            let (kind, rest) = record.split_at(record.chars().next().map_or(0, char::len_utf8));
+            match kind {
+                "n" => now_ms = Some(rest.parse::<i64>().map_err(|_| bad("bad time"))?),
+                "c" => cost = Some(rest.parse::<u64>().map_err(|_| bad("bad cost"))?),
+                "r" => {
+                    let mut parts = rest.splitn(3, ',');
+                    let (head, count, key) = match (parts.next(), parts.next(), parts.next()) {
+                        (Some(h), Some(c), Some(k)) => (h, c, k),
+                        _ => return Err(bad("bad record")),
+                    };
+                    let local = match head.chars().next() {
+                        Some('s') => false,
+                        Some('l') => true,
+                        _ => return Err(bad("bad source")),
+                    };
+                    let policy = head[1..].parse::<usize>().map_err(|_| bad("bad policy"))?;
+                    let count = Count::from_token_text(count).ok_or_else(|| bad("bad count"))?;
+                    charges.push(Charge {
+                        policy,
+                        key: unescape(key),
+                        local,
+                        count,
+                    });
+                }
+                _ => return Err(bad("unknown record")),
+            }
+        }
+        match (now_ms, cost) {
+            (Some(now_ms), Some(cost)) if cost > 0 => Ok(Completion { now_ms, cost, charges }),
+            _ => Err(bad("no time or cost")),
+        }
+    }
+}
+
+impl Limiter {
+    /// Completes a request whose [`Outcome`](super::Outcome) carried a
+    /// `completion` token, once its response `status` is known (`None` or 0:
+    /// no response at all — a handler error, a client that went away — which
+    /// counts as failed): gives back the charge of every target whose rule's
+    /// `count` does not count that status. Returns how many charges were
+    /// given back. Never fails because the store is down (the charge is then
+    /// kept and the error metered); fails on a token that is not one, or one
+    /// naming a policy this limiter does not have.
+    pub async fn complete(&self, token: &str, status: Option<u16>) -> Result<usize> {
+        let completion = Completion::decode(token)?;
+        let status = status.filter(|&s| s != 0);
+        let policies = self.engine.policies().count();
+        if let Some(c) = completion.charges.iter().find(|c| c.policy >= policies) {
+            return Err(Error::config(
+                "token",
+                c.policy,
+                "names a policy this limiter does not have (a token of another limiter?)",
+            ));
+        }
+        let refund = |local: bool| -> Vec<(usize, &str)> {
+            completion
+                .charges
+                .iter()
+                .filter(|c| c.local == local && !c.count.counts(status))
+                .map(|c| (c.policy, c.key.as_str()))
+                .collect()
+        };
+        let (store, local) = (refund(false), refund(true));
+        let cost = completion.cost as i64;
+        let mut given = self.engine.refund_memory(&local, completion.now_ms, cost);
+        if !store.is_empty() {
+            given += self.engine.refund_guarded(&store, completion.now_ms, cost).await;
+        }
+        Ok(given)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn count_values() {
+        let p = |v: Value| Count::parse(&v, "rules[0].count");
+        assert_eq!(p(json!("all")).unwrap(), Count::All);
+        assert_eq!(p(json!("failed")).unwrap(), Count::Failed);
+        assert_eq!(p(json!(["successful"])).unwrap(), Count::Successful);
+        assert_eq!(p(json!("4xx")).unwrap(), Count::Statuses(vec![4]));
+        assert_eq!(p(json!(["4xx", "5XX"])).unwrap(), Count::Statuses(vec![4, 5]));
+        assert_eq!(
+            p(json!([401, "403", 429.0])).unwrap(),
+            Count::Statuses(vec![401, 403, 429])
+        );
+        for (bad, field) in [
+            (json!("6xx"), "rules[0].count"),
+            (json!("sometimes"), "rules[0].count"),
+            (json!([]), "rules[0].count"),
+            (json!(true), "rules[0].count"),
+            (json!([401, 99]), "rules[0].count[1]"),
+            (json!(["4xx", "failed"]), "rules[0].count[1]"),
+            (json!(["40"]), "rules[0].count[0]"),
+        ] {
+            match p(bad.clone()) {
+                Err(Error::Config { field: f, value, .. }) => {
+                    assert_eq!(f, field, "{bad}");
+                    assert!(!value.is_empty(), "{bad}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn what_counts() {
+        let failed = Count::Failed;
+        assert!(failed.counts(Some(401)) && failed.counts(Some(500)) && failed.counts(None));
+        assert!(!failed.counts(Some(200)) && !failed.counts(Some(302)));
+        let ok = Count::Successful;
+        assert!(ok.counts(Some(200)) && ok.counts(Some(399)));
+        assert!(!ok.counts(Some(400)) && !ok.counts(None));
+        let list = Count::Statuses(vec![4, 503]);
+        assert!(list.counts(Some(404)) && list.counts(Some(503)) && list.counts(None));
+        assert!(!list.counts(Some(500)) && !list.counts(Some(200)));
+    }
+
+    #[test]
+    fn tokens_round_trip_and_reject_garbage() {
+        let c = Completion {
+            now_ms: 1_700_000_000_123,
+            cost: 2,
+            charges: vec![
+                Charge {
+                    policy: 0,
+                    key: "ip=1.2.3.4|header:x-user=a;b%3B,c".into(),
+                    local: false,
+                    count: Count::Failed,
+                },
+                Charge {
+                    policy: 3,
+                    key: String::new(),
+                    local: true,
+                    count: Count::Statuses(vec![4, 503]),
+                },
+            ],
+        };
+        let token = c.encode();
+        assert!(token.starts_with("pl1;n1700000000123;c2;rs0,failed,"), "{token}");
+        assert_eq!(Completion::decode(&token).unwrap(), c);
+        for bad in [
+            "",
+            "pl2;n1;c1",
+            "pl1;n1",
+            "pl1;n1;c0",
+            "pl1;n1;c1;x",
+            "pl1;n1;c1;rq0,failed,k",
+            "pl1;n1;c1;rs0,never,k",
+        ] {
+            assert!(
+                matches!(Completion::decode(bad), Err(Error::Config { ref field, .. }) if field == "token"),
+                "{bad}"
+            );
+        }
+    }
+}
