@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
-pub use headers::HeaderMode;
+pub use headers::{HeaderDraft, HeaderMode};
 use route::normalize_path;
 use rules::{glob_match, key_dimensions, middleware_key, Dimension, HttpRules, List, Rule, Target};
 
@@ -631,17 +631,26 @@ impl Limiter {
         let shown = if enforced.is_empty() {
             result.closest_to_denying()
         } else {
-            result.closest_among(enforced.into_iter())
+            result.closest_among(enforced.iter().copied())
         };
         let decision = result.decisions[shown];
-        let policy = self.engine.policy_at(targets[shown].0);
         let now_ms = if result.now_ms > 0 {
             result.now_ms
         } else {
             process_now_ms()
         };
         let mut outcome = Outcome::pass();
-        outcome.headers = headers::rate_limit_headers(rules.headers, policy, &decision, now_ms);
+        let described = |i: usize| headers::Shown {
+            policy: self.engine.policy_at(targets[i].0),
+            decision: &result.decisions[i],
+            key: &targets[i].1,
+        };
+        let listed: Vec<headers::Shown<'_>> = if enforced.is_empty() {
+            vec![described(shown)]
+        } else {
+            enforced.iter().map(|&i| described(i)).collect()
+        };
+        outcome.headers = headers::rate_limit_headers(rules.headers, &described(shown), &listed, now_ms);
         if blocked {
             let denial = decisions
                 .iter()
