@@ -35,5 +35,10 @@ export declare function retryFetch<F extends FetchLike>(fetchFn: F, options?: Re
 export declare function retryFetch(options?: RetryOptions): GlobalFetch;
 /** Milliseconds to wait from `nowMs` per a Retry-After value (seconds or HTTP-date); null when unreadable. */
 export declare function parseRetryAfter(value: string | null | undefined, nowMs: number): number | null;
+/** The wait (ms) retryFetch makes after such a response, or null when it returns it. */
+export declare function retryWait(
+  options: RetryOptions,
+  response: { status: number; retryAfter?: string | null; retries?: number; startedMs?: number },
+): number | null;
 export declare const DEFAULTS: Readonly<Required<Pick<RetryOptions, 'maxRetries' | 'maxWaitMs' | 'budgetMs' | 'jitter' | 'statuses'>>>;
 export default retryFetch;

@@ -126,5 +126,16 @@ function retryFetch(fetchFn, options) {
   };
 }
 
-module.exports = { retryFetch, parseRetryAfter, DEFAULTS };
+/**
+ * The wait (ms) retryFetch makes after a response with `status` and the
+ * Retry-After value `retryAfter`, `retries` retries into a request begun at
+ * `startedMs`; null when it would give up and return the response.
+ */
+function retryWait(options, { status, retryAfter = null, retries = 0, startedMs }) {
+  const o = check({ now: Date.now, random: Math.random, ...options });
+  const headers = { get: (name) => (name.toLowerCase() === 'retry-after' ? retryAfter : null) };
+  return waitFor(o, status, headers, retries, startedMs ?? o.now());
+}
+
+module.exports = { retryFetch, retryWait, parseRetryAfter, DEFAULTS };
 module.exports.default = retryFetch;

@@ -4,5 +4,5 @@ import { createRequire } from 'node:module';
 const require = createRequire(import.meta.url);
 const client = require('./client.js');
 
-export const { retryFetch, parseRetryAfter, DEFAULTS } = client;
+export const { retryFetch, retryWait, parseRetryAfter, DEFAULTS } = client;
 export default retryFetch;

@@ -5,7 +5,9 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const express = require('express');
-const { retryFetch, parseRetryAfter } = require('../client');
+const fs = require('node:fs');
+const path = require('node:path');
+const { retryFetch, retryWait, parseRetryAfter } = require('../client');
 const { rateLimit } = require('../express');
 
 const T0 = 1_700_000_000_000;
@@ -48,6 +50,21 @@ test('client: parseRetryAfter reads seconds and every HTTP-date form, nothing el
   assert.equal(parseRetryAfter(httpDate(T0 - 30_000), T0), 0);
   for (const garbage of [null, undefined, '', '-1', '1.5', 'soon', '+3', '2024-01-01', 'Sun, 06 Nov 1994']) {
     assert.equal(parseRetryAfter(garbage, T0), null, String(garbage));
+  }
+});
+
+test('client: the shared vectors (tests/conformance/client/retry_after.json)', () => {
+  const file = path.join(__dirname, '..', '..', 'tests', 'conformance', 'client', 'retry_after.json');
+  const v = JSON.parse(fs.readFileSync(file, 'utf8'));
+  for (const c of v.parse) assert.equal(parseRetryAfter(c.value, v.now_ms), c.wait_ms, JSON.stringify(c.value));
+  for (const c of v.decide) {
+    const o = c.options;
+    const options = { maxRetries: o.max_retries, maxWaitMs: o.max_wait_ms, budgetMs: o.budget_ms, jitter: o.jitter,
+      statuses: o.statuses, now: () => v.now_ms, random: () => c.random };
+    const got = retryWait(options, { status: c.status, retryAfter: c.retry_after, retries: c.retries,
+      startedMs: v.now_ms - c.elapsed_ms });
+    if (c.wait_ms === null) assert.equal(got, null, c.name);
+    else assert.ok(got !== null && Math.abs(got - c.wait_ms) < 1e-6, `${c.name}: ${got}`);
   }
 });
 

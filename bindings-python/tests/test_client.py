@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from typing import List
 
 import httpx
 import pytest
+from conftest import REPO
 from fastapi import FastAPI
 from test_fastapi import Server
 
@@ -67,6 +69,25 @@ def test_parse_retry_after_forms() -> None:
     assert parse_retry_after(email.utils.formatdate(T0 - 30, usegmt=True), T0) == 0  # past: now
     for garbage in [None, "", "-1", "1.5", "soon", "+3", "١"]:
         assert parse_retry_after(garbage, T0) is None, garbage
+
+
+def test_shared_vectors() -> None:
+    """tests/conformance/client/retry_after.json, which the JavaScript and Go helpers play too."""
+    v = json.loads((REPO / "tests" / "conformance" / "client" / "retry_after.json").read_text())
+    now = v["now_ms"] / 1000
+    for c in v["parse"]:
+        got = parse_retry_after(c["value"], now)
+        want = c["wait_ms"]
+        assert (got is None) if want is None else got * 1000 == pytest.approx(want), c
+    for c in v["decide"]:
+        o = c["options"]
+        policy = RetryPolicy(max_retries=o["max_retries"], max_wait=o["max_wait_ms"] / 1000,
+                             budget=o["budget_ms"] / 1000, jitter=o["jitter"], statuses=o["statuses"],
+                             clock=lambda: now, random=lambda c=c: c["random"])
+        headers = {} if c["retry_after"] is None else {"retry-after": c["retry_after"]}
+        got = policy.wait(c["status"], headers, c["retries"], now - c["elapsed_ms"] / 1000)
+        want = c["wait_ms"]
+        assert (got is None) if want is None else got * 1000 == pytest.approx(want), c["name"]
 
 
 def test_waits_retry_after_with_jitter_then_returns_success() -> None:
