@@ -151,6 +151,17 @@ impl HeaderMode {
         }
     }
 
+    /// Whether the headers describe every enforced policy (draft-8), not one.
+    pub(crate) fn lists_every_policy(self) -> bool {
+        matches!(
+            self,
+            HeaderMode::Draft {
+                draft: HeaderDraft::Draft8,
+                ..
+            }
+        )
+    }
+
     fn legacy(self) -> bool {
         matches!(
             self,

@@ -645,7 +645,10 @@ impl Limiter {
             decision: &result.decisions[i],
             key: &targets[i].1,
         };
-        let listed: Vec<headers::Shown<'_>> = if enforced.is_empty() {
+        // Only draft-8 lists every enforced policy (no allocation for the other modes).
+        let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
+            Vec::new()
+        } else if enforced.is_empty() {
             vec![described(shown)]
         } else {
             enforced.iter().map(|&i| described(i)).collect()
