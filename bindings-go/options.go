@@ -52,7 +52,7 @@ type Options struct {
 	TrustedProxies  []string // CIDRs (and "unix") whose forwarded header is believed
 	ForwardedHeader string   // "x-forwarded-for" (default) or "forwarded"
 	IPv6Subnet      int      // prefix length IPv6 clients are keyed by (64)
-	Headers         string   // "both" (default), "legacy", "ietf", "none"
+	Headers         string   // "both" (default), "legacy", "ietf", "none", "draft-6", "draft-7", "draft-8" (express-rate-limit's), "legacy,draft-7"
 	Shadow          bool     // decide and count, never block
 	Allowlist       []string // CIDRs and typed keys (user:…, api_key:…, key:…) never limited
 	Denylist        []string // CIDRs and typed keys always refused

@@ -15,6 +15,8 @@ export interface Policy {
   name?: string;
 }
 
+/** One set of rate-limit headers (see the README's "Header modes"). */
+export type HeaderSet = 'legacy' | 'ietf' | 'both' | 'none' | 'draft-6' | 'draft-7' | 'draft-8';
 /** A duration: ms as a number, or text like `"100ms"`, `"30s"`, `"1m30s"`. */
 export type Duration = number | string;
 
@@ -55,8 +57,13 @@ export interface LimiterOptions {
   windowMs?: Duration;
   limit?: number;
   max?: number;
-  headers?: 'legacy' | 'ietf' | 'both' | 'none';
-  standardHeaders?: boolean;
+  /**
+   * Rate-limit headers. `draft-6` | `draft-7` | `draft-8`: byte for byte express-rate-limit's
+   * `standardHeaders` modes; add the legacy X-RateLimit-* with `['legacy', 'draft-7']`.
+   */
+  headers?: HeaderSet | HeaderSet[];
+  /** express-rate-limit style: `true` is `ietf`; a draft name is that draft's exact headers. */
+  standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8';
   legacyHeaders?: boolean;
   /** Proxies whose forwarding header names the client: CIDRs, and `unix` for a proxy on a Unix socket. */
   trustedProxies?: string[];

@@ -411,7 +411,7 @@ impl Resolved {
             "trusted_proxies": list("trusted_proxies"),
             "forwarded_header": self.rules.trusted_proxies.header.name(),
             "ipv6_subnet": self.rules.ipv6_subnet,
-            "headers": self.rules.headers.as_str(),
+            "headers": self.rules.headers.to_value(),
             "shadow": self.rules.shadow,
             "allowlist": list("allowlist"),
             "denylist": list("denylist"),

@@ -40,7 +40,9 @@ pub use decision::{CheckResult, Decision, Lease, Source};
 pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+pub use http::{
+    HeaderDraft, HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision,
+};
 #[doc(hidden)]
 pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};

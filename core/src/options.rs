@@ -117,7 +117,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("trusted_proxies", "trustedProxies", "TrustedProxies", Kind::Plain, "[]", "CIDRs (and `unix`) whose forwarded header is believed"),
     spec("forwarded_header", "forwardedHeader", "ForwardedHeader", Kind::Plain, "x-forwarded-for", "the one header read from a trusted proxy: x-forwarded-for or forwarded"),
     spec("ipv6_subnet", "ipv6Subnet", "IPv6Subnet", Kind::Plain, "64", "prefix length IPv6 clients are keyed by"),
-    spec("headers", "headers", "Headers", Kind::Plain, "both", "rate-limit headers: legacy, ietf, both, none"),
+    spec("headers", "headers", "Headers", Kind::Plain, "both", "rate-limit headers: legacy, ietf, both, none, draft-6, draft-7, draft-8 (express-rate-limit's), or legacy with one of them as a list or `legacy,draft-7`"),
     spec("shadow", "shadow", "Shadow", Kind::Plain, "false", "decide, count and set headers, never block"),
     spec("allowlist", "allowlist", "Allowlist", Kind::Plain, "[]", "CIDRs and typed keys (user:…, api_key:…, key:…) never limited"),
     spec("denylist", "denylist", "Denylist", Kind::Plain, "[]", "CIDRs and typed keys always refused"),
@@ -128,7 +128,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("", "windowMs", "", Kind::Plain, "60000", "express-rate-limit form: a fixed window of this many ms (with `limit`)"),
     spec("", "limit", "", Kind::Plain, "5", "express-rate-limit form: requests per window (alias `max`)"),
     spec("", "max", "", Kind::Plain, "", "alias of `limit`"),
-    spec("", "standardHeaders", "", Kind::Plain, "true", "express-rate-limit form: the IETF headers on or off"),
+    spec("", "standardHeaders", "", Kind::Plain, "true", "express-rate-limit form: the IETF headers on or off, or `draft-6`/`draft-7`/`draft-8` for exactly its headers"),
     spec("", "legacyHeaders", "", Kind::Plain, "true", "express-rate-limit form: the X-RateLimit-* headers on or off"),
 ];
 
@@ -350,17 +350,31 @@ fn express_form(express: &Map<String, Value>, out: &mut Map<String, Value>) -> R
         policy.insert("rate".into(), format!("{limit}/{window_ms}ms").into());
         out.insert("policy".into(), Value::Object(policy));
     }
+    // express-rate-limit's draft names select that draft's exact headers.
+    let mut draft = None;
     let flag = |name: &str| -> Result<Option<bool>> {
         get(name)
             .map(|v| match v {
                 Value::Bool(b) => Ok(*b),
-                // express-rate-limit's draft names all mean "the IETF headers".
-                Value::String(s) if name == "standardHeaders" && s.starts_with("draft-") => Ok(true),
                 other => Err(Error::config(name, other, "is not true or false")),
             })
             .transpose()
     };
-    let (ietf, legacy) = (flag("standardHeaders")?, flag("legacyHeaders")?);
+    let ietf = match get("standardHeaders") {
+        Some(Value::String(s)) if matches!(s.as_str(), "draft-6" | "draft-7" | "draft-8") => {
+            draft = Some(s.clone());
+            Some(true)
+        }
+        Some(Value::String(s)) => {
+            return Err(Error::config(
+                "standardHeaders",
+                s.as_str(),
+                "is not true, false, draft-6, draft-7 or draft-8",
+            ))
+        }
+        _ => flag("standardHeaders")?,
+    };
+    let legacy = flag("legacyHeaders")?;
     if ietf.is_some() || legacy.is_some() {
         if out.contains_key("headers") {
             return Err(Error::config(
@@ -373,13 +387,16 @@ fn express_form(express: &Map<String, Value>, out: &mut Map<String, Value>) -> R
                 "cannot be given together with headers",
             ));
         }
-        let mode = match (ietf.unwrap_or(true), legacy.unwrap_or(true)) {
-            (true, true) => "both",
-            (true, false) => "ietf",
-            (false, true) => "legacy",
-            (false, false) => "none",
+        let legacy = legacy.unwrap_or(true);
+        let mode: Value = match (draft, ietf.unwrap_or(true), legacy) {
+            (Some(d), _, true) => serde_json::json!(["legacy", d]),
+            (Some(d), _, false) => d.into(),
+            (None, true, true) => "both".into(),
+            (None, true, false) => "ietf".into(),
+            (None, false, true) => "legacy".into(),
+            (None, false, false) => "none".into(),
         };
-        out.insert("headers".into(), mode.into());
+        out.insert("headers".into(), mode);
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ import {
   Policy,
   RouteRule,
 } from '../../index';
+import { retryFetch, parseRetryAfter, FetchLike } from '../../client';
 
 async function main(): Promise<void> {
   const policy: Policy = { algorithm: 'gcra', rate: '10/s', burst: 20 };
@@ -51,6 +52,13 @@ async function main(): Promise<void> {
   const errors: Array<typeof PolylimitError> = [ConfigError, StoreUnavailableError, StoreError, ClosedError, InternalError, CircuitOpenError];
   const e = new ConfigError('x') as ConfigError;
   const field: string = e.field;
+  const migrated = rateLimit({ windowMs: 60000, limit: 5, standardHeaders: 'draft-8', legacyHeaders: false });
+  const both = new Limiter({ policy, headers: ['legacy', 'draft-7'] });
+  const custom: FetchLike = async () => ({ status: 200, headers: { get: () => null } });
+  const wrapped: FetchLike = retryFetch(custom, { maxRetries: 2, maxWaitMs: 30000, budgetMs: 60000, jitter: 0.1, statuses: [429] });
+  const viaGlobal = retryFetch({ jitter: 0 });
+  const wait: number | null = parseRetryAfter('3', Date.now());
+  void [migrated, both, wrapped, viaGlobal, wait];
   void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state, login, counted];
 }
 void main;

@@ -5,8 +5,8 @@
 pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
-mod concurrency;
 pub(crate) mod completion;
+mod concurrency;
 pub(crate) mod headers;
 pub(crate) mod route;
 pub(crate) mod rules;
@@ -25,7 +25,7 @@ use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use concurrency::LeaseGuard;
-pub use headers::HeaderMode;
+pub use headers::{HeaderDraft, HeaderMode};
 use route::normalize_path;
 use rules::{glob_match, key_dimensions, middleware_key, Dimension, HttpRules, List, Rule, Target};
 
@@ -747,17 +747,29 @@ impl Limiter {
         let shown = if enforced.is_empty() {
             result.closest_to_denying()
         } else {
-            result.closest_among(enforced.into_iter())
+            result.closest_among(enforced.iter().copied())
         };
         let decision = result.decisions[shown];
-        let policy = self.engine.policy_at(targets[shown].0);
         let now_ms = if result.now_ms > 0 {
             result.now_ms
         } else {
             process_now_ms()
         };
         let mut outcome = Outcome::pass();
-        outcome.headers = headers::rate_limit_headers(rules.headers, policy, &decision, now_ms);
+        let described = |i: usize| headers::Shown {
+            policy: self.engine.policy_at(targets[i].0),
+            decision: &result.decisions[i],
+            key: &targets[i].1,
+        };
+        // Only draft-8 lists every enforced policy (no allocation for the other modes).
+        let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
+            Vec::new()
+        } else if enforced.is_empty() {
+            vec![described(shown)]
+        } else {
+            enforced.iter().map(|&i| described(i)).collect()
+        };
+        outcome.headers = headers::rate_limit_headers(rules.headers, &described(shown), &listed, now_ms);
         if blocked {
             let denial = decisions
                 .iter()

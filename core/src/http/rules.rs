@@ -221,10 +221,7 @@ impl HttpRules {
         };
         let headers = match obj.get("headers") {
             None => HttpRules::default().headers,
-            Some(v) => v
-                .as_str()
-                .and_then(HeaderMode::parse)
-                .ok_or_else(|| Error::config("headers", v, "is not one of legacy, ietf, both, none"))?,
+            Some(v) => HeaderMode::from_value(v)?,
         };
         let shadow = match obj.get("shadow") {
             None => false,

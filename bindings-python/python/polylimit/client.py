@@ -1,0 +1,176 @@
+"""Client helpers that honour ``Retry-After`` (pure Python; no native code).
+
+    import httpx
+    from polylimit.client import RetryTransport
+    client = httpx.Client(transport=RetryTransport(max_retries=3, max_wait=30))
+
+On a response whose status is in ``statuses`` (429 and 503 by default) the
+request is sent again after the response's ``Retry-After`` (whole seconds, or
+an HTTP-date), plus a random jitter of up to ``jitter`` times that wait (never
+earlier than the server asked). It gives up and returns the last response when:
+
+- the response has no ``Retry-After``, or one that is neither whole seconds
+  nor an HTTP-date (the server did not say when: no guessing);
+- ``Retry-After`` is longer than ``max_wait`` (waiting less would only be
+  refused again);
+- ``max_retries`` retries were made, or the wait would end more than
+  ``budget`` seconds after the first attempt;
+- the request's body cannot be sent again (a streaming body).
+
+The wait is ``sleep`` (``time.sleep``, or ``asyncio.sleep`` for the async
+transport: cancelling the task cancels the wait). The same rules in every
+language: ``polylimit/client`` (JavaScript), ``bindings-go/client`` (Go).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random as _random
+import time
+from dataclasses import dataclass, field
+from datetime import timezone
+from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
+
+__all__ = ["RetryPolicy", "parse_retry_after", "RetryTransport", "AsyncRetryTransport"]
+
+DEFAULT_STATUSES: Tuple[int, ...] = (429, 503)
+
+
+def parse_retry_after(value: Optional[str], now: float) -> Optional[float]:
+    """Seconds to wait from ``now`` (epoch seconds) per a ``Retry-After`` value: whole
+    seconds (digits only), or an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and
+    asctime forms; a date in the past is 0). None for a missing or unreadable value."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isascii() and text.isdigit():
+        return float(int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:  # asctime carries no zone: HTTP-dates are GMT
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+@dataclass
+class RetryPolicy:
+    """When to retry and how long to wait; shared by the transports."""
+
+    max_retries: int = 3
+    max_wait: float = 60.0
+    budget: float = 120.0
+    jitter: float = 0.1
+    statuses: Tuple[int, ...] = DEFAULT_STATUSES
+    clock: Callable[[], float] = field(default=time.time, repr=False)
+    random: Callable[[], float] = field(default=_random.random, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries: {self.max_retries!r} is negative")
+        if not self.max_wait >= 0:
+            raise ValueError(f"max_wait: {self.max_wait!r} is negative")
+        if not self.budget >= 0:
+            raise ValueError(f"budget: {self.budget!r} is negative")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"jitter: {self.jitter!r} is not a fraction from 0 to 1")
+        self.statuses = tuple(int(s) for s in self.statuses)
+
+    def wait(self, status: int, headers: Mapping[str, str], retries: int, started: float) -> Optional[float]:
+        """Seconds to wait before the next attempt, or None to give up and return the response.
+        ``retries``: retries made so far; ``started``: the first attempt's ``clock()``."""
+        if status not in self.statuses or retries >= self.max_retries:
+            return None
+        now = self.clock()
+        delay = parse_retry_after(headers.get("retry-after"), now)
+        if delay is None or delay > self.max_wait:
+            return None
+        delay = min(delay * (1 + self.jitter * self.random()), max(delay, self.max_wait))
+        if now + delay - started > self.budget:
+            return None
+        return delay
+
+
+def _policy(policy: Optional[RetryPolicy], options: Any) -> RetryPolicy:
+    if policy is not None and options:
+        raise TypeError("give either policy= or the options, not both")
+    return policy if policy is not None else RetryPolicy(**options)
+
+
+try:
+    import httpx
+except ImportError:  # pragma: no cover - the transports need httpx, the rest does not
+    httpx = None  # type: ignore[assignment]
+
+
+def _replayable(request: Any) -> bool:
+    """A body httpx holds in memory (or none) can be sent again; a generator cannot."""
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+def _require_httpx() -> None:
+    if httpx is None:
+        raise ImportError("polylimit.client's transports need httpx (pip install httpx)")
+
+
+class RetryTransport(httpx.BaseTransport if httpx else object):  # type: ignore[misc]
+    """An httpx transport honouring ``Retry-After`` around ``transport``
+    (default ``httpx.HTTPTransport()``). Options: see :class:`RetryPolicy`;
+    ``sleep`` (default ``time.sleep``) waits."""
+
+    def __init__(self, transport: Any = None, *, policy: Optional[RetryPolicy] = None,
+                 sleep: Callable[[float], None] = time.sleep, **options: Any) -> None:
+        _require_httpx()
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+        self.policy = _policy(policy, options)
+        self.sleep = sleep
+
+    def handle_request(self, request: "httpx.Request") -> "httpx.Response":
+        replayable = _replayable(request)  # before sending: a read stream turns into bytes
+        started = self.policy.clock()
+        retries = 0
+        while True:
+            response = self.transport.handle_request(request)
+            delay = self.policy.wait(response.status_code, response.headers, retries, started)
+            if delay is None or not replayable:
+                return response
+            response.close()
+            self.sleep(delay)
+            retries += 1
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+class AsyncRetryTransport(httpx.AsyncBaseTransport if httpx else object):  # type: ignore[misc]
+    """The async form of :class:`RetryTransport` (default ``httpx.AsyncHTTPTransport()``,
+    ``sleep`` default ``asyncio.sleep``: cancelling the request's task cancels the wait)."""
+
+    def __init__(self, transport: Any = None, *, policy: Optional[RetryPolicy] = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, **options: Any) -> None:
+        _require_httpx()
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.policy = _policy(policy, options)
+        self.sleep = sleep
+
+    async def handle_async_request(self, request: "httpx.Request") -> "httpx.Response":
+        replayable = _replayable(request)  # before sending: a read stream turns into bytes
+        started = self.policy.clock()
+        retries = 0
+        while True:
+            response = await self.transport.handle_async_request(request)
+            delay = self.policy.wait(response.status_code, response.headers, retries, started)
+            if delay is None or not replayable:
+                return response
+            await response.aclose()
+            await self.sleep(delay)
+            retries += 1
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
