@@ -28,12 +28,20 @@
 //! count  = "failed" / "successful" / item *( "+" item ) ; item: "4xx" or "401"
 //! ```
 //!
+//!
+//! The token also carries the concurrency leases the request took (records
+//! of kind `e`), released after the response whatever its status:
+//!
+//! ```text
+//! lease  = "e" policy_index "," lease_id "," key
+//! ```
+//!
 //! `key` is the target's key with `%` and `;` percent-escaped.
 
 use serde_json::Value;
 
 use super::Limiter;
-use crate::decision::Source;
+use crate::decision::{Lease, Source};
 use crate::error::{Error, Result};
 
 /// Which responses a rule charges (`count` of a rule or a route's shorthand).
@@ -174,6 +182,8 @@ pub(crate) struct Completion {
     pub cost: u64,
     /// The charges that depend on the status.
     pub charges: Vec<Charge>,
+    /// The concurrency leases to release, whatever the status.
+    pub leases: Vec<Lease>,
 }
 
 const TOKEN_VERSION: &str = "pl1";
@@ -190,11 +200,12 @@ impl Completion {
     /// The charges of an allowed request that can depend on its status: the
     /// targets that were charged (allowed, decided by the store or the local
     /// fallback) whose rule does not count every status. `None` when there
-    /// are none.
+    /// are none, and no concurrency lease to release.
     pub(crate) fn of<'a>(
         now_ms: i64,
         cost: u64,
         targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision)>,
+        leases: Vec<Lease>,
     ) -> Option<Completion> {
         let charges: Vec<Charge> = targets
             .filter(|(_, _, count, d)| **count != Count::All && d.allowed)
@@ -213,7 +224,12 @@ impl Completion {
                 })
             })
             .collect();
-        (!charges.is_empty()).then_some(Completion { now_ms, cost, charges })
+        (!charges.is_empty() || !leases.is_empty()).then_some(Completion {
+            now_ms,
+            cost,
+            charges,
+            leases,
+        })
     }
 
     pub(crate) fn encode(&self) -> String {
@@ -226,6 +242,9 @@ impl Completion {
                 c.count.token_text(),
                 escape(&c.key)
             ));
+        }
+        for l in &self.leases {
+            out.push_str(&format!(";e{},{},{}", l.policy, escape(&l.id), escape(&l.key)));
         }
         out
     }
@@ -243,7 +262,7 @@ impl Completion {
         if records.next() != Some(TOKEN_VERSION) {
             return Err(bad("unknown version"));
         }
-        let (mut now_ms, mut cost, mut charges) = (None, None, Vec::new());
+        let (mut now_ms, mut cost, mut charges, mut leases) = (None, None, Vec::new(), Vec::new());
         for record in records {
             let (kind, rest) = record.split_at(record.chars().next().map_or(0, char::len_utf8));
             match kind {
@@ -269,11 +288,28 @@ impl Completion {
                         count,
                     });
                 }
+                "e" => {
+                    let mut parts = rest.splitn(3, ',');
+                    let (policy, id, key) = match (parts.next(), parts.next(), parts.next()) {
+                        (Some(p), Some(i), Some(k)) => (p, i, k),
+                        _ => return Err(bad("bad lease")),
+                    };
+                    leases.push(Lease {
+                        policy: policy.parse::<usize>().map_err(|_| bad("bad policy"))?,
+                        id: unescape(id),
+                        key: unescape(key),
+                    });
+                }
                 _ => return Err(bad("unknown record")),
             }
         }
         match (now_ms, cost) {
-            (Some(now_ms), Some(cost)) if cost > 0 => Ok(Completion { now_ms, cost, charges }),
+            (Some(now_ms), Some(cost)) if cost > 0 => Ok(Completion {
+                now_ms,
+                cost,
+                charges,
+                leases,
+            }),
             _ => Err(bad("no time or cost")),
         }
     }
@@ -284,18 +320,23 @@ impl Limiter {
     /// `completion` token, once its response `status` is known (`None` or 0:
     /// no response at all — a handler error, a client that went away — which
     /// counts as failed): gives back the charge of every target whose rule's
-    /// `count` does not count that status. Returns how many charges were
-    /// given back. Never fails because the store is down (the charge is then
-    /// kept and the error metered); fails on a token that is not one, or one
-    /// naming a policy this limiter does not have.
+    /// `count` does not count that status, and releases the concurrency
+    /// leases the request took. Returns how many charges were given back.
+    /// Never fails because the store is down (the charge is then kept, a
+    /// lease ends by its TTL, and the error is metered); fails on a token
+    /// that is not one, or one naming a policy this limiter does not have.
     pub async fn complete(&self, token: &str, status: Option<u16>) -> Result<usize> {
         let completion = Completion::decode(token)?;
         let status = status.filter(|&s| s != 0);
         let policies = self.engine.policies().count();
-        if let Some(c) = completion.charges.iter().find(|c| c.policy >= policies) {
+        let named = completion.charges.iter().map(|c| c.policy);
+        if let Some(policy) = named
+            .chain(completion.leases.iter().map(|l| l.policy))
+            .find(|&p| p >= policies)
+        {
             return Err(Error::config(
                 "token",
-                c.policy,
+                policy,
                 "names a policy this limiter does not have (a token of another limiter?)",
             ));
         }
@@ -312,6 +353,10 @@ impl Limiter {
         let mut given = self.engine.refund_memory(&local, completion.now_ms, cost);
         if !store.is_empty() {
             given += self.engine.refund_guarded(&store, completion.now_ms, cost).await;
+        }
+        if !completion.leases.is_empty() {
+            // At the decision's time, like the refunds: a lease is live then.
+            self.engine.release(&completion.leases, Some(completion.now_ms)).await?;
         }
         Ok(given)
     }
@@ -385,8 +430,17 @@ mod tests {
                     count: Count::Statuses(vec![4, 503]),
                 },
             ],
+            leases: vec![Lease {
+                policy: 1,
+                id: "0123456789abcdef0123456789abcdef*2".into(),
+                key: "user=a;b,c".into(),
+            }],
         };
         let token = c.encode();
+        assert!(
+            token.ends_with(";e1,0123456789abcdef0123456789abcdef*2,user=a%3Bb,c"),
+            "{token}"
+        );
         assert!(token.starts_with("pl1;n1700000000123;c2;rs0,failed,"), "{token}");
         assert_eq!(Completion::decode(&token).unwrap(), c);
         for bad in [
@@ -397,6 +451,8 @@ mod tests {
             "pl1;n1;c1;x",
             "pl1;n1;c1;rq0,failed,k",
             "pl1;n1;c1;rs0,never,k",
+            "pl1;n1;c1;ex,id,k",
+            "pl1;n1;c1;e0,id",
         ] {
             assert!(
                 matches!(Completion::decode(bad), Err(Error::Config { ref field, .. }) if field == "token"),

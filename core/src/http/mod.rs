@@ -797,7 +797,8 @@ impl Limiter {
                 .zip(owners)
                 .zip(&result.decisions)
                 .map(|(((p, k), (rule, _)), d)| (*p, k.as_str(), &rule.count, *d));
-            outcome.completion = completion::Completion::of(result.now_ms, cost, charges).map(|c| c.encode());
+            outcome.completion =
+                completion::Completion::of(result.now_ms, cost, charges, result.leases.clone()).map(|c| c.encode());
         }
         outcome.decisions = decisions;
         outcome.leases = result.leases;
