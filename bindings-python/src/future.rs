@@ -35,6 +35,10 @@ pub(crate) enum Done {
     Decisions(Vec<Decision>),
     Outcome(Outcome),
     Unit,
+    /// `Limiter.acquire`: the decision and, when allowed, the lease.
+    Acquired(Decision, Option<crate::lease::PyLease>),
+    /// `Lease.release`: how many leases were live.
+    Count(usize),
 }
 
 impl From<Decision> for Done {
@@ -65,6 +69,11 @@ impl Done {
             Done::Decisions(ds) => ds.into_iter().map(PyDecision).collect::<Vec<_>>().into_py_any(py),
             Done::Outcome(o) => PyOutcome(o).into_py_any(py),
             Done::Unit => Ok(py.None()),
+            Done::Acquired(d, lease) => {
+                let lease = lease.map(|l| Py::new(py, l)).transpose()?;
+                (PyDecision(d), lease).into_py_any(py)
+            }
+            Done::Count(n) => n.into_py_any(py),
         }
     }
 }
