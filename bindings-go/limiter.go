@@ -21,6 +21,10 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_check
 #cgo noescape polylimit_limiter_try_check_request
 #cgo nocallback polylimit_limiter_try_check_request
+#cgo noescape polylimit_limiter_try_acquire
+#cgo nocallback polylimit_limiter_try_acquire
+#cgo noescape polylimit_limiter_try_release
+#cgo nocallback polylimit_limiter_try_release
 */
 import "C"
 
