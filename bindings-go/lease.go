@@ -16,7 +16,7 @@ import (
 // took. Release gives them back when the request ends; unreleased, they end
 // by themselves after the policy's Lease duration. Safe for concurrent use.
 type Lease struct {
-	l      *Limiter
+	rel    *releaser // nil when the limiter was closed while acquiring
 	mu     sync.Mutex
 	leases string // the core's leases as JSON (opaque); "" once released
 }
@@ -69,14 +69,44 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 	if text == "" {
 		return d, nil, nil
 	}
-	return d, &Lease{l: l, leases: text}, nil
+	return d, &Lease{rel: l.releaser(), leases: text}, nil
+}
+
+// releaser is a second handle on the limiter (polylimit_limiter_clone) that
+// the leases release through: Close frees the limiter's own handle, and
+// requests still in flight release theirs afterwards. Freed by its
+// finalizer once the limiter and every lease are unreachable.
+type releaser struct{ ptr *C.polylimit_limiter_t }
+
+func (r *releaser) free() { C.polylimit_limiter_free(r.ptr) }
+
+// releaser is the leases' handle, made at the first lease (nil when closed).
+func (l *Limiter) releaser() *releaser {
+	l.relMu.Lock()
+	defer l.relMu.Unlock()
+	if l.rel != nil {
+		return l.rel
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return nil
+	}
+	var out *C.polylimit_limiter_t
+	if rc := C.polylimit_limiter_clone(l.ptr, &out, nil); rc != C.POLYLIMIT_OK {
+		return nil
+	}
+	r := &releaser{ptr: out}
+	runtime.SetFinalizer(r, (*releaser).free)
+	l.rel = r
+	return r
 }
 
 // Release gives the slots back and returns how many leases were still live
 // (0 when released before, or ended). Idempotent and nil-safe: only the
 // first call releases. WithNowMs releases at that time (tests). A store that
-// is down is no error (the leases end by themselves); a closed limiter is
-// ErrClosed.
+// is down is no error (the leases end by themselves), nor is a limiter
+// closed since (requests in flight finish).
 func (le *Lease) Release(ctx context.Context, opts ...CheckOption) (int, error) {
 	if le == nil {
 		return 0, nil
@@ -96,18 +126,15 @@ func (le *Lease) Release(ctx context.Context, opts ...CheckOption) (int, error) 
 		le.restore(leases)
 		return 0, err
 	}
-	l := le.l
+	if le.rel == nil {
+		return 0, closedError()
+	}
 	var released C.uint64_t
 	var pending *C.polylimit_pending_t
 	var cerr *C.polylimit_error_t
 	ptr, n := stringArg(leases)
-	l.mu.RLock()
-	if l.ptr == nil {
-		l.mu.RUnlock()
-		return 0, closedError()
-	}
-	rc := C.polylimit_limiter_try_release(l.ptr, ptr, n, C.int64_t(o.nowMs), &released, &pending, &cerr)
-	l.mu.RUnlock()
+	rc := C.polylimit_limiter_try_release(le.rel.ptr, ptr, n, C.int64_t(o.nowMs), &released, &pending, &cerr)
+	runtime.KeepAlive(le.rel)
 	runtime.KeepAlive(leases)
 	switch rc {
 	case C.POLYLIMIT_OK:

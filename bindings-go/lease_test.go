@@ -253,3 +253,42 @@ func TestHundredAcquiresOnRedis(t *testing.T) {
 		_, _ = lease.Release(ctx)
 	}
 }
+
+// A request in flight when the limiter closes still releases its slot (the
+// lease holds its own handle on the limiter).
+func TestLeaseReleaseAfterClose(t *testing.T) {
+	ctx := context.Background()
+	redis := startRedis(t)
+	for _, store := range []string{"memory", redis.url()} {
+		prefix := fmt.Sprintf("go-lease-close-%d", time.Now().UnixNano())
+		opts := Options{Policy: &Policy{Algorithm: "concurrency", Limit: 1}, Store: store, Prefix: prefix}
+		l, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, lease, err := l.Acquire(ctx, "k")
+		if err != nil || lease == nil {
+			t.Fatalf("%s: %v", store, err)
+		}
+		l.Close()
+		if _, _, err := l.Acquire(ctx, "k"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("%s: acquire after close: %v", store, err)
+		}
+		if n, err := lease.Release(ctx); n != 1 || err != nil {
+			t.Fatalf("%s: release after close: %d %v", store, n, err)
+		}
+		if store != "memory" {
+			// The slot is free in the shared store: a new limiter is admitted.
+			again, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, lease, err := again.Acquire(ctx, "k"); !d.Allowed || err != nil {
+				t.Fatalf("released slot not free: %+v %v", d, err)
+			} else {
+				_, _ = lease.Release(ctx)
+			}
+			again.Close()
+		}
+	}
+}

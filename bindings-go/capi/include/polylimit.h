@@ -274,6 +274,17 @@ int32_t polylimit_limiter_try_release(const struct polylimit_limiter_t *limiter,
                                       struct polylimit_pending_t **pending,
                                       struct polylimit_error_t **err);
 
+// A second handle on the same limiter (its store, state, metrics and
+// `close`), in `*out`: a caller keeps it to release leases after the first
+// handle is freed (requests in flight finish after a close). Free it once
+// with `polylimit_limiter_free`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+int32_t polylimit_limiter_clone(const struct polylimit_limiter_t *limiter,
+                                struct polylimit_limiter_t **out,
+                                struct polylimit_error_t **err);
+
 // Runs a pending operation on the polylimit runtime and calls
 // `callback(ctx, …)` exactly once, from a runtime thread, when it completes
 // (a check's `decision`, or a request's packed outcome in `text`/`text_len`).

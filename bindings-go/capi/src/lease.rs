@@ -139,3 +139,28 @@ pub unsafe extern "C" fn polylimit_limiter_try_release(
         }
     })
 }
+
+/// A second handle on the same limiter (its store, state, metrics and
+/// `close`), in `*out`: a caller keeps it to release leases after the first
+/// handle is freed (requests in flight finish after a close). Free it once
+/// with `polylimit_limiter_free`.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_clone(
+    limiter: *const polylimit_limiter_t,
+    out: *mut *mut polylimit_limiter_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let inner = unsafe { handle(limiter) }?.clone();
+        if out.is_null() {
+            return Err(FfiError::invalid("out is NULL"));
+        }
+        // SAFETY: checked above.
+        unsafe { *out = Box::into_raw(Box::new(polylimit_limiter_t { inner })) };
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}

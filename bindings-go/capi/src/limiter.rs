@@ -18,7 +18,7 @@ use crate::{c_string, cstr_arg, guard, packed, runtime, str_arg, Status};
 /// the last call that uses it has returned (pending callbacks keep what they
 /// need alive).
 pub struct polylimit_limiter_t {
-    inner: Limiter,
+    pub(crate) inner: Limiter,
 }
 
 /// Called exactly once when a `POLYLIMIT_PENDING` operation completes, from a
