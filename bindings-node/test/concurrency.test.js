@@ -145,3 +145,13 @@ test('100 acquires at once on Redis with limit 10: exactly 10 leases; releasing 
   await Promise.all(again.filter((r) => r.lease).map((r) => r.lease.release()));
   limiter.close();
 });
+
+test('a lease releases after the limiter is closed (requests in flight finish)', async () => {
+  for (const store of ['memory', redis.url]) {
+    const limiter = make(store, { algorithm: 'concurrency', limit: 1 });
+    const { lease } = await limiter.acquire('k');
+    limiter.close();
+    await assert.rejects(limiter.acquire('k'), (e) => e.code === 'POLYLIMIT_CLOSED');
+    assert.equal(await lease.release(), 1, store);
+  }
+});

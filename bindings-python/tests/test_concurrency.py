@@ -127,3 +127,13 @@ def test_hundred_acquires_at_once_on_redis(redis_server) -> None:
                 await lease.release()
 
     asyncio.run(main())
+
+
+def test_release_after_close(store: str) -> None:
+    """A request in flight when the limiter closes still gives its slot back."""
+    limiter = make(store, policy={"algorithm": "concurrency", "limit": 1})
+    decision, lease = limiter.acquire_sync("k")
+    limiter.close()
+    with pytest.raises(polylimit.ClosedError):
+        limiter.acquire_sync("k")
+    assert lease.release_sync() == 1
