@@ -2,12 +2,20 @@ package polylimit
 
 /*
 #include "polylimit.h"
+
+// Declared by callback.go (//export polylimitGoDone).
+extern void polylimitGoDone(size_t, int32_t, polylimit_decision_t *, char *, size_t, polylimit_error_t *);
+
+static polylimit_callback_t polylimit_lease_done(void) {
+	return (polylimit_callback_t)polylimitGoDone;
+}
 */
 import "C"
 
 import (
 	"context"
 	"runtime"
+	"runtime/cgo"
 	"strconv"
 	"sync"
 )
@@ -57,12 +65,28 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 			C.polylimit_string_free(leases)
 		}
 	case C.POLYLIMIT_PENDING:
-		r, err := awaitPending(ctx, pending)
-		if err != nil {
-			// The acquire may still complete: its leases then end with their lease.
-			return Decision{}, nil, err
+		ch := make(chan result, 1)
+		h := cgo.NewHandle(ch)
+		if rc := C.polylimit_pending_start(pending, C.polylimit_lease_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
+			h.Delete()
+			return Decision{}, nil, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending acquire"}
 		}
-		d, text = r.decision, r.text
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return Decision{}, nil, r.err
+			}
+			d, text = r.decision, r.text
+		case <-ctx.Done():
+			// The acquire still completes: give back what it takes, so a
+			// cancelled caller holds no slot until the lease ends.
+			go func() {
+				if r := <-ch; r.err == nil && r.text != "" {
+					_, _ = (&Lease{rel: l.releaser(), leases: r.text}).Release(context.Background())
+				}
+			}()
+			return Decision{}, nil, ctx.Err()
+		}
 	default:
 		return Decision{}, nil, takeError(rc, cerr)
 	}

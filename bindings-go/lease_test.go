@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -290,5 +291,47 @@ func TestLeaseReleaseAfterClose(t *testing.T) {
 			}
 			again.Close()
 		}
+	}
+}
+
+// An Acquire whose ctx ends while Redis has not answered returns ctx.Err();
+// when the acquire completes, the slot it took is given back at once rather
+// than held until its lease ends (60s).
+func TestCancelledAcquireGivesItsSlotBack(t *testing.T) {
+	ctx := context.Background()
+	redis := startRedis(t)
+	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: 1}, Store: redis.url(), Timeout: 10 * time.Second,
+		Prefix: fmt.Sprintf("go-lease-cancel-%d", time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, lease, err := l.Acquire(ctx, "k"); err != nil || lease == nil {
+		t.Fatalf("connect: %v", err)
+	} else if _, err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redis.pause()
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, lease, err := l.Acquire(cctx, "k")
+	cancel()
+	redis.signal(syscall.SIGCONT)
+	if !errors.Is(err, context.DeadlineExceeded) || lease != nil {
+		t.Fatalf("cancelled acquire: %v %v", lease, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, lease, err := l.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			_, _ = lease.Release(ctx)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cancelled acquire kept its slot: %+v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
