@@ -4,10 +4,14 @@ idempotence, ``with`` / ``async with``), the config fields, and 100 acquires at 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 from datetime import timedelta
 
 import pytest
 from conftest import unique_prefix
+from redis_server import RedisServer
 
 import polylimit
 
@@ -137,3 +141,43 @@ def test_release_after_close(store: str) -> None:
     with pytest.raises(polylimit.ClosedError):
         limiter.acquire_sync("k")
     assert lease.release_sync() == 1
+
+
+def test_cancelled_acquire_gives_its_slot_back() -> None:
+    """An acquire cancelled while Redis has not answered (wait_for) gives back the slot it takes
+    when it completes, rather than holding it until its lease ends (60s)."""
+    server = RedisServer()
+    try:
+        limiter = make(server.url, policy={"algorithm": "concurrency", "limit": 1}, timeout="10s")
+        assert limiter.acquire_sync("warm")[1].release_sync() == 1
+
+        async def main():
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(limiter.acquire("k"), 0.05)
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 5
+            while True:
+                decision, lease = await limiter.acquire("k")
+                if decision.allowed:
+                    await lease.release()
+                    return
+                assert time.monotonic() < deadline, f"the cancelled acquire kept its slot: {decision!r}"
+                await asyncio.sleep(0.01)
+
+        asyncio.run(main())
+    finally:
+        server.kill()
+
+
+def test_a_collected_lease_gives_its_slot_back(store: str) -> None:
+    limiter = make(store, policy={"algorithm": "concurrency", "limit": 1})
+    decision, lease = limiter.acquire_sync("k")
+    assert decision.allowed and not limiter.acquire_sync("k")[0].allowed
+    del lease  # refcounting drops it at once; the release runs on the runtime
+    deadline = time.monotonic() + 5
+    while not limiter.acquire_sync("k")[0].allowed:
+        assert time.monotonic() < deadline, "a collected lease kept its slot"
+        time.sleep(0.01)
