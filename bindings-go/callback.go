@@ -30,9 +30,13 @@ func polylimitGoDone(ctx C.size_t, status C.int32_t, d *C.polylimit_decision_t, 
 	switch {
 	case status != C.POLYLIMIT_OK:
 		r.err = fromC(status, e)
-	case d != nil:
-		r.decision = decisionFromC(d)
-	case text != nil:
-		r.text = C.GoStringN(text, C.int(n))
+	default:
+		// An acquire sets both: its decision and its leases.
+		if d != nil {
+			r.decision = decisionFromC(d)
+		}
+		if text != nil {
+			r.text = C.GoStringN(text, C.int(n))
+		}
 	}
 }

@@ -25,6 +25,12 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_peek
 #cgo noescape polylimit_limiter_try_complete
 #cgo nocallback polylimit_limiter_try_complete
+#cgo noescape polylimit_limiter_try_acquire
+#cgo nocallback polylimit_limiter_try_acquire
+#cgo noescape polylimit_limiter_try_release
+#cgo nocallback polylimit_limiter_try_release
+#cgo noescape polylimit_limiter_clone
+#cgo nocallback polylimit_limiter_clone
 */
 import "C"
 
@@ -43,6 +49,9 @@ import (
 type Limiter struct {
 	mu  sync.RWMutex // Close takes it for writing; calls that use ptr for reading.
 	ptr *C.polylimit_limiter_t
+
+	relMu sync.Mutex // guards rel
+	rel   *releaser  // the leases' handle (lease.go), made at the first lease
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {

@@ -5,14 +5,16 @@ import "time"
 // Policy is one rate limit (SPEC §2). Zero fields take the core's defaults.
 type Policy struct {
 	Name         string        // label in headers, metrics and store keys ("default")
-	Algorithm    string        // token_bucket (default), leaky_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter
-	Rate         string        // "10/s", "100/min", "5/10s", "1000 per hour"
+	Algorithm    string        // token_bucket (default), leaky_bucket, gcra, fixed_window, sliding_window_log, sliding_window_counter, concurrency
+	Rate         string        // "10/s", "100/min", "5/10s", "1000 per hour" (not for concurrency)
 	Burst        uint64        // bucket capacity (token, leaky, gcra)
 	Refill       string        // token bucket: continuous (default) or interval
 	Mode         string        // leaky bucket: police (default) or shape
 	MaxDelay     time.Duration // shape mode: longest delay granted
 	OnStoreError string        // local (default), fail_open, fail_closed
 	Penalty      *Penalty      // progressive blocking
+	Limit        uint64        // concurrency: the most requests in flight per key
+	Lease        time.Duration // concurrency: how long an unreleased slot is held (60s)
 }
 
 // Penalty blocks a key after repeated denials (SPEC §6).

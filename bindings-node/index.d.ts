@@ -2,9 +2,13 @@
 
 /** A policy, the same object in every language (SPEC §2; snake_case fields). */
 export interface Policy {
-  algorithm?: 'token_bucket' | 'leaky_bucket' | 'gcra' | 'fixed_window' | 'sliding_window_log' | 'sliding_window_counter';
-  /** `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"`. */
-  rate: string;
+  algorithm?: 'token_bucket' | 'leaky_bucket' | 'gcra' | 'fixed_window' | 'sliding_window_log' | 'sliding_window_counter' | 'concurrency';
+  /** `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"` (every algorithm but `concurrency`). */
+  rate?: string;
+  /** `concurrency`: the most requests in flight per key. */
+  limit?: number;
+  /** `concurrency`: how long an unreleased slot is held (default `"60s"`). */
+  lease?: Duration;
   burst?: number;
   capacity?: number;
   refill?: 'continuous' | 'interval';
@@ -156,6 +160,15 @@ export interface Outcome {
   completion?: string;
 }
 
+/** The slots one allowed `acquire` took (a concurrency policy's leases). */
+export class Lease {
+  private constructor();
+  /** Gives the slots back; resolves with how many leases were still live. Idempotent (later calls: 0). */
+  release(options?: { nowMs?: number }): Promise<number>;
+  /** Whether `release()` was called. Where the runtime has `Symbol.asyncDispose`, `await using` releases too. */
+  readonly released: boolean;
+}
+
 export class Limiter {
   constructor(options: LimiterOptions);
   /** From a rules file (YAML or JSON): `new Limiter({ ...options, rulesFile: path })`. */
@@ -170,6 +183,11 @@ export class Limiter {
   peekRequest(request: RequestInfo): Promise<Outcome>;
   /** Forgets every (policy, key) `checkRequest` would charge for `request`; resolves with how many. */
   resetRequest(request: RequestInfo): Promise<number>;
+  /**
+   * A check that, for a concurrency policy, takes `cost` slots until released. `lease` is null when
+   * denied or when no policy is a concurrency one; `check` refuses a concurrency policy.
+   */
+  acquire(key: string, options?: CheckOptions): Promise<{ decision: Decision; lease: Lease | null }>;
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics, `close()`):
    * the middlewares' `rateLimit({ limiter, key, policy })`. No `key`: `['ip']`, or `['key']` with

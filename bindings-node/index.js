@@ -258,6 +258,29 @@ class Limiter {
     }
   }
 
+  /**
+   * Acquires `key`: a check that, for a concurrency policy, takes `cost` slots until released.
+   * Resolves with `{ decision, lease }`; `lease` is null when denied or when no policy is a concurrency one.
+   */
+  acquire(key, options) {
+    if (typeof key !== 'string') {
+      return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
+    }
+    const { cost, nowMs } = options || {};
+    let started;
+    try {
+      started = this._native.acquire(key, cost ?? undefined, nowMs ?? undefined);
+    } catch (e) {
+      return Promise.reject(fromNative(e));
+    }
+    return started.then((text) => {
+      const answer = JSON.parse(text);
+      if (answer.error) throw fromRecord(answer.error);
+      const lease = answer.leases.length > 0 ? new Lease(this._native, answer.leases) : null;
+      return { decision: answer.decision, lease };
+    });
+  }
+
   /** Forgets every policy's state for `key`. */
   reset(key) {
     try {
@@ -285,6 +308,46 @@ class Limiter {
   get closed() {
     return this._native.closed;
   }
+}
+
+/**
+ * The slots one allowed `acquire` took. `release()` gives them back (idempotent: later calls
+ * resolve with 0); `await using lease = ...` releases at the end of the block where supported.
+ */
+class Lease {
+  constructor(nativeLimiter, leases) {
+    this._native = nativeLimiter;
+    this._leases = JSON.stringify(leases);
+  }
+
+  /** Whether `release()` was called. */
+  get released() {
+    return this._leases === null;
+  }
+
+  /** Gives the slots back: resolves with how many leases were still live (`nowMs` for tests). */
+  release(options) {
+    const leases = this._leases;
+    if (leases === null) return Promise.resolve(0);
+    const { nowMs } = options || {};
+    let started;
+    try {
+      started = this._native.release(leases, nowMs ?? undefined);
+    } catch (e) {
+      return Promise.reject(fromNative(e));
+    }
+    this._leases = null;
+    return started.then((text) => {
+      const answer = JSON.parse(text);
+      if (answer.error) throw fromRecord(answer.error);
+      return answer.released;
+    });
+  }
+}
+if (typeof Symbol.asyncDispose === 'symbol') {
+  Lease.prototype[Symbol.asyncDispose] = function dispose() {
+    return this.release().then(noop);
+  };
 }
 
 /** A circuit breaker for your own downstream calls (the same one the store uses). */
@@ -344,6 +407,7 @@ function effectiveConfig(options) {
 
 module.exports = {
   Limiter,
+  Lease,
   CircuitBreaker,
   effectiveConfig,
   ...errors,

@@ -6,6 +6,7 @@ const polylimit = require('./index.js');
 
 export const {
   Limiter,
+  Lease,
   CircuitBreaker,
   PolylimitError,
   ConfigError,

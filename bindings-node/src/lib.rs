@@ -6,6 +6,7 @@ mod batch;
 mod breaker;
 mod decision;
 mod errors;
+mod lease;
 mod limiter;
 
 pub use breaker::NativeCircuitBreaker;

@@ -20,7 +20,7 @@ use crate::integral;
 /// The native limiter class (use `Limiter` from `index.js`).
 #[napi]
 pub struct NativeLimiter {
-    inner: Limiter,
+    pub(crate) inner: Limiter,
     /// The queue of the task that runs checks (none before the completion
     /// handlers are set, and after `close`).
     jobs: Option<mpsc::UnboundedSender<Job>>,
@@ -42,7 +42,7 @@ where
 
 /// A JavaScript value for the core's one rule on `cost` and `now_ms`
 /// (`NaN` and the infinities, which JSON cannot hold, travel as text).
-fn loose(value: Option<Unknown<'_>>) -> Result<Option<Value>> {
+pub(crate) fn loose(value: Option<Unknown<'_>>) -> Result<Option<Value>> {
     let Some(value) = value else { return Ok(None) };
     // SAFETY: each cast reads the JavaScript type it was just checked to be.
     Ok(Some(match value.get_type()? {

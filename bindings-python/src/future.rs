@@ -34,9 +34,12 @@ pub(crate) enum Done {
     Decision(Decision),
     Decisions(Vec<Decision>),
     Outcome(Outcome),
-    /// A count (`reset_request`: the (policy, key) pairs forgotten).
+    /// A count (`reset_request`: the (policy, key) pairs forgotten;
+    /// `Lease.release`: how many leases were live).
     Count(usize),
     Unit,
+    /// `Limiter.acquire`: the decision and, when allowed, the lease.
+    Acquired(Decision, Option<crate::lease::PyLease>),
 }
 
 impl From<Decision> for Done {
@@ -73,6 +76,10 @@ impl Done {
             Done::Outcome(o) => PyOutcome(o).into_py_any(py),
             Done::Count(n) => n.into_py_any(py),
             Done::Unit => Ok(py.None()),
+            Done::Acquired(d, lease) => {
+                let lease = lease.map(|l| Py::new(py, l)).transpose()?;
+                (PyDecision(d), lease).into_py_any(py)
+            }
         }
     }
 }

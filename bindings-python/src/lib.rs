@@ -9,6 +9,7 @@ mod convert;
 mod decision;
 mod errors;
 mod future;
+mod lease;
 mod limiter;
 mod runtime;
 
@@ -22,6 +23,7 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decision::PyOutcome>()?;
     m.add_class::<limiter::PyLimiter>()?;
     m.add_class::<limiter::PyRouteRule>()?;
+    m.add_class::<lease::PyLease>()?;
     m.add_class::<breaker::PyCircuitBreaker>()?;
     m.add_class::<breaker::PyPermit>()?;
     m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;

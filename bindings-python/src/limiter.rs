@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 use crate::convert::{to_py, to_value};
 use crate::decision::{PyDecision, PyOutcome};
 use crate::errors::IntoPyResult;
+use crate::future::Done;
+use crate::lease::PyLease;
 use crate::{future, runtime};
 
 /// A rate limiter (memory or Redis store). Cheap to share between tasks and threads.
@@ -30,7 +32,10 @@ impl PyRouteRule {
 }
 
 /// `cost` and `now_ms` as Python gave them, checked by the core's one rule.
-fn check_options(cost: Option<&Bound<'_, PyAny>>, now_ms: Option<&Bound<'_, PyAny>>) -> PyResult<CheckOptions> {
+pub(crate) fn check_options(
+    cost: Option<&Bound<'_, PyAny>>,
+    now_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<CheckOptions> {
     let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
     let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
     CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
@@ -127,6 +132,42 @@ impl PyLimiter {
         py.detach(|| runtime::runtime().block_on(inner.check_with(&key, options)))
             .map(PyDecision)
             .into_py_result()
+    }
+
+    /// Acquires `key` (a check that, for a concurrency policy, takes `cost`
+    /// slots until released); an awaitable resolving to `(Decision, Lease)`,
+    /// the lease None when denied or when no policy is a concurrency one.
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn acquire<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        cost: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move {
+            let (decision, guard) = inner.acquire_with(&key, options).await?;
+            Ok(Done::Acquired(decision, guard.map(|g| PyLease::new(inner, g))))
+        })
+    }
+
+    /// `acquire`, blocking with the GIL released.
+    #[pyo3(signature = (key, cost=None, now_ms=None))]
+    fn acquire_sync(
+        &self,
+        py: Python<'_>,
+        key: String,
+        cost: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(PyDecision, Option<PyLease>)> {
+        let options = check_options(cost, now_ms)?;
+        let inner = &self.inner;
+        let (decision, guard) = py
+            .detach(|| runtime::runtime().block_on(inner.acquire_with(&key, options)))
+            .into_py_result()?;
+        Ok((PyDecision(decision), guard.map(|g| PyLease::new(inner.clone(), g))))
     }
 
     /// Every policy's decision for `key` (allowed only if all allow); an awaitable.

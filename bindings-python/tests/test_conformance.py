@@ -128,3 +128,52 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
 
     failures = asyncio.run(play())
     assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)
+
+
+CONCURRENCY_STEP_FIELDS = {"now_ms", "key", "cost", "expect", "release", "released"}
+
+
+@pytest.mark.parametrize("path", files("concurrency"), ids=lambda p: p.stem)
+def test_concurrency_vectors(path: Path, store: str) -> None:
+    """Acquire steps through ``Limiter.acquire``; a release step releases the ``Lease`` of the step it names."""
+    import asyncio
+
+    async def play() -> List[str]:
+        failures = []
+        steps = 0
+        for case in load(path):
+            where = f"{path.name}: {case.get('name')!r}"
+            check_fields(where, case, CASE_FIELDS, {"name", "policy", "steps"})
+            assert case["steps"], f"{where}: no steps"
+            limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conc"))
+            leases: List[Any] = []
+            for i, step in enumerate(case["steps"]):
+                check_fields(f"{where} step {i}", step, CONCURRENCY_STEP_FIELDS, {"now_ms"})
+                steps += 1
+                at = f"{where} step {i} (now_ms {step['now_ms']})"
+                if "release" in step:
+                    check_fields(f"{where} step {i}", step, {"now_ms", "release", "released"}, {"release", "released"})
+                    j = step["release"]
+                    assert j < i and leases[j] is not None, f"{at}: `release` names an earlier allowed acquire"
+                    released = await leases[j].release(now_ms=step["now_ms"])
+                    if released != int(step["released"]):
+                        failures.append(f"{at}: released {released}, expected {step['released']}")
+                    leases.append(None)
+                    continue
+                expect = step["expect"]
+                check_fields(f"{at} expect", expect, {"allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit"}, EXPECT_REQUIRED)
+                got, lease = await limiter.acquire(step.get("key", "k"), cost=step.get("cost", 1), now_ms=step["now_ms"])
+                want = dict(expect, delay_ms=0, source="store")
+                have = {k: v for k, v in got.to_dict().items() if k in want}
+                if have != want:
+                    failures.append(f"{at}: expected {want}, got {have}")
+                if (lease is not None) != got.allowed:
+                    failures.append(f"{at}: lease {lease!r} for {got!r}")
+                leases.append(lease)
+            if "polylimit_store_errors_total 0\n" not in limiter.metrics_text():
+                failures.append(f"{where}: a store call failed")
+        assert steps > 0
+        return failures
+
+    failures = asyncio.run(play())
+    assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)

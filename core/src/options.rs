@@ -144,6 +144,8 @@ const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("on_store_error", "onStoreError", "OnStoreError", false),
     ("penalty", "penalty", "Penalty", false),
     ("name", "name", "Name", false),
+    ("limit", "limit", "Limit", false),
+    ("lease", "lease", "Lease", true),
 ];
 
 /// Fields of a penalty: (snake, camel, Go, is a duration).

@@ -234,6 +234,60 @@ const char *polylimit_status_name(int32_t status);
 // `err` is NULL or an error written by this library, not yet freed.
 void polylimit_error_free(struct polylimit_error_t *err);
 
+// Acquires `key` (`key_len` bytes of UTF-8) with `cost` slots, at `now_ms`
+// (a negative value: the store's clock). Returns `POLYLIMIT_OK` when the
+// decision is ready at once (memory store): `*out` is written and
+// `*out_leases` is the leases taken as JSON (free with
+// `polylimit_string_free`), or NULL when none were (denied, or no policy is
+// a concurrency one). Or returns `POLYLIMIT_PENDING` with `*pending`
+// written: start it with `polylimit_pending_start`, whose callback gets the
+// `decision` and the leases in `text`/`text_len` (NULL when none).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+// points to `key_len` readable bytes; `out`, `out_leases`, `pending` and
+// `err` are NULL or writable.
+int32_t polylimit_limiter_try_acquire(const struct polylimit_limiter_t *limiter,
+                                      const uint8_t *key,
+                                      size_t key_len,
+                                      uint64_t cost,
+                                      int64_t now_ms,
+                                      struct polylimit_decision_t *out,
+                                      char **out_leases,
+                                      struct polylimit_pending_t **pending,
+                                      struct polylimit_error_t **err);
+
+// Releases the leases `leases` (`leases_len` bytes: the JSON an acquire
+// gave) at `now_ms` (negative: the store's clock). Idempotent in the core:
+// an unknown, released or ended lease is left as it is. Returns
+// `POLYLIMIT_OK` with `*out_released` (how many were live) when done at
+// once, or `POLYLIMIT_PENDING` with `*pending` written: start it with
+// `polylimit_pending_start`, whose callback gets that count as decimal
+// text. A store that is down is no error (the leases end by themselves).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `leases` is NULL (with `leases_len`
+// 0) or points to `leases_len` readable bytes; `out_released`, `pending`
+// and `err` are NULL or writable.
+int32_t polylimit_limiter_try_release(const struct polylimit_limiter_t *limiter,
+                                      const uint8_t *leases,
+                                      size_t leases_len,
+                                      int64_t now_ms,
+                                      uint64_t *out_released,
+                                      struct polylimit_pending_t **pending,
+                                      struct polylimit_error_t **err);
+
+// A second handle on the same limiter (its store, state, metrics and
+// `close`), in `*out`: a caller keeps it to release leases after the first
+// handle is freed (requests in flight finish after a close). Free it once
+// with `polylimit_limiter_free`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+int32_t polylimit_limiter_clone(const struct polylimit_limiter_t *limiter,
+                                struct polylimit_limiter_t **out,
+                                struct polylimit_error_t **err);
+
 // Runs a pending operation on the polylimit runtime and calls
 // `callback(ctx, …)` exactly once, from a runtime thread, when it completes
 // (a check's `decision`, or a request's packed outcome in `text`/`text_len`).

@@ -20,6 +20,7 @@
 pub mod breaker;
 pub mod decision;
 pub mod errors;
+pub mod lease;
 pub mod limiter;
 pub mod packed;
 

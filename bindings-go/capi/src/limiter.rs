@@ -18,7 +18,7 @@ use crate::{c_string, cstr_arg, guard, packed, runtime, str_arg, Status};
 /// the last call that uses it has returned (pending callbacks keep what they
 /// need alive).
 pub struct polylimit_limiter_t {
-    inner: Limiter,
+    pub(crate) inner: Limiter,
 }
 
 /// Called exactly once when a `POLYLIMIT_PENDING` operation completes, from a
@@ -36,14 +36,17 @@ pub type polylimit_callback_t = Option<
     ),
 >;
 
-enum Done {
+pub(crate) enum Done {
     Decision(polylimit_decision_t),
+    /// An acquire: the decision and, when it took leases, them as JSON
+    /// (`lease.rs`); the callback gets both (`decision` and `text`).
+    Acquired(polylimit_decision_t, Option<String>),
     Text(String),
     /// A packed outcome (`packed::outcome`).
     Bytes(Vec<u8>),
 }
 
-type Work = Pin<Box<dyn Future<Output = Result<Done, FfiError>> + Send>>;
+pub(crate) type Work = Pin<Box<dyn Future<Output = Result<Done, FfiError>> + Send>>;
 
 /// Polls `work` once on the runtime; if it is not ready, spawns it and returns
 /// `None` (the callback will be called). Memory-store checks finish in the
@@ -73,7 +76,7 @@ fn start(mut work: Work, callback: polylimit_callback_t, ctx: usize) -> Result<O
 /// Polls `work` once on the runtime: its result when it is done, else the
 /// work itself, to be spawned by `polylimit_pending_start` (the caller then
 /// pays for a callback only when there is I/O to wait for).
-fn try_now(mut work: Work) -> Result<Result<Done, Box<polylimit_pending_t>>, FfiError> {
+pub(crate) fn try_now(mut work: Work) -> Result<Result<Done, Box<polylimit_pending_t>>, FfiError> {
     let ready = {
         let _enter = runtime().enter();
         work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
@@ -169,6 +172,11 @@ fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
         Ok(Done::Text(t)) => unsafe { callback(ctx, ok, no_decision, t.as_ptr().cast(), t.len(), no_error) },
         // SAFETY: as above; `b` holds `b.len()` bytes until the callback returns.
         Ok(Done::Bytes(b)) => unsafe { callback(ctx, ok, no_decision, b.as_ptr().cast(), b.len(), no_error) },
+        // SAFETY: as above; `d` and `t` live until the callback returns.
+        Ok(Done::Acquired(d, t)) => unsafe {
+            let (text, len) = t.as_ref().map_or((no_text, 0), |t| (t.as_ptr().cast(), t.len()));
+            callback(ctx, ok, &d, text, len, no_error)
+        },
         Err(e) => {
             let code = e.status() as i32;
             let err = e.into_raw();
@@ -183,7 +191,7 @@ fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
 
 /// # Safety
 /// `l` is NULL or a live handle from this crate, not freed while `'a` lasts.
-unsafe fn handle<'a>(l: *const polylimit_limiter_t) -> Result<&'a Limiter, FfiError> {
+pub(crate) unsafe fn handle<'a>(l: *const polylimit_limiter_t) -> Result<&'a Limiter, FfiError> {
     // SAFETY: the caller passes a live handle or NULL.
     unsafe { l.as_ref() }
         .map(|l| &l.inner)
@@ -270,7 +278,7 @@ pub unsafe extern "C" fn polylimit_effective_config(
     })
 }
 
-fn options(cost: u64, now_ms: i64) -> CheckOptions {
+pub(crate) fn options(cost: u64, now_ms: i64) -> CheckOptions {
     CheckOptions {
         cost,
         now_ms: (now_ms >= 0).then_some(now_ms),

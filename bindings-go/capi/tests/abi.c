@@ -186,6 +186,42 @@ int main(void) {
   polylimit_pending_free(NULL);
   polylimit_limiter_free(limiter);
 
+  /* Concurrency: an acquire takes a lease (JSON, opaque), a release (also
+     through a clone, after the first handle is freed) gives it back once. */
+  rc = polylimit_limiter_build("{\"Policy\": {\"Algorithm\": \"concurrency\", \"Limit\": 1, \"Lease\": 10000000000}}",
+                               &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK);
+  char *leases = NULL;
+  rc = polylimit_limiter_try_acquire(limiter, (const uint8_t *)key, strlen(key), 1, 1000, &d, &leases, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && pending == NULL && d.allowed && d.limit == 1 && d.reset_after_ms == 10000 && leases != NULL);
+  char *none = NULL;
+  rc = polylimit_limiter_try_acquire(limiter, (const uint8_t *)key, strlen(key), 1, 1000, &d, &none, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && !d.allowed && none == NULL && d.retry_after_ms == 10000);
+  rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && err != NULL && strcmp(err->field, "policy") == 0);
+  polylimit_error_free(err);
+  err = NULL;
+  polylimit_limiter_t *clone = NULL;
+  CHECK(polylimit_limiter_clone(limiter, &clone, &err) == POLYLIMIT_OK && clone != NULL);
+  polylimit_limiter_close(limiter);
+  polylimit_limiter_free(limiter);
+  uint64_t released = 99;
+  rc = polylimit_limiter_try_release(clone, (const uint8_t *)leases, strlen(leases), 2000, &released, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && released == 1);
+  rc = polylimit_limiter_try_release(clone, (const uint8_t *)leases, strlen(leases), 2000, &released, &pending, &err);
+  CHECK(rc == POLYLIMIT_OK && released == 0);
+  rc = polylimit_limiter_try_release(clone, (const uint8_t *)"[1]", 3, 2000, &released, &pending, &err);
+  CHECK(rc == POLYLIMIT_CONFIG && err != NULL && strcmp(err->field, "leases") == 0);
+  polylimit_error_free(err);
+  err = NULL;
+  rc = polylimit_limiter_try_acquire(NULL, (const uint8_t *)key, strlen(key), 1, 1000, &d, &leases, &pending, &err);
+  CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
+  CHECK(polylimit_limiter_clone(NULL, &clone, NULL) == POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_string_free(leases);
+  polylimit_limiter_free(clone);
+
   polylimit_breaker_t *b = polylimit_breaker_new(1, 60000, 1);
   polylimit_permit_t *p = polylimit_breaker_acquire(b);
   CHECK(p != NULL);

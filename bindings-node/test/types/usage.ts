@@ -1,6 +1,7 @@
 // Compiled by `tsc --noEmit` in limiter.test.js: every public name in use.
 import {
   Limiter,
+  Lease,
   CircuitBreaker,
   PolylimitError,
   ConfigError,
@@ -59,6 +60,10 @@ async function main(): Promise<void> {
   const viaGlobal = retryFetch({ jitter: 0 });
   const wait: number | null = parseRetryAfter('3', Date.now());
   void [migrated, both, wrapped, viaGlobal, wait];
+  const conc = new Limiter({ policy: { algorithm: 'concurrency', limit: 10, lease: '30s' } });
+  const { decision: held, lease }: { decision: Decision; lease: Lease | null } = await conc.acquire('user:1', { nowMs: 0 });
+  const freed: number = lease ? await lease.release({ nowMs: 1 }) : 0;
+  void [held, freed, lease?.released];
   void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state, login, counted];
 }
 void main;

@@ -21,6 +21,7 @@ from ._polylimit import (
     ConfigError,
     Decision,
     InternalError,
+    Lease,
     Limiter as _NativeLimiter,
     Outcome,
     Permit,
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigError",
     "Decision",
     "InternalError",
+    "Lease",
     "Limiter",
     "Outcome",
     "Permit",
@@ -57,9 +59,10 @@ if hasattr(os, "register_at_fork"):
 
 @dataclass(frozen=True)
 class Policy:
-    """A policy as a typed object (SPEC §2); ``None`` fields take the core's default."""
+    """A policy as a typed object (SPEC §2); ``None`` fields take the core's default. ``rate`` for every
+    algorithm but ``concurrency``, which takes ``limit`` (requests in flight) and ``lease``."""
 
-    rate: str
+    rate: Optional[str] = None
     algorithm: str = "token_bucket"
     burst: Optional[int] = None
     refill: Optional[str] = None
@@ -68,6 +71,8 @@ class Policy:
     on_store_error: Optional[str] = None
     penalty: Optional[Dict[str, Any]] = None
     name: Optional[str] = None
+    limit: Optional[int] = None
+    lease: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

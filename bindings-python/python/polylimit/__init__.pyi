@@ -10,6 +10,7 @@ from ._polylimit import (
     ConfigError as ConfigError,
     Decision as Decision,
     InternalError as InternalError,
+    Lease as Lease,
     Limiter as _NativeLimiter,
     Outcome as Outcome,
     Permit as Permit,
@@ -26,7 +27,7 @@ KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
 CountSpec = Union[str, int, Sequence[Union[str, int]]]
 
 class Policy:
-    rate: str
+    rate: Optional[str]
     algorithm: str
     burst: Optional[int]
     refill: Optional[str]
@@ -35,9 +36,11 @@ class Policy:
     on_store_error: Optional[str]
     penalty: Optional[Dict[str, Any]]
     name: Optional[str]
+    limit: Optional[int]
+    lease: Optional[str]
     def __init__(
         self,
-        rate: str,
+        rate: Optional[str] = None,
         algorithm: str = "token_bucket",
         burst: Optional[int] = None,
         refill: Optional[str] = None,
@@ -46,6 +49,8 @@ class Policy:
         on_store_error: Optional[str] = None,
         penalty: Optional[Dict[str, Any]] = None,
         name: Optional[str] = None,
+        limit: Optional[int] = None,
+        lease: Optional[str] = None,
     ) -> None: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
