@@ -96,6 +96,9 @@ pub struct CheckResult {
     pub now_ms: i64,
     /// One decision per policy, in the order the policies were given.
     pub decisions: Vec<Decision>,
+    /// Per decision, the numbers of the per-key override that decided it
+    /// (count, period ms, burst), for the headers; empty when none did.
+    pub(crate) overridden: Vec<Option<[u64; 3]>>,
 }
 
 impl CheckResult {

@@ -18,7 +18,7 @@ use crate::policy::{check_name, Policy, MAX_COST};
 use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
-use crate::store::memory::{MemoryCheck, MemoryStore};
+use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 
 /// Everything a limiter is built from.
@@ -280,7 +280,7 @@ impl Engine {
         let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
             return None;
         };
-        if compiled.penalty.is_some() {
+        if compiled.penalty.is_some() || inner.memory.overrides.any() {
             return None;
         }
         let cost = match self.validate(options) {
@@ -343,6 +343,34 @@ impl Engine {
 
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
+        if inner.memory.overrides.any() {
+            // Per-key overrides, read under their lock: a change waits for this decision.
+            let view = inner.memory.overrides.view();
+            let checks: Vec<MemoryCheck<'_>> = targets
+                .iter()
+                .map(|&(i, key, shadow)| {
+                    let compiled = &inner.policies[i];
+                    let (slot, params) = match view.params(i as u32, key, now) {
+                        Some(params) => (i as u32 | OVERRIDE_SLOT, params),
+                        None => (i as u32, &compiled.params),
+                    };
+                    MemoryCheck {
+                        slot,
+                        params,
+                        key,
+                        shadow,
+                        penalty: compiled.penalty.as_ref(),
+                    }
+                })
+                .collect();
+            let (allowed, mut verdicts) = inner.memory.decide(&checks, now, cost, charge);
+            for (v, c) in verdicts.iter_mut().zip(&checks) {
+                if c.slot & OVERRIDE_SLOT != 0 {
+                    v.overridden = Some([c.params.count as u64, c.params.period as u64, c.params.burst as u64]);
+                }
+            }
+            return self.result(targets, now, allowed, verdicts, source);
+        }
         if let ([(i, key, shadow)], true) = (targets, charge) {
             let compiled = &inner.policies[*i];
             if compiled.penalty.is_none() {
@@ -384,34 +412,87 @@ impl Engine {
         verdicts: impl IntoIterator<Item = Verdict>,
         source: Source,
     ) -> CheckResult {
+        let mut overridden = Vec::new();
         let decisions = targets
             .iter()
             .zip(verdicts)
-            .map(|(&(i, _, _), v)| {
+            .enumerate()
+            .map(|(n, (&(i, _, _), v))| {
                 let source = if v.penalized { Source::Penalty } else { source };
-                Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source)
+                let limit = match v.overridden {
+                    Some([_, _, burst]) => {
+                        overridden.resize(n, None);
+                        overridden.push(v.overridden);
+                        burst
+                    }
+                    None => self.inner.policies[i].policy.limit(),
+                };
+                Decision::from_verdict(v, limit, source)
             })
             .collect();
         CheckResult {
             allowed,
             now_ms: now,
             decisions,
+            overridden,
         }
     }
 
-    /// The policy's keys for `key`: its state (and log), then its penalty record.
+    /// The policy's keys for `key`: its state (and log), then its penalty
+    /// record, then its override record and the override's state keys.
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
         let compiled = &self.inner.policies[i];
         let main = store_key(&compiled.key_head, key);
-        let mut keys = Vec::with_capacity(3);
+        let mut keys = Vec::with_capacity(6);
         if compiled.params.key_count() == 2 {
             keys.push(format!("{main}:log"));
         }
         if compiled.penalty.is_some() {
             keys.push(format!("{main}:penalty"));
         }
+        keys.extend(
+            crate::store::overrides::redis_keys(&main, &compiled.params)
+                .into_iter()
+                .flatten(),
+        );
         keys.insert(0, main);
         keys
+    }
+
+    /// The override record of `key` under policy `i`, then the override's state keys.
+    pub(crate) fn override_keys(&self, i: usize, key: &str) -> Vec<String> {
+        let compiled = &self.inner.policies[i];
+        let main = store_key(&compiled.key_head, key);
+        crate::store::overrides::redis_keys(&main, &compiled.params)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// The numbers of policy `i`.
+    pub(crate) fn params_at(&self, i: usize) -> &Params {
+        &self.inner.policies[i].params
+    }
+
+    /// The memory store (for Redis, the local fallback).
+    pub(crate) fn memory_store(&self) -> &MemoryStore {
+        &self.inner.memory
+    }
+
+    /// The Redis store, if the limiter has one.
+    pub(crate) fn redis_store(&self) -> Option<&RedisStore> {
+        match &self.inner.backend {
+            Backend::Redis(redis) => Some(redis),
+            Backend::Memory => None,
+        }
+    }
+
+    /// Fails with [`Error::Closed`] once the limiter is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     async fn decide_redis(
@@ -436,6 +517,7 @@ impl Engine {
                             keys,
                             shadow,
                             penalty: compiled.penalty.as_ref(),
+                            overrides: true,
                         }
                     })
                     .collect();
@@ -477,14 +559,22 @@ impl Engine {
         }
         match &inner.backend {
             Backend::Memory => {
+                // The numbers and state the decision used: an override's when one is in force.
+                let view = inner.memory.overrides.any().then(|| inner.memory.overrides.view());
                 let checks: Vec<MemoryCheck<'_>> = targets
                     .iter()
-                    .map(|&(i, key)| MemoryCheck {
-                        slot: i as u32,
-                        params: &inner.policies[i].params,
-                        key,
-                        shadow: false,
-                        penalty: None,
+                    .map(|&(i, key)| {
+                        let (slot, params) = match view.as_ref().and_then(|v| v.params(i as u32, key, now)) {
+                            Some(params) => (i as u32 | OVERRIDE_SLOT, params),
+                            None => (i as u32, &inner.policies[i].params),
+                        };
+                        MemoryCheck {
+                            slot,
+                            params,
+                            key,
+                            shadow: false,
+                            penalty: None,
+                        }
                     })
                     .collect();
                 Ok(inner.memory.refund(&checks, now, cost))
@@ -499,6 +589,7 @@ impl Engine {
                         keys,
                         shadow: false,
                         penalty: None,
+                        overrides: true,
                     })
                     .collect();
                 redis.refund(&checks, now, cost).await
@@ -514,10 +605,14 @@ impl Engine {
         }
         for i in 0..inner.policies.len() {
             inner.memory.reset(i as u32, key);
+            inner.memory.reset(i as u32 | OVERRIDE_SLOT, key);
         }
         if let Backend::Redis(redis) = &inner.backend {
+            // The state, not an override: that is removed by remove_override.
+            let record = crate::store::overrides::RECORD_SUFFIX;
             let keys: Vec<String> = (0..inner.policies.len())
                 .flat_map(|i| self.store_keys(i, key))
+                .filter(|k| !k.ends_with(record))
                 .collect();
             redis.delete(&keys).await?;
         }
@@ -576,6 +671,11 @@ impl RefundProbe {
     pub async fn check(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
         let targets: Vec<Target<'_>> = targets.iter().map(|&(i, key)| (i, key, false)).collect();
         self.engine.decide(&targets, options).await
+    }
+
+    /// The engine (per-key overrides set through it in tests).
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// Gives back admissions of `cost` at `now_ms`; how many were given back.

@@ -222,7 +222,7 @@ fn is_zero(v: &Value) -> bool {
 }
 
 /// A duration in the rules-file form: text as given, a number in the naming's unit.
-fn duration(naming: Naming, v: &Value, field: &str) -> Result<Value> {
+pub(crate) fn duration(naming: Naming, v: &Value, field: &str) -> Result<Value> {
     let Value::Number(n) = v else {
         return Ok(v.clone());
     };

@@ -138,6 +138,7 @@ impl Resilience {
             allowed,
             now_ms: now,
             decisions,
+            overridden: Vec::new(),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::breaker::{BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
+use crate::overrides::{Override, OverrideSpec};
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use headers::HeaderMode;
@@ -408,6 +409,25 @@ impl Limiter {
         self.engine.reset(key).await
     }
 
+    /// Sets a per-key override: `key` (for a rules file, the key its rules
+    /// compose, e.g. `user=acme`) is decided under `spec`'s rate and burst
+    /// instead of the policy's, by every process on the store, until removed
+    /// or until its TTL ends. Bad input is an error naming the field.
+    pub async fn set_override(&self, key: &str, spec: &OverrideSpec) -> Result<Override> {
+        self.engine.set_override(key, spec).await
+    }
+
+    /// The override in force for `key` under `policy` (`None`: the limiter's
+    /// only policy) at `now_ms` (`None`: the store's clock).
+    pub async fn get_override(&self, key: &str, policy: Option<&str>, now_ms: Option<i64>) -> Result<Option<Override>> {
+        self.engine.get_override(key, policy, now_ms).await
+    }
+
+    /// Removes the override of `key` under `policy`; whether one was in force.
+    pub async fn remove_override(&self, key: &str, policy: Option<&str>) -> Result<bool> {
+        self.engine.remove_override(key, policy).await
+    }
+
     /// The store's breaker state (`Closed` for the memory store).
     pub fn breaker_state(&self) -> BreakerState {
         self.engine.breaker_state()
@@ -635,6 +655,12 @@ impl Limiter {
         };
         let decision = result.decisions[shown];
         let policy = self.engine.policy_at(targets[shown].0);
+        // Under a per-key override, the headers describe the override's limit.
+        let overridden = match result.overridden.get(shown).copied().flatten() {
+            Some([count, period, burst]) => policy.with_limit(count, period, burst).ok(),
+            None => None,
+        };
+        let policy = overridden.as_ref().unwrap_or(policy);
         let now_ms = if result.now_ms > 0 {
             result.now_ms
         } else {
