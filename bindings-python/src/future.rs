@@ -35,6 +35,8 @@ pub(crate) enum Done {
     Decisions(Vec<Decision>),
     Outcome(Outcome),
     Unit,
+    /// A plain value (a dict, a bool, None): per-key overrides.
+    Value(serde_json::Value),
 }
 
 impl From<Decision> for Done {
@@ -52,6 +54,11 @@ impl From<Outcome> for Done {
         Done::Outcome(o)
     }
 }
+impl From<serde_json::Value> for Done {
+    fn from(v: serde_json::Value) -> Self {
+        Done::Value(v)
+    }
+}
 impl From<()> for Done {
     fn from(_: ()) -> Self {
         Done::Unit
@@ -65,6 +72,7 @@ impl Done {
             Done::Decisions(ds) => ds.into_iter().map(PyDecision).collect::<Vec<_>>().into_py_any(py),
             Done::Outcome(o) => PyOutcome(o).into_py_any(py),
             Done::Unit => Ok(py.None()),
+            Done::Value(v) => Ok(crate::convert::to_py(py, &v)?.unbind()),
         }
     }
 }

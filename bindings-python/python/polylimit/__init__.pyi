@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 from os import PathLike
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypedDict, TypeVar, Union
 
 from ._polylimit import (
     CircuitBreaker as _NativeBreaker,
@@ -22,6 +22,16 @@ from ._polylimit import (
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
+
+class Override(TypedDict):
+    """A per-key override in force (``Limiter.set_override``)."""
+
+    policy: str
+    key: str
+    rate: str
+    burst: int
+    limit: int
+    expires_at_ms: Optional[int]
 
 class Policy:
     rate: str
