@@ -33,6 +33,10 @@ pub struct LimiterConfig {
     pub prefix: String,
     /// Most keys the memory store (and the local fallback) holds.
     pub max_keys: usize,
+    /// Every check reads the key's per-key override (`Limiter::set_override`).
+    /// Off by default: on Redis, looking one up costs every check a key read
+    /// inside the script. Every limiter that should honour overrides needs it.
+    pub overrides: bool,
     /// Longest wait of a check for the store, waiting for a connection included.
     pub timeout: Duration,
     /// Deadline of opening a store connection (TCP, TLS and the handshake),
@@ -53,6 +57,7 @@ impl LimiterConfig {
             store: "memory".into(),
             prefix: "polylimit".into(),
             max_keys: 1_000_000,
+            overrides: false,
             timeout: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
@@ -136,6 +141,8 @@ struct Inner {
     resilience: Resilience,
     closed: AtomicBool,
     metrics: Metrics,
+    /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
+    overrides: bool,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -232,6 +239,7 @@ impl Engine {
                 resilience: Resilience::new(config.breaker),
                 closed: AtomicBool::new(false),
                 metrics,
+                overrides: config.overrides,
             }),
         })
     }
@@ -343,7 +351,7 @@ impl Engine {
 
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
-        if inner.memory.overrides.any() {
+        if inner.overrides && inner.memory.overrides.any() {
             // Per-key overrides, read under their lock: a change waits for this decision.
             let view = inner.memory.overrides.view();
             let checks: Vec<MemoryCheck<'_>> = targets
@@ -450,11 +458,13 @@ impl Engine {
         if compiled.penalty.is_some() {
             keys.push(format!("{main}:penalty"));
         }
-        keys.extend(
-            crate::store::overrides::redis_keys(&main, &compiled.params)
-                .into_iter()
-                .flatten(),
-        );
+        if self.inner.overrides {
+            keys.extend(
+                crate::store::overrides::redis_keys(&main, &compiled.params)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
         keys.insert(0, main);
         keys
     }
@@ -467,6 +477,11 @@ impl Engine {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// Whether checks read per-key overrides ([`LimiterConfig::overrides`]).
+    pub(crate) fn overrides_enabled(&self) -> bool {
+        self.inner.overrides
     }
 
     /// The numbers of policy `i`.
@@ -517,7 +532,7 @@ impl Engine {
                             keys,
                             shadow,
                             penalty: compiled.penalty.as_ref(),
-                            overrides: true,
+                            overrides: inner.overrides,
                         }
                     })
                     .collect();
@@ -589,7 +604,7 @@ impl Engine {
                         keys,
                         shadow: false,
                         penalty: None,
-                        overrides: true,
+                        overrides: inner.overrides,
                     })
                     .collect();
                 redis.refund(&checks, now, cost).await

@@ -227,7 +227,15 @@ fn override_params(policy: &Policy, rate: &str, burst: Option<u64>) -> Result<Pa
 
 impl Engine {
     /// The index of policy `name`; `None`: the limiter's only policy.
+    /// Fails on a limiter whose checks do not read overrides.
     fn override_policy(&self, name: Option<&str>) -> Result<usize> {
+        if !self.overrides_enabled() {
+            return Err(Error::config(
+                "overrides",
+                "false",
+                "is off for this limiter: build it (and every limiter that should honour overrides) with overrides: true",
+            ));
+        }
         let mut policies = self.policies();
         match name {
             Some(name) => policies

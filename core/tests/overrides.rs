@@ -21,10 +21,21 @@ fn policy(v: serde_json::Value) -> Policy {
 
 /// The same limiter on the memory store and on Redis (own prefix per test).
 fn limiters(p: serde_json::Value, prefix: &str) -> Vec<(&'static str, Limiter)> {
-    let memory = Limiter::new(LimiterConfig::new(policy(p.clone()))).unwrap();
+    let mut memory = LimiterConfig::new(policy(p.clone()));
+    memory.overrides = true;
     let mut config = LimiterConfig::new(policy(p)).with_store(REDIS.url());
     config.prefix = prefix.into();
-    vec![("memory", memory), ("redis", Limiter::new(config).unwrap())]
+    config.overrides = true;
+    vec![
+        ("memory", Limiter::new(memory).unwrap()),
+        ("redis", Limiter::new(config).unwrap()),
+    ]
+}
+
+/// A limiter with overrides on.
+fn with_overrides(mut config: LimiterConfig) -> Limiter {
+    config.overrides = true;
+    Limiter::new(config).unwrap()
 }
 
 fn at(now_ms: i64) -> CheckOptions {
@@ -157,10 +168,9 @@ async fn removing_restores_the_policy_and_changing_starts_afresh() {
 
 #[tokio::test]
 async fn bad_overrides_name_their_field() {
-    let limiter = Limiter::new(LimiterConfig::new(policy(
+    let limiter = with_overrides(LimiterConfig::new(policy(
         json!({"algorithm": "fixed_window", "rate": "3/1h"}),
-    )))
-    .unwrap();
+    )));
     let e = limiter
         .set_override("k", &spec("ten/s", None, None, NOW))
         .await
@@ -187,7 +197,7 @@ async fn foreign_data_under_an_override_key_never_fails_a_check() {
     ))
     .with_store(REDIS.url());
     config.prefix = "foreign".into();
-    let limiter = Limiter::new(config).unwrap();
+    let limiter = with_overrides(config);
     let record = "foreign:fixed_window:api:{k}:override";
     for foreign in [
         format!("SET {record} garbage"),
@@ -217,7 +227,7 @@ async fn foreign_data_under_an_override_key_never_fails_a_check() {
 async fn a_redis_ttl_also_expires_the_record() {
     let mut config = LimiterConfig::new(policy(json!({"rate": "3/1h"}))).with_store(REDIS.url());
     config.prefix = "pttl".into();
-    let limiter = Limiter::new(config).unwrap();
+    let limiter = with_overrides(config);
     let mut s = spec("9/1h", None, Some(Duration::from_secs(600)), NOW);
     s.now_ms = None;
     limiter.set_override("k", &s).await.unwrap();
@@ -230,7 +240,7 @@ async fn a_redis_ttl_also_expires_the_record() {
 async fn the_memory_store_bounds_overrides_by_max_keys() {
     let mut config = LimiterConfig::new(policy(json!({"rate": "3/1h"})));
     config.max_keys = 4;
-    let limiter = Limiter::new(config).unwrap();
+    let limiter = with_overrides(config);
     for i in 0..4 {
         let ttl = (i == 0).then_some(Duration::from_secs(1));
         limiter
@@ -257,6 +267,7 @@ async fn an_override_wins_over_a_tier_and_shows_in_the_headers() {
             r#"
 store: {store}
 prefix: tiers
+overrides: true
 policies:
   free: {{ algorithm: fixed_window, rate: 2/1h }}
   pro:  {{ algorithm: fixed_window, rate: 10/1h }}
@@ -314,6 +325,7 @@ async fn a_cross_slot_refund_gives_back_under_the_override() {
         let mut config = LimiterConfig::new(wide).with_store(url.clone());
         config.policies.push(narrow);
         config.prefix = "ovcontention".into();
+        config.overrides = true;
         config
     };
     let options = at(1_000_000);
@@ -348,4 +360,41 @@ async fn a_cross_slot_refund_gives_back_under_the_override() {
         (5, 4),
         "the refund gave the override's token back"
     );
+}
+
+/// Off by default: setting one is an error naming `overrides`, and the checks
+/// of a limiter without them run the script as before (no override keys), so
+/// a record set by a limiter with them changes nothing here.
+#[tokio::test]
+async fn overrides_are_opt_in() {
+    let p = json!({"algorithm": "fixed_window", "rate": "3/1h"});
+    let mut config = LimiterConfig::new(policy(p.clone())).with_store(REDIS.url());
+    config.prefix = "optin".into();
+    let plain = Limiter::new(config.clone()).unwrap();
+    let e = plain
+        .set_override("k", &spec("9/1h", None, None, NOW))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("overrides: false"), "{e}");
+    let e = Limiter::new(LimiterConfig::new(policy(p)))
+        .unwrap()
+        .get_override("k", None, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().starts_with("overrides"), "{e}");
+    with_overrides(config)
+        .set_override("k", &spec("9/1h", None, None, NOW))
+        .await
+        .unwrap();
+    assert_eq!(plain.check_with("k", at(NOW)).await.unwrap().limit, 3);
+    let effective = polylimit::effective_config(
+        polylimit::Naming::Snake,
+        &json!({"policy": {"rate": "1/s"}, "overrides": true}),
+    )
+    .unwrap();
+    assert_eq!(effective["overrides"], json!(true));
+    let e = Limiter::from_value(&json!({"policy": {"rate": "1/s"}, "overrides": "yes"}))
+        .err()
+        .unwrap();
+    assert!(e.to_string().starts_with("overrides: \"yes\""), "{e}");
 }
