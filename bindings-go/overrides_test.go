@@ -12,7 +12,7 @@ func TestOverridesSetReadAndRemove(t *testing.T) {
 	window := now - now%3_600_000
 	for store, url := range stores(t) {
 		t.Run(store, func(t *testing.T) {
-			l := newLimiter(t, Options{Policy: &Policy{Algorithm: "fixed_window", Rate: "3/h", Name: "api"}, Store: url, Prefix: "go-overrides"})
+			l := newLimiter(t, Options{Policy: &Policy{Algorithm: "fixed_window", Rate: "3/h", Name: "api"}, Store: url, Prefix: "go-overrides", Overrides: true})
 			ctx := context.Background()
 			info, err := l.SetOverride(ctx, "vip", Override{Policy: "api", Rate: "10/h", TTL: time.Minute, NowMs: window})
 			if err != nil {
@@ -61,7 +61,7 @@ func TestOverridesSetReadAndRemove(t *testing.T) {
 }
 
 func TestBadOverridesNameTheField(t *testing.T) {
-	l := newLimiter(t, Options{Policy: &Policy{Algorithm: "fixed_window", Rate: "3/h"}})
+	l := newLimiter(t, Options{Policy: &Policy{Algorithm: "fixed_window", Rate: "3/h"}, Overrides: true})
 	for field, o := range map[string]Override{
 		"rate":   {Rate: "ten/h"},
 		"burst":  {Rate: "1/h", Burst: 5},

@@ -35,6 +35,8 @@ export interface LimiterOptions {
   store?: string;
   prefix?: string;
   maxKeys?: number;
+  /** Every check reads the key's per-key override (setOverride); default false. */
+  overrides?: boolean;
   /** Per store call (default 100 ms). */
   timeout?: Duration;
   /** Opening a store connection: TCP, TLS and the handshake (default 1 s). */

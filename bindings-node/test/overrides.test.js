@@ -23,6 +23,7 @@ function limiter(store) {
     policy: { algorithm: 'fixed_window', rate: '3/h', name: 'api' },
     store,
     prefix: `node-ov-${process.pid}-${prefixes++}`,
+    overrides: true,
   });
 }
 

@@ -14,7 +14,7 @@ WINDOW = NOW - NOW % 3_600_000
 
 def limiter(store):
     return polylimit.Limiter(
-        {"algorithm": "fixed_window", "rate": "3/h", "name": "api"}, store, prefix=unique_prefix("ov")
+        {"algorithm": "fixed_window", "rate": "3/h", "name": "api"}, store, prefix=unique_prefix("ov"), overrides=True
     )
 
 

@@ -31,6 +31,7 @@ async function main(): Promise<void> {
   const o: Outcome = await rules.checkRequest({ path: '/api', peer: '127.0.0.1', apiKey: 'k' });
   const status: number | null = o.status;
   await limiter.reset('user:1');
+  new Limiter({ policy, overrides: true }).close();
   const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
   const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
   const removed: boolean = await limiter.removeOverride('user:1');
