@@ -398,3 +398,69 @@ async fn overrides_are_opt_in() {
         .unwrap();
     assert!(e.to_string().starts_with("overrides: \"yes\""), "{e}");
 }
+
+/// The general path of the script (several policies, a penalty, the two keys
+/// of a sliding log): each policy's override is found among its own keys.
+#[tokio::test]
+async fn overrides_in_a_multi_policy_check_with_a_log_and_a_penalty() {
+    let log = policy(json!({"name": "log", "algorithm": "sliding_window_log", "rate": "3/1h",
+        "penalty": {"threshold": 100, "within": "1m", "cooldowns": ["1m"]}}));
+    let wide = policy(json!({"name": "wide", "algorithm": "token_bucket", "rate": "100/1h"}));
+    for store in ["memory".to_string(), REDIS.url()] {
+        let mut config = LimiterConfig::new(log.clone()).with_store(store.clone());
+        config.policies.push(wide.clone());
+        config.prefix = "multi".into();
+        let limiter = with_overrides(config);
+        let mut s = spec("5/1h", None, None, NOW);
+        s.policy = Some("log".into());
+        limiter.set_override("k", &s).await.unwrap();
+        let mut allowed = 0;
+        for _ in 0..8 {
+            let result = limiter.check_all("k", at(NOW)).await.unwrap();
+            assert_eq!(result.decisions[0].limit, 5, "{store}");
+            assert_eq!(
+                result.decisions[1].limit, 100,
+                "{store}: the other policy keeps its numbers"
+            );
+            allowed += result.allowed as usize;
+        }
+        assert_eq!(allowed, 5, "{store}");
+        // The other key of the same limiter: the policy's 3.
+        let mut other = 0;
+        for _ in 0..5 {
+            other += limiter.check_all("j", at(NOW)).await.unwrap().allowed as usize;
+        }
+        assert_eq!(other, 3, "{store}");
+    }
+}
+
+/// With overrides on and none set, every algorithm decides exactly as with
+/// them off (the script's override path falls through to the policy's).
+#[tokio::test]
+async fn overrides_on_without_one_decide_as_off() {
+    let policies = [
+        json!({"algorithm": "token_bucket", "rate": "2/1s", "burst": 3}),
+        json!({"algorithm": "token_bucket", "rate": "2/1s", "burst": 3, "refill": "interval"}),
+        json!({"algorithm": "gcra", "rate": "2/1s", "burst": 3}),
+        json!({"algorithm": "leaky_bucket", "rate": "2/1s", "burst": 3}),
+        json!({"algorithm": "leaky_bucket", "rate": "2/1s", "burst": 3, "mode": "shape"}),
+        json!({"algorithm": "fixed_window", "rate": "3/1s"}),
+        json!({"algorithm": "sliding_window_log", "rate": "3/1s"}),
+        json!({"algorithm": "sliding_window_counter", "rate": "3/1s"}),
+    ];
+    for (n, p) in policies.iter().enumerate() {
+        let build = |on: bool| {
+            let mut config = LimiterConfig::new(policy(p.clone())).with_store(REDIS.url());
+            config.prefix = format!("same-{n}-{on}");
+            config.overrides = on;
+            Limiter::new(config).unwrap()
+        };
+        let (off, on) = (build(false), build(true));
+        for step in 0..40 {
+            let options = at(NOW + step * 150);
+            let a = off.check_with("k", options).await.unwrap();
+            let b = on.check_with("k", options).await.unwrap();
+            assert_eq!(a, b, "{p}: step {step}");
+        }
+    }
+}
