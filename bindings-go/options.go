@@ -44,6 +44,7 @@ type Options struct {
 	Store            string        // "memory" (default), "redis://…", "rediss://…", "redis+cluster://h1:p1,h2:p2", "redis+sentinel://s1:p1/<service>"
 	Prefix           string        // first segment of every store key ("polylimit")
 	MaxKeys          int           // memory store bound (1,000,000)
+	Overrides        bool          // every check reads the key's per-key override (SetOverride); off by default
 	Timeout          time.Duration // per store call (100ms)
 	ConnectTimeout   time.Duration // opening a store connection (1s)
 	FailureThreshold int           // breaker: consecutive failures that open it (5)

@@ -48,6 +48,8 @@ export interface LimiterOptions {
   store?: string;
   prefix?: string;
   maxKeys?: number;
+  /** Every check reads the key's per-key override (setOverride); default false. */
+  overrides?: boolean;
   /** Per store call (default 100 ms). */
   timeout?: Duration;
   /** Opening a store connection: TCP, TLS and the handshake (default 1 s). */
@@ -96,6 +98,31 @@ export interface CheckOptions {
 }
 
 export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist';
+
+/** A per-key override to set: `rate` (and `burst`) replace `policy`'s for one key. */
+export interface OverrideOptions {
+  /** The policy's name; may be left out on a limiter with one policy. */
+  policy?: string;
+  /** `"<n>/<duration>"`, as a policy's rate. */
+  rate: string;
+  /** Bucket capacity (not for window algorithms); default: the rate's count. */
+  burst?: number;
+  /** How long it lasts: ms, or text like `'10m'`; default: until removed. */
+  ttl?: number | string;
+  /** Tests and simulations: the time it is set at (a TTL counts from it). */
+  nowMs?: number;
+}
+
+/** A per-key override in force. */
+export interface Override {
+  policy: string;
+  key: string;
+  rate: string;
+  burst: number;
+  limit: number;
+  /** When it ends (ms since the epoch, the store's clock); null: never. */
+  expiresAtMs: number | null;
+}
 
 export interface Decision {
   allowed: boolean;
@@ -206,6 +233,12 @@ export class Limiter {
    */
   complete(token: string, status?: number | null): Promise<void>;
   reset(key: string): Promise<void>;
+  /** Sets a per-key override in the store (see the README's "Per-key overrides"). */
+  setOverride(key: string, options: OverrideOptions): Promise<Override>;
+  /** The override in force for `key`, or null. */
+  getOverride(key: string, options?: { policy?: string; nowMs?: number }): Promise<Override | null>;
+  /** Removes the override of `key`: whether one was in force. */
+  removeOverride(key: string, options?: { policy?: string }): Promise<boolean>;
   metricsText(): string;
   readonly breakerState: 'closed' | 'open' | 'half_open';
   close(): void;

@@ -290,6 +290,49 @@ class Limiter {
     }
   }
 
+  /**
+   * Sets a per-key override: `key` is decided under `{ rate, burst }` instead
+   * of `policy`'s numbers (by every process on the store) until removed or
+   * until `ttl` (ms, or text like '10m') ends. Resolves with the override.
+   */
+  setOverride(key, options) {
+    return this._override('set', key, options);
+  }
+
+  /** The override in force for `key` (under `options.policy`), or null. */
+  getOverride(key, options) {
+    return this._override('get', key, options);
+  }
+
+  /** Removes the override of `key` (under `options.policy`): whether one was in force. */
+  removeOverride(key, options) {
+    return this._override('remove', key, options);
+  }
+
+  _override(op, key, options) {
+    if (typeof key !== 'string') {
+      return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
+    }
+    try {
+      const spec = JSON.stringify(options ?? {}, (_, v) => (v === undefined ? null : v));
+      return this._native.overrideCall(op, key, spec).then((text) => {
+        const [failed, value] = JSON.parse(text);
+        if (failed) throw fromRecord(value);
+        if (value === null || typeof value !== 'object') return value;
+        return {
+          policy: value.policy,
+          key: value.key,
+          rate: value.rate,
+          burst: value.burst,
+          limit: value.limit,
+          expiresAtMs: value.expires_at_ms,
+        };
+      });
+    } catch (e) {
+      return Promise.reject(fromNative(e));
+    }
+  }
+
   /** The limiter's metrics in Prometheus text format. */
   metricsText() {
     return this._native.metricsText();

@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
-use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule, RouteShorthand};
+use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -300,6 +300,54 @@ impl NativeLimiter {
     pub fn reset<'e>(&self, env: &'e Env, key: String) -> Result<PromiseRaw<'e, Option<String>>> {
         let limiter = self.inner.clone();
         spawn(env, async move { limiter.reset(&key).await })
+    }
+
+    /// Per-key overrides: `op` is `set` (`spec` the JSON of `{ policy, rate,
+    /// burst, ttl, nowMs }`), `get` (`{ policy, nowMs }`) or `remove`
+    /// (`{ policy }`). Resolves with the JSON text `[failed, value]`: the
+    /// override (or null, or whether one was removed), or the error record.
+    #[napi(ts_return_type = "Promise<string>")]
+    pub fn override_call<'e>(
+        &self,
+        env: &'e Env,
+        op: String,
+        key: String,
+        spec: String,
+    ) -> Result<PromiseRaw<'e, String>> {
+        let limiter = self.inner.clone();
+        let run = async move {
+            let spec: Value = serde_json::from_str(&spec)
+                .map_err(|e| polylimit::Error::config("override", "", format!("is not JSON: {e}")))?;
+            let text = |field: &str| spec.get(field).and_then(Value::as_str).map(str::to_string);
+            let now_ms = spec.get("nowMs").filter(|v| !v.is_null()).map(|v| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0)
+                    .map(|f| f as i64)
+                    .ok_or_else(|| polylimit::Error::config("nowMs", v, "is not a time in ms since the epoch"))
+            });
+            let now_ms = now_ms.transpose()?;
+            match op.as_str() {
+                "set" => {
+                    let spec = OverrideSpec::from_value(&spec, Naming::Camel)?;
+                    Ok(limiter.set_override(&key, &spec).await?.to_value())
+                }
+                "get" => Ok(limiter
+                    .get_override(&key, text("policy").as_deref(), now_ms)
+                    .await?
+                    .map_or(Value::Null, |o| o.to_value())),
+                _ => Ok(Value::Bool(
+                    limiter.remove_override(&key, text("policy").as_deref()).await?,
+                )),
+            }
+        };
+        env.spawn_future(AssertUnwindSafe(run).catch_unwind().map(|r| {
+            let r: polylimit::Result<Value> =
+                r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in an override call".into())));
+            Ok(match r {
+                Ok(value) => serde_json::json!([false, value]).to_string(),
+                Err(e) => serde_json::json!([true, record(&e)]).to_string(),
+            })
+        }))
     }
 
     /// Prometheus text of the limiter's metrics.

@@ -40,6 +40,8 @@ pub(crate) enum Done {
     Unit,
     /// `Limiter.acquire`: the decision and, when allowed, the lease.
     Acquired(Decision, Option<crate::lease::PyLease>),
+    /// A plain value (a dict, a bool, None): per-key overrides.
+    Value(serde_json::Value),
 }
 
 impl From<Decision> for Done {
@@ -62,6 +64,11 @@ impl From<usize> for Done {
         Done::Count(n)
     }
 }
+impl From<serde_json::Value> for Done {
+    fn from(v: serde_json::Value) -> Self {
+        Done::Value(v)
+    }
+}
 impl From<()> for Done {
     fn from(_: ()) -> Self {
         Done::Unit
@@ -80,6 +87,7 @@ impl Done {
                 let lease = lease.map(|l| Py::new(py, l)).transpose()?;
                 (PyDecision(d), lease).into_py_any(py)
             }
+            Done::Value(v) => Ok(crate::convert::to_py(py, &v)?.unbind()),
         }
     }
 }

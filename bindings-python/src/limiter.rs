@@ -2,7 +2,7 @@
 //! call (as an awaitable on the shared tokio runtime, or blocking with the GIL
 //! released), and maps the error.
 
-use polylimit::{CheckOptions, Limiter, Naming, RequestInfo, RouteRule, RouteShorthand};
+use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Map, Value};
@@ -79,6 +79,29 @@ pub(crate) fn effective_config<'py>(
         .detach(|| polylimit::effective_config(Naming::Snake, &value))
         .into_py_result()?;
     to_py(py, &config)
+}
+
+/// The arguments of `set_override` as the core's [`OverrideSpec`].
+fn override_spec(
+    policy: Option<&Bound<'_, PyAny>>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+    ttl: Option<&Bound<'_, PyAny>>,
+    now_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<OverrideSpec> {
+    let mut map = Map::new();
+    for (name, arg) in [
+        ("policy", policy),
+        ("rate", rate),
+        ("burst", burst),
+        ("ttl", ttl),
+        ("now_ms", now_ms),
+    ] {
+        if let Some(arg) = arg.filter(|a| !a.is_none()) {
+            map.insert(name.to_string(), to_value(arg, name)?);
+        }
+    }
+    OverrideSpec::from_value(&Value::Object(map), Naming::Snake).into_py_result()
 }
 
 fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
@@ -355,6 +378,104 @@ impl PyLimiter {
     fn reset_sync(&self, py: Python<'_>, key: String) -> PyResult<()> {
         let inner = &self.inner;
         py.detach(|| runtime::runtime().block_on(inner.reset(&key)))
+            .into_py_result()
+    }
+
+    /// Sets a per-key override (rate, burst, optional TTL) in the store;
+    /// an awaitable of the override as a dict.
+    #[pyo3(signature = (key, policy=None, rate=None, burst=None, ttl=None, now_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_override<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        policy: Option<&Bound<'py, PyAny>>,
+        rate: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        ttl: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
+        let inner = self.inner.clone();
+        future::spawn(py, async move {
+            inner.set_override(&key, &spec).await.map(|o| o.to_value())
+        })
+    }
+
+    /// `set_override`, blocking with the GIL released.
+    #[pyo3(signature = (key, policy=None, rate=None, burst=None, ttl=None, now_ms=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_override_sync<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        policy: Option<&Bound<'py, PyAny>>,
+        rate: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        ttl: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
+        let inner = &self.inner;
+        let value = py
+            .detach(|| runtime::runtime().block_on(inner.set_override(&key, &spec)))
+            .into_py_result()?
+            .to_value();
+        to_py(py, &value)
+    }
+
+    /// The override in force for `key` (under `policy`): an awaitable of a dict or None.
+    #[pyo3(signature = (key, policy=None, now_ms=None))]
+    fn get_override<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        policy: Option<String>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        future::spawn(py, async move {
+            let found = inner.get_override(&key, policy.as_deref(), now_ms).await?;
+            Ok(found.map_or(Value::Null, |o| o.to_value()))
+        })
+    }
+
+    /// `get_override`, blocking with the GIL released.
+    #[pyo3(signature = (key, policy=None, now_ms=None))]
+    fn get_override_sync<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        policy: Option<String>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let found = py
+            .detach(|| runtime::runtime().block_on(inner.get_override(&key, policy.as_deref(), now_ms)))
+            .into_py_result()?;
+        to_py(py, &found.map_or(Value::Null, |o| o.to_value()))
+    }
+
+    /// Removes the override of `key` (under `policy`): an awaitable of
+    /// whether one was in force.
+    #[pyo3(signature = (key, policy=None))]
+    fn remove_override<'py>(
+        &self,
+        py: Python<'py>,
+        key: String,
+        policy: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        future::spawn(py, async move {
+            Ok(Value::Bool(inner.remove_override(&key, policy.as_deref()).await?))
+        })
+    }
+
+    /// `remove_override`, blocking with the GIL released.
+    #[pyo3(signature = (key, policy=None))]
+    fn remove_override_sync(&self, py: Python<'_>, key: String, policy: Option<String>) -> PyResult<bool> {
+        let inner = &self.inner;
+        py.detach(|| runtime::runtime().block_on(inner.remove_override(&key, policy.as_deref())))
             .into_py_result()
     }
 

@@ -4,8 +4,12 @@
 -- nothing and record no penalty, set on every policy or none), penalty threshold (0 = none),
 -- penalty within_ms, forget_after_ms, cooldowns ("10000,60000"), and the
 -- id of the lease an admission takes (concurrency; '' for the others).
+-- flags 4 = overrides: the policy's keys end with its override record and
+-- the override's state keys (overrides.lua).
 -- KEYS: per policy its keys (sliding_window_log takes two), then its penalty
--- key when it has a penalty.
+-- key when it has a penalty, then (flags 4) its override record and state keys.
+-- With flags 4 the reply ends with three values per policy: the count,
+-- period_ms and burst of the override that decided it, or 0 0 0.
 -- Returns {all_allowed, now, then per policy: allowed, remaining,
 -- reset_after_ms, retry_after_ms (-1 = none), delay_ms, penalized}.
 -- Nothing is charged unless every non-shadow policy allows; penalties record
@@ -22,17 +26,30 @@ local cost = tonumber(ARGV[2])
 -- One policy without a penalty, the common case: the same decision without
 -- the bookkeeping of several policies (commits held back, penalties).
 if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 then
-  local allowed, remaining, reset, retry, delay, commit = KINDS[tonumber(ARGV[3])](KEYS, 1, now, cost,
-    tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[13])
   local flags = tonumber(ARGV[8])
-  if allowed and flags < 2 then commit() end
+  local kind = tonumber(ARGV[3])
+  local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
+  local allowed, remaining, reset, retry, delay, commit
+  if o then
+    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 2 + KEY_COUNT[kind], now, cost,
+      o[1], o[2], o[3], o[4], ARGV[13])
+  else
+    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 1, now, cost,
+      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[13])
+  end
+  if allowed and flags % 4 < 2 then commit() end
   remaining, reset, retry = reply_values(remaining, reset, retry)
   local all = (allowed or flags % 2 == 1) and 1 or 0
-  return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0}
+  if flags < 4 then
+    return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0}
+  end
+  o = o or {0, 0, 0}
+  return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0, o[1], o[2], o[3]}
 end
 
 local out = {1, now}
-local peek = tonumber(ARGV[8]) >= 2
+local peek = tonumber(ARGV[8]) % 4 >= 2
+local overridden = {}
 local commits = {}
 local penalties = {}
 local k = 1
@@ -48,6 +65,19 @@ for b = 3, #ARGV, STRIDE do
     k = k + 1
     pstate = read_penalty(pkey)
   end
+  local count, period, burst, max_delay =
+    tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+  if tonumber(ARGV[b + 5]) >= 4 then
+    local o = read_override(KEYS[k], kind, now)
+    if o then
+      keys_at = k + 1
+      count, period, burst, max_delay = o[1], o[2], o[3], o[4]
+      overridden[#overridden + 1] = o
+    else
+      overridden[#overridden + 1] = {0, 0, 0}
+    end
+    k = k + 1 + KEY_COUNT[kind]
+  end
   local allowed, remaining, reset, retry, delay, commit
   local penalized = 0
   local blocked = blocked_for(pstate, now)
@@ -55,7 +85,7 @@ for b = 3, #ARGV, STRIDE do
     allowed, remaining, reset, retry, delay, penalized = false, 0, blocked, blocked, 0, 1
   else
     allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
-      tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), ARGV[b + 10])
+      count, period, burst, max_delay, ARGV[b + 10])
   end
   local at = #out + 1
   if allowed then
@@ -84,5 +114,9 @@ for _, p in ipairs(penalties) do
     out[at + 3] = block
     out[at + 5] = 1
   end
+end
+for _, o in ipairs(overridden) do
+  local n = #out
+  out[n + 1], out[n + 2], out[n + 3] = o[1], o[2], o[3]
 end
 return out

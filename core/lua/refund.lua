@@ -1,8 +1,11 @@
 -- polylimit: refunds, the inverse of an admission of `cost` at `now`.
 -- Mirrors core/src/algorithm/refund.rs line for line. Runs as its own
 -- script (common.lua then this file), so the decision script is unchanged.
--- ARGV: now_ms, cost, then per policy four values: kind, count, period_ms,
--- burst (or limit). KEYS: per policy its keys (sliding_window_log takes two).
+-- ARGV: now_ms, cost, then per policy five values: kind, count, period_ms,
+-- burst (or limit), flags (4 = overrides). KEYS: per policy its keys
+-- (sliding_window_log takes two), then with flags 4 its override record and
+-- the override's state keys: an override in force at now is refunded on its
+-- own keys with its own numbers, as the decision charged it.
 -- Returns how many policies' charges were given back. A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
 -- back (a window moved on, the log entry is gone, a TAT far ahead, and for
@@ -108,18 +111,29 @@ local CELL_REFUNDS = {
   tat_refund, fixed_window_refund, false, sliding_window_counter_refund,
 }
 local SLIDING_WINDOW_LOG = 7
+local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
 
 local now = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
 local refunded = 0
 local k = 1
-for b = 3, #ARGV, 4 do
+for b = 3, #ARGV, 5 do
   local kind = tonumber(ARGV[b])
   local count, period, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-  local key = KEYS[k]
+  local keys_at = k
+  if tonumber(ARGV[b + 4]) >= 4 then
+    local at = k + KEY_COUNT[kind]
+    local o = read_override(KEYS[at], kind, now)
+    if o then
+      keys_at = at + 1
+      count, period, burst = o[1], o[2], o[3]
+    end
+    k = at + 1 -- past the record: the override state keys are skipped below
+  end
+  local key = KEYS[keys_at]
   local c = read_cells(key)
   if c and kind == SLIDING_WINDOW_LOG then
-    if sliding_window_log_refund(key, KEYS[k + 1], c, now, cost, period) then refunded = refunded + 1 end
+    if sliding_window_log_refund(key, KEYS[keys_at + 1], c, now, cost, period) then refunded = refunded + 1 end
   elseif c then
     local cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
     if cells then
@@ -127,7 +141,6 @@ for b = 3, #ARGV, 4 do
       refunded = refunded + 1
     end
   end
-  k = k + 1
-  if kind == SLIDING_WINDOW_LOG then k = k + 1 end
+  k = k + KEY_COUNT[kind]
 end
 return refunded

@@ -27,12 +27,13 @@ impl LimiterConfig {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 11] = [
+        const FIELDS: [&str; 12] = [
             "policy",
             "policies",
             "store",
             "prefix",
             "max_keys",
+            "overrides",
             "timeout",
             "connect_timeout",
             "failure_threshold",
@@ -100,6 +101,11 @@ impl LimiterConfig {
                 v.as_u64()
                     .filter(|n| *n > 0 && *n <= 1 << 32)
                     .ok_or_else(|| Error::config("max_keys", v, "is not a positive integer"))? as usize;
+        }
+        match obj.get("overrides") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => config.overrides = *b,
+            Some(other) => return Err(Error::config("overrides", other, "is not true or false")),
         }
         let duration = |field: &str| -> Result<Option<Duration>> {
             obj.get(field)
@@ -401,6 +407,7 @@ impl Resolved {
             "store": c.store,
             "prefix": c.prefix,
             "max_keys": c.max_keys,
+            "overrides": c.overrides,
             "timeout": ms(c.timeout),
             "connect_timeout": ms(c.connect_timeout),
             "failure_threshold": c.breaker.threshold,

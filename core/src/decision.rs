@@ -113,6 +113,9 @@ pub struct CheckResult {
     /// The concurrency leases the check took (none unless it was allowed):
     /// release them when the request ends.
     pub leases: Vec<Lease>,
+    /// Per decision, the numbers of the per-key override that decided it
+    /// (count, period ms, burst), for the headers; empty when none did.
+    pub(crate) overridden: Vec<Option<[u64; 3]>>,
 }
 
 impl CheckResult {

@@ -26,6 +26,7 @@ mod http;
 mod limiter;
 mod metrics;
 pub mod options;
+mod overrides;
 pub mod policy;
 mod resilience;
 mod store;
@@ -47,5 +48,6 @@ pub use http::{
 pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
+pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
 pub use store::redis::{library, script_sha, Library, SCRIPT};

@@ -18,7 +18,7 @@ use crate::policy::{check_name, Policy, MAX_COST};
 use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
-use crate::store::memory::{MemoryCheck, MemoryStore};
+use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 
 /// Everything a limiter is built from.
@@ -33,6 +33,10 @@ pub struct LimiterConfig {
     pub prefix: String,
     /// Most keys the memory store (and the local fallback) holds.
     pub max_keys: usize,
+    /// Every check reads the key's per-key override (`Limiter::set_override`).
+    /// Off by default: on Redis, looking one up costs every check a key read
+    /// inside the script. Every limiter that should honour overrides needs it.
+    pub overrides: bool,
     /// Longest wait of a check for the store, waiting for a connection included.
     pub timeout: Duration,
     /// Deadline of opening a store connection (TCP, TLS and the handshake),
@@ -53,6 +57,7 @@ impl LimiterConfig {
             store: "memory".into(),
             prefix: "polylimit".into(),
             max_keys: 1_000_000,
+            overrides: false,
             timeout: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
@@ -136,6 +141,8 @@ struct Inner {
     resilience: Resilience,
     closed: AtomicBool,
     metrics: Metrics,
+    /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
+    overrides: bool,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -264,6 +271,7 @@ impl Engine {
                 resilience: Resilience::new(config.breaker),
                 closed: AtomicBool::new(false),
                 metrics,
+                overrides: config.overrides,
             }),
         })
     }
@@ -319,7 +327,7 @@ impl Engine {
         let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
             return None;
         };
-        if compiled.penalty.is_some() || compiled.params.kind == Kind::Concurrency {
+        if compiled.penalty.is_some() || compiled.params.kind == Kind::Concurrency || inner.memory.overrides.any() {
             return None;
         }
         let cost = match self.validate(options) {
@@ -396,6 +404,37 @@ impl Engine {
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
         let leases = self.lease_ids(targets, cost);
+        if inner.overrides && inner.memory.overrides.any() {
+            // Per-key overrides, read under their lock: a change waits for this decision.
+            let view = inner.memory.overrides.view();
+            let checks: Vec<MemoryCheck<'_>> = targets
+                .iter()
+                .enumerate()
+                .map(|(n, &(i, key, shadow))| {
+                    let compiled = &inner.policies[i];
+                    let (slot, params) = match view.params(i as u32, key, now) {
+                        Some(params) => (i as u32 | OVERRIDE_SLOT, params),
+                        None => (i as u32, &compiled.params),
+                    };
+                    MemoryCheck {
+                        slot,
+                        params,
+                        key,
+                        shadow,
+                        penalty: compiled.penalty.as_ref(),
+                        lease: lease_at(&leases, n),
+                    }
+                })
+                .collect();
+            let (allowed, mut verdicts) = inner.memory.decide(&checks, now, cost, charge);
+            for (v, c) in verdicts.iter_mut().zip(&checks) {
+                if c.slot & OVERRIDE_SLOT != 0 {
+                    v.overridden = Some([c.params.count as u64, c.params.period as u64, c.params.burst as u64]);
+                }
+            }
+            let leases = if charge { leases } else { Vec::new() };
+            return self.result(targets, now, allowed, verdicts, source, &leases);
+        }
         if let ([(i, key, shadow)], true) = (targets, charge) {
             let compiled = &inner.policies[*i];
             if compiled.penalty.is_none() {
@@ -442,12 +481,22 @@ impl Engine {
         source: Source,
         lease_ids: &[Option<String>],
     ) -> CheckResult {
+        let mut overridden = Vec::new();
         let decisions: Vec<Decision> = targets
             .iter()
             .zip(verdicts)
-            .map(|(&(i, _, _), v)| {
+            .enumerate()
+            .map(|(n, (&(i, _, _), v))| {
                 let source = if v.penalized { Source::Penalty } else { source };
-                Decision::from_verdict(v, self.inner.policies[i].policy.limit(), source)
+                let limit = match v.overridden {
+                    Some([_, _, burst]) => {
+                        overridden.resize(n, None);
+                        overridden.push(v.overridden);
+                        burst
+                    }
+                    None => self.inner.policies[i].policy.limit(),
+                };
+                Decision::from_verdict(v, limit, source)
             })
             .collect();
         // The leases taken: an admitted concurrency policy's, when the check
@@ -474,6 +523,7 @@ impl Engine {
             now_ms: now,
             decisions,
             leases,
+            overridden,
         }
     }
 
@@ -492,19 +542,68 @@ impl Engine {
             .collect()
     }
 
-    /// The policy's keys for `key`: its state (and log), then its penalty record.
+    /// The policy's keys for `key`: its state (and log), then its penalty
+    /// record, then its override record and the override's state keys.
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
         let compiled = &self.inner.policies[i];
         let main = store_key(&compiled.key_head, key);
-        let mut keys = Vec::with_capacity(3);
+        let mut keys = Vec::with_capacity(6);
         if compiled.params.key_count() == 2 {
             keys.push(format!("{main}:log"));
         }
         if compiled.penalty.is_some() {
             keys.push(format!("{main}:penalty"));
         }
+        if self.inner.overrides {
+            keys.extend(
+                crate::store::overrides::redis_keys(&main, &compiled.params)
+                    .into_iter()
+                    .flatten(),
+            );
+        }
         keys.insert(0, main);
         keys
+    }
+
+    /// The override record of `key` under policy `i`, then the override's state keys.
+    pub(crate) fn override_keys(&self, i: usize, key: &str) -> Vec<String> {
+        let compiled = &self.inner.policies[i];
+        let main = store_key(&compiled.key_head, key);
+        crate::store::overrides::redis_keys(&main, &compiled.params)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Whether checks read per-key overrides ([`LimiterConfig::overrides`]).
+    pub(crate) fn overrides_enabled(&self) -> bool {
+        self.inner.overrides
+    }
+
+    /// The numbers of policy `i`.
+    pub(crate) fn params_at(&self, i: usize) -> &Params {
+        &self.inner.policies[i].params
+    }
+
+    /// The memory store (for Redis, the local fallback).
+    pub(crate) fn memory_store(&self) -> &MemoryStore {
+        &self.inner.memory
+    }
+
+    /// The Redis store, if the limiter has one.
+    pub(crate) fn redis_store(&self) -> Option<&RedisStore> {
+        match &self.inner.backend {
+            Backend::Redis(redis) => Some(redis),
+            Backend::Memory => None,
+        }
+    }
+
+    /// Fails with [`Error::Closed`] once the limiter is closed.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::Closed);
+        }
+        Ok(())
     }
 
     async fn decide_redis(
@@ -534,6 +633,7 @@ impl Engine {
                             shadow,
                             penalty: compiled.penalty.as_ref(),
                             lease: lease_at(lease_ids, n),
+                            overrides: inner.overrides,
                         }
                     })
                     .collect();
@@ -591,6 +691,7 @@ impl Engine {
                         shadow: false,
                         penalty: None,
                         lease: None,
+                        overrides: inner.overrides,
                     })
                     .collect();
                 redis.refund(&checks, now, cost).await
@@ -639,6 +740,8 @@ impl Engine {
                     shadow: false,
                     penalty: None,
                     lease: Some(&l.id),
+                    // Leases live in the policy's own state: a concurrency policy takes no override.
+                    overrides: false,
                 })
                 .collect();
             let answer = inner
@@ -667,16 +770,24 @@ impl Engine {
     /// fallback's): what a `local` decision charged.
     pub(crate) fn refund_memory(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
         let inner = &*self.inner;
+        // The numbers and state the decision used: an override's when one is in force.
+        let view = inner.memory.overrides.any().then(|| inner.memory.overrides.view());
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
             .filter(|(i, _)| *i < inner.policies.len())
-            .map(|&(i, key)| MemoryCheck {
-                slot: i as u32,
-                params: &inner.policies[i].params,
-                key,
-                shadow: false,
-                penalty: None,
-                lease: None,
+            .map(|&(i, key)| {
+                let (slot, params) = match view.as_ref().and_then(|v| v.params(i as u32, key, now)) {
+                    Some(params) => (i as u32 | OVERRIDE_SLOT, params),
+                    None => (i as u32, &inner.policies[i].params),
+                };
+                MemoryCheck {
+                    slot,
+                    params,
+                    key,
+                    shadow: false,
+                    penalty: None,
+                    lease: None,
+                }
             })
             .collect();
         inner.memory.refund(&checks, now, cost)
@@ -719,9 +830,16 @@ impl Engine {
         }
         for &(i, key) in targets {
             inner.memory.reset(i as u32, key);
+            inner.memory.reset(i as u32 | OVERRIDE_SLOT, key);
         }
         if let Backend::Redis(redis) = &inner.backend {
-            let keys: Vec<String> = targets.iter().flat_map(|&(i, key)| self.store_keys(i, key)).collect();
+            // The state, not an override: that is removed by remove_override.
+            let record = crate::store::overrides::RECORD_SUFFIX;
+            let keys: Vec<String> = targets
+                .iter()
+                .flat_map(|&(i, key)| self.store_keys(i, key))
+                .filter(|k| !k.ends_with(record))
+                .collect();
             redis.delete(&keys).await?;
         }
         Ok(())
@@ -779,6 +897,11 @@ impl RefundProbe {
     pub async fn check(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
         let targets: Vec<Target<'_>> = targets.iter().map(|&(i, key)| (i, key, false)).collect();
         self.engine.decide(&targets, options).await
+    }
+
+    /// The engine (per-key overrides set through it in tests).
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// Gives back admissions of `cost` at `now_ms`; how many were given back.

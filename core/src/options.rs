@@ -108,6 +108,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1/<service>"),
     spec("prefix", "prefix", "Prefix", Kind::Plain, "polylimit", "first segment of every store key"),
     spec("max_keys", "maxKeys", "MaxKeys", Kind::Plain, "1000000", "most keys the memory store (and the local fallback) holds"),
+    spec("overrides", "overrides", "Overrides", Kind::Plain, "false", "every check reads the key's per-key override (set_override); off, no check pays for looking one up"),
     spec("timeout", "timeout", "Timeout", Kind::Duration, "100ms", "longest wait of one check for the store"),
     spec("connect_timeout", "connectTimeout", "ConnectTimeout", Kind::Duration, "1s", "deadline of opening a store connection"),
     spec("tls_ca", "tlsCa", "TLSCA", Kind::Plain, "", "PEM file of the CA signing the Redis servers' certificates (rediss…); without it, the public web CAs"),
@@ -225,7 +226,7 @@ fn is_zero(v: &Value) -> bool {
 }
 
 /// A duration in the rules-file form: text as given, a number in the naming's unit.
-fn duration(naming: Naming, v: &Value, field: &str) -> Result<Value> {
+pub(crate) fn duration(naming: Naming, v: &Value, field: &str) -> Result<Value> {
     let Value::Number(n) = v else {
         return Ok(v.clone());
     };

@@ -382,6 +382,20 @@ impl Policy {
         Ok(())
     }
 
+    /// The policy with another rate and burst (a per-key override,
+    /// `crate::overrides`): the same algorithm, refill, mode and fallback;
+    /// a `max_delay` left to its default follows the new burst.
+    pub(crate) fn with_limit(&self, count: u64, period_ms: u64, burst: u64) -> Result<Policy> {
+        let policy = Policy {
+            count,
+            period_ms,
+            burst,
+            ..self.clone()
+        };
+        policy.check_range(&|field: &str| field.to_string())?;
+        Ok(policy)
+    }
+
     /// The label used in headers, metrics and store keys.
     pub fn name(&self) -> &str {
         &self.name

@@ -141,6 +141,7 @@ impl Resilience {
             now_ms: now,
             decisions,
             leases,
+            overridden: Vec::new(),
         }
     }
 }

@@ -30,6 +30,8 @@ const LAYERS: &[&str] = &[
     "metrics",
     "resilience",
     "limiter",
+    // Per-key overrides: the limiter's set/get/remove (their storage is the store's).
+    "overrides",
     "http",
     "config",
     "wire",

@@ -513,6 +513,26 @@ int32_t polylimit_limiter_reset_request(const struct polylimit_limiter_t *limite
                                         size_t *out_count,
                                         struct polylimit_error_t **err);
 
+// Per-key overrides; waits for the store. `op` 0 sets the override of
+// `spec` (the JSON of Go's `Override`: `Policy`, `Rate`, `Burst`, `TTL` in
+// ns, `NowMs`; zero values unset), 1 reads the one in force (`spec`:
+// `{"Policy", "NowMs"}`), 2 removes it (`{"Policy"}`). `*out` receives the
+// JSON of the result, free with `polylimit_string_free`: the override
+// (`{policy, key, rate, burst, limit, expires_at_ms}`), `null`, or whether
+// one was removed.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` and `spec` are NULL (with length
+// 0) or point to that many readable bytes; `out` and `err` are NULL or writable.
+int32_t polylimit_limiter_override(const struct polylimit_limiter_t *limiter,
+                                   int32_t op,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   const uint8_t *spec,
+                                   size_t spec_len,
+                                   char **out,
+                                   struct polylimit_error_t **err);
+
 // Metrics in Prometheus text format, in `*out` (free with `polylimit_string_free`).
 //
 // # Safety

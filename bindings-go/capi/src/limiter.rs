@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use polylimit::wire::{Case, OutcomeWire};
-use polylimit::{CheckOptions, Limiter, Naming, RequestInfo};
+use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
@@ -713,6 +713,73 @@ pub unsafe extern "C" fn polylimit_limiter_reset_request(
         let count = runtime().block_on(async move { limiter.reset_request(&request).await })?;
         // SAFETY: checked above.
         unsafe { *out_count = count };
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
+/// Per-key overrides; waits for the store. `op` 0 sets the override of
+/// `spec` (the JSON of Go's `Override`: `Policy`, `Rate`, `Burst`, `TTL` in
+/// ns, `NowMs`; zero values unset), 1 reads the one in force (`spec`:
+/// `{"Policy", "NowMs"}`), 2 removes it (`{"Policy"}`). `*out` receives the
+/// JSON of the result, free with `polylimit_string_free`: the override
+/// (`{policy, key, rate, burst, limit, expires_at_ms}`), `null`, or whether
+/// one was removed.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `key` and `spec` are NULL (with length
+/// 0) or point to that many readable bytes; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_override(
+    limiter: *const polylimit_limiter_t,
+    op: i32,
+    key: *const u8,
+    key_len: usize,
+    spec: *const u8,
+    spec_len: usize,
+    out: *mut *mut c_char,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
+        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
+        // SAFETY: the caller passes `spec_len` readable bytes at `spec`, or NULL.
+        let spec = unsafe { str_arg(spec, spec_len, "spec") }?;
+        if out.is_null() {
+            return Err(FfiError::invalid("out is NULL"));
+        }
+        let spec: serde_json::Value = if spec.is_empty() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            serde_json::from_str(spec).map_err(|e| FfiError::invalid(format!("spec is not JSON: {e}")))?
+        };
+        let policy = spec
+            .get("Policy")
+            .and_then(serde_json::Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string);
+        let now_ms = spec
+            .get("NowMs")
+            .and_then(serde_json::Value::as_i64)
+            .filter(|n| *n != 0);
+        let value = match op {
+            0 => {
+                let spec = OverrideSpec::from_value(&spec, Naming::Go)?;
+                runtime()
+                    .block_on(async move { limiter.set_override(&key, &spec).await })?
+                    .to_value()
+            }
+            1 => runtime()
+                .block_on(async move { limiter.get_override(&key, policy.as_deref(), now_ms).await })?
+                .map_or(serde_json::Value::Null, |o| o.to_value()),
+            2 => serde_json::Value::Bool(
+                runtime().block_on(async move { limiter.remove_override(&key, policy.as_deref()).await })?,
+            ),
+            other => return Err(FfiError::invalid(format!("op {other} is not 0, 1 or 2"))),
+        };
+        // SAFETY: checked above.
+        unsafe { *out = c_string(value.to_string()) };
         Ok(Status::POLYLIMIT_OK as i32)
     })
 }

@@ -17,6 +17,7 @@ import {
   Outcome,
   Policy,
   RouteRule,
+  Override,
 } from '../../index';
 import { retryFetch, parseRetryAfter, FetchLike } from '../../client';
 
@@ -41,6 +42,11 @@ async function main(): Promise<void> {
   void peeked;
   void would;
   void forgotten;
+  new Limiter({ policy, overrides: true }).close();
+  const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
+  const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
+  const removed: boolean = await limiter.removeOverride('user:1');
+  void [found, removed];
   const text: string = limiter.metricsText();
   limiter.close();
   const breaker = new CircuitBreaker(5, '30s', 3);

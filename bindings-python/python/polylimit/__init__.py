@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Sequence, TypedDict, Union
 
 from . import _polylimit
 from ._polylimit import (
@@ -42,6 +42,7 @@ __all__ = [
     "Lease",
     "Limiter",
     "Outcome",
+    "Override",
     "Permit",
     "Policy",
     "PolylimitError",
@@ -55,6 +56,17 @@ __all__ = [
 # tokio runtime without its threads: it builds its own on first use.
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_polylimit._after_fork_in_child)
+
+
+class Override(TypedDict):
+    """A per-key override in force, as ``Limiter.set_override`` / ``get_override`` return it."""
+
+    policy: str
+    key: str
+    rate: str
+    burst: int
+    limit: int
+    expires_at_ms: Optional[int]
 
 
 @dataclass(frozen=True)

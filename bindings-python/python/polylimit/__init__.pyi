@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 from os import PathLike
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, TypedDict, TypeVar, Union
 
 from ._polylimit import (
     CircuitBreaker as _NativeBreaker,
@@ -25,6 +25,16 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
 # `count`: "all", "failed", "successful", a status class ("4xx") or code (401), or a list of them.
 CountSpec = Union[str, int, Sequence[Union[str, int]]]
+
+class Override(TypedDict):
+    """A per-key override in force (``Limiter.set_override``)."""
+
+    policy: str
+    key: str
+    rate: str
+    burst: int
+    limit: int
+    expires_at_ms: Optional[int]
 
 class Policy:
     rate: Optional[str]

@@ -4,6 +4,8 @@ from os import PathLike
 from datetime import timedelta
 from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
+from . import Override
+
 __version__: str
 
 Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist"]
@@ -121,6 +123,32 @@ class Limiter:
     def reset_sync(self, key: str) -> None: ...
     def reset_request(self, request: Mapping[str, Any]) -> Awaitable[int]: ...
     def reset_request_sync(self, request: Mapping[str, Any]) -> int: ...
+    def set_override(
+        self,
+        key: str,
+        policy: Optional[str] = None,
+        rate: Optional[str] = None,
+        burst: Optional[int] = None,
+        ttl: Union[str, float, timedelta, None] = None,
+        now_ms: Optional[int] = None,
+    ) -> Awaitable[Override]: ...
+    def set_override_sync(
+        self,
+        key: str,
+        policy: Optional[str] = None,
+        rate: Optional[str] = None,
+        burst: Optional[int] = None,
+        ttl: Union[str, float, timedelta, None] = None,
+        now_ms: Optional[int] = None,
+    ) -> Override: ...
+    def get_override(
+        self, key: str, policy: Optional[str] = None, now_ms: Optional[int] = None
+    ) -> Awaitable[Optional[Override]]: ...
+    def get_override_sync(
+        self, key: str, policy: Optional[str] = None, now_ms: Optional[int] = None
+    ) -> Optional[Override]: ...
+    def remove_override(self, key: str, policy: Optional[str] = None) -> Awaitable[bool]: ...
+    def remove_override_sync(self, key: str, policy: Optional[str] = None) -> bool: ...
     def metrics_text(self) -> str: ...
     def close(self) -> None: ...
     @property

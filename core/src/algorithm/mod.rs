@@ -102,6 +102,8 @@ pub struct Verdict {
     pub delay_ms: u64,
     /// Denied by a penalty block (serving one, or starting one now).
     pub penalized: bool,
+    /// Decided under a per-key override: its count, period (ms) and burst.
+    pub overridden: Option<[u64; 3]>,
 }
 
 /// The state a store keeps for one key.
@@ -224,6 +226,7 @@ pub(crate) fn blocked(ms: i64) -> Verdict {
         retry_after_ms: Some(ms as u64),
         delay_ms: 0,
         penalized: true,
+        overridden: None,
     }
 }
 
@@ -262,6 +265,7 @@ pub(crate) fn never_fits(remaining: i64, reset_after: i64) -> (Verdict, Option<U
             retry_after_ms: None,
             delay_ms: 0,
             penalized: false,
+            overridden: None,
         },
         None,
     )
@@ -275,5 +279,6 @@ pub(crate) fn verdict(allowed: bool, remaining: i64, reset_after: i64, retry_aft
         retry_after_ms: retry_after.map(|r| r.max(0) as u64),
         delay_ms: 0,
         penalized: false,
+        overridden: None,
     }
 }

@@ -22,6 +22,7 @@ use crate::breaker::{BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
+use crate::overrides::{Override, OverrideSpec};
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
 pub use concurrency::LeaseGuard;
@@ -436,6 +437,25 @@ impl Limiter {
         self.engine.reset(key).await
     }
 
+    /// Sets a per-key override: `key` (for a rules file, the key its rules
+    /// compose, e.g. `user=acme`) is decided under `spec`'s rate and burst
+    /// instead of the policy's, by every process on the store, until removed
+    /// or until its TTL ends. Bad input is an error naming the field.
+    pub async fn set_override(&self, key: &str, spec: &OverrideSpec) -> Result<Override> {
+        self.engine.set_override(key, spec).await
+    }
+
+    /// The override in force for `key` under `policy` (`None`: the limiter's
+    /// only policy) at `now_ms` (`None`: the store's clock).
+    pub async fn get_override(&self, key: &str, policy: Option<&str>, now_ms: Option<i64>) -> Result<Option<Override>> {
+        self.engine.get_override(key, policy, now_ms).await
+    }
+
+    /// Removes the override of `key` under `policy`; whether one was in force.
+    pub async fn remove_override(&self, key: &str, policy: Option<&str>) -> Result<bool> {
+        self.engine.remove_override(key, policy).await
+    }
+
     /// The store's breaker state (`Closed` for the memory store).
     pub fn breaker_state(&self) -> BreakerState {
         self.engine.breaker_state()
@@ -750,6 +770,20 @@ impl Limiter {
             result.closest_among(enforced.iter().copied())
         };
         let decision = result.decisions[shown];
+        // Under a per-key override, the headers describe the override's limit
+        // (empty, no allocation, when no override decided).
+        let overridden: Vec<Option<Policy>> = result
+            .overridden
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                let [count, period, burst] = (*o)?;
+                self.engine
+                    .policy_at(targets[i].0)
+                    .with_limit(count, period, burst)
+                    .ok()
+            })
+            .collect();
         let now_ms = if result.now_ms > 0 {
             result.now_ms
         } else {
@@ -757,7 +791,10 @@ impl Limiter {
         };
         let mut outcome = Outcome::pass();
         let described = |i: usize| headers::Shown {
-            policy: self.engine.policy_at(targets[i].0),
+            policy: overridden
+                .get(i)
+                .and_then(Option::as_ref)
+                .unwrap_or_else(|| self.engine.policy_at(targets[i].0)),
             decision: &result.decisions[i],
             key: &targets[i].1,
         };

@@ -20,6 +20,9 @@ const SWEEP_PER_INSERT: usize = 2;
 const EVICTION_SAMPLE: usize = 5;
 /// Penalty records live beside the policy's keys, in a slot of their own.
 const PENALTY_SLOT: u32 = 1 << 31;
+/// The state of a key under a per-key override lives in a slot of its own,
+/// so the policy's state is never read with the override's numbers.
+pub(crate) const OVERRIDE_SLOT: u32 = 1 << 30;
 
 /// Identifies a key of one policy (`slot` is the policy's index in its limiter).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +200,8 @@ pub(crate) struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     per_shard_cap: usize,
     hasher: Hasher64,
+    /// Per-key overrides (`crate::overrides`); empty unless one was set.
+    pub(crate) overrides: crate::store::overrides::MemoryOverrides,
 }
 
 impl MemoryStore {
@@ -215,6 +220,7 @@ impl MemoryStore {
             shards,
             per_shard_cap: (max_keys / SHARDS).max(1),
             hasher,
+            overrides: crate::store::overrides::MemoryOverrides::new(max_keys),
         }
     }
 
@@ -245,7 +251,7 @@ impl MemoryStore {
             .map(|(c, key)| {
                 c.penalty.map(|_| {
                     keys.push(MapKeyRef {
-                        slot: c.slot | PENALTY_SLOT,
+                        slot: (c.slot & !OVERRIDE_SLOT) | PENALTY_SLOT,
                         key,
                     });
                     keys.len() - 1

@@ -2,4 +2,5 @@
 
 pub(crate) mod keys;
 pub(crate) mod memory;
+pub(crate) mod overrides;
 pub(crate) mod redis;

@@ -33,6 +33,7 @@ macro_rules! algorithms {
             include_str!("../../lua/sliding_window_log.lua"),
             include_str!("../../lua/concurrency.lua"),
             include_str!("../../lua/penalty.lua"),
+            include_str!("../../lua/overrides.lua"),
             include_str!("../../lua/dispatch.lua"),
         )
     };
@@ -49,6 +50,7 @@ pub const SCRIPT: &str = concat!(algorithms!(), include_str!("../../lua/check.lu
 /// from [`SCRIPT`], so the decision path is unchanged; always a script.
 pub(crate) const REFUND_SCRIPT: &str = concat!(
     include_str!("../../lua/common.lua"),
+    include_str!("../../lua/overrides.lua"),
     include_str!("../../lua/refund.lua")
 );
 
@@ -90,7 +92,8 @@ pub fn library() -> &'static Library {
 }
 
 /// One policy's part of a decision: its store keys (the penalty record's
-/// last, when it has a penalty) and its script arguments.
+/// after its state keys, when it has a penalty; then, with `overrides`, its
+/// override record and the override's state keys) and its script arguments.
 #[derive(Clone, Copy)]
 pub(crate) struct RedisCheck<'a> {
     pub params: &'a Params,
@@ -99,6 +102,8 @@ pub(crate) struct RedisCheck<'a> {
     pub penalty: Option<&'a PenaltyParams>,
     /// Concurrency: the id of the lease an admission takes.
     pub lease: Option<&'a str>,
+    /// The keys end with the override record and its state keys.
+    pub overrides: bool,
 }
 
 #[derive(Clone)]
@@ -753,6 +758,28 @@ impl RedisStore {
         .await
     }
 
+    /// Runs a script over `keys` (of one slot) and `args`: EVALSHA, EVAL
+    /// when the server lost it. Per-key overrides use it.
+    pub(crate) async fn script<T: FromRedisValue>(
+        &self,
+        sha: &str,
+        source: &str,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<T> {
+        self.with_connection(|generation, mut connection| async move {
+            let reply: Result<T, RedisError> = Self::eval(&mut connection, sha, source, |cmd| {
+                cmd.arg(keys.len()).arg(keys).arg(args);
+            })
+            .await;
+            reply.map_err(|e| {
+                self.forget(generation);
+                unavailable(e)
+            })
+        })
+        .await
+    }
+
     /// Deletes keys.
     pub async fn delete(&self, keys: &[String]) -> Result<()> {
         self.with_connection(|generation, connection| self.delete_on(generation, connection, keys))
@@ -955,7 +982,7 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
             .arg(p.period)
             .arg(p.burst)
             .arg(p.max_delay)
-            .arg(check.shadow as i64 | (peek as i64) << 1);
+            .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2);
         match check.penalty {
             Some(pen) => {
                 let cooldowns: Vec<String> = pen.cooldowns.iter().map(i64::to_string).collect();
@@ -972,20 +999,29 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
     }
 }
 
-/// `numkeys key... now cost (kind count period burst)...`: the refund
+/// `numkeys key... now cost (kind count period burst flags)...`: the refund
 /// script's arguments; a policy's keys without its penalty record.
 fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: i64, cost: i64) {
-    let keys = |c: &RedisCheck<'_>| c.params.key_count();
-    cmd.arg(checks.iter().map(keys).sum::<usize>());
+    fn keys<'k>(c: &RedisCheck<'k>) -> impl Iterator<Item = &'k String> {
+        let state = c.params.key_count();
+        let overrides = if c.overrides { state + 1 } else { 0 };
+        let from = c.keys.len() - overrides;
+        c.keys[..state].iter().chain(&c.keys[from..])
+    }
+    cmd.arg(checks.iter().map(|c| keys(c).count()).sum::<usize>());
     for check in checks {
-        for key in &check.keys[..keys(check)] {
+        for key in keys(check) {
             cmd.arg(key.as_str());
         }
     }
     cmd.arg(now).arg(cost);
     for check in checks {
         let p = check.params;
-        cmd.arg(p.kind as i64).arg(p.count).arg(p.period).arg(p.burst);
+        cmd.arg(p.kind as i64)
+            .arg(p.count)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg((check.overrides as i64) << 2);
     }
 }
 
@@ -1057,21 +1093,31 @@ fn unavailable(e: RedisError) -> Error {
 }
 
 fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
-    if values.len() != 2 + 6 * checks {
+    // With overrides, three values per check follow: the override's numbers.
+    let overrides = values.len() == 2 + 9 * checks;
+    if values.len() != 2 + 6 * checks && !overrides {
         return Err(Error::Internal(format!(
             "decision script returned {} values for {checks} policies",
             values.len()
         )));
     }
-    let verdicts = values[2..]
+    let tail = values.get(2 + 6 * checks..).unwrap_or_default();
+    let overridden = |i: usize| {
+        tail.get(3 * i..3 * i + 3)
+            .filter(|o| o[2] > 0)
+            .map(|o| [o[0] as u64, o[1] as u64, o[2] as u64])
+    };
+    let verdicts = values[2..2 + 6 * checks]
         .chunks_exact(6)
-        .map(|v| Verdict {
+        .enumerate()
+        .map(|(i, v)| Verdict {
             allowed: v[0] == 1,
             remaining: v[1].max(0) as u64,
             reset_after_ms: v[2].max(0) as u64,
             retry_after_ms: (v[3] >= 0).then_some(v[3] as u64),
             delay_ms: v[4].max(0) as u64,
             penalized: v[5] == 1,
+            overridden: overridden(i),
         })
         .collect();
     Ok((values[1], verdicts))

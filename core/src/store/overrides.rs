@@ -1,0 +1,215 @@
+//! The storage of per-key overrides (`crate::overrides`): the Redis record
+//! and its keys, the script that sets, reads and removes it, and the memory
+//! store's map. Checks read them in the same call that decides (`lua/overrides.lua`
+//! on Redis, [`OverridesView`] on the memory store).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::{RwLock, RwLockReadGuard};
+
+use crate::algorithm::{Kind, Params};
+use crate::error::{Error, Result};
+use crate::policy::{MAX_LOG_ENTRIES, MAX_SCALED};
+use crate::store::keys::stored_key;
+
+/// The Redis record of an override.
+pub(crate) fn record(params: &Params, until: i64) -> [String; 5] {
+    [
+        params.count.to_string(),
+        params.period.to_string(),
+        params.burst.to_string(),
+        params.max_delay.to_string(),
+        until.to_string(),
+    ]
+}
+
+/// Parses a record as `overrides.lua` does: `None` for anything else.
+pub(crate) fn parse_record(raw: &str, kind: Kind) -> Option<([i64; 4], i64)> {
+    let rest = raw.strip_prefix("o1 ")?;
+    let mut numbers = [0i64; 5];
+    let mut parts = rest.split(' ');
+    for n in numbers.iter_mut() {
+        let part = parts.next()?;
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *n = part.parse().ok()?;
+    }
+    if parts.next().is_some() {
+        return None;
+    }
+    let [c, p, b, d, u] = numbers;
+    let max = MAX_SCALED as i64;
+    let valid = c >= 1
+        && p >= 1
+        && b >= 1
+        && c <= max
+        && p <= max
+        && b.checked_mul(p).is_some_and(|v| v <= max)
+        && d <= max
+        && u <= max
+        && (kind != Kind::SlidingWindowLog || b <= MAX_LOG_ENTRIES as i64);
+    valid.then_some(([c, p, b, d], u))
+}
+
+/// Sets (`ARGV[2]` = `set`), reads (`get`) or removes (`del`) an override.
+/// KEYS: the record, then the override's state keys. ARGV: now_ms ('' = the
+/// server's TIME), op, then for `set` count, period, burst, max_delay, ttl_ms
+/// (0 = none). Setting or removing clears the override's state. Returns
+/// {record or '', now} for `get`, {removed (0/1), now} for `del`, {1, now} for `set`.
+pub(crate) const SCRIPT: &str = r#"
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local op = ARGV[2]
+if op == 'get' then
+  local raw = redis.pcall('GET', KEYS[1])
+  if type(raw) ~= 'string' then raw = '' end
+  return {raw, now}
+end
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+if op == 'del' then
+  return {redis.call('DEL', KEYS[1]), now}
+end
+local ttl = tonumber(ARGV[7])
+local untl = 0
+if ttl > 0 then untl = now + ttl end
+local value = 'o1 ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6] .. ' ' .. string.format('%d', untl)
+if ttl > 0 then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], value)
+end
+return {1, now}
+"#;
+
+pub(crate) fn script_sha() -> &'static str {
+    static SHA: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| redis::Script::new(SCRIPT).get_hash().to_string());
+    &SHA
+}
+
+/// The suffix of an override's record, after a key's main store key.
+pub(crate) const RECORD_SUFFIX: &str = ":override";
+/// The suffix of an override's state key.
+pub(crate) const STATE_SUFFIX: &str = ":override:state";
+
+/// The override keys of a main store key: the record, then the state keys.
+pub(crate) fn redis_keys(main: &str, params: &Params) -> [Option<String>; 3] {
+    [
+        Some(format!("{main}{RECORD_SUFFIX}")),
+        Some(format!("{main}{STATE_SUFFIX}")),
+        (params.key_count() == 2).then(|| format!("{main}{STATE_SUFFIX}:log")),
+    ]
+}
+
+/// One override of the memory store.
+struct Entry {
+    params: Params,
+    /// `i64::MAX`: no end.
+    expires_at: i64,
+}
+
+/// The memory store's overrides: per policy slot, per stored key. At most
+/// `max_keys` of them (expired ones are purged first).
+pub(crate) struct MemoryOverrides {
+    map: RwLock<HashMap<u32, HashMap<Box<str>, Entry>>>,
+    count: AtomicUsize,
+    max: usize,
+}
+
+/// The overrides, read-locked for a decision: setting one waits for it.
+pub(crate) struct OverridesView<'a>(RwLockReadGuard<'a, HashMap<u32, HashMap<Box<str>, Entry>>>);
+
+impl OverridesView<'_> {
+    /// The numbers in force for `key` of policy `slot` at `now`.
+    pub(crate) fn params(&self, slot: u32, key: &str, now: i64) -> Option<&Params> {
+        let entry = self.0.get(&slot)?.get(&*stored_key(key))?;
+        (now < entry.expires_at).then_some(&entry.params)
+    }
+}
+
+impl MemoryOverrides {
+    pub(crate) fn new(max: usize) -> MemoryOverrides {
+        MemoryOverrides {
+            map: RwLock::new(HashMap::new()),
+            count: AtomicUsize::new(0),
+            max: max.max(1),
+        }
+    }
+
+    /// Whether any override was ever set and not removed: when none was,
+    /// checks skip them without a lock.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    pub(crate) fn view(&self) -> OverridesView<'_> {
+        OverridesView(self.map.read())
+    }
+
+    /// Sets an override; `clear` runs under the lock (clearing the
+    /// override's state), so no decision sees the new numbers on old state.
+    pub(crate) fn set(
+        &self,
+        slot: u32,
+        key: &str,
+        params: Params,
+        expires_at: i64,
+        now: i64,
+        clear: impl FnOnce(),
+    ) -> Result<()> {
+        let mut map = self.map.write();
+        let stored: Box<str> = stored_key(key).into();
+        let exists = map.get(&slot).is_some_and(|m| m.contains_key(&stored));
+        if !exists && self.count.load(Ordering::Relaxed) >= self.max {
+            for m in map.values_mut() {
+                m.retain(|_, e| now < e.expires_at);
+            }
+            let left = map.values().map(HashMap::len).sum();
+            self.count.store(left, Ordering::Relaxed);
+            if left >= self.max {
+                return Err(Error::config(
+                    "override",
+                    format!("{key:?}"),
+                    format!(
+                        "cannot be set: the memory store holds max_keys ({}) overrides",
+                        self.max
+                    ),
+                ));
+            }
+        }
+        clear();
+        if map
+            .entry(slot)
+            .or_default()
+            .insert(stored, Entry { params, expires_at })
+            .is_none()
+        {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, slot: u32, key: &str, now: i64) -> Option<(Params, i64)> {
+        let map = self.map.read();
+        let entry = map.get(&slot)?.get(&*stored_key(key))?;
+        (now < entry.expires_at).then(|| (entry.params.clone(), entry.expires_at))
+    }
+
+    pub(crate) fn remove(&self, slot: u32, key: &str, now: i64, clear: impl FnOnce()) -> bool {
+        let mut map = self.map.write();
+        clear();
+        let removed = map.get_mut(&slot).and_then(|m| m.remove(&*stored_key(key)));
+        if removed.is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed.is_some_and(|e| now < e.expires_at)
+    }
+}
