@@ -77,8 +77,8 @@ def refused_by_the_concurrency_rule(response):
 def test_100_slow_requests_with_limit_10_run_at_most_10_at_once(app):
     quiet(app)
     run = a_run()
-    # Each admitted request holds 2 s: all 100 arrive while the first 10 are inside.
-    responses = at_once([lambda i=i: report(app, run, i, 2000) for i in range(100)])
+    # Each admitted request holds 3 s (within the 5 s lease): all 100 arrive while the first 10 are inside.
+    responses = at_once([lambda i=i: report(app, run, i, 3000) for i in range(100)])
     measured = stats(app)
     assert sorted(statuses(responses)) == [200] * LIMIT + [429] * (100 - LIMIT)
     assert measured["max_in_flight"] == LIMIT  # never more than 10 inside the handler
@@ -156,7 +156,10 @@ def test_a_client_that_hangs_up_releases_its_slot(app):
 def test_a_killed_apps_slots_come_back_when_their_lease_ends(name, redis):
     run = a_run()
     env = {"REDIS_URL": redis.url, "POLYLIMIT_RULES": str(RULES)}
-    victim, fresh = App(name, env).start(), App(name, env).start()
+    victim, fresh = App(name, env), App(name, env)
+    victim.log, fresh.log = (victim.log.with_name(f"{name}-{role}.log") for role in ("victim", "fresh"))
+    victim.start()
+    fresh.start()
     try:
         victim.wait_ready()
         fresh.wait_ready()
@@ -194,7 +197,7 @@ def test_one_keys_slots_are_shared_by_every_language(pair, apps):
     run = a_run()
     first, second = (apps[name] for name in pair)
     with ThreadPoolExecutor(max_workers=LIMIT) as pool:
-        holding = [pool.submit(report, first if i % 2 else second, run, i, 1500) for i in range(LIMIT)]
+        holding = [pool.submit(report, first if i % 2 else second, run, i, 2000) for i in range(LIMIT)]
         wait_for(first, LIMIT // 2)
         wait_for(second, LIMIT // 2)
         # 5 in flight on each of two apps: the 11th is refused by every app, whatever its language.
