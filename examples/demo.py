@@ -7,9 +7,11 @@ client's 15 requests go round the apps: they drain one key together.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import List
 
 from servers import APPS, App, Response, running
@@ -55,6 +57,22 @@ def one_key_through_all(apps: List[App], redis_url: str) -> None:
     print("\nThe apps share one bucket: 10 allowed in all, whichever language served them.")
 
 
+def in_flight(apps: List[App]) -> None:
+    # The `reports` rule: at most 10 requests in flight per client; each app counts the
+    # requests inside its handler (GET /stats).
+    client = {"X-Forwarded-For": f"198.51.100.{random.randint(1, 254)}"}
+    rows = []
+    for app in apps:
+        app.request("/stats", method="DELETE")
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            got = [r.status for r in pool.map(lambda i: app.request(f"/reports/{i}?ms=500", headers=client), range(20))]
+        inside = json.loads(app.request("/stats").body)["max_in_flight"]
+        rows.append([app.label, str(got.count(200)), str(got.count(429)), str(inside)])
+    table("20 slow reports at once, one after the other per app: GET /reports/{id}?ms=500, at most 10 in flight",
+          ["app", "served", "refused (429)", "max in flight"], rows)
+    print("\nEach slot is released after its response, so the next 20 get 10 slots again.")
+
+
 def main() -> int:
     redis_url = os.environ.get("REDIS_URL")
     with running(list(APPS)) as apps:
@@ -65,6 +83,7 @@ def main() -> int:
         else:
             each_on_its_own(apps)
             print("\nREDIS_URL=redis://127.0.0.1:6379 make demo runs them on one Redis, enforcing one limit together.")
+        in_flight(apps)
     return 0
 
 

@@ -20,7 +20,31 @@ app.post('/login', express.json(), (req, res) => {
   }
   return res.json({ logged_in: user });
 });
+// A slow report under the rules file's `reports` rule (at most 10 in flight per client): held
+// `ms` milliseconds (default 300); `fail=1` then ends in an error (a 500). `stats` counts the
+// requests inside the handler, the app's own measure of what the limit lets in.
+const stats = { in_flight: 0, max_in_flight: 0, started: 0 };
+app.get('/reports/:id', (req, res, next) => {
+  stats.in_flight += 1;
+  stats.started += 1;
+  stats.max_in_flight = Math.max(stats.max_in_flight, stats.in_flight);
+  setTimeout(() => {
+    stats.in_flight -= 1;
+    if (req.query.fail === '1') return next(new Error(`report ${req.params.id} failed`));
+    return res.json({ report: req.params.id });
+  }, holdMs(req.query.ms));
+});
+app.get('/stats', (req, res) => res.json(stats));
+app.delete('/stats', (req, res) => {
+  Object.assign(stats, { max_in_flight: stats.in_flight, started: 0 });
+  res.json(stats);
+});
 app.get('/metrics', (req, res) => res.type('text/plain').send(limit.limiter.metricsText()));
+
+function holdMs(ms) {
+  const n = Number(ms ?? 300);
+  return Number.isFinite(n) ? Math.min(Math.max(n, 0), 30000) : 300;
+}
 
 const port = Number(process.env.PORT || 3000);
 app.listen(port, '127.0.0.1', () => console.log(`express example on http://127.0.0.1:${port}`));

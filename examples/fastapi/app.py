@@ -1,5 +1,6 @@
 """FastAPI + polylimit: every request is decided by the shared rules file."""
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -41,6 +42,37 @@ async def login(x_login_user: str = Header(""), password: str = Body("", embed=T
     if not x_login_user or password != DEMO_PASSWORD:
         raise HTTPException(status_code=401, detail="wrong user or password")
     return {"logged_in": x_login_user}
+
+
+# A slow report under the rules file's `reports` rule (at most 10 in flight per client): held
+# `ms` milliseconds (default 300); `fail=1` then raises (a 500). `stats` counts the requests
+# inside the handler, the app's own measure of what the limit lets in.
+stats = {"in_flight": 0, "max_in_flight": 0, "started": 0}
+
+
+@app.get("/reports/{report_id}")
+async def report(report_id: str, ms: int = 300, fail: bool = False):
+    stats["in_flight"] += 1
+    stats["started"] += 1
+    stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+    try:
+        await asyncio.sleep(min(max(ms, 0), 30_000) / 1000)
+    finally:
+        stats["in_flight"] -= 1
+    if fail:
+        raise RuntimeError(f"report {report_id} failed")
+    return {"report": report_id}
+
+
+@app.get("/stats")
+async def get_stats():
+    return stats
+
+
+@app.delete("/stats")
+async def reset_stats():
+    stats.update(max_in_flight=stats["in_flight"], started=0)
+    return stats
 
 
 @app.get("/metrics", response_class=PlainTextResponse)

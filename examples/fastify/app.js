@@ -7,6 +7,13 @@ const rules = process.env.POLYLIMIT_RULES || path.join(__dirname, '..', 'polylim
 
 const DEMO_PASSWORD = 'open-sesame';
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function holdMs(ms) {
+  const n = Number(ms ?? 300);
+  return Number.isFinite(n) ? Math.min(Math.max(n, 0), 30000) : 300;
+}
+
 async function main() {
   const app = Fastify();
   await app.register(polylimit, { rulesFile: rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
@@ -21,6 +28,24 @@ async function main() {
     }
     return { logged_in: user };
   });
+  // A slow report under the rules file's `reports` rule (at most 10 in flight per client): held
+  // `ms` milliseconds (default 300); `fail=1` then throws (a 500). `stats` counts the requests
+  // inside the handler, the app's own measure of what the limit lets in.
+  const stats = { in_flight: 0, max_in_flight: 0, started: 0 };
+  app.get('/reports/:id', async (request) => {
+    stats.in_flight += 1;
+    stats.started += 1;
+    stats.max_in_flight = Math.max(stats.max_in_flight, stats.in_flight);
+    try {
+      await sleep(holdMs(request.query.ms));
+    } finally {
+      stats.in_flight -= 1;
+    }
+    if (request.query.fail === '1') throw new Error(`report ${request.params.id} failed`);
+    return { report: request.params.id };
+  });
+  app.get('/stats', async () => stats);
+  app.delete('/stats', async () => Object.assign(stats, { max_in_flight: stats.in_flight, started: 0 }));
   app.get('/metrics', async (request, reply) => reply.type('text/plain').send(app.polylimit.metricsText()));
   const port = Number(process.env.PORT || 3001);
   await app.listen({ port, host: '127.0.0.1' });

@@ -32,6 +32,8 @@ when the status does not count (``Outcome.completion`` → ``limiter.complete(to
 handler exception or a cancelled request (client gone) counts as failed. The decorator sees the
 status itself (the endpoint's ``Response``, an ``HTTPException``, the injected ``response``'s status,
 else the route's); the ``Depends`` form needs ``install(app)``, whose middleware sees the response.
+The same completion releases a concurrency policy's slots after the response (an exception or a
+client gone included); without ``install(app)`` the ``Depends`` form holds them until their lease ends.
 Rules-file ``count`` (the ASGI middleware) is settled by ``PolylimitMiddleware`` itself.
 
 ``limit`` and ``depends`` check through the limiter they are called on (a
@@ -344,8 +346,9 @@ def _warn_not_installed() -> None:
     if not _WARNED:
         _WARNED.append(True)
         _log.warning(
-            "polylimit: Depends(limiter.depends(count=...)) cannot see the response without "
-            "polylimit.fastapi.install(app): every request is charged"
+            "polylimit: Depends(limiter.depends(...)) cannot see the response without "
+            "polylimit.fastapi.install(app): every request is charged (count=...) and a concurrency "
+            "slot is held until its lease ends"
         )
 
 
