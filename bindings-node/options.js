@@ -52,24 +52,42 @@ function routeRuleFor(limiter, options, perRoute) {
 
 /**
  * Settles an allowed request after its response when its outcome carries a `completion` token
- * (a rule's `count`): once, when `res` (Node's ServerResponse) finishes, with its status, or
- * when it closes first (the client went away, an aborted handler), as failed. Never throws
- * into the app.
+ * (a rule's `count`, a concurrency lease): once, when `res` (Node's ServerResponse) finishes,
+ * with its status. When it closes first (the client went away) the request counts as failed,
+ * but is settled only once the handler is done with it (its `res.end()`, which Express and
+ * Fastify call), so a concurrency slot is not given to the next request while this handler
+ * still runs; a handler that never ends the response keeps it until its lease ends. Never
+ * throws into the app.
  */
 function settleAfterResponse(limiter, outcome, res) {
   const token = outcome.completion;
   if (!token) return;
   let done = false;
-  const settle = () => {
+  const settle = (status) => {
     if (done) return;
     done = true;
-    res.removeListener('finish', settle);
-    res.removeListener('close', settle);
-    const status = res.writableFinished ? res.statusCode : null;
     limiter.complete(token, status).catch(() => {});
   };
-  res.once('finish', settle);
-  res.once('close', settle);
+  const onFinish = () => {
+    res.removeListener('close', onClose);
+    settle(res.statusCode);
+  };
+  const onClose = () => {
+    res.removeListener('finish', onFinish);
+    if (res.writableFinished) return settle(res.statusCode);
+    if (res.writableEnded) return settle(null);
+    const end = res.end;
+    res.end = function endThenSettle(...args) {
+      res.end = end;
+      try {
+        return end.apply(this, args);
+      } finally {
+        settle(null);
+      }
+    };
+  };
+  res.once('finish', onFinish);
+  res.once('close', onClose);
 }
 
 /**

@@ -359,9 +359,20 @@ def install(app: Any) -> None:
     app.add_middleware(_SettleMiddleware)
 
 
-async def _send_capturing(send: Send, seen: List[int], message: Message) -> None:
+def _is_last_body(message: Message) -> bool:
+    """The response's last message: settling before it is sent means a client never sees the
+    response before its charge is given back or its concurrency slot released."""
+    return message["type"] == "http.response.body" and not message.get("more_body", False)
+
+
+async def _send_capturing(send: Send, seen: List[int], pending: List[Tuple[Any, str]], message: Message) -> None:
     if message["type"] == "http.response.start":
         seen.append(int(message["status"]))
+    elif pending and _is_last_body(message):
+        settling = list(pending)
+        pending.clear()
+        for limiter, token in settling:
+            await _settle(limiter, token, seen[0] if seen else None)
     await send(message)
 
 
@@ -379,7 +390,7 @@ class _SettleMiddleware:
         scope[_SETTLE] = pending
         seen: List[int] = []
         try:
-            await self.app(scope, receive, functools.partial(_send_capturing, send, seen))
+            await self.app(scope, receive, functools.partial(_send_capturing, send, seen, pending))
         except asyncio.CancelledError:
             for limiter, token in pending:
                 _settle_soon(limiter, token, seen[0] if seen else None)
@@ -474,15 +485,20 @@ class PolylimitMiddleware:
         await self.app(scope, receive, send_with_headers)
 
     async def _settled(self, scope: Scope, receive: Receive, send: Send, headers: List[Tuple[bytes, bytes]], token: str) -> None:
-        """Serves a request whose charge depends on its status, then settles it with the status
-        sent (none: an exception or a cancellation before the response, counted as failed)."""
+        """Serves a request whose charge depends on its status and settles it with the status sent,
+        right before the response's last message (so the next request of the same client sees it),
+        or after an exception or a cancellation before the response (no status: counted as failed)."""
         seen: List[int] = []
 
         async def send_capturing(message: Message) -> None:
+            nonlocal token
             if message["type"] == "http.response.start":
                 seen.append(int(message["status"]))
                 message = dict(message)
                 message["headers"] = list(message.get("headers", ())) + headers
+            elif token and _is_last_body(message):
+                settling, token = token, ""
+                await _settle(self.limiter, settling, seen[0] if seen else None)
             await send(message)
 
         try:
