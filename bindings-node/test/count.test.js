@@ -42,7 +42,9 @@ async function expressApp(middleware) {
   const app = express();
   app.post('/login', middleware, (req, res) => {
     const status = answer(Number(req.query.status ?? 200));
-    if (req.query.hang) return undefined; // never answers: the client gives up
+    // Answers only after the client gave up (at 50 ms): the request is settled, as one without a
+    // response, once the handler is done with it.
+    if (req.query.hang) return setTimeout(() => res.status(status).json({ status }), 100);
     return res.status(status).json({ status });
   });
   // eslint-disable-next-line no-unused-vars
@@ -133,11 +135,11 @@ for (const store of ['memory', 'redis']) {
       for (let i = 0; i < 3; i++) {
         await new Promise((resolve) => {
           const req = http.request(`${s.url}/login?hang=1`, { method: 'POST', agent: false });
-          req.on('error', () => resolve());
+          req.on('error', () => {}); // the hang-up below; wait for the handler to end instead
           req.end();
           setTimeout(() => {
             req.destroy();
-            setTimeout(resolve, 50);
+            setTimeout(resolve, 150);
           }, 50);
         });
       }
