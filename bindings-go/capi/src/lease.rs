@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
-use crate::limiter::{handle, options, polylimit_limiter_t, polylimit_pending_t, try_now, Done, Work};
+use crate::limiter::{handle, now_or_pending, options, polylimit_limiter_t, polylimit_pending_t, Done, Work};
 use crate::{c_string, guard, str_arg, Status};
 
 fn leases_text(leases: &[Lease]) -> Option<String> {
@@ -58,22 +58,19 @@ pub unsafe extern "C" fn polylimit_limiter_try_acquire(
             let result = limiter.check_all(&key, options(cost, now_ms)).await?;
             Ok(Done::Acquired((&result.decision()).into(), leases_text(&result.leases)))
         });
-        match try_now(work)? {
-            Ok(Done::Acquired(d, leases)) => {
+        let write = |done: Done| match done {
+            Done::Acquired(d, leases) => {
                 // SAFETY: checked above.
                 unsafe {
                     *out = d;
                     *out_leases = leases.map_or(std::ptr::null_mut(), c_string);
                 }
-                Ok(Status::POLYLIMIT_OK as i32)
+                Ok(())
             }
-            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("not an acquire".into()))),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+            _ => Err(FfiError::Core(polylimit::Error::Internal("not an acquire".into()))),
+        };
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, write) }
     })
 }
 
@@ -121,22 +118,19 @@ pub unsafe extern "C" fn polylimit_limiter_try_release(
             };
             Ok(Done::Text(released.to_string()))
         });
-        match try_now(work)? {
-            Ok(Done::Text(n)) => {
+        let write = |done: Done| match done {
+            Done::Text(n) => {
                 let n = n
                     .parse::<u64>()
                     .map_err(|e| polylimit::Error::Internal(e.to_string()))?;
                 // SAFETY: checked above.
                 unsafe { *out_released = n };
-                Ok(Status::POLYLIMIT_OK as i32)
+                Ok(())
             }
-            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("not a release".into()))),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+            _ => Err(FfiError::Core(polylimit::Error::Internal("not a release".into()))),
+        };
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, write) }
     })
 }
 

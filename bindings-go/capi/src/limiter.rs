@@ -87,6 +87,30 @@ pub(crate) fn try_now(mut work: Work) -> Result<Result<Done, Box<polylimit_pendi
     }
 }
 
+/// [`try_now`], then: a result at once is written by `write` (`POLYLIMIT_OK`),
+/// else the work goes to `*pending` (`POLYLIMIT_PENDING`; start it with
+/// `polylimit_pending_start`).
+///
+/// # Safety
+/// `pending` is writable.
+pub(crate) unsafe fn now_or_pending(
+    work: Work,
+    pending: *mut *mut polylimit_pending_t,
+    write: impl FnOnce(Done) -> Result<(), FfiError>,
+) -> Result<i32, FfiError> {
+    match try_now(work)? {
+        Ok(done) => {
+            write(done)?;
+            Ok(Status::POLYLIMIT_OK as i32)
+        }
+        Err(p) => {
+            // SAFETY: the caller passes a writable `pending`.
+            unsafe { *pending = Box::into_raw(p) };
+            Ok(Status::POLYLIMIT_PENDING as i32)
+        }
+    }
+}
+
 /// An operation `polylimit_limiter_try_check` or
 /// `polylimit_limiter_try_check_request` could not finish at once (it waits
 /// for the store). Pass it to `polylimit_pending_start` (which consumes it),
@@ -436,19 +460,16 @@ pub unsafe extern "C" fn polylimit_limiter_try_peek(
             let d = limiter.peek_with(&key, options(cost, now_ms)).await?;
             Ok(Done::Decision((&d).into()))
         });
-        match try_now(work)? {
-            Ok(Done::Decision(d)) => {
+        let write = |done: Done| match done {
+            Done::Decision(d) => {
                 // SAFETY: checked above.
                 unsafe { *out = d };
-                Ok(Status::POLYLIMIT_OK as i32)
+                Ok(())
             }
-            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a peek".into()))),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+            _ => Err(FfiError::Core(polylimit::Error::Internal("text for a peek".into()))),
+        };
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, write) }
     })
 }
 
@@ -485,19 +506,16 @@ pub unsafe extern "C" fn polylimit_limiter_try_check(
             let d = limiter.check_with(&key, options(cost, now_ms)).await?;
             Ok(Done::Decision((&d).into()))
         });
-        match try_now(work)? {
-            Ok(Done::Decision(d)) => {
+        let write = |done: Done| match done {
+            Done::Decision(d) => {
                 // SAFETY: checked above.
                 unsafe { *out = d };
-                Ok(Status::POLYLIMIT_OK as i32)
+                Ok(())
             }
-            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+            _ => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
+        };
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, write) }
     })
 }
 
@@ -566,8 +584,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
             };
             Ok(Done::Bytes(packed::outcome(&outcome, with_decisions)))
         });
-        match try_now(work)? {
-            Ok(Done::Bytes(b)) => {
+        let write = |done: Done| match done {
+            Done::Bytes(b) => {
                 if b.len() <= out_cap {
                     // SAFETY: `out` has `out_cap` writable bytes, which do not overlap `b`.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), out, b.len()) };
@@ -579,17 +597,14 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
                     // SAFETY: checked above.
                     unsafe { (*out_len, *out_owned) = (len, owned) };
                 }
-                Ok(Status::POLYLIMIT_OK as i32)
+                Ok(())
             }
-            Ok(_) => Err(FfiError::Core(polylimit::Error::Internal(
+            _ => Err(FfiError::Core(polylimit::Error::Internal(
                 "a decision for a request".into(),
             ))),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+        };
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, write) }
     })
 }
 
@@ -626,14 +641,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
             limiter.complete(&token, status).await?;
             Ok(Done::Bytes(Vec::new()))
         });
-        match try_now(work)? {
-            Ok(_) => Ok(Status::POLYLIMIT_OK as i32),
-            Err(p) => {
-                // SAFETY: checked above.
-                unsafe { *pending = Box::into_raw(p) };
-                Ok(Status::POLYLIMIT_PENDING as i32)
-            }
-        }
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, |_| Ok(())) }
     })
 }
 
