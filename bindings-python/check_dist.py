@@ -20,7 +20,7 @@ import tarfile
 import zipfile
 from fnmatch import fnmatchcase
 
-PKG_FILES = ["__init__.py", "__init__.pyi", "_polylimit.pyi", "fastapi.py", "py.typed"]
+PKG_FILES = ["__init__.py", "__init__.pyi", "_polylimit.pyi", "client.py", "fastapi.py", "py.typed"]
 # ELF e_machine per wheel platform architecture.
 ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
 
