@@ -84,6 +84,9 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 				if r := <-ch; r.err == nil && r.text != "" {
 					_, _ = (&Lease{rel: l.releaser(), leases: r.text}).Release(context.Background())
 				}
+				if settled := cancelledAcquireSettled; settled != nil {
+					settled()
+				}
 			}()
 			return Decision{}, nil, ctx.Err()
 		}
@@ -95,6 +98,10 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 	}
 	return d, &Lease{rel: l.releaser(), leases: text}, nil
 }
+
+// cancelledAcquireSettled, set by tests only, runs once the acquire of a
+// cancelled Acquire has completed and its slot (if it took one) is given back.
+var cancelledAcquireSettled func()
 
 // releaser is a second handle on the limiter (polylimit_limiter_clone) that
 // the leases release through: Close frees the limiter's own handle, and

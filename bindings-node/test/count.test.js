@@ -6,6 +6,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const http = require('node:http');
+const { EventEmitter, once } = require('node:events');
 const express = require('express');
 const Fastify = require('fastify');
 const { rateLimit } = require('../express');
@@ -40,18 +41,27 @@ async function listen(server) {
 
 async function expressApp(middleware) {
   const app = express();
+  // `started` when a hanging handler runs, `ended` once it answered the client that left.
+  const hangs = new EventEmitter();
   app.post('/login', middleware, (req, res) => {
     const status = answer(Number(req.query.status ?? 200));
-    // Answers only after the client gave up (at 50 ms): the request is settled, as one without a
-    // response, once the handler is done with it.
-    if (req.query.hang) return setTimeout(() => res.status(status).json({ status }), 100);
+    if (req.query.hang) {
+      // Answers only after the client gave up, as a handler busy with its work does: the request
+      // is settled, as one without a response, once the handler is done with it.
+      res.once('close', () => {
+        res.status(status).json({ status });
+        hangs.emit('ended');
+      });
+      hangs.emit('started');
+      return undefined;
+    }
     return res.status(status).json({ status });
   });
   // eslint-disable-next-line no-unused-vars
   app.use((err, req, res, next) => res.status(500).json({ error: 'the handler failed' }));
   const server = http.createServer(app);
   const url = await listen(server);
-  return { url, close: () => new Promise((resolve) => server.close(resolve)) };
+  return { url, hangs, close: () => new Promise((resolve) => server.close(resolve)) };
 }
 
 async function fastifyApp(pluginOptions, routeConfig) {
@@ -133,15 +143,14 @@ for (const store of ['memory', 'redis']) {
       // `successful`: errors are free, so are requests without a response; successes count.
       for (let i = 0; i < 4; i++) assert.equal((await post(s.url, 404)).status, 404);
       for (let i = 0; i < 3; i++) {
-        await new Promise((resolve) => {
-          const req = http.request(`${s.url}/login?hang=1`, { method: 'POST', agent: false });
-          req.on('error', () => {}); // the hang-up below; wait for the handler to end instead
-          req.end();
-          setTimeout(() => {
-            req.destroy();
-            setTimeout(resolve, 150);
-          }, 50);
-        });
+        const started = once(s.hangs, 'started');
+        const req = http.request(`${s.url}/login?hang=1`, { method: 'POST', agent: false });
+        req.on('error', () => {}); // the hang-up below
+        req.end();
+        await started;
+        const ended = once(s.hangs, 'ended');
+        req.destroy();
+        await ended;
       }
       assert.deepEqual([(await post(s.url, 200)).status, (await post(s.url, 201)).status], [200, 201]);
       assert.equal((await post(s.url, 200)).status, 200);
