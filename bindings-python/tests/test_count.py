@@ -155,3 +155,55 @@ def test_bad_values_name_their_field() -> None:
     with pytest.raises(polylimit.ConfigError) as e:
         limiter.complete_sync("not a token", 200)
     assert e.value.field == "token"
+
+
+def test_the_asgi_middleware_settles_before_the_last_byte(store: str) -> None:
+    """The same client's next request must see a success given back: the middleware settles before
+    it sends the response's last message, never after the client could have read it. Checked in
+    the send callable itself, as the last body message goes out (no server, no timing)."""
+    rules = {
+        "store": store,
+        "prefix": unique_prefix("count-order"),
+        "headers": "legacy",
+        "policies": {"login": WINDOW},
+        "rules": [{"match": {"method": "POST", "path": "/login"}, "key": ["ip"], "policy": "login", "count": "failed"}],
+    }
+    limiter = polylimit.Limiter.from_rules(rules)
+    app = FastAPI()
+    app.add_middleware(PolylimitMiddleware, limiter=limiter)
+
+    @app.post("/login")
+    async def login(password: str = ""):
+        if password != "right":
+            raise HTTPException(status_code=401, detail="wrong")
+        return {"ok": True}
+
+    request = {"method": "POST", "path": "/login", "peer": "203.0.113.7"}
+
+    async def remaining_as_the_last_byte_goes(password: str) -> str:
+        seen = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                peeked = await limiter.peek_request(request)  # counts the peeked request as admitted
+                seen.append(dict(peeked.headers)["X-RateLimit-Remaining"])
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "http", "path": "/login", "raw_path": b"/login", "root_path": "",
+            "query_string": f"password={password}".encode(), "headers": [],
+            "client": ("203.0.113.7", 40000), "server": ("127.0.0.1", 8000),
+        }
+        await app(scope, receive, send)
+        return seen[0]
+
+    async def main():
+        # A success is given back before its last byte: a request now would leave 2 of 3.
+        assert await remaining_as_the_last_byte_goes("right") == "2"
+        # A failure stays charged: a request now would leave 1.
+        assert await remaining_as_the_last_byte_goes("wrong") == "1"
+
+    asyncio.run(main())
