@@ -464,3 +464,22 @@ async fn overrides_on_without_one_decide_as_off() {
         }
     }
 }
+
+/// A concurrency policy limits slots in flight, not a rate: an override of
+/// it is refused by name, and so is reading or removing one.
+#[tokio::test]
+async fn a_concurrency_policy_takes_no_override() {
+    let limiter = with_overrides(LimiterConfig::new(policy(
+        json!({"algorithm": "concurrency", "limit": 2}),
+    )));
+    let e = limiter
+        .set_override("k", &spec("10/s", None, None, NOW))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Config { .. }) && e.to_string().starts_with("policy: \"default\" is a concurrency policy"),
+        "{e}"
+    );
+    let e = limiter.get_override("k", None, Some(NOW)).await.unwrap_err();
+    assert!(e.to_string().starts_with("policy: \"default\""), "{e}");
+}
