@@ -490,10 +490,7 @@ impl Limiter {
     /// denies. Never fails because the store is down; fails with
     /// [`Error::Closed`] once the limiter is closed.
     pub async fn check_request(&self, req: &RequestInfo) -> Result<Outcome> {
-        let rules = self
-            .rules
-            .as_deref()
-            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        let rules = self.rules_file()?;
         self.decide_request(rules, &rules.rules, req).await
     }
 
@@ -503,10 +500,7 @@ impl Limiter {
     /// is down, each policy's `on_store_error` decides as for a check.
     /// Peeks are not counted in the request metrics.
     pub async fn peek_request(&self, req: &RequestInfo) -> Result<Outcome> {
-        let rules = self
-            .rules
-            .as_deref()
-            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        let rules = self.rules_file()?;
         self.decide_request_as(rules, &rules.rules, req, false).await
     }
 
@@ -516,10 +510,7 @@ impl Limiter {
     /// (policy, key) pairs were forgotten: 0 when no rule limits `req` (or
     /// it is allowlisted or denylisted).
     pub async fn reset_request(&self, req: &RequestInfo) -> Result<usize> {
-        let rules = self
-            .rules
-            .as_deref()
-            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))?;
+        let rules = self.rules_file()?;
         match self.plan(rules, &rules.rules, req)? {
             Plan::Answer(_) => Ok(0),
             Plan::Decide { targets, .. } => {
@@ -541,6 +532,13 @@ impl Limiter {
     /// [`Limiter::check_with`] would return, charging nothing.
     pub async fn peek_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
         Ok(self.engine.peek_all(key, options).await?.decision())
+    }
+
+    /// The rules of a limiter built from a rules file.
+    fn rules_file(&self) -> Result<&HttpRules> {
+        self.rules
+            .as_deref()
+            .ok_or_else(|| Error::config("rules", "", "are not configured: build the limiter from a rules file"))
     }
 
     /// A rule for one route, checked by [`Limiter::check_route`]: the request
