@@ -190,8 +190,10 @@ async fn requests_peek_and_reset(store: &str, prefix: &str) {
         "{store}: the rest of the 1 h block, not extended by peeks"
     );
 
-    // Bob used the API once; Ann's reset leaves him alone.
-    let bob_api = RequestInfo::from_value(&json!({"path": "/api/x", "peer": bob, "now_ms": NOW})).unwrap();
+    // Bob used the API once; Ann's reset leaves him alone. (At Ann's reset's
+    // time: a state at NOW is idle again by NOW + 8 s, and the memory store
+    // may reclaim an idle key once it has seen that later time.)
+    let bob_api = RequestInfo::from_value(&json!({"path": "/api/x", "peer": bob, "now_ms": NOW + 8000})).unwrap();
     limiter.check_request(&bob_api).await.unwrap();
 
     // Ann's reset forgets her two (policy, key) pairs, the block included.
