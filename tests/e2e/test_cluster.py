@@ -46,11 +46,14 @@ def cluster() -> Iterator[Tuple[Dict[str, App], dict]]:
 def test_one_key_through_every_app_on_a_cluster_admits_exactly_the_burst(cluster):
     apps, _ = cluster
     servers = list(apps.values())
-    assert pay_through_every_app(servers) == [200] * 30 + [429] * 270
-    # Decided by the cluster, not by a fallback: each app's metrics count no store error.
+    paid = pay_through_every_app(servers)
+    # Decided by the cluster, not by a fallback: each app's metrics count no
+    # store error (checked first: a store call that timed out on a loaded
+    # machine is decided by the local fallback, which admits on its own).
     for app in servers:
         metrics = app.request("/metrics").body.decode()
         assert "polylimit_store_errors_total 0\n" in metrics, app.label
+    assert paid == [200] * 30 + [429] * 270
 
 
 def test_a_primary_killed_mid_run_is_followed_without_a_500(cluster):
