@@ -6,8 +6,10 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
-use futures_util::FutureExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use polylimit::wire::{decision_record, Case, OutcomeWire};
 use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
@@ -129,6 +131,10 @@ pub enum Job {
         key: String,
         options: CheckOptions,
     },
+    /// The `limiter.check(key)` calls (no options) of one JavaScript turn,
+    /// handed over in one call: check `ids[i]` of `keys[i]`, each answered
+    /// like `Check`.
+    CheckMany { ids: Vec<u32>, keys: Vec<String> },
     /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
     Request { id: u32, request: RequestInfo },
     /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
@@ -151,16 +157,47 @@ pub enum Job {
 
 /// Starts the task that runs the limiter's checks and returns its queue.
 /// Sending to a task that is already awake costs a few atomics, where a
-/// `spawn` per check from the JS thread wakes a runtime thread each time;
-/// the task then spawns each check on the runtime, so they run concurrently
-/// (and share the multiplexed Redis connection). It ends when the sender is
-/// dropped, after the checks already queued.
+/// `spawn` per check from the JS thread wakes a runtime thread each time.
+/// The task polls every check itself (a `FuturesUnordered`), so the checks
+/// still run concurrently on the multiplexed Redis connection, and the
+/// commands of all the checks that arrived together are queued on that
+/// connection before its writer runs: one write to the socket for the
+/// batch. A `spawn` per check let the writer run (tokio's LIFO slot) after
+/// each check, one `writev` per command, and Redis one `read` per command.
+/// It ends when the sender is dropped, after the checks already queued.
 pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::UnboundedSender<Job> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
     napi::bindgen_prelude::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            tokio::spawn(run(limiter.clone(), completions.clone(), job));
-        }
+        let mut running = FuturesUnordered::new();
+        let mut open = true;
+        std::future::poll_fn(|cx| {
+            while open {
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(Job::CheckMany { ids, keys })) => {
+                        for (id, key) in ids.into_iter().zip(keys) {
+                            let options = CheckOptions::default();
+                            running.push(run(
+                                limiter.clone(),
+                                completions.clone(),
+                                Job::Check { id, key, options },
+                            ));
+                        }
+                    }
+                    Poll::Ready(Some(job)) => running.push(run(limiter.clone(), completions.clone(), job)),
+                    Poll::Ready(None) => open = false,
+                    Poll::Pending => break,
+                }
+            }
+            // Ready(None) once empty; Pending (and woken again) when a
+            // check waits or after a round of polls.
+            while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+            if open || !running.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await
     });
     tx
 }
@@ -171,6 +208,8 @@ fn panic_error() -> serde_json::Value {
 
 async fn run(limiter: Limiter, completions: Completions, job: Job) {
     match job {
+        // Expanded by the dispatcher.
+        Job::CheckMany { .. } => {}
         Job::Check { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.check_with(&key, options)).catch_unwind().await {
                 Ok(Ok(d)) => Ok(d),
