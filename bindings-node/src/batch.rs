@@ -5,6 +5,7 @@
 //! (`polylimit::wire::decision_record`). `index.js` settles the promises.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -27,6 +28,8 @@ type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
 pub struct Completions {
     queue: Arc<Mutex<Vec<f64>>>,
     tsfn: Arc<Tsfn>,
+    /// Records were queued since the JS thread last took the queue: `flush` wakes it.
+    wake: Arc<AtomicBool>,
     /// Errors and request outcomes go through the text channel.
     pub text: RequestCompletions,
 }
@@ -48,11 +51,23 @@ impl Completions {
         Ok(Completions {
             queue,
             tsfn: Arc::new(tsfn),
+            wake: Arc::default(),
             text,
         })
     }
 
-    /// Queues the result of check `id`; wakes the JS thread if the queue was empty.
+    /// Wakes the JS thread (once) if results were queued since it last took them. The
+    /// dispatcher calls this after each round of polls, so the checks that finished together
+    /// (one read of Redis's replies) reach JavaScript in one call, where waking it at the
+    /// first result let it run while the rest were still being queued (more, smaller batches).
+    pub fn flush(&self) {
+        if self.wake.swap(false, Ordering::AcqRel) {
+            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+        self.text.flush();
+    }
+
+    /// Queues the result of check `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
         let record = match result {
             Ok(d) => decision_record(id, &d),
@@ -65,7 +80,7 @@ impl Completions {
             was_empty
         };
         if was_empty {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+            self.wake.store(true, Ordering::Release);
         }
     }
 }
@@ -81,6 +96,8 @@ pub struct RequestCompletions {
     /// The records so far: `[` then the comma-separated records (empty when none).
     queue: Arc<Mutex<Vec<u8>>>,
     tsfn: Arc<TextTsfn>,
+    /// As [`Completions`]'s.
+    wake: Arc<AtomicBool>,
 }
 
 impl RequestCompletions {
@@ -101,10 +118,18 @@ impl RequestCompletions {
         Ok(RequestCompletions {
             queue,
             tsfn: Arc::new(tsfn),
+            wake: Arc::default(),
         })
     }
 
-    /// Queues the outcome or error (JSON record) of request `id`.
+    /// As [`Completions::flush`].
+    pub fn flush(&self) {
+        if self.wake.swap(false, Ordering::AcqRel) {
+            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+
+    /// Queues the outcome or error (JSON record) of request `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &serde_json::Value>) {
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,7 +143,7 @@ impl RequestCompletions {
             was_empty
         };
         if was_empty {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+            self.wake.store(true, Ordering::Release);
         }
     }
 }
@@ -185,6 +210,7 @@ pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::Unbounded
             // Ready(None) once empty; Pending (and woken again) when a
             // check waits or after a round of polls.
             while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+            completions.flush();
             if open || !running.is_empty() {
                 Poll::Pending
             } else {
