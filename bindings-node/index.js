@@ -135,14 +135,6 @@ class Limiter {
     this._queuedIds = [];
     this._queuedKeys = [];
     this._flushQueued = () => this._flushChecks();
-    // Whether the addon holds middleware requests (`_checkHttp`) until `_flushHeld`.
-    this._held = false;
-    this._flushHeld = () => {
-      if (this._held) {
-        this._held = false;
-        this._native.flushHeld();
-      }
-    };
   }
 
   /**
@@ -152,11 +144,7 @@ class Limiter {
    */
   _flushChecks() {
     const ids = this._queuedIds;
-    if (ids.length === 0) {
-      this._flushHeld();
-      return;
-    }
-    this._held = false; // checkMany hands over the held requests first
+    if (ids.length === 0) return;
     const keys = this._queuedKeys;
     this._queuedIds = [];
     this._queuedKeys = [];
@@ -249,13 +237,7 @@ class Limiter {
    */
   /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
   _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
-    if (this._queuedIds.length !== 0) this._flushChecks();
-    // The addon holds the request; the requests of one turn of the event loop (one callback
-    // each) go to the runtime together after its I/O (setImmediate): one wake-up for all.
-    if (!this._held) {
-      this._held = true;
-      setImmediate(this._flushHeld);
-    }
+    this._flushChecks();
     return this._flight.start((id) =>
       this._native.checkHttpBatched(
         id,

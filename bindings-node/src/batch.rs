@@ -160,8 +160,6 @@ pub enum Job {
     /// handed over in one call: check `ids[i]` of `keys[i]`, each answered
     /// like `Check`.
     CheckMany { ids: Vec<u32>, keys: Vec<String> },
-    /// Jobs held back on the JS thread ([`Held`]) and handed over together.
-    Many(Vec<Job>),
     /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
     Request { id: u32, request: RequestInfo },
     /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
@@ -200,9 +198,17 @@ pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::Unbounded
         std::future::poll_fn(|cx| {
             while open {
                 match rx.poll_recv(cx) {
-                    Poll::Ready(Some(job)) => admit(job, &mut |job| {
-                        running.push(run(limiter.clone(), completions.clone(), job))
-                    }),
+                    Poll::Ready(Some(Job::CheckMany { ids, keys })) => {
+                        for (id, key) in ids.into_iter().zip(keys) {
+                            let options = CheckOptions::default();
+                            running.push(run(
+                                limiter.clone(),
+                                completions.clone(),
+                                Job::Check { id, key, options },
+                            ));
+                        }
+                    }
+                    Poll::Ready(Some(job)) => running.push(run(limiter.clone(), completions.clone(), job)),
                     Poll::Ready(None) => open = false,
                     Poll::Pending => break,
                 }
@@ -222,50 +228,6 @@ pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::Unbounded
     tx
 }
 
-/// Hands `job` to `start`, the jobs of a `CheckMany` or `Many` one by one.
-fn admit(job: Job, start: &mut impl FnMut(Job)) {
-    match job {
-        Job::CheckMany { ids, keys } => {
-            for (id, key) in ids.into_iter().zip(keys) {
-                let options = CheckOptions::default();
-                start(Job::Check { id, key, options });
-            }
-        }
-        Job::Many(jobs) => {
-            for job in jobs {
-                admit(job, start);
-            }
-        }
-        job => start(job),
-    }
-}
-
-/// Jobs a middleware started during one turn of the event loop, held on the
-/// JS thread until `index.js` flushes them (`setImmediate`): requests come
-/// in one callback each, and waking the runtime for each costs a futex or
-/// eventfd write and two context switches, where one wake-up per turn hands
-/// over all of them.
-#[derive(Default)]
-pub struct Held(std::sync::Mutex<Vec<Job>>);
-
-impl Held {
-    pub fn push(&self, job: Job) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(job);
-    }
-
-    /// The held jobs, oldest first, and then `job` (if any), as one job.
-    pub fn take(&self, job: Option<Job>) -> Option<Job> {
-        let mut held = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
-        match (held.is_empty(), job) {
-            (true, job) => job,
-            (false, job) => {
-                held.extend(job);
-                Some(Job::Many(held))
-            }
-        }
-    }
-}
-
 fn panic_error() -> serde_json::Value {
     error_record(&polylimit::Error::Internal("panic in a check".into()))
 }
@@ -273,7 +235,7 @@ fn panic_error() -> serde_json::Value {
 async fn run(limiter: Limiter, completions: Completions, job: Job) {
     match job {
         // Expanded by the dispatcher.
-        Job::CheckMany { .. } | Job::Many(_) => {}
+        Job::CheckMany { .. } => {}
         Job::Check { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.check_with(&key, options)).catch_unwind().await {
                 Ok(Ok(d)) => Ok(d),

@@ -13,7 +13,7 @@ use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteR
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::batch::{dispatcher, Completions, Held, Job, RequestCompletions};
+use crate::batch::{dispatcher, Completions, Job, RequestCompletions};
 use crate::errors::{config, guard, record, throw};
 use crate::integral;
 
@@ -24,8 +24,6 @@ pub struct NativeLimiter {
     /// The queue of the task that runs checks (none before the completion
     /// handlers are set, and after `close`).
     jobs: Option<mpsc::UnboundedSender<Job>>,
-    /// Middleware requests not yet handed to the runtime (`flushHeld`).
-    held: Held,
 }
 
 /// Runs `fut` on napi's tokio runtime; a panic becomes an internal error.
@@ -92,11 +90,7 @@ impl NativeLimiter {
     pub fn new(env: Env, options: Value) -> Result<Self> {
         guard(&env, || {
             within_runtime_if_available(|| Limiter::build(Naming::Camel, &integral(options)))
-                .map(|inner| NativeLimiter {
-                    inner,
-                    jobs: None,
-                    held: Held::default(),
-                })
+                .map(|inner| NativeLimiter { inner, jobs: None })
                 .map_err(|e| throw(&env, e))
         })
     }
@@ -246,28 +240,17 @@ impl NativeLimiter {
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
         };
-        if self.jobs.is_none() {
-            return Err(throw(&env, polylimit::Error::Closed));
-        }
-        self.held.push(match rule {
-            Some(rule) => Job::Route {
-                id,
-                request,
-                rule: rule.rule.clone(),
+        self.send(
+            &env,
+            match rule {
+                Some(rule) => Job::Route {
+                    id,
+                    request,
+                    rule: rule.rule.clone(),
+                },
+                None => Job::Request { id, request },
             },
-            None => Job::Request { id, request },
-        });
-        Ok(())
-    }
-
-    /// Hands the requests `checkHttpBatched` held to the runtime, in one
-    /// wake-up. Every other call that starts a check flushes them first.
-    #[napi]
-    pub fn flush_held(&self, env: Env) -> Result<()> {
-        match self.held.take(None) {
-            Some(job) => self.send(&env, job),
-            None => Ok(()),
-        }
+        )
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
@@ -301,10 +284,6 @@ impl NativeLimiter {
     }
 
     fn send(&self, env: &Env, job: Job) -> Result<()> {
-        // The held requests go first, in the order they were started.
-        let Some(job) = self.held.take(Some(job)) else {
-            return Ok(());
-        };
         self.jobs
             .as_ref()
             .and_then(|jobs| jobs.send(job).ok())
@@ -403,9 +382,6 @@ impl NativeLimiter {
     /// completion functions are released once the checks in flight finish.
     #[napi]
     pub fn close(&mut self) {
-        if let (Some(job), Some(jobs)) = (self.held.take(None), &self.jobs) {
-            let _ = jobs.send(job);
-        }
         self.inner.close();
         self.jobs = None;
     }

@@ -86,22 +86,3 @@ test('checks queued when the limiter closes settle; later ones reject with Close
     [true, true],
   );
 });
-
-test('middleware requests of one turn go to the runtime together, after its I/O', async () => {
-  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/h' }, store: redis.url, prefix: 'batch-http' });
-  const flushes = spy(limiter, 'flushHeld');
-  const request = () => limiter._checkHttp(null, 'GET', '/', undefined, '10.0.0.1', ['Host', 'x'], undefined, undefined, undefined, false, false);
-  const outcomes = await Promise.all([request(), request(), request()]);
-  assert.equal(flushes.length, 1);
-  assert.deepEqual(
-    outcomes.map((o) => o.status),
-    [null, null, null],
-  );
-  // A call of another kind hands the held requests over first, in order.
-  const held = request();
-  const peeked = limiter.peekRequest({ method: 'GET', path: '/', peer: '10.0.0.1' });
-  assert.equal((await held).status, null);
-  const remaining = (await peeked).headers.find(([name]) => name.toLowerCase() === 'ratelimit');
-  assert.match(remaining[1], /r=5\b/);
-  limiter.close();
-});
