@@ -6,7 +6,9 @@ Each benchmark appends JSON lines to $POLYLIMIT_BENCH_OUT (one object per
 printed line): {"suite", "what", "value", "unit", and optionally "baseline"
 (what the ratio is against), "baseline_value", "ratio", "target" (a minimum
 ratio), "peers" (name -> version), "detail" (the table's text for lines that
-carry several numbers, e.g. latency percentiles)}. A line with a target says whether it is
+carry several numbers, e.g. latency percentiles), "bound" (a measurement of what bounds
+the line on the machine, e.g. CPU per decision of each process, shown under the result)}.
+A line with a target says whether it is
 met. Run by `make bench` after the benchmarks; `python3 bench/report.py`
 alone re-renders the table from bench/results.json.
 """
@@ -59,6 +61,8 @@ def row(line):
     if "target" in line:
         met = line["ratio"] >= line["target"]
         target = f"≥ {line['target']:g} {'✓' if met else '✗ (see note)'}"
+    if "bound" in line:
+        result += f"<br>{line['bound']}"
     return f"| {line['suite']} | {line['what']} | {result} | {target} |"
 
 

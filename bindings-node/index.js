@@ -62,6 +62,15 @@ function inFlight() {
         }
       });
     },
+    /** Rejects the checks `ids` with `error` (their batch could not start). */
+    fail(ids, error) {
+      for (const id of ids) {
+        const settle = pending.get(id);
+        pending.delete(id);
+        if (settle) settle.reject(error);
+      }
+      idle();
+    },
     onDecisions(batch) {
       for (let i = 0; i < batch.length; i += 8) {
         const id = batch[i];
@@ -122,6 +131,28 @@ class Limiter {
     this._native = call(() => new native.NativeLimiter(given));
     this._flight = inFlight();
     this._native.setCompletionHandlers(this._flight.onDecisions, this._flight.onText);
+    // `check(key)` calls of one JavaScript turn, handed to the addon in one call (`_flushChecks`).
+    this._queuedIds = [];
+    this._queuedKeys = [];
+    this._flushQueued = () => this._flushChecks();
+  }
+
+  /**
+   * Hands the queued `check(key)` calls to the addon in one call: the runtime wakes once and
+   * writes their Redis commands together. Every other call to the addon flushes first, so the
+   * store sees the calls in the order they were made.
+   */
+  _flushChecks() {
+    const ids = this._queuedIds;
+    if (ids.length === 0) return;
+    const keys = this._queuedKeys;
+    this._queuedIds = [];
+    this._queuedKeys = [];
+    try {
+      this._native.checkMany(new Uint32Array(ids), keys);
+    } catch (e) {
+      this._flight.fail(ids, fromNative(e));
+    }
   }
 
   /** A limiter from a rules file (YAML or JSON, SPEC §6): `new Limiter({ ...options, rulesFile: path })`. */
@@ -139,11 +170,16 @@ class Limiter {
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
-    if (options) {
+    if (options && (options.cost != null || options.nowMs != null)) {
+      this._flushChecks();
       const { cost, nowMs } = options;
       return this._flight.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
     }
-    return this._flight.start((id) => this._native.checkBatched(id, key));
+    return this._flight.start((id) => {
+      if (this._queuedIds.length === 0) queueMicrotask(this._flushQueued);
+      this._queuedIds.push(id);
+      this._queuedKeys.push(key);
+    });
   }
 
   /**
@@ -151,6 +187,7 @@ class Limiter {
    * penalty (not counted in the metrics): `{ allowed, limit, remaining, … }`.
    */
   peek(key, options) {
+    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
@@ -163,12 +200,14 @@ class Limiter {
    * `{ status, headers, body, delayMs, decisions }`.
    */
   checkRequest(request) {
+    this._flushChecks();
     const info = requestJson(request);
     return this._flight.start((id) => this._native.checkRequestBatched(id, info));
   }
 
   /** The outcome `checkRequest(request)` would give now, charging nothing (not counted in the metrics). */
   peekRequest(request) {
+    this._flushChecks();
     const info = requestJson(request);
     return this._flight.start((id) => this._native.peekRequestBatched(id, info));
   }
@@ -178,6 +217,7 @@ class Limiter {
    * keys), penalty blocks included: resolves with how many pairs were forgotten.
    */
   resetRequest(request) {
+    this._flushChecks();
     let answer;
     try {
       answer = this._native.resetRequest(requestJson(request));
@@ -197,6 +237,7 @@ class Limiter {
    */
   /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
   _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
+    this._flushChecks();
     return this._flight.start((id) =>
       this._native.checkHttpBatched(
         id,
@@ -248,6 +289,7 @@ class Limiter {
    * `token` when it is not one.
    */
   complete(token, status) {
+    this._flushChecks();
     try {
       if (typeof token !== 'string') {
         throw new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token));
@@ -263,6 +305,7 @@ class Limiter {
    * Resolves with `{ decision, lease }`; `lease` is null when denied or when no policy is a concurrency one.
    */
   acquire(key, options) {
+    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
@@ -283,6 +326,7 @@ class Limiter {
 
   /** Forgets every policy's state for `key`. */
   reset(key) {
+    this._flushChecks();
     try {
       return this._native.reset(String(key)).then(settled);
     } catch (e) {
@@ -310,6 +354,7 @@ class Limiter {
   }
 
   _override(op, key, options) {
+    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
@@ -345,6 +390,7 @@ class Limiter {
 
   /** Later checks reject with `ClosedError`. */
   close() {
+    this._flushChecks();
     this._native.close();
   }
 

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -71,6 +72,7 @@ func startRedis() (addr string, stop func()) {
 			reply, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
 			if strings.HasPrefix(reply, "+PONG") {
+				redisPid = cmd.Process.Pid
 				return addr, func() { cmd.Process.Kill(); cmd.Wait() }
 			}
 		}
@@ -127,6 +129,8 @@ type line struct {
 	Ratio         *float64          `json:"ratio,omitempty"`
 	Target        *float64          `json:"target,omitempty"`
 	Peers         map[string]string `json:"peers,omitempty"`
+	// What bounds the line on this machine, measured (CPU per request of each process).
+	Bound string `json:"bound,omitempty"`
 }
 
 // against sets the line's baseline and ratio (value / baseline).
@@ -167,6 +171,9 @@ func record(l line) {
 		text += fmt.Sprintf(" (target >= %g: %s)", *l.Target, met)
 	}
 	fmt.Println(text)
+	if l.Bound != "" {
+		fmt.Println("    " + l.Bound)
+	}
 	path := os.Getenv("POLYLIMIT_BENCH_OUT")
 	if path == "" {
 		return
@@ -254,12 +261,17 @@ func decisions(addr string) {
 	record(line{What: "gcra check(), memory store, 64 goroutines", Value: memory, Unit: "decisions/s"})
 }
 
-func requests(name string, handler http.Handler) float64 {
+// requests runs `handler` under `goroutines` keep-alive clients of this process;
+// returns requests/s and the CPU each request cost.
+func requests(name string, handler http.Handler) (float64, cpuUse) {
 	srv := httptest.NewServer(handler)
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: goroutines, MaxConnsPerHost: goroutines}}
 	defer client.CloseIdleConnections()
-	return run(func(w, i int) error {
+	var n atomic.Int64
+	used := startCPU()
+	rate := run(func(w, i int) error {
+		n.Add(1)
 		res, err := client.Get(srv.URL + "/api/x")
 		if err != nil {
 			return err
@@ -271,6 +283,7 @@ func requests(name string, handler http.Handler) float64 {
 		}
 		return nil
 	})
+	return rate, used.stop(n.Load())
 }
 
 func middleware(addr string) {
@@ -310,6 +323,7 @@ func middleware(addr string) {
 		name    string
 		handler http.Handler
 		runs    []float64
+		cpus    []cpuUse
 	}{
 		{name: "unlimited", handler: ok},
 		{name: "memory", handler: limited("memory")},
@@ -320,22 +334,43 @@ func middleware(addr string) {
 	for round := 0; round < rounds; round++ {
 		for i := range handlers {
 			h := &handlers[i]
-			h.runs = append(h.runs, requests(h.name, h.handler))
+			rate, used := requests(h.name, h.handler)
+			h.runs = append(h.runs, rate)
+			h.cpus = append(h.cpus, used)
 		}
 	}
 	plain, memory, onRedis, theirs := median(handlers[0].runs), median(handlers[1].runs), median(handlers[2].runs), median(handlers[3].runs)
 	fmt.Printf("net/http requests/s, %d concurrent keep-alive clients on loopback, median of %d alternating %s runs\n", goroutines, rounds, duration)
 	fmt.Printf("  (%s %s with its redis store, on %s %s)\n", ululeLimit, version(ululeLimit), goRedis, version(goRedis))
 	record(line{What: "net/http handler, no limiter", Value: plain, Unit: "req/s"})
-	record(line{What: "net/http polylimit middleware, memory store", Value: memory, Unit: "req/s"}.
-		against("no limiter", plain).atLeast(0.9))
+	// What bounds the ratios on this machine: the CPU per request of this process (the server
+	// and its load-generating clients) and of redis-server, medians over rounds.
+	cpuOf := make([]cpuUse, len(handlers))
+	for i := range handlers {
+		cpuOf[i] = medianCPU(handlers[i].cpus)
+	}
+	// With every core busy, req/s goes as 1 / CPU per request: the ratio the CPU allows.
+	memoryBound := fmt.Sprintf("CPU per request, server and clients in one process: polylimit on memory %.1f µs, "+
+		"no limiter %.1f µs, no limiter writing the same headers %.1f µs (CPU ratios %.2f and %.2f: the headers alone cost %.1f µs); "+
+		"the machine %.2f of %d cores busy",
+		cpuOf[1].process, cpuOf[0].process, cpuOf[4].process, cpuOf[0].process/cpuOf[1].process, cpuOf[0].process/cpuOf[4].process,
+		cpuOf[4].process-cpuOf[0].process, cpuOf[1].busy, runtime.NumCPU())
+	redisBound := fmt.Sprintf("CPU per request: polylimit %.1f µs + redis-server %.1f µs; ulule/limiter %.1f µs + redis-server %.1f µs; "+
+		"no limiter %.1f µs; the machine %.2f of %d cores busy",
+		cpuOf[2].process, cpuOf[2].redis, cpuOf[3].process, cpuOf[3].redis, cpuOf[0].process, cpuOf[2].busy, runtime.NumCPU())
+	memoryLine := line{What: "net/http polylimit middleware, memory store", Value: memory, Unit: "req/s"}.
+		against("no limiter", plain).atLeast(0.9)
+	memoryLine.Bound = memoryBound
+	record(memoryLine)
 	headers := median(handlers[4].runs)
 	record(line{What: fmt.Sprintf("net/http handler writing the %d rate-limit headers, no limiter", len(rateHeaders)), Value: headers, Unit: "req/s"}.
 		against("no limiter", plain))
 	record(line{What: "net/http polylimit middleware, memory store, vs the same headers", Value: memory, Unit: "req/s"}.
 		against("headers, no limiter", headers))
-	record(line{What: "net/http polylimit middleware, redis", Value: onRedis, Unit: "req/s"}.
-		against("no limiter", plain).atLeast(0.5))
+	redisLine := line{What: "net/http polylimit middleware, redis", Value: onRedis, Unit: "req/s"}.
+		against("no limiter", plain).atLeast(0.5)
+	redisLine.Bound = redisBound
+	record(redisLine)
 	record(line{What: "net/http ulule/limiter middleware, redis", Value: theirs, Unit: "req/s"}.
 		against("no limiter", plain).with(ululeLimit, goRedis))
 	record(line{What: "net/http polylimit vs ulule/limiter, redis", Value: onRedis, Unit: "req/s"}.

@@ -7,6 +7,7 @@ const { RateLimiterRedis } = require('rate-limiter-flexible');
 const { Limiter } = require('..');
 const { RedisServer } = require('../test/support');
 const { version, median, record } = require('./common');
+const cpu = require('./cpu');
 
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT || 64);
 const SECONDS = Number(process.env.BENCH_SECONDS || 2);
@@ -14,13 +15,14 @@ const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
 const KEYS = 10000;
 
-/** Runs `once(i)` with IN_FLIGHT in flight for SECONDS; returns decisions/s. */
-async function measure(once) {
+/** Runs `once(i)` with IN_FLIGHT in flight for SECONDS; returns decisions/s and the CPU per decision of `pids`. */
+async function measure(once, pids) {
   // Warm-up: connections, script loading, JIT.
   await Promise.all(Array.from({ length: IN_FLIGHT }, (_, i) => once(i)));
   let done = 0;
   const deadline = Date.now() + SECONDS * 1000;
   const started = process.hrtime.bigint();
+  const cpuUse = cpu.sample(pids);
   async function worker(w) {
     let i = w;
     while (Date.now() < deadline) {
@@ -31,7 +33,32 @@ async function measure(once) {
   }
   await Promise.all(Array.from({ length: IN_FLIGHT }, (_, w) => worker(w)));
   const secs = Number(process.hrtime.bigint() - started) / 1e9;
-  return done / secs;
+  return { rate: done / secs, cpu: cpuUse.stop(done) };
+}
+
+/** The median over rounds of each CPU figure (null when /proc is missing). */
+function medianCpu(samples) {
+  if (samples.some((x) => x === null)) return null;
+  const pick = (f) => median(samples.map(f));
+  return {
+    main: pick((x) => x.perUnit.node.main),
+    runtime: pick((x) => x.perUnit.node.runtime),
+    other: pick((x) => x.perUnit.node.other),
+    redis: pick((x) => x.perUnit.redis.main + x.perUnit.redis.runtime + x.perUnit.redis.other),
+    cores: pick((x) => x.cores),
+    busy: samples.every((x) => x.busy !== null) ? pick((x) => x.busy) : null,
+    of: samples[0].of,
+  };
+}
+
+/** What one decision costs in CPU, per process and thread group. */
+function cpuText(c) {
+  return `${cpu.describe([
+    ['event loop', c.main],
+    ['runtime', c.runtime],
+    ['other threads', c.other],
+    ['redis-server', c.redis],
+  ])} CPU per decision, ${c.cores.toFixed(2)} cores busy` + (c.busy === null ? '' : ` (the machine: ${c.busy.toFixed(2)} of ${c.of})`);
 }
 
 /** p50/p99/p99.9 in ms of `once(i)` with `concurrency` in flight. */
@@ -55,6 +82,8 @@ async function latency(once, concurrency) {
 async function main() {
   const redis = await RedisServer.start();
   const runs = { peer: [], fixed_window: [], token_bucket: [] };
+  const cpus = { peer: [], fixed_window: [], token_bucket: [] };
+  let notStore = 0;
   try {
     const ioredis = new Redis(redis.url, { enableAutoPipelining: false });
     const flexible = new RateLimiterRedis({ storeClient: ioredis, points: 1e9, duration: 60, keyPrefix: 'rlflx' });
@@ -64,13 +93,25 @@ async function main() {
         policy: { algorithm, rate: '1000000000/min' },
         store: redis.url,
         prefix: `bench-${algorithm}`,
+        // A loaded machine can stall a reply past the default 100 ms; the fallback's local
+        // decisions would then inflate the count (they are counted apart below).
+        timeout: '2s',
       });
     }
     const peerOnce = (i) => flexible.consume(`user:${i % KEYS}`).catch((e) => e);
+    const pids = { node: process.pid, redis: redis.child.pid };
+    // Decisions not made by the store (the fallback while it timed out): a line with any is not a Redis figure.
+    const counted = (d) => {
+      if (d.source !== 'store') notStore++;
+    };
+    const keep = (name, { rate, cpu: used }) => {
+      runs[name].push(rate);
+      cpus[name].push(used);
+    };
     for (let round = 0; round < ROUNDS; round++) {
-      runs.peer.push(await measure(peerOnce));
+      keep('peer', await measure(peerOnce, pids));
       for (const [algorithm, limiter] of Object.entries(limiters)) {
-        runs[algorithm].push(await measure((i) => limiter.check(`user:${i % KEYS}`)));
+        keep(algorithm, await measure((i) => limiter.check(`user:${i % KEYS}`).then(counted), pids));
       }
     }
     for (const concurrency of [1, 32, 256]) {
@@ -90,6 +131,9 @@ async function main() {
   } finally {
     await redis.kill();
   }
+  if (notStore > 0) {
+    throw new Error(`${notStore} decisions came from the fallback, not Redis (the store timed out): rerun on a quieter machine`);
+  }
   const peer = median(runs.peer);
   const peers = { 'rate-limiter-flexible': version('rate-limiter-flexible'), ioredis: version('ioredis') };
   const results = ['fixed_window', 'token_bucket'].map((algorithm) => ({ algorithm, ours: median(runs[algorithm]), peer }));
@@ -98,15 +142,32 @@ async function main() {
     `rate-limiter-flexible ${peers['rate-limiter-flexible']} RateLimiterRedis (ioredis ${peers.ioredis}): ${Math.round(results[0].peer).toLocaleString('en')} decisions/s`,
   );
   const targets = { fixed_window: 1.2, token_bucket: 1.2 };
+  // What bounds the ratio on this machine: the CPU each decision costs the event loop (the load
+  // generator too), polylimit's runtime thread and redis-server, and how many cores were busy.
+  const peerCpu = medianCpu(cpus.peer);
+  if (peerCpu) console.log(`  rate-limiter-flexible: ${cpuText(peerCpu)}`);
   for (const r of results) {
     const ratio = r.ours / r.peer;
     console.log(
       `polylimit ${r.algorithm.padEnd(13)} ${Math.round(r.ours).toLocaleString('en').padStart(9)} decisions/s  ` +
         `ratio ${ratio.toFixed(2)}x (target >= ${targets[r.algorithm].toFixed(1)}x)`,
     );
+    const ours = medianCpu(cpus[r.algorithm]);
+    let bound;
+    if (ours && peerCpu) {
+      // With every core busy, decisions/s go as 1 / (CPU per decision); with redis-server's one
+      // thread the bottleneck, as 1 / (its CPU per decision): the ratios each bound allows.
+      const total = (c) => c.main + c.runtime + c.other + c.redis;
+      bound =
+        `CPU per decision: polylimit ${cpuText(ours)}; rate-limiter-flexible ${cpuText(peerCpu)}; ` +
+        `ratio the CPU allows: ${(total(peerCpu) / total(ours)).toFixed(2)}x with the cores the bound, ` +
+        `${(peerCpu.redis / ours.redis).toFixed(2)}x with redis-server's one thread the bound (${Math.round(1e3 / ours.redis)}k decisions/s at 100 %)`;
+      console.log(`  ${bound}`);
+    }
     record({
       what: `check(), ${IN_FLIGHT} in flight, Redis, ${r.algorithm}`, value: r.ours, unit: 'decisions/s',
       baseline: 'rate-limiter-flexible RateLimiterRedis', baseline_value: r.peer, ratio, target: targets[r.algorithm], peers,
+      ...(bound ? { bound } : {}),
     });
   }
 }

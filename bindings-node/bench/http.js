@@ -8,6 +8,7 @@ const path = require('node:path');
 const autocannon = require('autocannon');
 const { RedisServer } = require('../test/support');
 const { version, median, record } = require('./common');
+const cpu = require('./cpu');
 
 const SECONDS = Number(process.env.BENCH_SECONDS || 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
@@ -17,7 +18,8 @@ const PEERS = {
   fastify: { name: '@fastify/rate-limit (ioredis)', packages: ['fastify', '@fastify/rate-limit', 'ioredis'] },
 };
 
-async function start(framework, which, redisUrl) {
+async function start(framework, which, redis) {
+  const redisUrl = redis.url;
   const child = fork(path.join(__dirname, 'apps.js'), [framework, which, redisUrl], { stdio: 'inherit' });
   const { port } = await new Promise((resolve, reject) => {
     child.once('message', resolve);
@@ -26,10 +28,12 @@ async function start(framework, which, redisUrl) {
   const url = `http://127.0.0.1:${port}/`;
   await autocannon({ url, connections: 50, duration: 1 }); // warm-up
   return {
+    /** req/s, and the CPU per request of the app, redis-server and autocannon (this process). */
     async run() {
+      const used = cpu.sample({ app: child.pid, redis: redis.child.pid, load: process.pid });
       const result = await autocannon({ url, connections: 50, duration: SECONDS });
       if (result.non2xx || result.errors) throw new Error(`${framework} ${which}: ${result.non2xx} non-2xx, ${result.errors} errors`);
-      return result.requests.average;
+      return { rate: result.requests.average, cpu: used.stop(result.requests.total) };
     },
     stop() {
       child.disconnect();
@@ -38,19 +42,26 @@ async function start(framework, which, redisUrl) {
   };
 }
 
-async function bench(framework, redisUrl) {
+async function bench(framework, redis) {
   const which = ['peer', 'polylimit', 'none'];
   const apps = [];
   const runs = which.map(() => []);
+  const cpus = which.map(() => []);
   try {
-    for (const w of which) apps.push(await start(framework, w, redisUrl));
+    for (const w of which) apps.push(await start(framework, w, redis));
     for (let round = 0; round < ROUNDS; round++) {
-      for (const [i, app] of apps.entries()) runs[i].push(await app.run());
+      for (const [i, app] of apps.entries()) {
+        const { rate, cpu: used } = await app.run();
+        runs[i].push(rate);
+        cpus[i].push(used);
+      }
     }
   } finally {
     for (const app of apps) app.stop();
   }
   const [peer, ours, none] = runs.map(median);
+  // What bounds the lines on this machine: CPU per request of each process (medians over rounds).
+  const [peerCpu, oursCpu, noneCpu] = cpus.map(cpuPerRequest);
   const { name, packages } = PEERS[framework];
   const peers = Object.fromEntries(packages.map((p) => [p, version(p)]));
   const fmt = (x) => Math.round(x).toLocaleString('en').padStart(7);
@@ -58,15 +69,40 @@ async function bench(framework, redisUrl) {
   console.log(`  no limiter:            ${fmt(none)} req/s`);
   console.log(`  ${name.padEnd(38)} ${fmt(peer)} req/s  ${(peer / none).toFixed(2)} of unlimited`);
   console.log(`  polylimit:             ${fmt(ours)} req/s  ${(ours / none).toFixed(2)} of unlimited, ratio ${(ours / peer).toFixed(2)}x (target >= 1.0x)`);
-  record({ what: `${framework} + polylimit, Redis`, value: ours, unit: 'req/s', baseline: `${framework} + ${name}`, baseline_value: peer, ratio: ours / peer, target: 1.0, peers });
+  let bound;
+  if (oursCpu && peerCpu && noneCpu) {
+    bound = `CPU per request: polylimit ${oursCpu}; ${name} ${peerCpu}; no limiter ${noneCpu}`;
+    console.log(`  ${bound}`);
+  }
+  record({
+    what: `${framework} + polylimit, Redis`, value: ours, unit: 'req/s', baseline: `${framework} + ${name}`, baseline_value: peer,
+    ratio: ours / peer, target: 1.0, peers, ...(bound ? { bound } : {}),
+  });
   record({ what: `${framework} + polylimit, Redis, vs no limiter`, value: ours, unit: 'req/s', baseline: `${framework} alone`, baseline_value: none, ratio: ours / none });
   record({ what: `${framework} + ${name}, vs no limiter`, value: peer, unit: 'req/s', baseline: `${framework} alone`, baseline_value: none, ratio: peer / none });
 }
 
+/** "app: event loop 22.1 + runtime 7.0 + redis-server 7.4 + autocannon 16.3 = 52.8 µs" (medians), or null. */
+function cpuPerRequest(samples) {
+  if (samples.some((x) => x === null)) return null;
+  const pick = (f) => median(samples.map(f));
+  const all = (g) => g.main + g.runtime + g.other;
+  const text = cpu.describe([
+    ['app event loop', pick((x) => x.perUnit.app.main)],
+    ['runtime', pick((x) => x.perUnit.app.runtime)],
+    ['other app threads', pick((x) => x.perUnit.app.other)],
+    ['redis-server', pick((x) => all(x.perUnit.redis))],
+    ['autocannon', pick((x) => all(x.perUnit.load))],
+  ]);
+  const busy = samples.every((x) => x.busy !== null) ? `, the machine ${pick((x) => x.busy).toFixed(2)} of ${samples[0].of} cores busy` : '';
+  return `${text}${busy}`;
+}
+
 async function main() {
   const redis = await RedisServer.start();
+  const only = process.env.BENCH_FRAMEWORKS ? process.env.BENCH_FRAMEWORKS.split(',') : ['express', 'fastify'];
   try {
-    for (const framework of ['express', 'fastify']) await bench(framework, redis.url);
+    for (const framework of only) await bench(framework, redis);
   } finally {
     await redis.kill();
   }

@@ -5,9 +5,12 @@
 //! (`polylimit::wire::decision_record`). `index.js` settles the promises.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
-use futures_util::FutureExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use polylimit::wire::{decision_record, Case, OutcomeWire};
 use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
@@ -25,6 +28,8 @@ type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
 pub struct Completions {
     queue: Arc<Mutex<Vec<f64>>>,
     tsfn: Arc<Tsfn>,
+    /// Records were queued since the JS thread last took the queue: `flush` wakes it.
+    wake: Arc<AtomicBool>,
     /// Errors and request outcomes go through the text channel.
     pub text: RequestCompletions,
 }
@@ -46,11 +51,23 @@ impl Completions {
         Ok(Completions {
             queue,
             tsfn: Arc::new(tsfn),
+            wake: Arc::default(),
             text,
         })
     }
 
-    /// Queues the result of check `id`; wakes the JS thread if the queue was empty.
+    /// Wakes the JS thread (once) if results were queued since it last took them. The
+    /// dispatcher calls this after each round of polls, so the checks that finished together
+    /// (one read of Redis's replies) reach JavaScript in one call, where waking it at the
+    /// first result let it run while the rest were still being queued (more, smaller batches).
+    pub fn flush(&self) {
+        if self.wake.swap(false, Ordering::AcqRel) {
+            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+        self.text.flush();
+    }
+
+    /// Queues the result of check `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
         let record = match result {
             Ok(d) => decision_record(id, &d),
@@ -63,7 +80,7 @@ impl Completions {
             was_empty
         };
         if was_empty {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+            self.wake.store(true, Ordering::Release);
         }
     }
 }
@@ -79,6 +96,8 @@ pub struct RequestCompletions {
     /// The records so far: `[` then the comma-separated records (empty when none).
     queue: Arc<Mutex<Vec<u8>>>,
     tsfn: Arc<TextTsfn>,
+    /// As [`Completions`]'s.
+    wake: Arc<AtomicBool>,
 }
 
 impl RequestCompletions {
@@ -99,10 +118,18 @@ impl RequestCompletions {
         Ok(RequestCompletions {
             queue,
             tsfn: Arc::new(tsfn),
+            wake: Arc::default(),
         })
     }
 
-    /// Queues the outcome or error (JSON record) of request `id`.
+    /// As [`Completions::flush`].
+    pub fn flush(&self) {
+        if self.wake.swap(false, Ordering::AcqRel) {
+            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+
+    /// Queues the outcome or error (JSON record) of request `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &serde_json::Value>) {
         let was_empty = {
             let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,7 +143,7 @@ impl RequestCompletions {
             was_empty
         };
         if was_empty {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
+            self.wake.store(true, Ordering::Release);
         }
     }
 }
@@ -129,6 +156,10 @@ pub enum Job {
         key: String,
         options: CheckOptions,
     },
+    /// The `limiter.check(key)` calls (no options) of one JavaScript turn,
+    /// handed over in one call: check `ids[i]` of `keys[i]`, each answered
+    /// like `Check`.
+    CheckMany { ids: Vec<u32>, keys: Vec<String> },
     /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
     Request { id: u32, request: RequestInfo },
     /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
@@ -151,16 +182,48 @@ pub enum Job {
 
 /// Starts the task that runs the limiter's checks and returns its queue.
 /// Sending to a task that is already awake costs a few atomics, where a
-/// `spawn` per check from the JS thread wakes a runtime thread each time;
-/// the task then spawns each check on the runtime, so they run concurrently
-/// (and share the multiplexed Redis connection). It ends when the sender is
-/// dropped, after the checks already queued.
+/// `spawn` per check from the JS thread wakes a runtime thread each time.
+/// The task polls every check itself (a `FuturesUnordered`), so the checks
+/// still run concurrently on the multiplexed Redis connection, and the
+/// commands of all the checks that arrived together are queued on that
+/// connection before its writer runs: one write to the socket for the
+/// batch. A `spawn` per check let the writer run (tokio's LIFO slot) after
+/// each check, one `writev` per command, and Redis one `read` per command.
+/// It ends when the sender is dropped, after the checks already queued.
 pub fn dispatcher(limiter: Limiter, completions: Completions) -> mpsc::UnboundedSender<Job> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
     napi::bindgen_prelude::spawn(async move {
-        while let Some(job) = rx.recv().await {
-            tokio::spawn(run(limiter.clone(), completions.clone(), job));
-        }
+        let mut running = FuturesUnordered::new();
+        let mut open = true;
+        std::future::poll_fn(|cx| {
+            while open {
+                match rx.poll_recv(cx) {
+                    Poll::Ready(Some(Job::CheckMany { ids, keys })) => {
+                        for (id, key) in ids.into_iter().zip(keys) {
+                            let options = CheckOptions::default();
+                            running.push(run(
+                                limiter.clone(),
+                                completions.clone(),
+                                Job::Check { id, key, options },
+                            ));
+                        }
+                    }
+                    Poll::Ready(Some(job)) => running.push(run(limiter.clone(), completions.clone(), job)),
+                    Poll::Ready(None) => open = false,
+                    Poll::Pending => break,
+                }
+            }
+            // Ready(None) once empty; Pending (and woken again) when a
+            // check waits or after a round of polls.
+            while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+            completions.flush();
+            if open || !running.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await
     });
     tx
 }
@@ -171,6 +234,8 @@ fn panic_error() -> serde_json::Value {
 
 async fn run(limiter: Limiter, completions: Completions, job: Job) {
     match job {
+        // Expanded by the dispatcher.
+        Job::CheckMany { .. } => {}
         Job::Check { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.check_with(&key, options)).catch_unwind().await {
                 Ok(Ok(d)) => Ok(d),

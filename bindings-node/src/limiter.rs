@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Unknown};
+use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Uint32Array, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
@@ -126,6 +126,22 @@ impl NativeLimiter {
     ) -> Result<()> {
         let options = check_options(&env, cost, now_ms)?;
         self.send(&env, Job::Check { id, key, options })
+    }
+
+    /// Starts the checks `ids[i]` of `keys[i]` (no options: cost 1, the
+    /// store's clock), queued by `check` during one JavaScript turn: one
+    /// call and one wake-up of the runtime for all of them. Each result
+    /// arrives through the completion handler like `checkBatched`'s.
+    #[napi]
+    pub fn check_many(&self, env: Env, ids: Uint32Array, keys: Vec<String>) -> Result<()> {
+        if ids.len() != keys.len() {
+            return Err(throw(
+                &env,
+                polylimit::Error::Internal(format!("checkMany: {} ids for {} keys", ids.len(), keys.len())),
+            ));
+        }
+        let ids = ids.to_vec();
+        self.send(&env, Job::CheckMany { ids, keys })
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); the

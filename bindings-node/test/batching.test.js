@@ -1,0 +1,88 @@
+'use strict';
+// check(key) calls of one JavaScript turn go to the addon in one call
+// (checkMany), and other calls flush them first, so the store sees calls in
+// the order they were made.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Limiter, ClosedError } = require('..');
+const { RedisServer } = require('./support');
+
+let redis;
+test.before(async () => {
+  redis = await RedisServer.start();
+});
+test.after(async () => {
+  await redis.kill();
+});
+
+/** Counts the calls of the addon's method `name` on `limiter`. */
+function spy(limiter, name) {
+  const native = limiter._native;
+  const original = native[name].bind(native);
+  const calls = [];
+  native[name] = (...args) => {
+    calls.push(args);
+    return original(...args);
+  };
+  return calls;
+}
+
+test('the check(key) calls of one turn reach the addon in one call, each with its own decision', async () => {
+  for (const store of ['memory', redis.url]) {
+    const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '30/h' }, store, prefix: 'batch-one-call' });
+    const calls = spy(limiter, 'checkMany');
+    const keys = Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? 'even' : `odd-${i}`));
+    const decisions = await Promise.all(keys.map((key) => limiter.check(key)));
+    assert.equal(calls.length, 1, store);
+    assert.equal(calls[0][1].length, 50, store);
+    // 25 checks of 'even' under 30/min: all allowed, remaining counting down; each odd key once.
+    assert.deepEqual(
+      decisions.filter((_, i) => i % 2 === 0).map((d) => d.remaining).sort((a, b) => b - a),
+      Array.from({ length: 25 }, (_, i) => 29 - i),
+      store,
+    );
+    assert.ok(decisions.every((d) => d.allowed && d.source === 'store'), store);
+    assert.ok(decisions.filter((_, i) => i % 2 === 1).every((d) => d.remaining === 29), store);
+    // The next turn is a new call.
+    await limiter.check('even');
+    assert.equal(calls.length, 2, store);
+    limiter.close();
+  }
+});
+
+test('a call made after check() in the same turn sees the check', async () => {
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/h' }, store: redis.url, prefix: 'batch-order' });
+  // Connected first: calls waiting for the first connection may go in any order.
+  await limiter.check('warm-up');
+  const checked = limiter.check('k');
+  const peeked = limiter.peek('k');
+  assert.equal((await checked).remaining, 9);
+  // A peek shows the decision a check would get now: one more charged.
+  assert.equal((await peeked).remaining, 8);
+  const again = limiter.check('k');
+  const withCost = limiter.check('k', { cost: 2 });
+  assert.equal((await again).remaining, 8);
+  assert.equal((await withCost).remaining, 6);
+  const last = limiter.check('k');
+  await limiter.reset('k');
+  assert.equal((await last).remaining, 5);
+  assert.equal((await limiter.peek('k')).remaining, 9);
+  limiter.close();
+});
+
+test('checks queued when the limiter closes settle; later ones reject with ClosedError', async () => {
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/min' }, store: redis.url, prefix: 'batch-close' });
+  const queued = limiter.check('k');
+  limiter.close();
+  const settled = await queued.then(
+    (d) => d,
+    (e) => e,
+  );
+  assert.ok(settled instanceof ClosedError || settled.allowed !== undefined, String(settled));
+  await assert.rejects(limiter.check('k'), ClosedError);
+  const many = await Promise.allSettled([limiter.check('a'), limiter.check('b')]);
+  assert.deepEqual(
+    many.map((r) => r.status === 'rejected' && r.reason instanceof ClosedError),
+    [true, true],
+  );
+});
