@@ -298,3 +298,60 @@ async fn several_policies_are_served_together() {
     assert_eq!(served.decisions[yes].reset_after_ms, 0);
     assert_eq!((hits_of(&cached, "per_minute"), hits_of(&cached, "per_second")), (1, 0));
 }
+
+fn login(now_ms: i64) -> polylimit::RequestInfo {
+    polylimit::RequestInfo {
+        method: "POST".into(),
+        path: "/login".into(),
+        peer: Some("203.0.113.7".into()),
+        now_ms: Some(now_ms),
+        ..polylimit::RequestInfo::default()
+    }
+}
+
+#[tokio::test]
+async fn a_refund_after_the_response_drops_the_entry() {
+    let redis = RedisServer::start();
+    // One login per 10 s, and only failed ones count.
+    let limiter = Limiter::from_value(&json!({
+        "policy": {"algorithm": "fixed_window", "rate": "1/10s"}, "count": "failed",
+        "store": redis.url(), "prefix": "refund", "block_cache": 10,
+    }))
+    .unwrap();
+    let first = limiter.check_request(&login(NOW)).await.unwrap();
+    assert_eq!(first.status, None);
+    assert_eq!(limiter.check_request(&login(NOW + 1)).await.unwrap().status, Some(429));
+    assert_eq!(limiter.check_request(&login(NOW + 2)).await.unwrap().status, Some(429));
+    assert_eq!(hits(&limiter), 1);
+    // The first login succeeded: given back, so the next one fits.
+    assert_eq!(
+        limiter.complete(&first.completion.unwrap(), Some(200)).await.unwrap(),
+        1
+    );
+    let next = limiter.check_request(&login(NOW + 3)).await.unwrap();
+    assert_eq!(next.status, None, "{next:?}");
+    assert_eq!(hits(&limiter), 1);
+}
+
+#[tokio::test]
+async fn an_override_drops_the_entry() {
+    let redis = RedisServer::start();
+    let limiter = Limiter::from_value(&json!({
+        "policy": {"algorithm": "token_bucket", "rate": "10/s", "burst": 2},
+        "store": redis.url(), "prefix": "override", "block_cache": 10, "overrides": true,
+    }))
+    .unwrap();
+    block(&limiter, "k").await;
+    assert!(!limiter.check_with("k", at(NOW + 1)).await.unwrap().allowed);
+    assert_eq!(hits(&limiter), 1);
+    let spec = polylimit::OverrideSpec {
+        burst: Some(50),
+        now_ms: Some(NOW + 2),
+        ..polylimit::OverrideSpec::new("100/s")
+    };
+    limiter.set_override("k", &spec).await.unwrap();
+    // The override starts full: the store admits.
+    let after = limiter.check_with("k", at(NOW + 2)).await.unwrap();
+    assert!(after.allowed, "{after:?}");
+    assert_eq!(hits(&limiter), 1);
+}
