@@ -23,6 +23,7 @@
 //! process's are not seen until the cached retry ends.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,6 +95,9 @@ impl Snapshot {
 pub(crate) struct BlockCache {
     max_keys: usize,
     inner: Mutex<Maps>,
+    /// Bumped by every invalidation: an answer to a call sent before one
+    /// is not remembered (it may predate the reset, override or refund).
+    generation: AtomicU64,
 }
 
 struct Maps {
@@ -110,7 +114,13 @@ impl BlockCache {
                 by_policy: (0..policies).map(|_| HashMap::new()).collect(),
                 len: 0,
             }),
+            generation: AtomicU64::new(0),
         }
+    }
+
+    /// Read before a store call is sent; handed back to [`BlockCache::fill`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The cached denial of this check at `now`: the result, and the index
@@ -163,7 +173,7 @@ impl BlockCache {
         &self,
         targets: &[Target<'_>],
         cost: i64,
-        base: Now,
+        (base, generation): (Now, u64),
         result: &CheckResult,
         cacheable: impl Fn(usize, &Decision) -> bool,
     ) {
@@ -203,6 +213,9 @@ impl BlockCache {
             decisions: result.decisions.clone(),
         });
         let mut maps = self.inner.lock();
+        if self.generation.load(Ordering::Acquire) != generation {
+            return;
+        }
         for (&(i, key, shadow), d) in targets.iter().zip(&result.decisions) {
             if shadow || d.allowed || i >= maps.by_policy.len() {
                 continue;
@@ -219,7 +232,9 @@ impl BlockCache {
     /// Drops the entry of `key` under policy `i` (a reset, an override, a
     /// refund or a release of this process).
     pub(crate) fn invalidate(&self, i: usize, key: &str) {
-        self.inner.lock().remove(i, key);
+        let mut maps = self.inner.lock();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        maps.remove(i, key);
     }
 
     /// How many (policy, key) entries it holds.
@@ -265,5 +280,55 @@ impl Maps {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied(retry: u64) -> CheckResult {
+        CheckResult {
+            allowed: false,
+            now_ms: 0,
+            decisions: vec![Decision {
+                allowed: false,
+                limit: 1,
+                remaining: 0,
+                reset_after_ms: retry,
+                retry_after_ms: Some(retry),
+                delay_ms: 0,
+                source: Source::Store,
+            }],
+            leases: Vec::new(),
+            overridden: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_answer_to_a_call_sent_before_an_invalidation_is_not_remembered() {
+        let cache = BlockCache::new(1, 10);
+        let targets = [(0, "k", false)];
+        let before = cache.generation();
+        // A reset of any key while the call was out.
+        cache.invalidate(0, "other");
+        cache.fill(&targets, 1, (Now::Ms(1_000), before), &denied(100), |_, _| true);
+        assert_eq!(cache.len(), 0);
+        assert!(cache.lookup(&targets, 1, Now::Ms(1_001)).is_none());
+        // Sent after it: remembered.
+        cache.fill(
+            &targets,
+            1,
+            (Now::Ms(1_000), cache.generation()),
+            &denied(100),
+            |_, _| true,
+        );
+        assert_eq!(cache.len(), 1);
+        let (result, policy) = cache.lookup(&targets, 1, Now::Ms(1_001)).expect("a hit");
+        assert_eq!((policy, result.decisions[0].retry_after_ms), (0, Some(99)));
+        // Not on the other clock, nor before the base, nor at the retry instant.
+        assert!(cache.lookup(&targets, 1, Now::Mono(Instant::now())).is_none());
+        assert!(cache.lookup(&targets, 1, Now::Ms(999)).is_none());
+        assert!(cache.lookup(&targets, 1, Now::Ms(1_100)).is_none());
     }
 }

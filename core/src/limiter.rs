@@ -626,8 +626,11 @@ impl Engine {
     ) -> Result<CheckResult> {
         let inner = &*self.inner;
         // Read before the call is sent: no later than the store's decision.
-        let sent = Now::of(now);
-        if let Some(hit) = inner.block_cache.as_ref().and_then(|c| c.lookup(targets, cost, sent)) {
+        let sent = (
+            Now::of(now),
+            inner.block_cache.as_ref().map_or(0, BlockCache::generation),
+        );
+        if let Some(hit) = inner.block_cache.as_ref().and_then(|c| c.lookup(targets, cost, sent.0)) {
             inner.metrics.block_cache_hit(hit.1);
             return Ok(hit.0);
         }
