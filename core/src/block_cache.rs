@@ -7,8 +7,9 @@
 //! - it serves a denial only while every denied decision of the check is
 //!   still within its `retry_after`, measured from an instant no later than
 //!   the store's decision (the process's monotonic clock read *before* the
-//!   call was sent, or the check's `now_ms`), so it never denies past the
-//!   store's retry time;
+//!   call was sent, less 1 ms for the store's ms truncation, or the check's
+//!   `now_ms`), so it never denies past the store's retry time (as long as
+//!   the Redis host's clock does not step forward meanwhile);
 //! - it serves only the same check: the same targets (policy, key, shadow)
 //!   and the same cost (a smaller cost may fit earlier, a larger one would
 //!   be told a longer retry).
@@ -19,8 +20,10 @@
 //! decisions under a per-key override (it may end first), denials a penalty
 //! policy records (they count toward its threshold: only a running penalty
 //! block is cached), and fallback decisions. This process's resets,
-//! overrides, refunds and releases of a key drop its entries; another
-//! process's are not seen until the cached retry ends.
+//! overrides, refunds, releases and admissions of a key drop its entries
+//! (and an answer to a call sent before a reset, an override, a refund or a
+//! release is not remembered); another process's are not seen until the
+//! cached retry ends.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,14 +55,16 @@ impl Now {
         }
     }
 
-    /// Whole ms elapsed since `base` (rounded up, so that a countdown never
-    /// reports more than is left), `None` when `self` is not on the same
-    /// clock or earlier.
+    /// Whole ms elapsed since `base`, `None` when `self` is not on the same
+    /// clock or earlier. On the monotonic clock rounded up, plus 1 ms: the
+    /// store counts from its `TIME` truncated to the ms, which may be up to
+    /// 1 ms before the instant read here; so a countdown never reports more
+    /// than is left.
     fn since(self, base: Now) -> Option<u64> {
         match (self, base) {
             (Now::Mono(now), Now::Mono(base)) => {
                 let d = now.checked_duration_since(base)?;
-                Some(d.as_nanos().div_ceil(1_000_000) as u64)
+                Some(d.as_nanos().div_ceil(1_000_000) as u64 + 1)
             }
             (Now::Ms(now), Now::Ms(base)) if now >= base => Some((now - base) as u64),
             _ => None,
