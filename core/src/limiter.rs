@@ -704,9 +704,6 @@ impl Engine {
         match &inner.backend {
             Backend::Memory => Ok(self.refund_memory(targets, now, cost)),
             Backend::Redis(redis) => {
-                for &(i, key) in targets {
-                    self.block_cache_forget(i, key);
-                }
                 let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
@@ -720,7 +717,12 @@ impl Engine {
                         overrides: inner.overrides,
                     })
                     .collect();
-                redis.refund(&checks, now, cost).await
+                let given = redis.refund(&checks, now, cost).await;
+                // After the store's change: a check sent before it is not remembered.
+                for &(i, key) in targets {
+                    self.block_cache_forget(i, key);
+                }
+                given
             }
         }
     }
@@ -868,7 +870,12 @@ impl Engine {
                 .flat_map(|&(i, key)| self.store_keys(i, key))
                 .filter(|k| !k.ends_with(record))
                 .collect();
-            redis.delete(&keys).await?;
+            let deleted = redis.delete(&keys).await;
+            // After the store's change too: a check sent before it is not remembered.
+            for &(i, key) in targets {
+                self.block_cache_forget(i, key);
+            }
+            deleted?;
         }
         Ok(())
     }
