@@ -45,6 +45,7 @@ type Options struct {
 	Prefix           string        // first segment of every store key ("polylimit")
 	MaxKeys          int           // memory store bound (1,000,000)
 	Overrides        bool          // every check reads the key's per-key override (SetOverride); off by default
+	BlockCache       int           // Redis: denied keys answered locally until their retry time, at most this many (0: off)
 	Timeout          time.Duration // per store call (100ms)
 	ConnectTimeout   time.Duration // opening a store connection (1s)
 	FailureThreshold int           // breaker: consecutive failures that open it (5)

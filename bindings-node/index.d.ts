@@ -50,6 +50,8 @@ export interface LimiterOptions {
   maxKeys?: number;
   /** Every check reads the key's per-key override (setOverride); default false. */
   overrides?: boolean;
+  /** Redis: deny a key the store denied locally until its retry time, with no store call; true (10,000 keys) or the most keys held. */
+  blockCache?: boolean | number;
   /** Per store call (default 100 ms). */
   timeout?: Duration;
   /** Opening a store connection: TCP, TLS and the handshake (default 1 s). */

@@ -5,7 +5,8 @@
 //! denial at 10k live entries, and a 6-node Redis Cluster beside the single
 //! server. `POLYLIMIT_BENCH=memory` runs only the memory-store lines,
 //! `POLYLIMIT_BENCH=log` only the sliding-window-log ones,
-//! `POLYLIMIT_BENCH=cluster` only the cluster ones.
+//! `POLYLIMIT_BENCH=cluster` only the cluster ones, `POLYLIMIT_BENCH=block_cache`
+//! only the blocked-key cache's (one blocked key, 64 in flight, cache off and on).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -284,10 +285,15 @@ fn main() {
         cluster(&redis, &runtime);
         return;
     }
+    if std::env::var("POLYLIMIT_BENCH").as_deref() == Ok("block_cache") {
+        block_cache(&redis, &runtime);
+        return;
+    }
     // POLYLIMIT_BENCH=log runs only the sliding-window-log lines.
     if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("log") {
         throughput(&redis, &runtime);
         cluster(&redis, &runtime);
+        block_cache(&redis, &runtime);
     }
     println!("redis store, sliding_window_log denial at {LOG_ENTRIES} live entries (limit {LOG_ENTRIES}):");
     for (key, cost) in [("log-1", 1), ("log-half", LOG_ENTRIES / 2), ("log-all", LOG_ENTRIES)] {
@@ -371,6 +377,92 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
         "ratio": ours_64 / minimal_64, "baseline": "redis-benchmark -P 64 of a minimal token-bucket script",
         "baseline_value": minimal_64, "target": 0.9}),
     );
+}
+
+/// Commands Redis has run since the last `CONFIG RESETSTAT` (INFO and
+/// CONFIG aside; those a script runs included), and of them the FCALLs.
+fn redis_commands(redis: &support::RedisServer) -> (u64, u64) {
+    let stats = redis.command("INFO commandstats").unwrap_or_default();
+    let calls = |l: &str| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok();
+    let counted =
+        |l: &&str| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:") && !l.starts_with("cmdstat_config");
+    let all = stats.lines().filter(counted).filter_map(calls).sum();
+    let fcall = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_fcall"))
+        .filter_map(calls)
+        .sum();
+    (all, fcall)
+}
+
+/// One key, blocked (1 per hour, used up), hammered at 64 in flight: checks
+/// per second and Redis commands per second, with `block_cache` `on` or off.
+async fn blocked_key_bench(redis: &support::RedisServer, limiter: &Limiter, checks: u64) -> (f64, f64, f64) {
+    let _ = limiter.check("blocked").await.unwrap();
+    assert!(!limiter.check("blocked").await.unwrap().allowed);
+    redis.command("CONFIG RESETSTAT");
+    let started = Instant::now();
+    let per_task = checks / 64;
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    let d = limiter.check("blocked").await.unwrap();
+                    assert!(!d.allowed && d.source == polylimit::Source::Store);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (all, fcall) = redis_commands(redis);
+    ((per_task * 64) as f64 / secs, all as f64 / secs, fcall as f64 / secs)
+}
+
+fn block_cache(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+    let limiter = |prefix: &str, block_cache: usize| {
+        let policy = Policy::from_value(&json!({"rate": "1/h", "burst": 1}), "").unwrap();
+        let mut config = LimiterConfig::new(policy).with_store(redis.url());
+        config.timeout = Duration::from_secs(5);
+        config.prefix = prefix.to_string();
+        config.block_cache = block_cache;
+        Limiter::new(config).unwrap()
+    };
+    let (off, on) = (limiter("bc-off", 0), limiter("bc-on", 10_000));
+    let (mut off_rounds, mut on_rounds) = (vec![], vec![]);
+    for _ in 0..ROUNDS {
+        off_rounds.push(runtime.block_on(blocked_key_bench(redis, &off, REDIS_CHECKS)));
+        on_rounds.push(runtime.block_on(blocked_key_bench(redis, &on, REDIS_CHECKS * 10)));
+    }
+    let medians = |rounds: &[(f64, f64, f64)]| {
+        (
+            median(rounds.iter().map(|r| r.0).collect()),
+            median(rounds.iter().map(|r| r.1).collect()),
+            median(rounds.iter().map(|r| r.2).collect()),
+        )
+    };
+    println!("redis store, one blocked key, 64 in flight (medians of {ROUNDS} alternating rounds):");
+    for (state, rounds) in [("off", &off_rounds), ("on", &on_rounds)] {
+        let (rate, cmds, fcalls) = medians(rounds);
+        println!("  block_cache {state:<3}: {rate:>11.0} decisions/s, {cmds:>9.0} Redis commands/s ({fcalls:.0} FCALL/s and the commands they run)");
+        record(
+            json!({"suite": "rust", "what": format!("Redis, one blocked key, 64 in flight, block_cache {state}"),
+            "value": rate, "unit": "decisions/s",
+            "detail": format!("{} decisions/s, {cmds:.0} Redis commands/s ({fcalls:.0} FCALL/s)", fmt_rate(rate))}),
+        );
+    }
+}
+
+/// `1.23 M` / `45.6 k`, as bench/report.py writes decisions per second.
+fn fmt_rate(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.2} M", value / 1e6)
+    } else {
+        format!("{:.1} k", value / 1e3)
+    }
 }
 
 const CLUSTER_REQUESTS: u64 = 50_000;

@@ -27,7 +27,7 @@ impl LimiterConfig {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 12] = [
+        const FIELDS: [&str; 13] = [
             "policy",
             "policies",
             "store",
@@ -40,6 +40,7 @@ impl LimiterConfig {
             "cooldown",
             "half_open_probes",
             "tls_ca",
+            "block_cache",
         ];
         for key in obj.keys() {
             if !FIELDS.contains(&key.as_str()) {
@@ -106,6 +107,16 @@ impl LimiterConfig {
             None | Some(Value::Null) => {}
             Some(Value::Bool(b)) => config.overrides = *b,
             Some(other) => return Err(Error::config("overrides", other, "is not true or false")),
+        }
+        match obj.get("block_cache") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => config.block_cache = crate::block_cache::DEFAULT_KEYS,
+            Some(v) => {
+                config.block_cache =
+                    v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| {
+                        Error::config("block_cache", v, "is not true, false or a positive number of keys")
+                    })? as usize
+            }
         }
         let duration = |field: &str| -> Result<Option<Duration>> {
             obj.get(field)
@@ -408,6 +419,7 @@ impl Resolved {
             "prefix": c.prefix,
             "max_keys": c.max_keys,
             "overrides": c.overrides,
+            "block_cache": if c.block_cache > 0 { Value::from(c.block_cache) } else { Value::Bool(false) },
             "timeout": ms(c.timeout),
             "connect_timeout": ms(c.connect_timeout),
             "failure_threshold": c.breaker.threshold,

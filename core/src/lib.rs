@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod algorithm;
+mod block_cache;
 pub mod breaker;
 mod config;
 mod decision;

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Kind, Params, Verdict};
+use crate::block_cache::{BlockCache, Now};
 use crate::breaker::{BreakerConfig, BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
@@ -47,6 +48,9 @@ pub struct LimiterConfig {
     /// A PEM file of the CA (or CAs) that signs the Redis servers'
     /// certificates, for `rediss…` stores; without it, the public web CAs.
     pub tls_ca: Option<String>,
+    /// Most (policy, key) denials the blocked-key cache holds; 0: no cache
+    /// (`block_cache`, Redis stores only: see `crate::block_cache`).
+    pub block_cache: usize,
 }
 
 impl LimiterConfig {
@@ -62,6 +66,7 @@ impl LimiterConfig {
             connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
             tls_ca: None,
+            block_cache: 0,
         }
     }
 
@@ -143,6 +148,8 @@ struct Inner {
     metrics: Metrics,
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
+    /// The blocked-key cache (`block_cache`), on Redis stores.
+    block_cache: Option<BlockCache>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -263,6 +270,8 @@ impl Engine {
             })
             .collect::<Vec<_>>();
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
+        let block_cache = (config.block_cache > 0 && matches!(backend, Backend::Redis(_)))
+            .then(|| BlockCache::new(policies.len(), config.block_cache));
         Ok(Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -272,6 +281,7 @@ impl Engine {
                 closed: AtomicBool::new(false),
                 metrics,
                 overrides: config.overrides,
+                block_cache,
             }),
         })
     }
@@ -615,6 +625,15 @@ impl Engine {
         charge: bool,
     ) -> Result<CheckResult> {
         let inner = &*self.inner;
+        // Read before the call is sent: no later than the store's decision.
+        let sent = (
+            Now::of(now),
+            inner.block_cache.as_ref().map_or(0, BlockCache::generation),
+        );
+        if let Some(hit) = inner.block_cache.as_ref().and_then(|c| c.lookup(targets, cost, sent.0)) {
+            inner.metrics.block_cache_hit(hit.1);
+            return Ok(hit.0);
+        }
         let leases = self.lease_ids(targets, cost);
         let lease_ids = &leases;
         let answer = inner
@@ -647,7 +666,11 @@ impl Engine {
         Ok(match answer {
             Some((store_now, verdicts)) => {
                 let allowed = targets.iter().zip(&verdicts).all(|(t, v)| v.allowed || t.2);
-                self.result(targets, store_now, allowed, verdicts, Source::Store, &leases)
+                let result = self.result(targets, store_now, allowed, verdicts, Source::Store, &leases);
+                if let (Some(cache), true) = (&inner.block_cache, charge) {
+                    cache.fill(targets, cost, sent, &result, |i, d| self.block_cacheable(i, d));
+                }
+                result
             }
             None => self.fallback(targets, now, cost, charge),
         })
@@ -694,7 +717,12 @@ impl Engine {
                         overrides: inner.overrides,
                     })
                     .collect();
-                redis.refund(&checks, now, cost).await
+                let given = redis.refund(&checks, now, cost).await;
+                // After the store's change: a check sent before it is not remembered.
+                for &(i, key) in targets {
+                    self.block_cache_forget(i, key);
+                }
+                given
             }
         }
     }
@@ -722,6 +750,7 @@ impl Engine {
         let local_now = now.unwrap_or_else(process_now_ms);
         let mut released = 0;
         for lease in leases {
+            self.block_cache_forget(lease.policy, &lease.key);
             if inner
                 .memory
                 .release(lease.policy as u32, &lease.key, &lease.id, local_now)
@@ -829,6 +858,7 @@ impl Engine {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
         for &(i, key) in targets {
+            self.block_cache_forget(i, key);
             inner.memory.reset(i as u32, key);
             inner.memory.reset(i as u32 | OVERRIDE_SLOT, key);
         }
@@ -840,9 +870,31 @@ impl Engine {
                 .flat_map(|&(i, key)| self.store_keys(i, key))
                 .filter(|k| !k.ends_with(record))
                 .collect();
-            redis.delete(&keys).await?;
+            let deleted = redis.delete(&keys).await;
+            // After the store's change too: a check sent before it is not remembered.
+            for &(i, key) in targets {
+                self.block_cache_forget(i, key);
+            }
+            deleted?;
         }
         Ok(())
+    }
+
+    /// Whether a denied check may be served from the blocked-key cache as
+    /// far as policy `i`'s `decision` goes: never a concurrency policy, and
+    /// for a policy with a penalty only a running block (the store records
+    /// its other denials toward the threshold).
+    fn block_cacheable(&self, i: usize, decision: &Decision) -> bool {
+        let compiled = &self.inner.policies[i];
+        compiled.params.kind != Kind::Concurrency
+            && (compiled.penalty.is_none() || decision.allowed || decision.source == Source::Penalty)
+    }
+
+    /// Drops the blocked-key cache's entry of `key` under policy `i`.
+    pub(crate) fn block_cache_forget(&self, i: usize, key: &str) {
+        if let Some(cache) = &self.inner.block_cache {
+            cache.invalidate(i, key);
+        }
     }
 
     /// The store's breaker state (`Closed` for the memory store).
@@ -861,7 +913,13 @@ impl Engine {
     /// Metrics in Prometheus text format.
     pub(crate) fn metrics_text(&self) -> String {
         let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
-        self.inner.metrics.render(breaker)
+        let mut text = self.inner.metrics.render(breaker);
+        if let Some(cache) = &self.inner.block_cache {
+            self.inner
+                .metrics
+                .render_block_cache(&mut text, cache.len(), cache.max_keys());
+        }
+        text
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.

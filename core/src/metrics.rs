@@ -33,15 +33,19 @@ pub(crate) struct Metrics {
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
+    /// Per policy: checks the blocked-key cache answered.
+    block_cache_hits: Vec<AtomicU64>,
 }
 
 impl Metrics {
     pub fn new<'a>(policies: impl IntoIterator<Item = &'a str>) -> Metrics {
+        let per_policy: Vec<_> = policies
+            .into_iter()
+            .map(|p| (p.to_string(), Default::default()))
+            .collect();
         Metrics {
-            per_policy: policies
-                .into_iter()
-                .map(|p| (p.to_string(), Default::default()))
-                .collect(),
+            block_cache_hits: per_policy.iter().map(|_| AtomicU64::new(0)).collect(),
+            per_policy,
             ..Default::default()
         }
     }
@@ -55,6 +59,30 @@ impl Metrics {
                 by_verdict[decision.allowed as usize].fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Counts a check the blocked-key cache answered for the policy at `index`.
+    pub fn block_cache_hit(&self, index: usize) {
+        if let Some(n) = self.block_cache_hits.get(index) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The blocked-key cache's families (a limiter that has one).
+    pub fn render_block_cache(&self, out: &mut String, keys: usize, max_keys: usize) {
+        let _ = writeln!(out, "# HELP polylimit_block_cache_hits_total Checks denied by the blocked-key cache, without a store call.\n# TYPE polylimit_block_cache_hits_total counter");
+        for ((policy, _), n) in self.per_policy.iter().zip(&self.block_cache_hits) {
+            let _ = writeln!(
+                out,
+                "polylimit_block_cache_hits_total{{policy=\"{}\"}} {}",
+                label(policy),
+                n.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(out, "# HELP polylimit_block_cache_keys Denied (policy, key) pairs the blocked-key cache holds.\n# TYPE polylimit_block_cache_keys gauge");
+        let _ = writeln!(out, "polylimit_block_cache_keys {keys}");
+        let _ = writeln!(out, "# HELP polylimit_block_cache_max_keys The blocked-key cache's bound.\n# TYPE polylimit_block_cache_max_keys gauge");
+        let _ = writeln!(out, "polylimit_block_cache_max_keys {max_keys}");
     }
 
     pub fn store_error(&self) {

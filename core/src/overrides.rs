@@ -305,6 +305,7 @@ impl Engine {
                 args.extend(record(&params, 0).into_iter().take(4));
                 args.push(ttl_ms.to_string());
                 let (_, now): (i64, i64) = redis.script(script_sha(), SCRIPT, &keys, &args).await?;
+                self.block_cache_forget(i, key);
                 let until = (ttl_ms > 0).then(|| now + ttl_ms);
                 Ok(self.override_of(i, key, &params, until))
             }
@@ -366,6 +367,7 @@ impl Engine {
                 let keys = self.override_keys(i, key);
                 let args = [String::new(), "del".to_string()];
                 let (removed, _): (i64, i64) = redis.script(script_sha(), SCRIPT, &keys, &args).await?;
+                self.block_cache_forget(i, key);
                 Ok(removed > 0)
             }
         }

@@ -43,6 +43,8 @@ async function main(): Promise<void> {
   void would;
   void forgotten;
   new Limiter({ policy, overrides: true }).close();
+  new Limiter({ policy, blockCache: true }).close();
+  new Limiter({ policy, blockCache: 500 }).close();
   const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
   const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
   const removed: boolean = await limiter.removeOverride('user:1');
