@@ -51,43 +51,33 @@ function routeRuleFor(limiter, options, perRoute) {
 }
 
 /**
- * Settles an allowed request after its response when its outcome carries a `completion` token
- * (a rule's `count`, a concurrency lease): once, when `res` (Node's ServerResponse) finishes,
- * with its status. When it closes first (the client went away) the request counts as failed,
- * but is settled only once the handler is done with it (its `res.end()`, which Express and
- * Fastify call), so a concurrency slot is not given to the next request while this handler
- * still runs; a handler that never ends the response keeps it until its lease ends. Never
- * throws into the app.
+ * Settles an allowed request whose outcome carries a `completion` token (a rule's `count`, a
+ * concurrency lease) as its response ends: when the handler calls `res.end()` (Express and
+ * Fastify do), `limiter.complete(token, status)` runs first and the response ends once it has
+ * answered, so the same client's next request sees the charge given back or the slot free (on
+ * 'finish' it raced the next request). A client that went away before the handler ended the
+ * response counts as failed, settled only once the handler is done with it, so a concurrency
+ * slot is not given to the next request while this handler still runs; a handler that never
+ * ends the response keeps it until its lease ends. Never throws into the app.
  */
 function settleAfterResponse(limiter, outcome, res) {
   const token = outcome.completion;
   if (!token) return;
-  let done = false;
-  const settle = (status) => {
-    if (done) return;
-    done = true;
-    limiter.complete(token, status).catch(() => {});
+  const end = res.end;
+  res.end = function endAfterSettling(...args) {
+    res.end = end;
+    const status = res.destroyed && !res.writableFinished ? null : res.statusCode;
+    let settled;
+    try {
+      settled = limiter.complete(token, status);
+    } catch {
+      return end.apply(this, args);
+    }
+    Promise.resolve(settled)
+      .catch(() => {})
+      .then(() => end.apply(res, args));
+    return this;
   };
-  const onFinish = () => {
-    res.removeListener('close', onClose);
-    settle(res.statusCode);
-  };
-  const onClose = () => {
-    res.removeListener('finish', onFinish);
-    if (res.writableFinished) return settle(res.statusCode);
-    if (res.writableEnded) return settle(null);
-    const end = res.end;
-    res.end = function endThenSettle(...args) {
-      res.end = end;
-      try {
-        return end.apply(this, args);
-      } finally {
-        settle(null);
-      }
-    };
-  };
-  res.once('finish', onFinish);
-  res.once('close', onClose);
 }
 
 /**
