@@ -30,6 +30,7 @@ mod overrides;
 pub mod policy;
 mod resilience;
 mod store;
+pub mod sync;
 pub mod wire;
 
 pub use algorithm::Verdict;

@@ -1,0 +1,309 @@
+//! Local-with-sync admission (issue 19): a policy with `sync` admits from a
+//! per-process credit of units already charged in the store, and reconciles
+//! with the store once per `interval` per key, or sooner when the credit runs
+//! out.
+//!
+//! A sync is one exact check of `share` units (the request's cost when
+//! larger); when that is denied but the store says `remaining` r covers the
+//! request, a second check takes r. Requests are then admitted from the
+//! credit with no store call until the interval ends, when the unused credit
+//! is dropped. A sync that takes nothing remembers the denial until the
+//! interval ends (or the store's retry, when sooner): denials cost no store
+//! call either.
+//!
+//! The guarantee: every unit admitted was charged in the store first, by the
+//! exact algorithm, at most `interval` earlier; for the window algorithms the
+//! credit also ends with the window it was charged in. So a window never
+//! admits more than its limit, and over any span a bucket admits at most what
+//! the exact bucket admits over that span plus one interval. The price is
+//! under-admission: at most `share` per process per interval (credit dropped
+//! unused, or a denial remembered while the store refilled).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::decision::{CheckResult, Decision, Source};
+use crate::error::{Error, Result};
+use crate::limiter::{process_now_ms, CheckOptions, Engine};
+use crate::policy::Algorithm;
+
+/// The default interval between syncs of a key.
+pub const DEFAULT_INTERVAL_MS: u64 = 100;
+
+/// A policy's `sync`: `{ interval: 100ms, share: N }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncPolicy {
+    interval_ms: u64,
+    share: u64,
+}
+
+impl SyncPolicy {
+    /// Parses `sync` of a policy of `algorithm` whose limit is `limit`;
+    /// `path` is the field's name in errors (`policies.api.sync`).
+    pub(crate) fn parse(value: &Value, path: &str, algorithm: Algorithm, limit: u64) -> Result<SyncPolicy> {
+        if !matches!(
+            algorithm,
+            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::FixedWindow | Algorithm::SlidingWindowCounter
+        ) {
+            return Err(Error::config(
+                path,
+                "",
+                format!(
+                    "does not apply to {}: only token_bucket, gcra, fixed_window and sliding_window_counter sync",
+                    algorithm.as_str()
+                ),
+            ));
+        }
+        let obj: &Map<String, Value> = value
+            .as_object()
+            .ok_or_else(|| Error::config(path, value, "is not an object like { interval: 100ms, share: 10 }"))?;
+        for key in obj.keys() {
+            if key != "interval" && key != "share" {
+                return Err(Error::config(
+                    format!("{path}.{key}"),
+                    "",
+                    "is not a sync field (expected one of interval, share)",
+                ));
+            }
+        }
+        let interval_ms = match obj.get("interval") {
+            None => DEFAULT_INTERVAL_MS,
+            Some(v) => v
+                .as_str()
+                .and_then(crate::duration::parse_duration_ms)
+                .filter(|ms| *ms > 0)
+                .ok_or_else(|| {
+                    Error::config(
+                        format!("{path}.interval"),
+                        v,
+                        "is not a duration like \"100ms\" or \"1s\", above zero",
+                    )
+                })?,
+        };
+        let share = match obj.get("share") {
+            None => (limit / 10).max(1),
+            Some(v) => v.as_u64().filter(|n| (1..=limit).contains(n)).ok_or_else(|| {
+                Error::config(
+                    format!("{path}.share"),
+                    v,
+                    format!("is not an integer from 1 to the policy's limit ({limit})"),
+                )
+            })?,
+        };
+        Ok(SyncPolicy { interval_ms, share })
+    }
+
+    /// Longest time between two syncs of a key, in ms.
+    pub fn interval_ms(&self) -> u64 {
+        self.interval_ms
+    }
+
+    /// Units one sync takes from the store.
+    pub fn share(&self) -> u64 {
+        self.share
+    }
+
+    /// The canonical form.
+    pub(crate) fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("interval".into(), format!("{}ms", self.interval_ms).into());
+        out.insert("share".into(), self.share.into());
+        Value::Object(out)
+    }
+}
+
+/// What a process holds for one (policy, key).
+#[derive(Debug, Default)]
+struct Credit {
+    /// Units charged in the store and not admitted yet.
+    units: u64,
+    /// Local clock (ms) at which the credit, or a remembered denial, ends.
+    until: i64,
+    /// Local clock of the last sync.
+    synced_at: i64,
+    /// The last sync's decision.
+    last: Option<Decision>,
+}
+
+impl Credit {
+    fn live(&self, now: i64) -> bool {
+        self.last.is_some() && now < self.until && now >= self.synced_at
+    }
+}
+
+type Entry = Arc<tokio::sync::Mutex<Credit>>;
+
+/// The credits of one limiter, at most `max_keys` of them.
+pub(crate) struct SyncCache {
+    entries: parking_lot::Mutex<HashMap<(usize, String), Entry>>,
+    max_keys: usize,
+}
+
+impl SyncCache {
+    pub(crate) fn new(max_keys: usize) -> SyncCache {
+        SyncCache {
+            entries: parking_lot::Mutex::new(HashMap::new()),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// The entry of (policy, key); `None` when the cache is full of live
+    /// credits (the check is then decided exactly).
+    fn entry(&self, policy: usize, key: &str, now: i64) -> Option<Entry> {
+        let mut entries = self.entries.lock();
+        if let Some(e) = entries.get(&(policy, key.to_string())) {
+            return Some(e.clone());
+        }
+        if entries.len() >= self.max_keys {
+            // Drop what has ended and nobody is using.
+            entries.retain(|_, e| Arc::strong_count(e) > 1 || e.try_lock().is_ok_and(|c| c.live(now)));
+            if entries.len() >= self.max_keys {
+                return None;
+            }
+        }
+        let e: Entry = Arc::default();
+        entries.insert((policy, key.to_string()), e.clone());
+        Some(e)
+    }
+
+    /// Forgets the credits of (policy, key) pairs (a reset).
+    pub(crate) fn forget(&self, targets: &[(usize, &str)]) {
+        let mut entries = self.entries.lock();
+        for &(i, key) in targets {
+            entries.remove(&(i, key.to_string()));
+        }
+    }
+}
+
+/// Decides one synced (policy, key) check: from the credit when it covers
+/// the cost, otherwise after a sync. `None` when the cache is full: the
+/// caller decides exactly.
+pub(crate) async fn decide(
+    engine: &Engine,
+    cache: &SyncCache,
+    policy: usize,
+    key: &str,
+    options: CheckOptions,
+    cost: i64,
+) -> Result<Option<CheckResult>> {
+    let sync = engine
+        .policy_at(policy)
+        .sync()
+        .ok_or_else(|| Error::Internal("a synced decision of a policy without sync".into()))?
+        .clone();
+    let clock = || options.now_ms.unwrap_or_else(process_now_ms);
+    let Some(entry) = cache.entry(policy, key, clock()) else {
+        return Ok(None);
+    };
+    // One sync in flight per key: the others wait here, then use its credit.
+    let mut credit = entry.lock().await;
+    let now = clock();
+    let cost_u = cost as u64;
+    if credit.live(now) {
+        let last = credit.last.expect("live");
+        if credit.units >= cost_u {
+            credit.units -= cost_u;
+            return Ok(Some(result(now, admitted(&credit, last, now))));
+        }
+        if credit.units == 0 && !last.allowed && last.retry_after_ms.is_some() {
+            return Ok(Some(result(now, remembered(&credit, last, now))));
+        }
+    }
+    // A sync replaces the credit: what is left of it (less than the cost) is dropped.
+    *credit = Credit::default();
+    let take = sync.share.max(cost_u) as i64;
+    let Some((store_now, mut verdict)) = engine.store_take(policy, key, options.now_ms, take).await? else {
+        // The store cannot answer: the policy's on_store_error, for this request's cost.
+        return Ok(Some(engine.fallback(
+            &[(policy, key, false)],
+            options.now_ms,
+            cost,
+            true,
+        )));
+    };
+    let mut taken = take;
+    if !verdict.allowed && take > cost && verdict.remaining >= cost_u {
+        // Not a whole share left: take what is.
+        let again = verdict.remaining as i64;
+        match engine.store_take(policy, key, options.now_ms, again).await? {
+            Some((_, v)) => {
+                verdict = v;
+                taken = again;
+            }
+            None => {
+                return Ok(Some(engine.fallback(
+                    &[(policy, key, false)],
+                    options.now_ms,
+                    cost,
+                    true,
+                )))
+            }
+        }
+    }
+    let limit = engine.policy_at(policy).limit();
+    let mut until = now + sync.interval_ms as i64;
+    let p = engine.policy_at(policy);
+    if p.algorithm().is_window() {
+        // A window's credit ends with the window it was charged in.
+        let period = p.period_ms() as i64;
+        let window_end = store_now - store_now.rem_euclid(period) + period;
+        until = until.min(now + (window_end - store_now));
+    }
+    if verdict.allowed {
+        credit.units = taken as u64 - cost_u;
+        credit.until = until;
+        credit.synced_at = now;
+        let last = Decision::from_verdict(verdict, limit, Source::Store);
+        credit.last = Some(last);
+        return Ok(Some(result(now, admitted(&credit, last, now))));
+    }
+    let mut decision = Decision::from_verdict(verdict, limit, Source::Store);
+    if let Some(retry) = verdict.retry_after_ms {
+        // Remember the denial until this process asks again.
+        credit.until = until.min(now + retry.max(1) as i64);
+        credit.synced_at = now;
+        credit.last = Some(decision);
+        if taken != cost {
+            // The store's wait was for the share: this request's is the next sync.
+            decision.retry_after_ms = Some((credit.until - now).max(1) as u64);
+        }
+    }
+    Ok(Some(result(now, decision)))
+}
+
+/// An admission from the credit: what the last sync left, plus the credit.
+fn admitted(credit: &Credit, last: Decision, now: i64) -> Decision {
+    let elapsed = (now - credit.synced_at).max(0) as u64;
+    Decision {
+        allowed: true,
+        remaining: last.remaining.saturating_add(credit.units),
+        reset_after_ms: last.reset_after_ms.saturating_sub(elapsed),
+        retry_after_ms: None,
+        delay_ms: 0,
+        ..last
+    }
+}
+
+/// A denial remembered from the last sync, aged by the time since.
+fn remembered(credit: &Credit, last: Decision, now: i64) -> Decision {
+    let elapsed = (now - credit.synced_at).max(0) as u64;
+    Decision {
+        allowed: false,
+        reset_after_ms: last.reset_after_ms.saturating_sub(elapsed),
+        retry_after_ms: Some((credit.until - now).max(1) as u64),
+        delay_ms: 0,
+        ..last
+    }
+}
+
+fn result(now: i64, decision: Decision) -> CheckResult {
+    CheckResult {
+        allowed: decision.allowed,
+        now_ms: now,
+        decisions: vec![decision],
+        leases: Vec::new(),
+        overridden: Vec::new(),
+    }
+}
