@@ -415,3 +415,26 @@ fn sync_is_validated_and_spelled_out() {
         "sync: does not combine with penalty"
     );
 }
+
+#[tokio::test]
+async fn credits_are_bounded_by_max_keys_beyond_which_checks_are_exact() {
+    let redis = support::RedisServer::start();
+    let mut config = LimiterConfig::new(policy(
+        json!({"algorithm": "fixed_window", "rate": "10/1h", "sync": {"interval": "1h", "share": 5}}),
+    ))
+    .with_store(redis.url());
+    config.max_keys = 2;
+    let l = Limiter::new(config).unwrap();
+    assert_eq!(check(&l, "a", T0).await.remaining, 9, "a's share: 5 + store 5");
+    assert_eq!(check(&l, "b", T0).await.remaining, 9);
+    let before = store_calls(&redis);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(check(&l, "c", T0).await.remaining);
+    }
+    assert_eq!(got, vec![9, 8, 7], "no room for c's credit: exact decisions");
+    assert_eq!(store_calls(&redis) - before, 3);
+    // a and b still decide from their credit.
+    assert_eq!(check(&l, "a", T0).await.remaining, 8);
+    assert_eq!(store_calls(&redis) - before, 3);
+}
