@@ -137,14 +137,27 @@ type Entry = Arc<tokio::sync::Mutex<Credit>>;
 
 /// The credits of one limiter, at most `max_keys` of them.
 pub(crate) struct SyncCache {
-    entries: parking_lot::Mutex<HashMap<(usize, String), Entry>>,
+    entries: parking_lot::Mutex<Entries>,
     max_keys: usize,
 }
+
+struct Entries {
+    map: HashMap<(usize, String), Entry>,
+    /// When full: no sweep before this time (a sweep that freed little is not
+    /// repeated for every new key, which would make each one cost a scan).
+    next_sweep: i64,
+}
+
+/// The least time between two sweeps of a full cache that freed little, in ms.
+const SWEEP_PAUSE_MS: i64 = 100;
 
 impl SyncCache {
     pub(crate) fn new(max_keys: usize) -> SyncCache {
         SyncCache {
-            entries: parking_lot::Mutex::new(HashMap::new()),
+            entries: parking_lot::Mutex::new(Entries {
+                map: HashMap::new(),
+                next_sweep: 0,
+            }),
             max_keys: max_keys.max(1),
         }
     }
@@ -153,18 +166,26 @@ impl SyncCache {
     /// credits (the check is then decided exactly).
     fn entry(&self, policy: usize, key: &str, now: i64) -> Option<Entry> {
         let mut entries = self.entries.lock();
-        if let Some(e) = entries.get(&(policy, key.to_string())) {
+        if let Some(e) = entries.map.get(&(policy, key.to_string())) {
             return Some(e.clone());
         }
-        if entries.len() >= self.max_keys {
+        if entries.map.len() >= self.max_keys {
+            if now < entries.next_sweep {
+                return None;
+            }
             // Drop what has ended and nobody is using.
-            entries.retain(|_, e| Arc::strong_count(e) > 1 || e.try_lock().is_ok_and(|c| c.live(now)));
-            if entries.len() >= self.max_keys {
+            entries
+                .map
+                .retain(|_, e| Arc::strong_count(e) > 1 || e.try_lock().is_ok_and(|c| c.live(now)));
+            if entries.map.len() > self.max_keys - self.max_keys / 4 {
+                entries.next_sweep = now.saturating_add(SWEEP_PAUSE_MS);
+            }
+            if entries.map.len() >= self.max_keys {
                 return None;
             }
         }
         let e: Entry = Arc::default();
-        entries.insert((policy, key.to_string()), e.clone());
+        entries.map.insert((policy, key.to_string()), e.clone());
         Some(e)
     }
 
@@ -172,7 +193,7 @@ impl SyncCache {
     pub(crate) fn forget(&self, targets: &[(usize, &str)]) {
         let mut entries = self.entries.lock();
         for &(i, key) in targets {
-            entries.remove(&(i, key.to_string()));
+            entries.map.remove(&(i, key.to_string()));
         }
     }
 }
