@@ -13,9 +13,10 @@ func TestSyncedPolicyAdmitsFromItsShare(t *testing.T) {
 	redis := startRedis(t)
 	const now = int64(1_700_000_000_000)
 	l, err := New(Options{
-		Policy: &Policy{Algorithm: "fixed_window", Rate: "100/10s", Sync: &Sync{Interval: time.Second, Share: 10}},
-		Store:  redis.url(),
-		Prefix: "go-sync",
+		Policy:  &Policy{Algorithm: "fixed_window", Rate: "100/10s", Sync: &Sync{Interval: time.Second, Share: 10}},
+		Store:   redis.url(),
+		Prefix:  "go-sync",
+		Timeout: 5 * time.Second, // never the fallback
 	})
 	if err != nil {
 		t.Fatal(err)

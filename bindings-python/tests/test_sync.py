@@ -13,7 +13,7 @@ def test_a_synced_policy_admits_from_its_share(redis_server) -> None:
         "interval": "1000ms",
         "share": 10,
     }
-    limiter = Limiter(policy=policy, store=redis_server.url, prefix="py-sync")
+    limiter = Limiter(policy=policy, store=redis_server.url, prefix="py-sync", timeout=5)  # never the fallback
     # The store charged a share of 10: 90 left there, 9 of it here.
     assert [limiter.check_sync("k", now_ms=NOW).remaining for _ in range(3)] == [99, 98, 97]
     # The interval ended: the 7 left are dropped, another share is taken.

@@ -13,8 +13,16 @@ fn policy(v: Value) -> Policy {
     Policy::from_value(&v, "").unwrap()
 }
 
+/// A limiter on `redis`, with a timeout no loaded test machine reaches: a
+/// store call that timed out would be decided by the fallback, unseen.
 fn limiter(redis: &support::RedisServer, p: Value) -> Limiter {
-    Limiter::new(LimiterConfig::new(policy(p)).with_store(redis.url())).unwrap()
+    Limiter::new(config(redis, p)).unwrap()
+}
+
+fn config(redis: &support::RedisServer, p: Value) -> LimiterConfig {
+    let mut config = LimiterConfig::new(policy(p)).with_store(redis.url());
+    config.timeout = std::time::Duration::from_secs(5);
+    config
 }
 
 /// Store calls so far (FCALL or EVALSHA).
@@ -32,7 +40,14 @@ fn store_calls(redis: &support::RedisServer) -> u64 {
         .sum()
 }
 
+/// A check at `now`, decided by the store (or a share of it), never a fallback.
 async fn check(l: &Limiter, key: &str, now: i64) -> polylimit::Decision {
+    let d = check_any(l, key, now).await;
+    assert_eq!(d.source, Source::Store, "{d:?}");
+    d
+}
+
+async fn check_any(l: &Limiter, key: &str, now: i64) -> polylimit::Decision {
     l.check_with(
         key,
         CheckOptions {
@@ -52,7 +67,7 @@ async fn warm(limiters: &[Limiter], now: i64) {
     }
 }
 
-const T0: i64 = 1_700_000_000_000; // a whole second (and hour)
+const T0: i64 = 1_700_000_000_000; // a whole 10 s (the hour begins at T0 - 800 s)
 
 /// Runs `processes` limiters on one key for `ms` of simulated time, process
 /// `j` checking once at ms `t` when `active(j, t)`; returns admissions per ms.
@@ -351,10 +366,10 @@ async fn a_store_that_cannot_answer_falls_back_per_request() {
         |on: &str| json!({"algorithm": "fixed_window", "rate": "10/1h", "on_store_error": on, "sync": {"share": 5}});
     let url = format!("redis://127.0.0.1:{port}");
     let closed = Limiter::new(LimiterConfig::new(policy(p("fail_closed"))).with_store(&url)).unwrap();
-    let d = check(&closed, "k", T0).await;
+    let d = check_any(&closed, "k", T0).await;
     assert_eq!((d.allowed, d.source), (false, Source::FailClosed));
     let local = Limiter::new(LimiterConfig::new(policy(p("local"))).with_store(&url)).unwrap();
-    let d = check(&local, "k", T0).await;
+    let d = check_any(&local, "k", T0).await;
     assert_eq!(
         (d.allowed, d.source, d.remaining),
         (true, Source::Local, 9),
@@ -368,16 +383,11 @@ async fn the_memory_store_decides_exactly() {
         json!({"algorithm": "fixed_window", "rate": "3/1h", "sync": {"share": 2}}),
     )))
     .unwrap();
-    let remaining: Vec<u64> = futures_remaining(&l).await;
-    assert_eq!(remaining, vec![2, 1, 0]);
-}
-
-async fn futures_remaining(l: &Limiter) -> Vec<u64> {
-    let mut out = Vec::new();
+    let mut remaining = Vec::new();
     for _ in 0..3 {
-        out.push(check(l, "k", T0).await.remaining);
+        remaining.push(check(&l, "k", T0).await.remaining);
     }
-    out
+    assert_eq!(remaining, vec![2, 1, 0]);
 }
 
 #[test]
@@ -419,10 +429,10 @@ fn sync_is_validated_and_spelled_out() {
 #[tokio::test]
 async fn credits_are_bounded_by_max_keys_beyond_which_checks_are_exact() {
     let redis = support::RedisServer::start();
-    let mut config = LimiterConfig::new(policy(
+    let mut config = config(
+        &redis,
         json!({"algorithm": "fixed_window", "rate": "10/1h", "sync": {"interval": "1h", "share": 5}}),
-    ))
-    .with_store(redis.url());
+    );
     config.max_keys = 2;
     let l = Limiter::new(config).unwrap();
     assert_eq!(check(&l, "a", T0).await.remaining, 9, "a's share: 5 + store 5");
@@ -437,4 +447,9 @@ async fn credits_are_bounded_by_max_keys_beyond_which_checks_are_exact() {
     // a and b still decide from their credit.
     assert_eq!(check(&l, "a", T0).await.remaining, 8);
     assert_eq!(store_calls(&redis) - before, 3);
+    // The next hour: a's and b's credits ended, so c gets one.
+    let next_hour = T0 + 2_800_000;
+    assert_eq!(check(&l, "c", next_hour).await.remaining, 9);
+    assert_eq!(check(&l, "c", next_hour).await.remaining, 8);
+    assert_eq!(store_calls(&redis) - before, 4);
 }

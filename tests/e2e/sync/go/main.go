@@ -51,7 +51,9 @@ func main() {
 			}
 		}
 	}
-	limiter, err := polylimit.New(polylimit.Options{Policy: pol, Store: url})
+	// A timeout a loaded machine does not reach: a call that timed out would be
+	// decided by the local fallback, outside the shared limit.
+	limiter, err := polylimit.New(polylimit.Options{Policy: pol, Store: url, Timeout: 5 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
