@@ -30,7 +30,6 @@ mod overrides;
 pub mod policy;
 mod resilience;
 mod store;
-pub mod sync;
 pub mod wire;
 
 pub use algorithm::Verdict;
@@ -50,5 +49,5 @@ pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
-pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
+pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use store::redis::{library, script_sha, Library, SCRIPT};

@@ -21,6 +21,8 @@ use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 
+mod synced;
+
 /// Everything a limiter is built from.
 #[derive(Debug, Clone)]
 pub struct LimiterConfig {
@@ -143,8 +145,8 @@ struct Inner {
     metrics: Metrics,
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
-    /// The local credits of `sync` policies (`crate::sync`).
-    sync: crate::sync::SyncCache,
+    /// The local credits of `sync` policies (`synced`).
+    sync: synced::SyncCache,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -274,7 +276,7 @@ impl Engine {
                 closed: AtomicBool::new(false),
                 metrics,
                 overrides: config.overrides,
-                sync: crate::sync::SyncCache::new(config.max_keys),
+                sync: synced::SyncCache::new(config.max_keys),
             }),
         })
     }
@@ -397,10 +399,10 @@ impl Engine {
                 let now = options.now_ms.unwrap_or_else(process_now_ms);
                 Ok(self.decide_memory(targets, now, cost, Source::Store, charge))
             }
-            // One synced policy's key: from the process's credit (`crate::sync`).
+            // One synced policy's key: from the process's credit (`synced`).
             Backend::Redis(_) if charge && self.synced(targets) => {
                 let (i, key, _) = targets[0];
-                match Box::pin(crate::sync::decide(self, &inner.sync, i, key, options, cost)).await? {
+                match Box::pin(synced::decide(self, &inner.sync, i, key, options, cost)).await? {
                     Some(result) => Ok(result),
                     None => self.decide_as_exact(targets, options, cost, charge).await,
                 }
@@ -685,7 +687,7 @@ impl Engine {
 
     /// One check of `cost` on (policy `i`, `key`) in the store, through the
     /// breaker: the store's clock and verdict, `None` when the store cannot
-    /// answer (nothing charged anywhere). A sync's call (`crate::sync`).
+    /// answer (nothing charged anywhere). A sync's call (`synced`).
     pub(crate) async fn store_take(
         &self,
         i: usize,

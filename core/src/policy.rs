@@ -6,6 +6,9 @@ use serde_json::{Map, Value};
 use crate::duration::{parse_duration_ms, MAX_DURATION_MS};
 use crate::error::{Error, Result};
 
+mod sync;
+pub use sync::SyncPolicy;
+
 /// Largest value any scaled quantity (`burst * period_ms`, `limit * period_ms`,
 /// `max_delay_ms * count`) may reach. Lua numbers are doubles, exact below
 /// 2^53; staying under 2^50 leaves room for the sums the algorithms form.
@@ -146,7 +149,7 @@ pub struct Policy {
     max_delay_ms: Option<u64>,
     on_store_error: OnStoreError,
     penalty: Option<Penalty>,
-    sync: Option<crate::sync::SyncPolicy>,
+    sync: Option<SyncPolicy>,
 }
 
 const KNOWN_FIELDS: [&str; 13] = [
@@ -332,7 +335,7 @@ impl Policy {
 
         let sync = obj
             .get("sync")
-            .map(|v| crate::sync::SyncPolicy::parse(v, &at("sync"), algorithm, burst))
+            .map(|v| SyncPolicy::parse(v, &at("sync"), algorithm, burst))
             .transpose()?;
         if sync.is_some() && penalty.is_some() {
             // A penalty counts denials in the store; a synced denial never reaches it.
@@ -472,7 +475,7 @@ impl Policy {
         self.penalty.as_ref()
     }
     /// Local-with-sync admission (`sync`), if configured.
-    pub fn sync(&self) -> Option<&crate::sync::SyncPolicy> {
+    pub fn sync(&self) -> Option<&SyncPolicy> {
         self.sync.as_ref()
     }
 

@@ -18,101 +18,15 @@
 //! the exact bucket admits over that span plus one interval. The price is
 //! under-admission: at most `share` per process per interval (credit dropped
 //! unused, or a denial remembered while the store refilled).
+//!
+//! The policy field itself is parsed in `crate::policy::sync`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
-
 use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::limiter::{process_now_ms, CheckOptions, Engine};
-use crate::policy::Algorithm;
-
-/// The default interval between syncs of a key.
-pub const DEFAULT_INTERVAL_MS: u64 = 100;
-
-/// A policy's `sync`: `{ interval: 100ms, share: N }`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncPolicy {
-    interval_ms: u64,
-    share: u64,
-}
-
-impl SyncPolicy {
-    /// Parses `sync` of a policy of `algorithm` whose limit is `limit`;
-    /// `path` is the field's name in errors (`policies.api.sync`).
-    pub(crate) fn parse(value: &Value, path: &str, algorithm: Algorithm, limit: u64) -> Result<SyncPolicy> {
-        if !matches!(
-            algorithm,
-            Algorithm::TokenBucket | Algorithm::Gcra | Algorithm::FixedWindow | Algorithm::SlidingWindowCounter
-        ) {
-            return Err(Error::config(
-                path,
-                "",
-                format!(
-                    "does not apply to {}: only token_bucket, gcra, fixed_window and sliding_window_counter sync",
-                    algorithm.as_str()
-                ),
-            ));
-        }
-        let obj: &Map<String, Value> = value
-            .as_object()
-            .ok_or_else(|| Error::config(path, value, "is not an object like { interval: 100ms, share: 10 }"))?;
-        for key in obj.keys() {
-            if key != "interval" && key != "share" {
-                return Err(Error::config(
-                    format!("{path}.{key}"),
-                    "",
-                    "is not a sync field (expected one of interval, share)",
-                ));
-            }
-        }
-        let interval_ms = match obj.get("interval") {
-            None => DEFAULT_INTERVAL_MS,
-            Some(v) => v
-                .as_str()
-                .and_then(crate::duration::parse_duration_ms)
-                .filter(|ms| *ms > 0)
-                .ok_or_else(|| {
-                    Error::config(
-                        format!("{path}.interval"),
-                        v,
-                        "is not a duration like \"100ms\" or \"1s\", above zero",
-                    )
-                })?,
-        };
-        let share = match obj.get("share") {
-            None => (limit / 10).max(1),
-            Some(v) => v.as_u64().filter(|n| (1..=limit).contains(n)).ok_or_else(|| {
-                Error::config(
-                    format!("{path}.share"),
-                    v,
-                    format!("is not an integer from 1 to the policy's limit ({limit})"),
-                )
-            })?,
-        };
-        Ok(SyncPolicy { interval_ms, share })
-    }
-
-    /// Longest time between two syncs of a key, in ms.
-    pub fn interval_ms(&self) -> u64 {
-        self.interval_ms
-    }
-
-    /// Units one sync takes from the store.
-    pub fn share(&self) -> u64 {
-        self.share
-    }
-
-    /// The canonical form.
-    pub(crate) fn to_value(&self) -> Value {
-        let mut out = Map::new();
-        out.insert("interval".into(), format!("{}ms", self.interval_ms).into());
-        out.insert("share".into(), self.share.into());
-        Value::Object(out)
-    }
-}
 
 /// What a process holds for one (policy, key).
 #[derive(Debug, Default)]
@@ -234,7 +148,7 @@ pub(crate) async fn decide(
     }
     // A sync replaces the credit: what is left of it (less than the cost) is dropped.
     *credit = Credit::default();
-    let take = sync.share.max(cost_u) as i64;
+    let take = sync.share().max(cost_u) as i64;
     let Some((store_now, mut verdict)) = engine.store_take(policy, key, options.now_ms, take).await? else {
         // The store cannot answer: the policy's on_store_error, for this request's cost.
         return Ok(Some(engine.fallback(
@@ -264,7 +178,7 @@ pub(crate) async fn decide(
         }
     }
     let limit = engine.policy_at(policy).limit();
-    let mut until = now + sync.interval_ms as i64;
+    let mut until = now + sync.interval_ms() as i64;
     let p = engine.policy_at(policy);
     if p.algorithm().is_window() {
         // A window's credit ends with the window it was charged in.
