@@ -15,6 +15,16 @@ type Policy struct {
 	Penalty      *Penalty      // progressive blocking
 	Limit        uint64        // concurrency: the most requests in flight per key
 	Lease        time.Duration // concurrency: how long an unreleased slot is held (60s)
+	Sync         *Sync         // admit from a local share, reconciled with the store every interval (README "Local-with-sync")
+}
+
+// Sync admits from a per-process share of the limit, taken from the store at
+// most once per Interval per key (or when the share runs out): token_bucket,
+// gcra, fixed_window and sliding_window_counter only. Zero fields take the
+// defaults: Interval 100ms, Share a tenth of the limit (at least 1).
+type Sync struct {
+	Interval time.Duration // longest time between two store calls of a key
+	Share    uint64        // units one store call takes
 }
 
 // Penalty blocks a key after repeated denials (SPEC §6).

@@ -17,6 +17,8 @@ export interface Policy {
   on_store_error?: 'local' | 'fail_open' | 'fail_closed';
   penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
   name?: string;
+  /** Admit from a local share, taken from the store at most once per `interval` per key (README "Local-with-sync"). */
+  sync?: { interval?: Duration; share?: number };
 }
 
 /** One set of rate-limit headers (see the README's "Header modes"). */

@@ -50,5 +50,5 @@ pub use limiter::RefundProbe;
 pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
-pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill};
+pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use store::redis::{library, script_sha, Library, SCRIPT};

@@ -22,6 +22,8 @@ use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
 
+mod synced;
+
 /// Everything a limiter is built from.
 #[derive(Debug, Clone)]
 pub struct LimiterConfig {
@@ -150,6 +152,8 @@ struct Inner {
     overrides: bool,
     /// The blocked-key cache (`block_cache`), on Redis stores.
     block_cache: Option<BlockCache>,
+    /// The local credits of `sync` policies (`synced`).
+    sync: synced::SyncCache,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -282,6 +286,7 @@ impl Engine {
                 metrics,
                 overrides: config.overrides,
                 block_cache,
+                sync: synced::SyncCache::new(config.max_keys),
             }),
         })
     }
@@ -404,6 +409,33 @@ impl Engine {
                 let now = options.now_ms.unwrap_or_else(process_now_ms);
                 Ok(self.decide_memory(targets, now, cost, Source::Store, charge))
             }
+            // One synced policy's key: from the process's credit (`synced`).
+            Backend::Redis(_) if charge && self.synced(targets) => {
+                let (i, key, _) = targets[0];
+                match Box::pin(synced::decide(self, &inner.sync, i, key, options, cost)).await? {
+                    Some(result) => Ok(result),
+                    None => self.decide_as_exact(targets, options, cost, charge).await,
+                }
+            }
+            Backend::Redis(_) => self.decide_as_exact(targets, options, cost, charge).await,
+        }
+    }
+
+    /// Whether a check of `targets` is decided from a local credit: one
+    /// target, of a policy with `sync`, not shadowed, no per-key overrides.
+    fn synced(&self, targets: &[Target<'_>]) -> bool {
+        matches!(targets, [(i, _, false)] if self.inner.policies[*i].policy.sync().is_some()) && !self.inner.overrides
+    }
+
+    async fn decide_as_exact(
+        &self,
+        targets: &[Target<'_>],
+        options: CheckOptions,
+        cost: i64,
+        charge: bool,
+    ) -> Result<CheckResult> {
+        match &self.inner.backend {
+            Backend::Memory => Err(Error::Internal("an exact store decision on the memory store".into())),
             // Boxed: the Redis call's state machine is large, and every
             // future that awaits this one (the memory path's too) would
             // otherwise carry it and copy it on each move.
@@ -676,6 +708,39 @@ impl Engine {
         })
     }
 
+    /// One check of `cost` on (policy `i`, `key`) in the store, through the
+    /// breaker: the store's clock and verdict, `None` when the store cannot
+    /// answer (nothing charged anywhere). A sync's call (`synced`).
+    pub(crate) async fn store_take(
+        &self,
+        i: usize,
+        key: &str,
+        now: Option<i64>,
+        cost: i64,
+    ) -> Result<Option<(i64, Verdict)>> {
+        let inner = &*self.inner;
+        let Backend::Redis(redis) = &inner.backend else {
+            return Err(Error::Internal("a sync on the memory store".into()));
+        };
+        let compiled = &inner.policies[i];
+        let keys = self.store_keys(i, key);
+        let answer = inner
+            .resilience
+            .call(&inner.metrics, || {
+                let check = RedisCheck {
+                    params: &compiled.params,
+                    keys: &keys,
+                    shadow: false,
+                    penalty: compiled.penalty.as_ref(),
+                    lease: None,
+                    overrides: inner.overrides,
+                };
+                async move { redis.decide(&[check], now, cost).await }
+            })
+            .await?;
+        Ok(answer.map(|(store_now, mut verdicts)| (store_now, verdicts.remove(0))))
+    }
+
     /// Decides while the store cannot, per each policy's `on_store_error`
     /// ([`Resilience::fallback`]), `local` policies on the memory store.
     /// `charge`: `false` for a peek, which charges no `local` policy either.
@@ -857,6 +922,7 @@ impl Engine {
         if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
+        inner.sync.forget(targets);
         for &(i, key) in targets {
             self.block_cache_forget(i, key);
             inner.memory.reset(i as u32, key);

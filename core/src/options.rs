@@ -148,6 +148,13 @@ const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("name", "name", "Name", false),
     ("limit", "limit", "Limit", false),
     ("lease", "lease", "Lease", true),
+    ("sync", "sync", "Sync", false),
+];
+
+/// Fields of a policy's `sync`: (snake, camel, Go, is a duration).
+const SYNC_FIELDS: &[(&str, &str, &str, bool)] = &[
+    ("interval", "interval", "Interval", true),
+    ("share", "share", "Share", false),
 ];
 
 /// Fields of a penalty: (snake, camel, Go, is a duration).
@@ -273,6 +280,8 @@ fn fields(naming: Naming, v: &Value, path: &str, table: &[(&str, &str, &str, boo
         let at = format!("{path}.{snake}");
         let converted = if snake == "penalty" {
             fields(naming, item, &at, PENALTY_FIELDS)?
+        } else if snake == "sync" {
+            fields(naming, item, &at, SYNC_FIELDS)?
         } else if is_duration {
             match item {
                 Value::Array(list) => Value::Array(
@@ -449,6 +458,7 @@ pub(crate) fn field_as_written(naming: Naming, options: &Value, field: &str) -> 
             (Table::Options, "policies") => Table::PolicyName,
             (Table::PolicyName, _) => Table::Policy,
             (Table::Policy, "penalty") => Table::Penalty,
+            (Table::Policy, "sync") => Table::Sync,
             _ => Table::None,
         };
     }
@@ -463,6 +473,7 @@ enum Table {
     /// A key of a `policies` map: a name, not a field.
     PolicyName,
     Penalty,
+    Sync,
     None,
 }
 
@@ -478,6 +489,7 @@ impl Table {
                 .and_then(|s| naming.name_of(s)),
             Table::Policy => POLICY_FIELDS.iter().find_map(pick),
             Table::Penalty => PENALTY_FIELDS.iter().find_map(pick),
+            Table::Sync => SYNC_FIELDS.iter().find_map(pick),
             Table::PolicyName | Table::None => None,
         }
     }

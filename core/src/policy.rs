@@ -6,6 +6,9 @@ use serde_json::{Map, Value};
 use crate::duration::{parse_duration_ms, MAX_DURATION_MS};
 use crate::error::{Error, Result};
 
+mod sync;
+pub use sync::SyncPolicy;
+
 /// Largest value any scaled quantity (`burst * period_ms`, `limit * period_ms`,
 /// `max_delay_ms * count`) may reach. Lua numbers are doubles, exact below
 /// 2^53; staying under 2^50 leaves room for the sums the algorithms form.
@@ -146,9 +149,10 @@ pub struct Policy {
     max_delay_ms: Option<u64>,
     on_store_error: OnStoreError,
     penalty: Option<Penalty>,
+    sync: Option<SyncPolicy>,
 }
 
-const KNOWN_FIELDS: [&str; 12] = [
+const KNOWN_FIELDS: [&str; 13] = [
     "algorithm",
     "limit",
     "lease",
@@ -161,9 +165,10 @@ const KNOWN_FIELDS: [&str; 12] = [
     "on_store_error",
     "penalty",
     "name",
+    "sync",
 ];
 const FIELDS: &str =
-    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, name";
+    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, name, sync";
 
 const NAME_RULE: &str = "is not a name of 1 to 128 bytes without control characters";
 
@@ -328,6 +333,15 @@ impl Policy {
             Some(v) => return Err(Error::config(at("name"), v, NAME_RULE)),
         };
 
+        let sync = obj
+            .get("sync")
+            .map(|v| SyncPolicy::parse(v, &at("sync"), algorithm, burst))
+            .transpose()?;
+        if sync.is_some() && penalty.is_some() {
+            // A penalty counts denials in the store; a synced denial never reaches it.
+            return Err(Error::config(at("sync"), "", "does not combine with penalty"));
+        }
+
         let policy = Policy {
             name,
             algorithm,
@@ -339,6 +353,7 @@ impl Policy {
             max_delay_ms,
             on_store_error,
             penalty,
+            sync,
         };
         policy.check_range(&at)?;
         Ok(policy)
@@ -459,6 +474,10 @@ impl Policy {
     pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
     }
+    /// Local-with-sync admission (`sync`), if configured.
+    pub fn sync(&self) -> Option<&SyncPolicy> {
+        self.sync.as_ref()
+    }
 
     /// The policy with every field spelled out, defaults included, in the
     /// form [`Policy::from_value`] reads back (durations as `"<n>ms"`).
@@ -501,6 +520,9 @@ impl Policy {
             penalty.insert("cooldowns".into(), p.cooldowns_ms.iter().map(|c| ms(*c)).collect());
             penalty.insert("forget_after".into(), ms(p.forget_after_ms));
             out.insert("penalty".into(), penalty.into());
+        }
+        if let Some(sync) = &self.sync {
+            out.insert("sync".into(), sync.to_value());
         }
         Value::Object(out)
     }

@@ -1,5 +1,19 @@
 # Cross-language end-to-end tests: the example apps on one real redis-server.
-.PHONY: e2e-test
+.PHONY: e2e-test e2e-sync-driver sync-bench
 
-e2e-test: examples-build redis-server
+# The Go process of the local-with-sync measurement (tests/e2e/sync_run.py).
+SYNC_GO_DRIVER := $(CARGO_TARGET_DIR)/e2e/sync-driver
+SYNC_GO_DRIVER_RELEASE := $(CARGO_TARGET_DIR)/e2e/sync-driver-release
+
+e2e-test: examples-build redis-server e2e-sync-driver
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+
+e2e-sync-driver: go-deps go-capi
+	cd tests/e2e/sync/go && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(SYNC_GO_DRIVER) .
+
+## Synced vs exact on one key, Python, Node and Go processes mixed, 10 s each (issue 19).
+sync-bench: python-build node-build go-capi-release redis-server
+	cd tests/e2e/sync/go && $(GO_RELEASE_ENV) $(GO) build -tags polylimit_release -o $(SYNC_GO_DRIVER_RELEASE) .
+	POLYLIMIT_SYNC_GO_DRIVER=$(SYNC_GO_DRIVER_RELEASE) $(PY) tests/e2e/sync_run.py --seconds 10 --bench
+
+BINDING_BENCHES += sync-bench

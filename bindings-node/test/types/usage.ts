@@ -45,6 +45,7 @@ async function main(): Promise<void> {
   new Limiter({ policy, overrides: true }).close();
   new Limiter({ policy, blockCache: true }).close();
   new Limiter({ policy, blockCache: 500 }).close();
+  new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/s', sync: { interval: '100ms', share: 10 } } }).close();
   const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
   const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
   const removed: boolean = await limiter.removeOverride('user:1');

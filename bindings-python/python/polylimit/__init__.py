@@ -85,6 +85,7 @@ class Policy:
     name: Optional[str] = None
     limit: Optional[int] = None
     lease: Optional[str] = None
+    sync: Optional[Dict[str, Any]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -48,6 +48,7 @@ class Policy:
     name: Optional[str]
     limit: Optional[int]
     lease: Optional[str]
+    sync: Optional[Dict[str, Any]]
     def __init__(
         self,
         rate: Optional[str] = None,
@@ -61,6 +62,7 @@ class Policy:
         name: Optional[str] = None,
         limit: Optional[int] = None,
         lease: Optional[str] = None,
+        sync: Optional[Dict[str, Any]] = None,
     ) -> None: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
