@@ -167,6 +167,9 @@ fn limiter(policies: Vec<Policy>, store: &str, prefix: &str) -> Limiter {
     let mut config = LimiterConfig::new(policies[0].clone()).with_store(store);
     config.policies = policies;
     config.prefix = prefix.into();
+    // Exactness is what these tests check, not timeouts: a store call that
+    // outlived the default 100 ms on a loaded machine went to the fallback.
+    config.timeout = std::time::Duration::from_secs(5);
     Limiter::new(config).unwrap()
 }
 
