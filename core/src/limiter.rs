@@ -47,6 +47,9 @@ pub struct LimiterConfig {
     /// A PEM file of the CA (or CAs) that signs the Redis servers'
     /// certificates, for `rediss…` stores; without it, the public web CAs.
     pub tls_ca: Option<String>,
+    /// Multi-region quotas: the regions' stores and shares, and this
+    /// process's region (`crate::region`). `None`: one store.
+    pub regions: Option<crate::region::RegionConfig>,
 }
 
 impl LimiterConfig {
@@ -62,6 +65,7 @@ impl LimiterConfig {
             connect_timeout: Duration::from_secs(1),
             breaker: BreakerConfig::default(),
             tls_ca: None,
+            regions: None,
         }
     }
 
@@ -143,6 +147,8 @@ struct Inner {
     metrics: Metrics,
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
+    /// The other regions, to borrow from (multi-region quotas).
+    regions: Option<crate::region::Regions>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -195,10 +201,15 @@ fn lease_at(leases: &[Option<String>], n: usize) -> Option<&str> {
 impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
-    pub(crate) fn new(config: LimiterConfig) -> Result<Engine> {
+    pub(crate) fn new(mut config: LimiterConfig) -> Result<Engine> {
         if config.policies.is_empty() {
             return Err(Error::config("policies", "[]", "is empty"));
         }
+        // With regions: the local region's store, each policy run on its share.
+        let (regions, mut shares) = match crate::region::Regions::build(&mut config)? {
+            Some((regions, shares)) => (Some(regions), shares.into_iter().map(Some).collect()),
+            None => (None, Vec::new()),
+        };
         for (i, p) in config.policies.iter().enumerate() {
             check_name(&format!("policies[{i}].name"), p.name())?;
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
@@ -250,8 +261,12 @@ impl Engine {
         let policies = config
             .policies
             .into_iter()
-            .map(|policy| {
-                let params = Params::new(&policy);
+            .enumerate()
+            .map(|(i, policy)| {
+                let params = match shares.get_mut(i).and_then(Option::take) {
+                    Some(share) => Params::new(&share),
+                    None => Params::new(&policy),
+                };
                 let key_head = key_head(&config.prefix, params.kind, policy.name());
                 let penalty = policy.penalty().map(PenaltyParams::new);
                 Compiled {
@@ -272,6 +287,7 @@ impl Engine {
                 closed: AtomicBool::new(false),
                 metrics,
                 overrides: config.overrides,
+                regions,
             }),
         })
     }
@@ -384,6 +400,23 @@ impl Engine {
     }
 
     async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
+        let result = self.decide_local(targets, options, charge).await?;
+        match (&self.inner.regions, charge) {
+            (Some(regions), true) => {
+                let limit = |i: usize| self.inner.policies[i].policy.limit();
+                regions.borrow(targets, options, result, limit).await
+            }
+            _ => Ok(result),
+        }
+    }
+
+    /// [`Engine::decide_as`] in this region's store only.
+    pub(crate) async fn decide_local(
+        &self,
+        targets: &[Target<'_>],
+        options: CheckOptions,
+        charge: bool,
+    ) -> Result<CheckResult> {
         let inner = &*self.inner;
         let cost = self.validate(options)?;
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
@@ -802,6 +835,10 @@ impl Engine {
         if let Backend::Memory = inner.backend {
             return self.refund_memory(targets, now, cost);
         }
+        if inner.regions.is_some() {
+            // The charge may be a lender's: keep it (under-admission, never over).
+            return 0;
+        }
         match inner
             .resilience
             .call(&inner.metrics, || self.refund(targets, now, cost))
@@ -861,12 +898,19 @@ impl Engine {
     /// Metrics in Prometheus text format.
     pub(crate) fn metrics_text(&self) -> String {
         let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
-        self.inner.metrics.render(breaker)
+        let mut text = self.inner.metrics.render(breaker);
+        if let Some(regions) = &self.inner.regions {
+            regions.render(&mut text);
+        }
+        text
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
     pub(crate) fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        if let Some(regions) = &self.inner.regions {
+            regions.close();
+        }
     }
 
     /// Whether [`Engine::close`] was called.
