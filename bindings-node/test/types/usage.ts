@@ -43,6 +43,7 @@ async function main(): Promise<void> {
   void would;
   void forgotten;
   new Limiter({ policy, overrides: true }).close();
+  new Limiter({ policy, regions: { eu: { store: 'redis://eu:6379', share: 0.6 }, us: { store: 'redis://us:6379', share: 0.4 } }, region: 'eu' });
   const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
   const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
   const removed: boolean = await limiter.removeOverride('user:1');
