@@ -15,6 +15,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
 use crate::decision::{CheckResult, Source};
@@ -267,15 +270,38 @@ impl RegionConfig {
     }
 }
 
-/// Outcomes of a borrow, the `result` label of `polylimit_region_borrows_total`.
-const RESULTS: [&str; 3] = ["granted", "refused", "unavailable"];
+/// Outcomes of a borrow, the `result` label of `polylimit_region_borrows_total`:
+/// `skipped` is a borrow not sent, the lender having refused the same check
+/// with a retry time not yet reached.
+const RESULTS: [&str; 4] = ["granted", "refused", "unavailable", "skipped"];
+
+/// Most checks a lender's refusals are remembered for.
+const REFUSALS_KEPT: usize = 10_000;
 
 /// Another region's store, to borrow from.
 struct Lender {
     name: String,
     engine: Engine,
     /// Borrows by [`RESULTS`].
-    counts: [AtomicU64; 3],
+    counts: [AtomicU64; 4],
+    /// Checks (targets and cost) the lender refused → its clock's ms until
+    /// which it cannot allow them (its decision's retry time): asking again
+    /// sooner would be refused too. Skipping such a borrow can only deny
+    /// what the lender might have allowed (its key reset meanwhile), never
+    /// admit more.
+    refused: Mutex<HashMap<String, i64>>,
+}
+
+/// The identity of a check: its targets and cost.
+fn check_id(targets: &[Target<'_>], cost: u64) -> String {
+    let mut id = cost.to_string();
+    for (i, key, shadow) in targets {
+        id.push('\0');
+        id.push_str(&i.to_string());
+        id.push(if *shadow { 's' } else { 'e' });
+        id.push_str(key);
+    }
+    id
 }
 
 /// The regions of a limiter: the other regions' stores.
@@ -356,6 +382,7 @@ impl Regions {
                 name: spec.name.clone(),
                 engine,
                 counts: Default::default(),
+                refused: Mutex::new(HashMap::new()),
             });
         }
         Ok(Some((Regions { lenders }, local_policies)))
@@ -375,7 +402,17 @@ impl Regions {
         if local.allowed || local.decisions.iter().any(|d| d.source != Source::Store) {
             return Ok(local);
         }
+        let id = check_id(targets, options.cost);
         for lender in &self.lenders {
+            if lender
+                .refused
+                .lock()
+                .get(&id)
+                .is_some_and(|&until| local.now_ms < until)
+            {
+                lender.counts[3].fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             let answer = lender.engine.decide_local(targets, options, true).await;
             let result = match answer {
                 Ok(r) if r.decisions.iter().all(|d| d.source == Source::Store) => r,
@@ -387,8 +424,21 @@ impl Regions {
             };
             if !result.allowed {
                 lender.counts[1].fetch_add(1, Ordering::Relaxed);
+                let retry = result.decisions.iter().filter(|d| !d.allowed).map(|d| d.retry_after_ms);
+                // The latest retry of the denying policies (none: the cost never fits, ask again).
+                if let Some(Some(retry)) = retry.max() {
+                    let mut refused = lender.refused.lock();
+                    if refused.len() >= REFUSALS_KEPT {
+                        refused.retain(|_, until| *until > result.now_ms);
+                        if refused.len() >= REFUSALS_KEPT {
+                            refused.clear();
+                        }
+                    }
+                    refused.insert(id.clone(), result.now_ms + retry as i64);
+                }
                 continue;
             }
+            lender.refused.lock().remove(&id);
             lender.counts[0].fetch_add(1, Ordering::Relaxed);
             let mut result = result;
             for (d, &(i, _, _)) in result.decisions.iter_mut().zip(targets) {
