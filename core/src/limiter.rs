@@ -835,10 +835,16 @@ impl Engine {
         if let Backend::Memory = inner.backend {
             return self.refund_memory(targets, now, cost);
         }
-        if inner.regions.is_some() {
-            // The charge may be a lender's: keep it (under-admission, never over).
-            return 0;
+        if let Some(regions) = &inner.regions {
+            // A borrowed admission is given back to its lender.
+            return Box::pin(regions.refund(self, targets, now, cost)).await;
         }
+        self.refund_store(targets, now, cost).await
+    }
+
+    /// [`Engine::refund_guarded`] in this region's store.
+    pub(crate) async fn refund_store(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+        let inner = &*self.inner;
         match inner
             .resilience
             .call(&inner.metrics, || self.refund(targets, now, cost))

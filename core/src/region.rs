@@ -304,9 +304,23 @@ fn check_id(targets: &[Target<'_>], cost: u64) -> String {
     id
 }
 
+/// Most borrowed admissions remembered for a refund.
+const LOANS_KEPT: usize = 100_000;
+
+/// Borrowed admissions, for a refund (`count: failed`) to reach the lender.
+#[derive(Default)]
+struct Loans {
+    /// (policy index, key, decision time, cost) → the lenders that admitted it.
+    by_check: HashMap<(usize, String, i64, i64), Vec<usize>>,
+    /// Loans decided before this time may have been forgotten (the map was
+    /// full): their refunds, and local ones then too, keep the charge.
+    forgotten_before: i64,
+}
+
 /// The regions of a limiter: the other regions' stores.
 pub(crate) struct Regions {
     lenders: Vec<Lender>,
+    loans: Mutex<Loans>,
 }
 
 impl Regions {
@@ -385,7 +399,13 @@ impl Regions {
                 refused: Mutex::new(HashMap::new()),
             });
         }
-        Ok(Some((Regions { lenders }, local_policies)))
+        Ok(Some((
+            Regions {
+                lenders,
+                loans: Mutex::default(),
+            },
+            local_policies,
+        )))
     }
 
     /// After the local region decided `local` for a charged check: when it
@@ -403,7 +423,7 @@ impl Regions {
             return Ok(local);
         }
         let id = check_id(targets, options.cost);
-        for lender in &self.lenders {
+        for (n, lender) in self.lenders.iter().enumerate() {
             if lender
                 .refused
                 .lock()
@@ -439,6 +459,7 @@ impl Regions {
                 continue;
             }
             lender.refused.lock().remove(&id);
+            self.lent(n, targets, result.now_ms, options.cost as i64);
             lender.counts[0].fetch_add(1, Ordering::Relaxed);
             let mut result = result;
             for (d, &(i, _, _)) in result.decisions.iter_mut().zip(targets) {
@@ -447,6 +468,57 @@ impl Regions {
             return Ok(result);
         }
         Ok(local)
+    }
+
+    /// Remembers that lender `n` admitted `targets` at `now` for `cost`.
+    fn lent(&self, n: usize, targets: &[Target<'_>], now: i64, cost: i64) {
+        let mut loans = self.loans.lock();
+        if loans.by_check.len() >= LOANS_KEPT {
+            let newest = loans.by_check.keys().map(|k| k.2).max().unwrap_or(now);
+            loans.forgotten_before = loans.forgotten_before.max(newest + 1);
+            loans.by_check.clear();
+        }
+        for &(i, key, _) in targets {
+            loans
+                .by_check
+                .entry((i, key.to_string(), now, cost))
+                .or_default()
+                .push(n);
+        }
+    }
+
+    /// Gives back admissions (`Engine::refund_guarded`): a borrowed one to
+    /// its lender, a local one to the local store; one whose loan may have
+    /// been forgotten to neither (the charge stays: an under-admission,
+    /// never an over-admission). Returns how many were given back.
+    pub(crate) async fn refund(&self, local: &Engine, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+        let mut own = Vec::new();
+        let mut lent: Vec<Vec<(usize, &str)>> = vec![Vec::new(); self.lenders.len()];
+        {
+            let mut loans = self.loans.lock();
+            for &(i, key) in targets {
+                let id = (i, key.to_string(), now, cost);
+                let lender = loans.by_check.get_mut(&id).and_then(|lenders| lenders.pop());
+                if loans.by_check.get(&id).is_some_and(Vec::is_empty) {
+                    loans.by_check.remove(&id);
+                }
+                match lender {
+                    Some(n) => lent[n].push((i, key)),
+                    None if now >= loans.forgotten_before => own.push((i, key)),
+                    None => {}
+                }
+            }
+        }
+        let mut given = 0;
+        if !own.is_empty() {
+            given += local.refund_store(&own, now, cost).await;
+        }
+        for (lender, targets) in self.lenders.iter().zip(&lent) {
+            if !targets.is_empty() {
+                given += lender.engine.refund_store(targets, now, cost).await;
+            }
+        }
+        given
     }
 
     /// `polylimit_region_borrows_total{region,result}` in Prometheus text.

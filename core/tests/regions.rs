@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use polylimit::{CheckOptions, Limiter, Source};
+use polylimit::{CheckOptions, Limiter, RequestInfo, Source};
 use serde_json::{json, Value};
 use support::RedisServer;
 
@@ -271,4 +271,46 @@ fn config_errors_name_the_field_and_value() {
     // Valid: the same store given as `store` too, and a rules file with the region from the environment.
     Limiter::from_value(&json!({ "policy": policy, "regions": two, "region": "us", "store": "redis://127.0.0.1:2" }))
         .unwrap();
+}
+
+/// `count: failed`: a borrowed admission whose response counts not is given
+/// back to its lender, a local one to the local store; the failures alone
+/// spend the global limit.
+#[tokio::test]
+async fn a_refund_reaches_the_region_that_lent() {
+    let (eu_redis, us_redis) = (RedisServer::start(), RedisServer::start());
+    let eu = Limiter::from_value(&json!({
+        "policy": { "algorithm": "fixed_window", "rate": "4/min" },
+        "count": "failed",
+        "regions": { "eu": eu_redis.url(), "us": us_redis.url() },
+        "region": "eu",
+    }))
+    .unwrap();
+    let request = |n: i64| RequestInfo {
+        method: "POST".into(),
+        path: "/login".into(),
+        peer: Some("203.0.113.7".into()),
+        now_ms: Some(NOW + n),
+        ..RequestInfo::default()
+    };
+    // Two failures spend eu's share of 2.
+    for n in 0..2 {
+        let o = eu.check_request(&request(n)).await.unwrap();
+        assert_eq!(o.status, None);
+        assert_eq!(eu.complete(&o.completion.unwrap(), Some(401)).await.unwrap(), 0);
+    }
+    // Successes are borrowed from us, and each is given back to us.
+    for n in 2..12 {
+        let o = eu.check_request(&request(n)).await.unwrap();
+        assert_eq!(o.status, None, "success {n}: us's share was given back each time");
+        assert_eq!(eu.complete(&o.completion.unwrap(), Some(200)).await.unwrap(), 1);
+    }
+    assert_eq!(borrows(&eu, "us", "granted"), 10);
+    // Two more failures take us's share; then the global 4 are spent.
+    for n in 12..14 {
+        let o = eu.check_request(&request(n)).await.unwrap();
+        assert_eq!(o.status, None);
+        assert_eq!(eu.complete(&o.completion.unwrap(), Some(500)).await.unwrap(), 0);
+    }
+    assert_eq!(eu.check_request(&request(14)).await.unwrap().status, Some(429));
 }
