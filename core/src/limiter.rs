@@ -864,6 +864,16 @@ impl Engine {
     /// Forgets `(policy index, key)` targets, penalty records included (in
     /// the store and the local fallback).
     pub(crate) async fn forget(&self, targets: &[(usize, &str)]) -> Result<()> {
+        self.forget_local(targets).await?;
+        if let Some(regions) = &self.inner.regions {
+            // And in the other regions' shares, those that answer.
+            regions.forget(targets).await;
+        }
+        Ok(())
+    }
+
+    /// [`Engine::forget`] in this region's store.
+    pub(crate) async fn forget_local(&self, targets: &[(usize, &str)]) -> Result<()> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);

@@ -521,6 +521,21 @@ impl Regions {
         given
     }
 
+    /// Forgets `(policy index, key)` targets in every other region's store
+    /// that answers (a region down keeps its state: `reset` never fails for
+    /// another region's outage), and the refusals remembered for them.
+    pub(crate) async fn forget(&self, targets: &[(usize, &str)]) {
+        for lender in &self.lenders {
+            let _ = lender.engine.forget_local(targets).await;
+            // Refusals of checks on these keys: the ids hold the keys.
+            lender.refused.lock().retain(|id, _| {
+                !targets
+                    .iter()
+                    .any(|&(i, key)| id.contains(&format!("\0{i}e{key}")) || id.contains(&format!("\0{i}s{key}")))
+            });
+        }
+    }
+
     /// `polylimit_region_borrows_total{region,result}` in Prometheus text.
     pub(crate) fn render(&self, out: &mut String) {
         use std::fmt::Write;

@@ -81,6 +81,13 @@ async fn local_share_first_then_borrowed_up_to_the_global_limit() {
     let d = us.check_with("k", at(NOW)).await.unwrap();
     assert!(!d.allowed, "{d:?}");
     assert_eq!(borrows(&us, "eu", "refused"), 1);
+    // A reset forgets the key in both regions (and us's remembered refusal).
+    eu.reset("k").await.unwrap();
+    let mut again = 0;
+    for _ in 0..12 {
+        again += eu.check_with("k", at(NOW)).await.unwrap().allowed as u64;
+    }
+    assert_eq!(again, 10, "both shares are whole again after the reset");
     // The next window: both shares again, and us lends again.
     let d = us.check_with("k", at(NOW + 60_000)).await.unwrap();
     assert!(d.allowed);
@@ -91,7 +98,11 @@ async fn local_share_first_then_borrowed_up_to_the_global_limit() {
         eu.check_with("k", at(NOW + 60_000)).await.unwrap().allowed,
         "borrowed again"
     );
-    assert_eq!(borrows(&eu, "us", "granted"), 6);
+    assert_eq!(
+        borrows(&eu, "us", "granted"),
+        11,
+        "5 before the reset, 5 after, 1 in the next window"
+    );
 }
 
 /// Both regions hit one key concurrently, eu far beyond its share and us
