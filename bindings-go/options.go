@@ -62,6 +62,13 @@ type Options struct {
 	Cooldown         time.Duration // breaker: open time before probing (30s)
 	HalfOpenProbes   int           // breaker: good probes that close it (3)
 	TLSCA            string        // PEM file of the CA signing the Redis servers' certificates (rediss…)
+	// Multi-region quotas: region name → its store and share (equal shares
+	// when none is given). Each region's store holds its share of every
+	// policy; a region out of quota borrows from another, never above the
+	// global limit. Region names this process's region; its store is the
+	// limiter's store (leave Store empty or the same).
+	Regions map[string]RegionStore
+	Region  string
 
 	TrustedProxies  []string // CIDRs (and "unix") whose forwarded header is believed
 	ForwardedHeader string   // "x-forwarded-for" (default) or "forwarded"
@@ -70,4 +77,10 @@ type Options struct {
 	Shadow          bool     // decide and count, never block
 	Allowlist       []string // CIDRs and typed keys (user:…, api_key:…, key:…) never limited
 	Denylist        []string // CIDRs and typed keys always refused
+}
+
+// RegionStore is one region of Options.Regions.
+type RegionStore struct {
+	Store string  `json:"store"`           // "redis://…" (any Redis store URL)
+	Share float64 `json:"share,omitempty"` // its share of the global limit (0 < share <= 1, shares sum to 1); 0: equal shares
 }

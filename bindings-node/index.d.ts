@@ -48,6 +48,14 @@ export interface LimiterOptions {
   rulesFile?: string;
   /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`, `redis+sentinel://s1:p1,s2:p2/<service>`. */
   store?: string;
+  /**
+   * Multi-region quotas: region name → its store, or `{ store, share }` (equal shares by default;
+   * shares sum to 1). Each region's store holds its share of every policy; a region out of quota
+   * borrows from another, never above the global limit. The local region's store is the limiter's.
+   */
+  regions?: Record<string, string | { store: string; share?: number }>;
+  /** This process's region: one of `regions`. */
+  region?: string;
   prefix?: string;
   maxKeys?: number;
   /** Every check reads the key's per-key override (setOverride); default false. */

@@ -6,7 +6,9 @@
 //! server. `POLYLIMIT_BENCH=memory` runs only the memory-store lines,
 //! `POLYLIMIT_BENCH=log` only the sliding-window-log ones,
 //! `POLYLIMIT_BENCH=cluster` only the cluster ones, `POLYLIMIT_BENCH=block_cache`
-//! only the blocked-key cache's (one blocked key, 64 in flight, cache off and on).
+//! only the blocked-key cache's (one blocked key, 64 in flight, cache off and on),
+//! `POLYLIMIT_BENCH=regions` only the multi-region ones (admitted vs the global
+//! limit, borrowing).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -289,11 +291,17 @@ fn main() {
         block_cache(&redis, &runtime);
         return;
     }
+    // POLYLIMIT_BENCH=regions runs only the multi-region lines.
+    if std::env::var("POLYLIMIT_BENCH").as_deref() == Ok("regions") {
+        regions(&redis, &runtime);
+        return;
+    }
     // POLYLIMIT_BENCH=log runs only the sliding-window-log lines.
     if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("log") {
         throughput(&redis, &runtime);
         cluster(&redis, &runtime);
         block_cache(&redis, &runtime);
+        regions(&redis, &runtime);
     }
     println!("redis store, sliding_window_log denial at {LOG_ENTRIES} live entries (limit {LOG_ENTRIES}):");
     for (key, cost) in [("log-1", 1), ("log-half", LOG_ENTRIES / 2), ("log-all", LOG_ENTRIES)] {
@@ -542,5 +550,129 @@ fn cluster(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
         json!({"suite": "rust", "what": "Redis Cluster (6 nodes), 2 policies in two slots (peek, then charge), 64 in flight",
         "value": two_slots, "unit": "req/s", "ratio": two_slots / single,
         "baseline": "the same on a single server", "baseline_value": single}),
+    );
+}
+
+const REGION_LIMIT: u64 = 1_000;
+const REGION_IN_FLIGHT: u64 = 16;
+
+/// `polylimit_region_borrows_total{region,result}` of `limiter`.
+fn region_borrows(limiter: &Limiter, region: &str, result: &str) -> u64 {
+    let line = format!("polylimit_region_borrows_total{{region=\"{region}\",result=\"{result}\"}} ");
+    limiter
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&line).and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+/// Multi-region quotas: two regions (the shared server as `eu`, a second
+/// redis-server as `us`, equal shares of a token bucket of 1000), eu asking
+/// 3 × the limit and us 20 % of it, 16 in flight each, at once. Records the
+/// admissions against the global limit (over-admission must be 0) and the
+/// borrowing traffic, and the latency of a local and of a borrowed admission.
+fn regions(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
+    let us_redis = support::RedisServer::start();
+    redis.command("FLUSHALL");
+    let build = |region: &str| {
+        Limiter::from_value(&json!({
+            "policy": {"algorithm": "token_bucket", "rate": "1/h", "burst": REGION_LIMIT},
+            "regions": {"eu": redis.url(), "us": us_redis.url()},
+            "region": region,
+            "timeout": "1s",
+        }))
+        .unwrap()
+    };
+    let (eu, us) = (build("eu"), build("us"));
+    let demand = |limiter: &Limiter, checks: u64| {
+        let limiter = limiter.clone();
+        async move {
+            let mut admitted = 0u64;
+            let mut next = 0u64;
+            let mut in_flight = futures_util::stream::FuturesUnordered::new();
+            use futures_util::StreamExt;
+            while next < checks || !in_flight.is_empty() {
+                while next < checks && (in_flight.len() as u64) < REGION_IN_FLIGHT {
+                    let l = limiter.clone();
+                    in_flight.push(async move {
+                        l.check_with(
+                            "hot",
+                            CheckOptions {
+                                cost: 1,
+                                now_ms: Some(1_000_000),
+                            },
+                        )
+                        .await
+                    });
+                    next += 1;
+                }
+                if let Some(d) = in_flight.next().await {
+                    admitted += d.unwrap().allowed as u64;
+                }
+            }
+            admitted
+        }
+    };
+    let (eu_checks, us_checks) = (3 * REGION_LIMIT, REGION_LIMIT / 5);
+    let started = Instant::now();
+    let (eu_admitted, us_admitted) =
+        runtime.block_on(async { tokio::join!(demand(&eu, eu_checks), demand(&us, us_checks)) });
+    let elapsed = started.elapsed().as_secs_f64();
+    let admitted = eu_admitted + us_admitted;
+    let over = admitted.saturating_sub(REGION_LIMIT);
+    let granted = region_borrows(&eu, "us", "granted") + region_borrows(&us, "eu", "granted");
+    let refused = region_borrows(&eu, "us", "refused") + region_borrows(&us, "eu", "refused");
+    let skipped = region_borrows(&eu, "us", "skipped") + region_borrows(&us, "eu", "skipped");
+    let calls = granted + refused;
+    let checks = eu_checks + us_checks;
+    println!(
+        "regions (2 redis-servers, equal shares of {REGION_LIMIT}), eu {eu_checks} + us {us_checks} checks, {REGION_IN_FLIGHT} in flight each:"
+    );
+    println!(
+        "  admitted {admitted} of the global {REGION_LIMIT} (eu {eu_admitted}, us {us_admitted}; over-admission {over}); \
+         borrow calls {calls} ({granted} granted, {refused} refused; {skipped} not sent, refused before) = {:.2} per check; {:.0} checks/s",
+        calls as f64 / checks as f64,
+        checks as f64 / elapsed
+    );
+    assert!(admitted <= REGION_LIMIT, "over-admission: {admitted} > {REGION_LIMIT}");
+    record(
+        json!({"suite": "rust", "what": format!("Regions (2 Redis, equal shares of {REGION_LIMIT}), eu {eu_checks} + us {us_checks} checks: admitted vs the global limit"),
+        "value": admitted, "unit": "admitted",
+        "detail": format!("{admitted} of {REGION_LIMIT} admitted, over-admission {over}; {calls} borrow calls for {checks} checks ({granted} granted, {refused} refused)")}),
+    );
+    // Latency: a local admission, a borrowed one (two round trips), a denial
+    // once both shares are spent (the lender asked once, then not until its retry time).
+    redis.command("FLUSHALL");
+    us_redis.command("FLUSHALL");
+    let eu = build("eu");
+    let per_check = |key: &'static str, n: u64| {
+        let eu = eu.clone();
+        runtime.block_on(async move {
+            let started = Instant::now();
+            for _ in 0..n {
+                eu.check_with(
+                    key,
+                    CheckOptions {
+                        cost: 1,
+                        now_ms: Some(1_000_000),
+                    },
+                )
+                .await
+                .unwrap();
+            }
+            started.elapsed().as_secs_f64() * 1e6 / n as f64
+        })
+    };
+    let half = REGION_LIMIT / 2;
+    // Warm-up: both connections open, the script loaded on both servers (one borrow).
+    per_check("warm", half + 1);
+    let local = per_check("lat", half);
+    let borrowed = per_check("lat", half);
+    let denied = per_check("lat", half);
+    println!("  one check: {local:.0} µs admitted locally, {borrowed:.0} µs borrowed, {denied:.0} µs denied by both");
+    record(
+        json!({"suite": "rust", "what": "Regions, one check: admitted locally / borrowed / denied by both",
+        "value": borrowed, "unit": "µs",
+        "detail": format!("{local:.0} µs / {borrowed:.0} µs / {denied:.0} µs")}),
     );
 }

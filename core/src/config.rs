@@ -27,7 +27,7 @@ impl LimiterConfig {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 13] = [
+        const FIELDS: [&str; 15] = [
             "policy",
             "policies",
             "store",
@@ -41,6 +41,8 @@ impl LimiterConfig {
             "half_open_probes",
             "tls_ca",
             "block_cache",
+            "regions",
+            "region",
         ];
         for key in obj.keys() {
             if !FIELDS.contains(&key.as_str()) {
@@ -153,6 +155,29 @@ impl LimiterConfig {
         }
         if let Some(n) = count("half_open_probes")? {
             config.breaker.half_open_max = n;
+        }
+        match (
+            obj.get("regions").filter(|v| !v.is_null()),
+            obj.get("region").filter(|v| !v.is_null()),
+        ) {
+            (None, None) => {}
+            (None, Some(r)) => return Err(Error::config("region", r, "is set without regions")),
+            (Some(regions), region) => {
+                let rc = crate::region::RegionConfig::from_values(regions, region)?;
+                let local = rc.local_spec();
+                if obj.contains_key("store") && config.store != local.store {
+                    return Err(Error::config(
+                        "store",
+                        format!("{:?}", config.store),
+                        format!(
+                            "conflicts with regions.{}.store {:?}: with regions, the local region's store is the limiter's",
+                            local.name, local.store
+                        ),
+                    ));
+                }
+                config.store = local.store.clone();
+                config.regions = Some(rc);
+            }
         }
         Ok(config)
     }
@@ -409,12 +434,13 @@ impl Resolved {
             Some(v) => v.clone(),
         };
         let c = &self.config;
+        let regions = c.regions.as_ref().map(|r| (r.to_value(), r.local.clone()));
         let policies: Map<String, Value> = c
             .policies
             .iter()
             .map(|p| (p.name().to_string(), p.to_value()))
             .collect();
-        serde_json::json!({
+        let mut out = serde_json::json!({
             "store": c.store,
             "prefix": c.prefix,
             "max_keys": c.max_keys,
@@ -435,6 +461,11 @@ impl Resolved {
             "allowlist": list("allowlist"),
             "denylist": list("denylist"),
             "rules": self.http.get("rules").cloned().unwrap_or(Value::Array(Vec::new())),
-        })
+        });
+        if let Some((regions, local)) = regions {
+            out["regions"] = regions;
+            out["region"] = Value::String(local);
+        }
+        out
     }
 }

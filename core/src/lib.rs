@@ -29,6 +29,7 @@ mod metrics;
 pub mod options;
 mod overrides;
 pub mod policy;
+pub mod region;
 mod resilience;
 mod store;
 pub mod wire;

@@ -53,6 +53,9 @@ pub struct LimiterConfig {
     /// Most (policy, key) denials the blocked-key cache holds; 0: no cache
     /// (`block_cache`, Redis stores only: see `crate::block_cache`).
     pub block_cache: usize,
+    /// Multi-region quotas: the regions' stores and shares, and this
+    /// process's region (`crate::region`). `None`: one store.
+    pub regions: Option<crate::region::RegionConfig>,
 }
 
 impl LimiterConfig {
@@ -69,6 +72,7 @@ impl LimiterConfig {
             breaker: BreakerConfig::default(),
             tls_ca: None,
             block_cache: 0,
+            regions: None,
         }
     }
 
@@ -154,6 +158,8 @@ struct Inner {
     block_cache: Option<BlockCache>,
     /// The local credits of `sync` policies (`synced`).
     sync: synced::SyncCache,
+    /// The other regions, to borrow from (multi-region quotas).
+    regions: Option<crate::region::Regions>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -206,10 +212,15 @@ fn lease_at(leases: &[Option<String>], n: usize) -> Option<&str> {
 impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
-    pub(crate) fn new(config: LimiterConfig) -> Result<Engine> {
+    pub(crate) fn new(mut config: LimiterConfig) -> Result<Engine> {
         if config.policies.is_empty() {
             return Err(Error::config("policies", "[]", "is empty"));
         }
+        // With regions: the local region's store, each policy run on its share.
+        let (regions, mut shares) = match crate::region::Regions::build(&mut config)? {
+            Some((regions, shares)) => (Some(regions), shares.into_iter().map(Some).collect()),
+            None => (None, Vec::new()),
+        };
         for (i, p) in config.policies.iter().enumerate() {
             check_name(&format!("policies[{i}].name"), p.name())?;
             if config.policies[..i].iter().any(|q| q.name() == p.name()) {
@@ -261,8 +272,12 @@ impl Engine {
         let policies = config
             .policies
             .into_iter()
-            .map(|policy| {
-                let params = Params::new(&policy);
+            .enumerate()
+            .map(|(i, policy)| {
+                let params = match shares.get_mut(i).and_then(Option::take) {
+                    Some(share) => Params::new(&share),
+                    None => Params::new(&policy),
+                };
                 let key_head = key_head(&config.prefix, params.kind, policy.name());
                 let penalty = policy.penalty().map(PenaltyParams::new);
                 Compiled {
@@ -287,6 +302,7 @@ impl Engine {
                 overrides: config.overrides,
                 block_cache,
                 sync: synced::SyncCache::new(config.max_keys),
+                regions,
             }),
         })
     }
@@ -399,6 +415,23 @@ impl Engine {
     }
 
     async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
+        let result = self.decide_local(targets, options, charge).await?;
+        match (&self.inner.regions, charge) {
+            (Some(regions), true) => {
+                let limit = |i: usize| self.inner.policies[i].policy.limit();
+                regions.borrow(targets, options, result, limit).await
+            }
+            _ => Ok(result),
+        }
+    }
+
+    /// [`Engine::decide_as`] in this region's store only.
+    pub(crate) async fn decide_local(
+        &self,
+        targets: &[Target<'_>],
+        options: CheckOptions,
+        charge: bool,
+    ) -> Result<CheckResult> {
         let inner = &*self.inner;
         let cost = self.validate(options)?;
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
@@ -896,6 +929,16 @@ impl Engine {
         if let Backend::Memory = inner.backend {
             return self.refund_memory(targets, now, cost);
         }
+        if let Some(regions) = &inner.regions {
+            // A borrowed admission is given back to its lender.
+            return Box::pin(regions.refund(self, targets, now, cost)).await;
+        }
+        self.refund_store(targets, now, cost).await
+    }
+
+    /// [`Engine::refund_guarded`] in this region's store.
+    pub(crate) async fn refund_store(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+        let inner = &*self.inner;
         match inner
             .resilience
             .call(&inner.metrics, || self.refund(targets, now, cost))
@@ -915,6 +958,16 @@ impl Engine {
     /// Forgets `(policy index, key)` targets, penalty records included (in
     /// the store and the local fallback).
     pub(crate) async fn forget(&self, targets: &[(usize, &str)]) -> Result<()> {
+        self.forget_local(targets).await?;
+        if let Some(regions) = &self.inner.regions {
+            // And in the other regions' shares, those that answer.
+            regions.forget(targets).await;
+        }
+        Ok(())
+    }
+
+    /// [`Engine::forget`] in this region's store.
+    pub(crate) async fn forget_local(&self, targets: &[(usize, &str)]) -> Result<()> {
         let inner = &*self.inner;
         if inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -985,12 +1038,18 @@ impl Engine {
                 .metrics
                 .render_block_cache(&mut text, cache.len(), cache.max_keys());
         }
+        if let Some(regions) = &self.inner.regions {
+            regions.render(&mut text);
+        }
         text
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
     pub(crate) fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        if let Some(regions) = &self.inner.regions {
+            regions.close();
+        }
     }
 
     /// Whether [`Engine::close`] was called.

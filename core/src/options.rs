@@ -106,6 +106,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1/<service>"),
+    spec("regions", "regions", "Regions", Kind::Plain, "", "multi-region quotas: region name → store URL or { store, share } (equal shares by default); each region's store holds its share of every policy, a region out of quota borrows from another"),
+    spec("region", "region", "Region", Kind::Plain, "", "this process's region, one of `regions` (its store is the limiter's store)"),
     spec("prefix", "prefix", "Prefix", Kind::Plain, "polylimit", "first segment of every store key"),
     spec("max_keys", "maxKeys", "MaxKeys", Kind::Plain, "1000000", "most keys the memory store (and the local fallback) holds"),
     spec("overrides", "overrides", "Overrides", Kind::Plain, "false", "every check reads the key's per-key override (set_override); off, no check pays for looking one up"),

@@ -46,6 +46,7 @@ async function main(): Promise<void> {
   new Limiter({ policy, blockCache: true }).close();
   new Limiter({ policy, blockCache: 500 }).close();
   new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/s', sync: { interval: '100ms', share: 10 } } }).close();
+  new Limiter({ policy, regions: { eu: { store: 'redis://eu:6379', share: 0.6 }, us: { store: 'redis://us:6379', share: 0.4 } }, region: 'eu' });
   const set: Override = await limiter.setOverride('user:1', { rate: '10/s', burst: 20, ttl: '1h' });
   const found: Override | null = await limiter.getOverride('user:1', { policy: set.policy });
   const removed: boolean = await limiter.removeOverride('user:1');
