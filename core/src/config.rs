@@ -112,7 +112,7 @@ impl LimiterConfig {
         }
         match obj.get("block_cache") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => config.block_cache = crate::block_cache::DEFAULT_KEYS,
+            Some(Value::Bool(true)) => config.block_cache = crate::limiter::block_cache::DEFAULT_KEYS,
             Some(v) => {
                 config.block_cache =
                     v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| {
@@ -163,7 +163,7 @@ impl LimiterConfig {
             (None, None) => {}
             (None, Some(r)) => return Err(Error::config("region", r, "is set without regions")),
             (Some(regions), region) => {
-                let rc = crate::region::RegionConfig::from_values(regions, region)?;
+                let rc = crate::limiter::region::RegionConfig::from_values(regions, region)?;
                 let local = rc.local_spec();
                 if obj.contains_key("store") && config.store != local.store {
                     return Err(Error::config(

@@ -15,7 +15,6 @@
 #![deny(missing_docs)]
 
 mod algorithm;
-mod block_cache;
 pub mod breaker;
 mod config;
 mod decision;
@@ -29,7 +28,6 @@ mod metrics;
 pub mod options;
 mod overrides;
 pub mod policy;
-pub mod region;
 mod resilience;
 mod store;
 pub mod wire;

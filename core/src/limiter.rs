@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Kind, Params, Verdict};
-use crate::block_cache::{BlockCache, Now};
 use crate::breaker::{BreakerConfig, BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
@@ -21,7 +20,10 @@ pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
+use block_cache::{BlockCache, Now};
 
+pub(crate) mod block_cache;
+pub(crate) mod region;
 mod synced;
 
 /// Everything a limiter is built from.
@@ -51,11 +53,11 @@ pub struct LimiterConfig {
     /// certificates, for `rediss…` stores; without it, the public web CAs.
     pub tls_ca: Option<String>,
     /// Most (policy, key) denials the blocked-key cache holds; 0: no cache
-    /// (`block_cache`, Redis stores only: see `crate::block_cache`).
+    /// (`block_cache`, Redis stores only: see `block_cache`).
     pub block_cache: usize,
     /// Multi-region quotas: the regions' stores and shares, and this
-    /// process's region (`crate::region`). `None`: one store.
-    pub regions: Option<crate::region::RegionConfig>,
+    /// process's region (`region`). `None`: one store.
+    pub regions: Option<region::RegionConfig>,
 }
 
 impl LimiterConfig {
@@ -159,7 +161,7 @@ struct Inner {
     /// The local credits of `sync` policies (`synced`).
     sync: synced::SyncCache,
     /// The other regions, to borrow from (multi-region quotas).
-    regions: Option<crate::region::Regions>,
+    regions: Option<region::Regions>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -217,7 +219,7 @@ impl Engine {
             return Err(Error::config("policies", "[]", "is empty"));
         }
         // With regions: the local region's store, each policy run on its share.
-        let (regions, mut shares) = match crate::region::Regions::build(&mut config)? {
+        let (regions, mut shares) = match region::Regions::build(&mut config)? {
             Some((regions, shares)) => (Some(regions), shares.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
