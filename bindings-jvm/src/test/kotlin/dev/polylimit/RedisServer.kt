@@ -28,6 +28,9 @@ class RedisServer : AutoCloseable {
         }
     }
 
+    /** The server's process id (to stop and continue it). */
+    fun pid(): Long = process.pid()
+
     /** One inline command, its first reply line; null when the server cannot be reached. */
     fun command(line: String): String? = try {
         Socket().use { s ->
