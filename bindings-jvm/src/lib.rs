@@ -22,6 +22,19 @@ pub use types::{Decision, Header, HttpRequest, Outcome, RuleDecision};
 
 uniffi::setup_scaffolding!();
 
+/// The configuration `Limiter(optionsJson)` would be built from, in canonical
+/// form (every option under its rules-file name with its effective value,
+/// each policy with every field, the rules), as JSON text. Throws what
+/// building the limiter throws.
+#[uniffi::export]
+pub fn effective_config(options_json: String) -> Result<String, PolylimitError> {
+    errors::guard(|| {
+        let options = limiter::options(&options_json)?;
+        let config = polylimit::effective_config(polylimit::Naming::Snake, &options)?;
+        Ok(config.to_string())
+    })
+}
+
 /// The version of the native library (the workspace version).
 #[uniffi::export]
 pub fn version() -> String {

@@ -28,7 +28,7 @@ impl Drop for Limiter {
     }
 }
 
-fn options(text: &str) -> Result<Value> {
+pub(crate) fn options(text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| config_error("options", &format!("{text:?}"), &format!("is not JSON ({e})")))
 }
 

@@ -6,11 +6,32 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `target/<profile>/libpolylimit_jvm.so`, built with this test (cargo
-/// builds every crate type of the library at once).
+/// `target/<profile>/libpolylimit_jvm.so`, built from the sources now: cargo
+/// builds only the rlib for an integration test, so the cdylib could be
+/// older than the sources.
 fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "--quiet", "-p", "polylimit-jvm"]);
+    // The environment cargo gives a test (its library path, this package's
+    // variables) would make build scripts and units look changed: a rebuild
+    // here and another in the next plain `cargo build`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name == "LD_LIBRARY_PATH"
+            || (name.starts_with("CARGO_") && name != "CARGO_HOME" && name != "CARGO_TARGET_DIR")
+            || name.starts_with("RUST_TEST")
+            || name == "OUT_DIR"
+        {
+            build.env_remove(name.as_ref());
+        }
+    }
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build");
+    assert!(status.success(), "cargo build -p polylimit-jvm: {status}");
     let lib = profile_dir.join(format!(
         "{}polylimit_jvm{}",
         std::env::consts::DLL_PREFIX,

@@ -682,6 +682,8 @@ internal object IntegrityCheckingUniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
+    external fun uniffi_polylimit_jvm_checksum_func_effective_config(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_func_version(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_breaker_state(
@@ -780,6 +782,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
+    external fun uniffi_polylimit_jvm_fn_func_effective_config(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -901,6 +905,9 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
+    if ((lib.uniffi_polylimit_jvm_checksum_func_effective_config() and 0xFFFF) != 17143) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_func_version() and 0xFFFF) != 34150) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -2766,6 +2773,24 @@ public object FfiConverterSequenceTypeRuleDecision: FfiConverterRustBuffer<List<
 
 
 
+
+        /**
+         * The configuration `Limiter(optionsJson)` would be built from, in canonical
+         * form (every option under its rules-file name with its effective value,
+         * each policy with every field, the rules), as JSON text. Throws what
+         * building the limiter throws.
+         */
+    @Throws(PolylimitException::class) fun `effectiveConfig`(`optionsJson`: kotlin.String): kotlin.String {
+            return FfiConverterString.lift(
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_effective_config(
+    
+        
+        FfiConverterString.lower(`optionsJson`),_status)
+}
+    )
+    }
+    
 
         /**
          * The version of the native library (the workspace version).
