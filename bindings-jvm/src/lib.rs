@@ -12,11 +12,13 @@
 //! panic becomes `PolylimitException.Internal`.
 
 mod errors;
+mod lease;
 mod limiter;
 mod runtime;
 mod types;
 
 pub use errors::PolylimitError;
+pub use lease::{Acquired, Lease};
 pub use limiter::Limiter;
 pub use types::{Decision, Header, HttpRequest, Outcome, RuleDecision};
 

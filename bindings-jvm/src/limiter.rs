@@ -12,6 +12,7 @@ use polylimit::{CheckOptions, Naming, RequestInfo};
 use serde_json::{json, Value};
 
 use crate::errors::{block, config_error, guard, spawn, PolylimitError};
+use crate::lease::{Acquired, Lease};
 use crate::types::{Decision, HttpRequest, Outcome};
 
 type Result<T> = std::result::Result<T, PolylimitError>;
@@ -33,7 +34,7 @@ pub(crate) fn options(text: &str) -> Result<Value> {
 }
 
 /// `cost` and `nowMs` as given, checked by the core's one rule.
-fn check_options(cost: Option<i64>, now_ms: Option<i64>) -> Result<CheckOptions> {
+pub(crate) fn check_options(cost: Option<i64>, now_ms: Option<i64>) -> Result<CheckOptions> {
     let cost = cost.map(Value::from);
     let now_ms = now_ms.map(Value::from);
     CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).map_err(Into::into)
@@ -89,6 +90,25 @@ impl Limiter {
         spawn(async move { inner.check_with(&key, options).await })
             .await
             .map(Into::into)
+    }
+
+    /// Acquires `key`: a check that, for a concurrency policy, takes `cost`
+    /// slots until the returned lease is released (blocking).
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub fn acquire(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Acquired> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        let (decision, guard) = block(async move { inner.acquire_with(&key, options).await })?;
+        Ok(self.acquired(decision, guard))
+    }
+
+    /// `acquire` as a suspend function.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub async fn acquire_async(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Acquired> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        let (decision, guard) = spawn(async move { inner.acquire_with(&key, options).await }).await?;
+        Ok(self.acquired(decision, guard))
     }
 
     /// The decision `check` would return now, charging nothing.
@@ -177,6 +197,15 @@ impl Limiter {
     /// `closed`, `open` or `half_open`: the store's circuit breaker.
     pub fn breaker_state(&self) -> String {
         self.inner.breaker_state().as_str().to_string()
+    }
+}
+
+impl Limiter {
+    fn acquired(&self, decision: polylimit::Decision, guard: Option<polylimit::LeaseGuard>) -> Acquired {
+        Acquired {
+            decision: decision.into(),
+            lease: guard.map(|g| Lease::new(self.inner.clone(), g)),
+        }
     }
 }
 

@@ -686,6 +686,16 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_func_version(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_lease_release(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_lease_release_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_lease_released(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_acquire(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_acquire_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_breaker_state(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_check(
@@ -742,6 +752,16 @@ internal object UniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
+    external fun uniffi_polylimit_jvm_fn_clone_lease(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_free_lease(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_lease_release(`ptr`: Long,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_lease_release_async(`ptr`: Long,`nowMs`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_lease_released(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Byte
     external fun uniffi_polylimit_jvm_fn_clone_limiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_polylimit_jvm_fn_free_limiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -751,6 +771,10 @@ internal object UniffiLib {
     external fun uniffi_polylimit_jvm_fn_constructor_limiter_from_rules_file(`path`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_polylimit_jvm_fn_constructor_limiter_new(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_limiter_acquire(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_acquire_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_breaker_state(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -909,6 +933,21 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_func_version() and 0xFFFF) != 34150) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release() and 0xFFFF) != 35848) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release_async() and 0xFFFF) != 65218) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_lease_released() and 0xFFFF) != 42800) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_acquire() and 0xFFFF) != 39566) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_acquire_async() and 0xFFFF) != 3677) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_breaker_state() and 0xFFFF) != 44215) {
@@ -1385,9 +1424,342 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
 
 
 /**
+ * The slots one `acquire` took; give them back with `release`.
+ */
+public interface LeaseInterface {
+    
+    /**
+     * Gives the slots back (at `nowMs`, default the store's clock); how many
+     * were still live. A second release gives back nothing.
+     */
+    fun `release`(`nowMs`: kotlin.Long? = null): kotlin.Long
+    
+    /**
+     * `release` as a suspend function.
+     */
+    suspend fun `releaseAsync`(`nowMs`: kotlin.Long? = null): kotlin.Long
+    
+    /**
+     * Whether the slots were given back.
+     */
+    fun `released`(): kotlin.Boolean
+    
+    companion object
+}
+
+/**
+ * The slots one `acquire` took; give them back with `release`.
+ */
+open class Lease: Disposable, AutoCloseable, LeaseInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_polylimit_jvm_fn_free_lease(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_polylimit_jvm_fn_clone_lease(handle, status)
+        }
+    }
+
+    
+    /**
+     * Gives the slots back (at `nowMs`, default the store's clock); how many
+     * were still live. A second release gives back nothing.
+     */
+    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {
+            return FfiConverterLong.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_lease_release(
+        it,
+        
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `release` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_lease_release_async(
+                uniffiHandle,
+                
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_i64(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_i64(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_i64(future) },
+        // lift function
+        { FfiConverterLong.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * Whether the slots were given back.
+     */override fun `released`(): kotlin.Boolean {
+            return FfiConverterBoolean.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_lease_released(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeLease: FfiConverter<Lease, Long> {
+    override fun lower(value: Lease): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): Lease {
+        return Lease(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): Lease {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: Lease) = 8UL
+
+    override fun write(value: Lease, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
  * A rate limiter (memory or Redis store), safe to share between threads.
  */
 public interface LimiterInterface {
+    
+    /**
+     * Acquires `key`: a check that, for a concurrency policy, takes `cost`
+     * slots until the returned lease is released (blocking).
+     */
+    fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long? = null, `nowMs`: kotlin.Long? = null): Acquired
+    
+    /**
+     * `acquire` as a suspend function.
+     */
+    suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long? = null, `nowMs`: kotlin.Long? = null): Acquired
     
     /**
      * `closed`, `open` or `half_open`: the store's circuit breaker.
@@ -1588,6 +1960,54 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
         return uniffiRustCall() { status ->
             UniffiLib.uniffi_polylimit_jvm_fn_clone_limiter(handle, status)
         }
+    }
+
+    
+    /**
+     * Acquires `key`: a check that, for a concurrency policy, takes `cost`
+     * slots until the returned lease is released (blocking).
+     */
+    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
+            return FfiConverterTypeAcquired.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire(
+        it,
+        
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalLong.lower(`cost`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `acquire` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalLong.lower(`cost`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterTypeAcquired.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
     }
 
     
@@ -1968,6 +2388,63 @@ public object FfiConverterTypeLimiter: FfiConverter<Limiter, Long> {
 
     override fun write(value: Limiter, buf: ByteBuffer) {
         buf.putLong(lower(value))
+    }
+}
+
+
+
+/**
+ * What `acquire` answers: the decision and, when allowed on a limiter with a
+ * concurrency policy, the lease to release after the work.
+ */
+data class Acquired (
+    /**
+     * The decision, as `check` would return it.
+     */
+    var `decision`: Decision
+    , 
+    /**
+     * The slots taken; null when denied or when no policy is a concurrency one.
+     */
+    var `lease`: Lease?
+    
+): Disposable{
+    
+
+    
+
+    
+    @Suppress("UNNECESSARY_SAFE_CALL") // codegen is much simpler if we unconditionally emit safe calls here
+    override fun destroy() {
+        
+    Disposable.destroy(
+        this.`decision`,
+        this.`lease`
+    )
+    }
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeAcquired: FfiConverterRustBuffer<Acquired> {
+    override fun read(buf: ByteBuffer): Acquired {
+        return Acquired(
+            FfiConverterTypeDecision.read(buf),
+            FfiConverterOptionalTypeLease.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Acquired) = (
+            FfiConverterTypeDecision.allocationSize(value.`decision`) +
+            FfiConverterOptionalTypeLease.allocationSize(value.`lease`)
+    )
+
+    override fun write(value: Acquired, buf: ByteBuffer) {
+            FfiConverterTypeDecision.write(value.`decision`, buf)
+            FfiConverterOptionalTypeLease.write(value.`lease`, buf)
     }
 }
 
@@ -2679,6 +3156,38 @@ public object FfiConverterOptionalString: FfiConverterRustBuffer<kotlin.String?>
         } else {
             buf.put(1)
             FfiConverterString.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeLease: FfiConverterRustBuffer<Lease?> {
+    override fun read(buf: ByteBuffer): Lease? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeLease.read(buf)
+    }
+
+    override fun allocationSize(value: Lease?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeLease.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Lease?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeLease.write(value, buf)
         }
     }
 }

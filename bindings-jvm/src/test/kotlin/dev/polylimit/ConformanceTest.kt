@@ -19,11 +19,13 @@ import org.junit.jupiter.api.fail
 
 /**
  * Every vector of $POLYLIMIT_VECTORS (default tests/conformance) and of its
- * http/ directory through the public API, on the memory store and on a real
+ * http/ and concurrency/ directories through the public API, on the memory store and on a real
  * redis-server started for the class. Unknown fields and unreadable files
  * fail; nothing is skipped. The decision vectors go through the blocking
  * `check`/`peek`, the HTTP vectors through the suspend `checkRequestAsync`
- * / `peekRequestAsync` the middleware would use, so both forms are played.
+ * / `completeAsync` the middleware would use (`peekRequest` blocking), so both
+ * forms are played; concurrency vectors through `acquireAsync` and the
+ * lease's `releaseAsync`.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ConformanceTest {
@@ -52,6 +54,79 @@ class ConformanceTest {
     @TestFactory
     fun httpVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
         files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store) } }
+    }
+
+    @TestFactory
+    fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("concurrency").map { file ->
+            DynamicTest.dynamicTest("$name: concurrency/${file.name}") { playConcurrency(file, store) }
+        }
+    }
+
+    /** Acquire steps through `acquireAsync`; a release step releases the lease of the step it names. */
+    private fun playConcurrency(file: File, store: String) = runBlocking {
+        val failures = mutableListOf<String>()
+        var steps = 0
+        for (case in cases(file)) {
+            val where = "${file.name}: ${case["name"]}"
+            fields(where, case, CASE, setOf("name", "policy", "steps"))
+            val options = JsonObject().apply {
+                add("policy", case["policy"])
+                addProperty("store", store)
+                addProperty("prefix", prefix("conc"))
+            }
+            Limiter(options.toString()).use { limiter: Limiter ->
+                val leases = mutableListOf<Lease?>()
+                for ((i, element) in case.getAsJsonArray("steps").withIndex()) {
+                    val step = element.asJsonObject
+                    fields("$where step $i", step, CONCURRENCY_STEP, setOf("now_ms"))
+                    steps++
+                    val nowMs = step["now_ms"].asLong
+                    val at = "$where step $i (now_ms $nowMs)"
+                    if (step.has("release")) {
+                        fields("$where step $i", step, setOf("now_ms", "release", "released"), setOf("release", "released"))
+                        val j = step["release"].asInt
+                        val lease = leases.getOrNull(j)
+                        assertTrue(j < i && lease != null, "$at: `release` names an earlier allowed acquire")
+                        val released = lease!!.releaseAsync(nowMs)
+                        // `released`: a count, or true/false for one lease (as Python's int() reads it).
+                        val expected = step["released"].asJsonPrimitive.let { if (it.isBoolean) (if (it.asBoolean) 1L else 0L) else it.asLong }
+                        if (released != expected) failures += "$at: released $released, expected $expected"
+                        leases += null
+                        continue
+                    }
+                    val expect = step.getAsJsonObject("expect")
+                    fields("$at expect", expect, setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit"), EXPECT_REQUIRED)
+                    val (got, lease) = limiter.acquireAsync(step["key"]?.asString ?: "k", step["cost"]?.asLong ?: 1L, nowMs)
+                    val want = mutableMapOf<String, Any?>(
+                        "allowed" to expect["allowed"].asBoolean,
+                        "remaining" to expect["remaining"].asLong,
+                        "reset_after_ms" to expect["reset_after_ms"].asLong,
+                        "retry_after_ms" to expect["retry_after_ms"].let { if (it.isJsonNull) null else it.asLong },
+                        "delay_ms" to 0L,
+                        "source" to "store",
+                    )
+                    expect["limit"]?.let { want["limit"] = it.asLong }
+                    val have = mapOf(
+                        "allowed" to got.allowed,
+                        "remaining" to got.remaining,
+                        "reset_after_ms" to got.resetAfterMs,
+                        "retry_after_ms" to got.retryAfterMs,
+                        "delay_ms" to got.delayMs,
+                        "source" to got.source,
+                        "limit" to got.limit,
+                    ).filterKeys { it in want }
+                    if (have != want) failures += "$at: expected $want, got $have"
+                    if ((lease != null) != got.allowed) failures += "$at: lease $lease for $got"
+                    leases += lease
+                }
+                if (!limiter.metricsText().contains("polylimit_store_errors_total 0\n")) {
+                    failures += "$where: a store call failed"
+                }
+            }
+        }
+        assertTrue(steps > 0, "${file.name}: no steps played")
+        if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
     }
 
     private fun playDecisions(file: File, store: String) {
@@ -217,6 +292,7 @@ class ConformanceTest {
         val STEP = setOf("now_ms", "key", "cost", "peek", "expect")
         val EXPECT = setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source")
         val EXPECT_REQUIRED = setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms")
+        val CONCURRENCY_STEP = setOf("now_ms", "key", "cost", "expect", "release", "released")
         val HTTP_CASE = setOf("name", "description", "rules", "requests")
         val HTTP_STEP = setOf("request", "peek", "expect", "complete")
 

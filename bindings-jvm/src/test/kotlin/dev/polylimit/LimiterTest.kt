@@ -60,6 +60,29 @@ class LimiterTest {
     }
 
     @Test
+    fun `a lease holds a concurrency slot until released or closed`() {
+        Limiter("""{"policy": {"algorithm": "concurrency", "limit": 1, "lease": "30s"}}""").use { limiter: Limiter ->
+            val (first, lease) = limiter.acquire("k", nowMs = 0)
+            assertTrue(first.allowed)
+            assertFalse(limiter.acquire("k", nowMs = 1).decision.allowed)
+            assertEquals(1L, lease!!.release(2))
+            assertTrue(lease.released())
+            assertEquals(0L, lease.release(3)) // only the first release gives the slot back
+            // On the store's clock (the background release uses it): close() (try-with-resources,
+            // use) releases on the native runtime, in the background.
+            val held = limiter.acquire("k2")
+            assertTrue(held.decision.allowed)
+            assertFalse(limiter.peek("k2").allowed)
+            held.lease!!.close()
+            val deadline = System.nanoTime() + 5_000_000_000L
+            while (!limiter.peek("k2").allowed) {
+                assertTrue(System.nanoTime() < deadline, "the closed lease's slot never came back")
+                Thread.onSpinWait()
+            }
+        }
+    }
+
+    @Test
     fun `checkRequest answers what the middleware writes`() {
         val rules = """{"rules": {"policies": {"api": {"algorithm": "fixed_window", "rate": "1/s"}},
             "rules": [{"name": "all", "key": ["ip"], "policy": "api"}]}}"""
