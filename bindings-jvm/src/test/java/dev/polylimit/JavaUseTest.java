@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.List;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
 /** The API as Java code sees it: blocking calls, boxed nullable numbers, checked exceptions. */
@@ -18,6 +20,22 @@ class JavaUseTest {
             Decision second = limiter.check("user:1", 1L, 0L);
             assertFalse(second.getAllowed());
             assertEquals(1000L, second.getRetryAfterMs());
+        }
+    }
+
+    @Test
+    void futuresAndRulesFilesFromJava() throws Exception {
+        String rules = System.getProperty("polylimit.repo") + "/examples/polylimit.yaml";
+        try (Limiter keys = Limiter.Companion.fromRules("policies: {api: {algorithm: gcra, rate: 1/s, burst: 3}}")) {
+            Decision d = LimiterFutures.checkFuture(keys, "user:1").get(10, TimeUnit.SECONDS);
+            assertTrue(d.getAllowed());
+            assertEquals(2L, d.getRemaining());
+        }
+        try (Limiter limiter = Limiter.Companion.fromRulesFile(rules)) {
+            HttpRequest request = new HttpRequest("GET", "/api/x", null, "203.0.113.7", List.of(), null, null, null, null, 0L, false, false);
+            Outcome outcome = LimiterFutures.checkRequestFuture(limiter, request).get(10, TimeUnit.SECONDS);
+            assertEquals(null, outcome.getStatus());
+            assertTrue(outcome.getHeaders().size() > 0, outcome.toString());
         }
     }
 
