@@ -28,11 +28,14 @@ jvm-native:
 	strip --strip-debug -o $(JVM_NATIVE_DIR)/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/$(JVM_PROFILE)/libpolylimit_jvm.so
 
 ## The Rust tests of the crate (the Kotlin is up to date, errors map one to
-## one, panics are caught), then the JUnit suite on the packaged jar layout:
-## the conformance vectors on memory and on a real redis-server.
+## one, panics are caught), then the JUnit suite on the packaged jar layout
+## (the conformance vectors on memory and on a real redis-server); the jar
+## goes into ~/.m2 for the Spring Boot filter's suite (spring/: a real app on
+## a loopback port).
 jvm-test: jvm-deps jvm-native redis-server
 	$(CARGO) test --quiet -p polylimit-jvm
-	cd $(JVM_DIR) && $(MVN) -q -B verify -Dpolylimit.native.dir=$(JVM_NATIVE_DIR)
+	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR)
+	cd $(JVM_DIR)/spring && $(MVN) -q -B verify
 
 BINDING_DEPS += jvm-deps
 BINDING_TESTS += jvm-test
