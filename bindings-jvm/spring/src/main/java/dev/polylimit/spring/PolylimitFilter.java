@@ -14,6 +14,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
 import org.springframework.web.filter.OncePerRequestFilter;
 import org.springframework.web.servlet.HandlerExecutionChain;
@@ -41,13 +42,8 @@ public class PolylimitFilter extends OncePerRequestFilter {
      */
     public PolylimitFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
         this.limiter = limiter;
-        List<HandlerMapping>[] found = new List[1];
-        this.mappings = () -> {
-            if (found[0] == null) {
-                found[0] = mappings.get();
-            }
-            return found[0];
-        };
+        AtomicReference<List<HandlerMapping>> found = new AtomicReference<>();
+        this.mappings = () -> found.updateAndGet(m -> m != null ? m : mappings.get());
     }
 
     @Override
