@@ -32,7 +32,7 @@ BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
--include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk examples/make.mk tests/e2e/make.mk
+-include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
 
 test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
 

@@ -1,0 +1,41 @@
+# JVM binding: the uniffi cdylib (cargo, the shared target dir), its generated
+# Kotlin (checked in; the `kotlin` cargo test fails when stale) and the Maven
+# build (Java 17, Kotlin, JNA) whose jar carries the library at JNA's resource
+# path linux-x86-64/. Included by the root Makefile.
+JVM_DIR := bindings-jvm
+MVN ?= mvn
+# The Maven tests load the library from the jar layout staged here.
+JVM_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native
+JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE)),release,debug)
+
+.PHONY: jvm-deps jvm-native jvm-kotlin jvm-test
+
+## Java 17+ and Maven must be there (Maven downloads the plugins and
+## dependencies once into ~/.m2, then builds offline).
+jvm-deps:
+	@command -v java >/dev/null && command -v $(MVN) >/dev/null || { echo "Java 17+ and Maven are required"; exit 1; }
+
+## Regenerates src/main/kotlin/dev/polylimit/polylimit_jvm.kt with the
+## crate's uniffi-bindgen from the built library.
+jvm-kotlin:
+	POLYLIMIT_UPDATE_KOTLIN=1 $(CARGO) test --quiet -p polylimit-jvm --test kotlin
+
+## The library in JNA's layout, its debug info stripped (the debug build's
+## 140 MB are mostly DWARF).
+jvm-native:
+	$(CARGO) build --quiet -p polylimit-jvm $(if $(filter release,$(JVM_PROFILE)),--release)
+	mkdir -p $(JVM_NATIVE_DIR)/linux-x86-64
+	strip --strip-debug -o $(JVM_NATIVE_DIR)/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/$(JVM_PROFILE)/libpolylimit_jvm.so
+
+## The Rust tests of the crate (the Kotlin is up to date, errors map one to
+## one, panics are caught), then the JUnit suite on the packaged jar layout
+## (the conformance vectors on memory and on a real redis-server); the jar
+## goes into ~/.m2 for the Spring Boot filter's suite (spring/: a real app on
+## a loopback port).
+jvm-test: jvm-deps jvm-native redis-server
+	$(CARGO) test --quiet -p polylimit-jvm
+	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR)
+	cd $(JVM_DIR)/spring && $(MVN) -q -B verify
+
+BINDING_DEPS += jvm-deps
+BINDING_TESTS += jvm-test

@@ -1,0 +1,129 @@
+package dev.polylimit.spring;
+
+import dev.polylimit.Header;
+import dev.polylimit.HttpRequest;
+import dev.polylimit.Limiter;
+import dev.polylimit.Outcome;
+import dev.polylimit.PolylimitException;
+import jakarta.servlet.FilterChain;
+import jakarta.servlet.ServletException;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Supplier;
+import org.springframework.web.filter.OncePerRequestFilter;
+import org.springframework.web.servlet.HandlerExecutionChain;
+import org.springframework.web.servlet.HandlerMapping;
+import org.springframework.web.util.ServletRequestPathUtils;
+
+/**
+ * Decides every request by the limiter's rules: the request (method, path,
+ * the matched route pattern, peer, headers) goes to the core's
+ * {@code checkRequest}; the core's headers are set on every response, a
+ * refusal is written with the core's status and JSON body, a shaped request
+ * waits the core's delay, and a request whose rules count only some responses
+ * (or hold a concurrency slot) is settled with its status after the response.
+ * Adaptation only: every decision, header and body is the core's.
+ */
+public class PolylimitFilter extends OncePerRequestFilter {
+    private final Limiter limiter;
+    private final Supplier<List<HandlerMapping>> mappings;
+
+    /**
+     * @param limiter  the limiter (a rules file's, usually)
+     * @param mappings Spring MVC's handler mappings, in order, to find the
+     *                 route pattern ({@code /users/{id}}) before the
+     *                 dispatcher does; asked on the first request
+     */
+    public PolylimitFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
+        this.limiter = limiter;
+        AtomicReference<List<HandlerMapping>> found = new AtomicReference<>();
+        this.mappings = () -> found.updateAndGet(m -> m != null ? m : mappings.get());
+    }
+
+    @Override
+    protected void doFilterInternal(HttpServletRequest request, HttpServletResponse response, FilterChain chain)
+            throws ServletException, IOException {
+        Outcome outcome;
+        try {
+            outcome = limiter.checkRequest(toRequest(request));
+        } catch (PolylimitException e) {
+            throw new ServletException("polylimit: " + e.getMessage(), e);
+        }
+        for (Header h : outcome.getHeaders()) {
+            response.addHeader(h.getName(), h.getValue());
+        }
+        if (outcome.getStatus() != null) {
+            response.setStatus(outcome.getStatus());
+            response.setContentType("application/json");
+            String body = outcome.getBody() == null ? "" : outcome.getBody();
+            response.getOutputStream().write(body.getBytes(StandardCharsets.UTF_8));
+            return;
+        }
+        if (outcome.getDelayMs() > 0) {
+            try {
+                Thread.sleep(outcome.getDelayMs());
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new ServletException("polylimit: interrupted while shaping", e);
+            }
+        }
+        String token = outcome.getCompletion();
+        boolean served = false;
+        try {
+            chain.doFilter(request, response);
+            served = true;
+        } finally {
+            if (token != null) {
+                try {
+                    // No response (an exception): settled as failed, like the other middlewares.
+                    limiter.complete(token, served ? response.getStatus() : null);
+                } catch (PolylimitException e) {
+                    logger.warn("polylimit: cannot settle the request", e);
+                }
+            }
+        }
+    }
+
+    private HttpRequest toRequest(HttpServletRequest request) {
+        List<Header> headers = new ArrayList<>();
+        for (String name : Collections.list(request.getHeaderNames())) {
+            for (String value : Collections.list(request.getHeaders(name))) {
+                headers.add(new Header(name, value));
+            }
+        }
+        String path = request.getRequestURI().substring(request.getContextPath().length());
+        return new HttpRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
+                request.getRemoteAddr(), headers, null, null, null, null, null, false, false);
+    }
+
+    /** Spring MVC's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found as the dispatcher will. */
+    private String route(HttpServletRequest request) {
+        // The dispatcher parses the path for the mappings; here the filter does, and undoes it after.
+        boolean parsed = !ServletRequestPathUtils.hasParsedRequestPath(request);
+        if (parsed) {
+            ServletRequestPathUtils.parseAndCache(request);
+        }
+        try {
+            for (HandlerMapping mapping : mappings.get()) {
+                HandlerExecutionChain handler = mapping.getHandler(request);
+                if (handler != null) {
+                    Object pattern = request.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
+                    return pattern == null ? null : pattern.toString();
+                }
+            }
+            return null;
+        } catch (Exception e) {
+            return null; // no route: the rules match on the path
+        } finally {
+            if (parsed) {
+                ServletRequestPathUtils.clearParsedRequestPath(request);
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! `Limiter`: built from an options object (JSON text under the rules-file
+//! names, read by the core's `Limiter::build`) or a rules file; each call
+//! comes blocking (for servlet threads) and as `…Async` (a Kotlin `suspend`
+//! function that holds no thread while the store answers).
+//!
+//! `close()` is the `AutoCloseable` uniffi gives every object: it drops the
+//! handle, and dropping it closes the core limiter (`Drop` below).
+
+use std::sync::Arc;
+
+use polylimit::{CheckOptions, Naming, RequestInfo};
+use serde_json::{json, Value};
+
+use crate::errors::{block, config_error, guard, spawn, PolylimitError};
+use crate::lease::{Acquired, Lease};
+use crate::types::{Decision, HttpRequest, Outcome};
+
+type Result<T> = std::result::Result<T, PolylimitError>;
+
+/// A rate limiter (memory or Redis store), safe to share between threads.
+#[derive(uniffi::Object)]
+pub struct Limiter {
+    inner: polylimit::Limiter,
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+pub(crate) fn options(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| config_error("options", &format!("{text:?}"), &format!("is not JSON ({e})")))
+}
+
+/// `cost` and `nowMs` as given, checked by the core's one rule.
+pub(crate) fn check_options(cost: Option<i64>, now_ms: Option<i64>) -> Result<CheckOptions> {
+    let cost = cost.map(Value::from);
+    let now_ms = now_ms.map(Value::from);
+    CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).map_err(Into::into)
+}
+
+fn request_info(request: &HttpRequest) -> Result<RequestInfo> {
+    RequestInfo::from_value(&request.to_value()).map_err(Into::into)
+}
+
+fn build(options: &Value) -> Result<Arc<Limiter>> {
+    guard(|| {
+        let inner = polylimit::Limiter::build(Naming::Snake, options)?;
+        Ok(Arc::new(Limiter { inner }))
+    })
+}
+
+#[uniffi::export]
+impl Limiter {
+    /// A limiter from an options object as JSON text, under the rules-file
+    /// names: `{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 20},
+    /// "store": "redis://127.0.0.1:6379"}`, or `{"rules_file": "polylimit.yaml"}`.
+    /// Bad input throws `PolylimitException.Config` naming the field.
+    #[uniffi::constructor]
+    pub fn new(options_json: String) -> Result<Arc<Self>> {
+        build(&options(&options_json)?)
+    }
+
+    /// A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded).
+    #[uniffi::constructor]
+    pub fn from_rules_file(path: String) -> Result<Arc<Self>> {
+        build(&json!({ "rules_file": path }))
+    }
+
+    /// A limiter from the text of a rules document (YAML or JSON).
+    #[uniffi::constructor]
+    pub fn from_rules(text: String) -> Result<Arc<Self>> {
+        build(&json!({ "rules": text }))
+    }
+
+    /// Checks `key`, charging `cost` (default 1), at `nowMs` (default: the
+    /// store's clock); blocks the calling thread until decided.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub fn check(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Decision> {
+        let options = check_options(cost, now_ms)?;
+        block(self.inner.check_with(&key, options)).map(Into::into)
+    }
+
+    /// `check` as a suspend function: no thread waits for the store.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub async fn check_async(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Decision> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.check_with(&key, options).await })
+            .await
+            .map(Into::into)
+    }
+
+    /// Acquires `key`: a check that, for a concurrency policy, takes `cost`
+    /// slots until the returned lease is released (blocking).
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub fn acquire(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Acquired> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        let (decision, guard) = block(async move { inner.acquire_with(&key, options).await })?;
+        Ok(self.acquired(decision, guard))
+    }
+
+    /// `acquire` as a suspend function.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub async fn acquire_async(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Acquired> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        let (decision, guard) = spawn(async move { inner.acquire_with(&key, options).await }).await?;
+        Ok(self.acquired(decision, guard))
+    }
+
+    /// The decision `check` would return now, charging nothing.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub fn peek(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Decision> {
+        let options = check_options(cost, now_ms)?;
+        block(self.inner.peek_with(&key, options)).map(Into::into)
+    }
+
+    /// `peek` as a suspend function.
+    #[uniffi::method(default(cost = None, now_ms = None))]
+    pub async fn peek_async(&self, key: String, cost: Option<i64>, now_ms: Option<i64>) -> Result<Decision> {
+        let options = check_options(cost, now_ms)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.peek_with(&key, options).await })
+            .await
+            .map(Into::into)
+    }
+
+    /// Forgets every policy's state for `key`.
+    pub fn reset(&self, key: String) -> Result<()> {
+        block(self.inner.reset(&key))
+    }
+
+    /// `reset` as a suspend function.
+    pub async fn reset_async(&self, key: String) -> Result<()> {
+        let inner = self.inner.clone();
+        spawn(async move { inner.reset(&key).await }).await
+    }
+
+    /// Decides a request by the limiter's rules: what the middleware answers.
+    pub fn check_request(&self, request: HttpRequest) -> Result<Outcome> {
+        let req = request_info(&request)?;
+        block(self.inner.check_request(&req)).map(Into::into)
+    }
+
+    /// `checkRequest` as a suspend function.
+    pub async fn check_request_async(&self, request: HttpRequest) -> Result<Outcome> {
+        let req = request_info(&request)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.check_request(&req).await })
+            .await
+            .map(Into::into)
+    }
+
+    /// The outcome `checkRequest` would return now, charging nothing.
+    pub fn peek_request(&self, request: HttpRequest) -> Result<Outcome> {
+        let req = request_info(&request)?;
+        block(self.inner.peek_request(&req)).map(Into::into)
+    }
+
+    /// Forgets every (policy, key) `checkRequest` would charge for `request`;
+    /// returns how many.
+    pub fn reset_request(&self, request: HttpRequest) -> Result<i64> {
+        let req = request_info(&request)?;
+        block(self.inner.reset_request(&req)).map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+    }
+
+    /// Settles a request after its response (`Outcome.completion`) with its
+    /// status (null or 0: no response). Never throws because the store is
+    /// down; a malformed token throws `Config` naming `token`.
+    #[uniffi::method(default(status = None))]
+    pub fn complete(&self, token: String, status: Option<i32>) -> Result<()> {
+        let status = status_code(status)?;
+        block(self.inner.complete(&token, status)).map(|_| ())
+    }
+
+    /// `complete` as a suspend function.
+    #[uniffi::method(default(status = None))]
+    pub async fn complete_async(&self, token: String, status: Option<i32>) -> Result<()> {
+        let status = status_code(status)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.complete(&token, status).await.map(|_| ()) }).await
+    }
+
+    /// Prometheus text exposition of this limiter's metrics.
+    pub fn metrics_text(&self) -> String {
+        self.inner.metrics_text()
+    }
+
+    /// The policies' names, in order.
+    pub fn policy_names(&self) -> Vec<String> {
+        self.inner.policies().map(|p| p.name().to_string()).collect()
+    }
+
+    /// `closed`, `open` or `half_open`: the store's circuit breaker.
+    pub fn breaker_state(&self) -> String {
+        self.inner.breaker_state().as_str().to_string()
+    }
+}
+
+impl Limiter {
+    fn acquired(&self, decision: polylimit::Decision, guard: Option<polylimit::LeaseGuard>) -> Acquired {
+        Acquired {
+            decision: decision.into(),
+            lease: guard.map(|g| Lease::new(self.inner.clone(), g)),
+        }
+    }
+}
+
+fn status_code(status: Option<i32>) -> Result<Option<u16>> {
+    status
+        .map(|s| u16::try_from(s).map_err(|_| config_error("status", &s.to_string(), "is not an HTTP status")))
+        .transpose()
+}

@@ -1,0 +1,337 @@
+package dev.polylimit
+
+import com.google.gson.JsonArray
+import com.google.gson.JsonElement
+import com.google.gson.JsonNull
+import com.google.gson.JsonObject
+import com.google.gson.JsonParser
+import java.io.File
+import java.util.concurrent.atomic.AtomicInteger
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.AfterAll
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.BeforeAll
+import org.junit.jupiter.api.DynamicTest
+import org.junit.jupiter.api.TestFactory
+import org.junit.jupiter.api.TestInstance
+import org.junit.jupiter.api.fail
+
+/**
+ * Every vector of $POLYLIMIT_VECTORS (default tests/conformance) and of its
+ * http/ and concurrency/ directories through the public API, on the memory store and on a real
+ * redis-server started for the class. Unknown fields and unreadable files
+ * fail; nothing is skipped. The decision vectors go through the blocking
+ * `check`/`peek`, the HTTP vectors through the suspend `checkRequestAsync`
+ * / `completeAsync` the middleware would use (`peekRequest` blocking), so both
+ * forms are played; concurrency vectors through `acquireAsync` and the
+ * lease's `releaseAsync`.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class ConformanceTest {
+    private lateinit var redis: RedisServer
+    private val prefixes = AtomicInteger()
+
+    @BeforeAll
+    fun startRedis() {
+        redis = RedisServer()
+    }
+
+    @AfterAll
+    fun stopRedis() {
+        redis.close()
+    }
+
+    private fun stores() = listOf("memory" to "memory", "redis" to redis.url)
+
+    private fun prefix(tag: String) = "jvm-$tag-${ProcessHandle.current().pid()}-${prefixes.incrementAndGet()}"
+
+    @TestFactory
+    fun decisionVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("").map { file -> DynamicTest.dynamicTest("$name: ${file.name}") { playDecisions(file, store) } }
+    }
+
+    @TestFactory
+    fun httpVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store) } }
+    }
+
+    @TestFactory
+    fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("concurrency").map { file ->
+            DynamicTest.dynamicTest("$name: concurrency/${file.name}") { playConcurrency(file, store) }
+        }
+    }
+
+    /** Acquire steps through `acquireAsync`; a release step releases the lease of the step it names. */
+    private fun playConcurrency(file: File, store: String) = runBlocking {
+        val failures = mutableListOf<String>()
+        var steps = 0
+        for (case in cases(file)) {
+            val where = "${file.name}: ${case["name"]}"
+            fields(where, case, CASE, setOf("name", "policy", "steps"))
+            val options = JsonObject().apply {
+                add("policy", case["policy"])
+                addProperty("store", store)
+                addProperty("prefix", prefix("conc"))
+            }
+            Limiter(options.toString()).use { limiter: Limiter ->
+                val leases = mutableListOf<Lease?>()
+                for ((i, element) in case.getAsJsonArray("steps").withIndex()) {
+                    val step = element.asJsonObject
+                    fields("$where step $i", step, CONCURRENCY_STEP, setOf("now_ms"))
+                    steps++
+                    val nowMs = step["now_ms"].asLong
+                    val at = "$where step $i (now_ms $nowMs)"
+                    if (step.has("release")) {
+                        fields("$where step $i", step, setOf("now_ms", "release", "released"), setOf("release", "released"))
+                        val j = step["release"].asInt
+                        val lease = leases.getOrNull(j)
+                        assertTrue(j < i && lease != null, "$at: `release` names an earlier allowed acquire")
+                        val released = lease!!.releaseAsync(nowMs)
+                        // `released`: a count, or true/false for one lease (as Python's int() reads it).
+                        val expected = step["released"].asJsonPrimitive.let { if (it.isBoolean) (if (it.asBoolean) 1L else 0L) else it.asLong }
+                        if (released != expected) failures += "$at: released $released, expected $expected"
+                        leases += null
+                        continue
+                    }
+                    val expect = step.getAsJsonObject("expect")
+                    fields("$at expect", expect, setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit"), EXPECT_REQUIRED)
+                    val (got, lease) = limiter.acquireAsync(step["key"]?.asString ?: "k", step["cost"]?.asLong ?: 1L, nowMs)
+                    val want = mutableMapOf<String, Any?>(
+                        "allowed" to expect["allowed"].asBoolean,
+                        "remaining" to expect["remaining"].asLong,
+                        "reset_after_ms" to expect["reset_after_ms"].asLong,
+                        "retry_after_ms" to expect["retry_after_ms"].let { if (it.isJsonNull) null else it.asLong },
+                        "delay_ms" to 0L,
+                        "source" to "store",
+                    )
+                    expect["limit"]?.let { want["limit"] = it.asLong }
+                    val have = mapOf(
+                        "allowed" to got.allowed,
+                        "remaining" to got.remaining,
+                        "reset_after_ms" to got.resetAfterMs,
+                        "retry_after_ms" to got.retryAfterMs,
+                        "delay_ms" to got.delayMs,
+                        "source" to got.source,
+                        "limit" to got.limit,
+                    ).filterKeys { it in want }
+                    if (have != want) failures += "$at: expected $want, got $have"
+                    if ((lease != null) != got.allowed) failures += "$at: lease $lease for $got"
+                    leases += lease
+                }
+                if (!limiter.metricsText().contains("polylimit_store_errors_total 0\n")) {
+                    failures += "$where: a store call failed"
+                }
+            }
+        }
+        assertTrue(steps > 0, "${file.name}: no steps played")
+        if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+    }
+
+    private fun playDecisions(file: File, store: String) {
+        val failures = mutableListOf<String>()
+        var steps = 0
+        for (case in cases(file)) {
+            val where = "${file.name}: ${case["name"]}"
+            fields(where, case, CASE, setOf("name", "policy", "steps"))
+            val options = JsonObject().apply {
+                add("policy", case["policy"])
+                addProperty("store", store)
+                addProperty("prefix", prefix("conf"))
+            }
+            val stepList = case.getAsJsonArray("steps")
+            assertTrue(stepList.size() > 0, "$where: no steps")
+            Limiter(options.toString()).use { limiter: Limiter ->
+                stepList.forEachIndexed { i, element ->
+                    val step = element.asJsonObject
+                    fields("$where step $i", step, STEP, setOf("now_ms", "expect"))
+                    val expect = step.getAsJsonObject("expect")
+                    fields("$where step $i expect", expect, EXPECT, EXPECT_REQUIRED)
+                    val key = step["key"]?.asString ?: "k"
+                    val cost = step["cost"]?.asLong ?: 1L
+                    val nowMs = step["now_ms"].asLong
+                    // A peek step: the decision a check would get, with nothing charged.
+                    val got = if (step["peek"]?.asBoolean == true) {
+                        limiter.peek(key, cost, nowMs)
+                    } else {
+                        limiter.check(key, cost, nowMs)
+                    }
+                    steps++
+                    val want = mutableMapOf<String, Any?>(
+                        "allowed" to expect["allowed"].asBoolean,
+                        "remaining" to expect["remaining"].asLong,
+                        "reset_after_ms" to expect["reset_after_ms"].asLong,
+                        "retry_after_ms" to expect["retry_after_ms"].let { if (it.isJsonNull) null else it.asLong },
+                        "delay_ms" to (expect["delay_ms"]?.asLong ?: 0L),
+                    )
+                    expect["limit"]?.let { want["limit"] = it.asLong }
+                    expect["source"]?.let { want["source"] = it.asString }
+                    val all = mapOf(
+                        "allowed" to got.allowed,
+                        "remaining" to got.remaining,
+                        "reset_after_ms" to got.resetAfterMs,
+                        "retry_after_ms" to got.retryAfterMs,
+                        "delay_ms" to got.delayMs,
+                        "limit" to got.limit,
+                        "source" to got.source,
+                    )
+                    val have = all.filterKeys { it in want }
+                    if (got.source != "store" && got.source != "penalty") {
+                        failures += "$where step $i: decided by ${got.source}, not the store"
+                    }
+                    if (have != want) failures += "$where step $i (now_ms $nowMs): expected $want, got $have"
+                }
+            }
+        }
+        assertTrue(steps > 0, "${file.name}: no steps played")
+        if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+    }
+
+    private fun playHttp(file: File, store: String) = runBlocking {
+        val failures = mutableListOf<String>()
+        var played = 0
+        for (case in cases(file)) {
+            val where = "${file.name}: ${case["name"]}"
+            fields(where, case, HTTP_CASE, setOf("name", "rules", "requests"))
+            val options = JsonObject().apply {
+                add("rules", case["rules"])
+                addProperty("store", store)
+                addProperty("prefix", prefix("http"))
+            }
+            val requests = case.getAsJsonArray("requests")
+            assertTrue(requests.size() > 0, "$where: no requests")
+            Limiter(options.toString()).use { limiter: Limiter ->
+                val tokens = mutableListOf<String?>()
+                for ((i, element) in requests.withIndex()) {
+                    val step = element.asJsonObject
+                    if (step.has("of")) {
+                        // The completion of an earlier request, now (what a middleware does after the response).
+                        fields("$where step $i", step, HTTP_LATER, HTTP_LATER)
+                        val token = tokens[step["of"].asInt]
+                        tokens += null
+                        if (token == null) {
+                            failures += "$where step $i: request ${step["of"]} has no completion token"
+                        } else {
+                            limiter.completeAsync(token, status(step["complete"]))
+                        }
+                        continue
+                    }
+                    fields("$where request $i", step, HTTP_STEP, setOf("request", "expect"))
+                    val expect = step.getAsJsonObject("expect")
+                    fields("$where request $i expect", expect, HTTP_EXPECT, setOf("status", "headers", "body"))
+                    val request = request("$where request $i", step.getAsJsonObject("request"))
+                    val outcome = if (step["peek"]?.asBoolean == true) {
+                        limiter.peekRequest(request)
+                    } else {
+                        limiter.checkRequestAsync(request)
+                    }
+                    played++
+                    tokens += outcome.completion
+                    if (step.has("complete")) {
+                        val token = outcome.completion
+                        if (token == null) {
+                            failures += "$where request $i: no completion token"
+                        } else {
+                            limiter.completeAsync(token, status(step["complete"]))
+                        }
+                    }
+                    val want = listOf(
+                        expect["status"].let { if (it.isJsonNull) null else it.asInt },
+                        expect.getAsJsonArray("headers").map { h -> h.asJsonArray.let { it[0].asString to it[1].asString } },
+                        expect["body"].let { if (it.isJsonNull) null else it.asString },
+                        expect["delay_ms"]?.asLong ?: 0L,
+                    )
+                    val have = listOf(
+                        outcome.status,
+                        outcome.headers.map { it.name to it.value },
+                        outcome.body,
+                        outcome.delayMs,
+                    )
+                    val fallback = outcome.decisions.filter { it.decision.source in FALLBACKS }
+                    if (fallback.isNotEmpty()) failures += "$where request $i: decided by a fallback: $fallback"
+                    if (have != want) failures += "$where request $i: expected $want, got $have"
+                }
+            }
+        }
+        assertTrue(played > 0, "${file.name}: no requests played")
+        if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+    }
+
+    /** A completion's status: a number, or null for "no response". */
+    private fun status(value: JsonElement): Int? = if (value.isJsonNull) null else value.asInt
+
+    /** A vector's request object as the typed [HttpRequest]; unknown fields fail. */
+    private fun request(where: String, obj: JsonObject): HttpRequest {
+        fields(where, obj, REQUEST, emptySet())
+        fun text(name: String): String? = obj[name]?.takeUnless { it.isJsonNull }?.asString
+        val headers = when (val h = obj["headers"]) {
+            null, is JsonNull -> emptyList()
+            is JsonObject -> h.entrySet().map { (k, v) -> Header(k, v.asString) }
+            is JsonArray -> h.map { pair -> pair.asJsonArray.let { Header(it[0].asString, it[1].asString) } }
+            else -> fail("$where: headers $h is not an object or a list of pairs")
+        }
+        return HttpRequest(
+            method = text("method") ?: "GET",
+            path = text("path") ?: "/",
+            route = text("route"),
+            peer = text("peer"),
+            headers = headers,
+            user = text("user"),
+            apiKey = text("api_key"),
+            key = text("key"),
+            cost = obj["cost"]?.takeUnless { it.isJsonNull }?.asLong,
+            nowMs = obj["now_ms"]?.takeUnless { it.isJsonNull }?.asLong,
+            caseInsensitive = obj["case_insensitive"]?.asBoolean ?: false,
+            ignoreTrailingSlash = obj["ignore_trailing_slash"]?.asBoolean ?: false,
+        )
+    }
+
+    companion object {
+        val CASE = setOf("name", "description", "policy", "steps")
+        val STEP = setOf("now_ms", "key", "cost", "peek", "expect")
+        val EXPECT = setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source")
+        val EXPECT_REQUIRED = setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms")
+        val CONCURRENCY_STEP = setOf("now_ms", "key", "cost", "expect", "release", "released")
+        val HTTP_CASE = setOf("name", "description", "rules", "requests")
+        val HTTP_STEP = setOf("request", "peek", "expect", "complete")
+
+        // A step that completes an earlier request (`of`: its index) with a status.
+        val HTTP_LATER = setOf("complete", "of")
+        val HTTP_EXPECT = setOf("status", "headers", "body", "delay_ms")
+        val REQUEST = setOf(
+            "method", "path", "route", "peer", "headers", "user", "api_key", "key", "cost", "now_ms",
+            "case_insensitive", "ignore_trailing_slash",
+        )
+        val FALLBACKS = setOf("local", "fail_open", "fail_closed")
+
+        /** `$POLYLIMIT_VECTORS` (like the other runners), default the repository's tests/conformance. */
+        fun vectorsDir(): File = System.getenv("POLYLIMIT_VECTORS")?.let(::File)
+            ?: File(System.getProperty("polylimit.repo") ?: "..", "tests/conformance")
+
+        fun files(sub: String): List<File> {
+            val dir = File(vectorsDir(), sub)
+            val found = dir.listFiles { f -> f.isFile && f.name.endsWith(".json") }
+                ?: error("cannot read $dir")
+            check(found.isNotEmpty()) { "no vectors in $dir" }
+            return found.sortedBy { it.name }
+        }
+
+        fun cases(file: File): List<JsonObject> {
+            val doc = JsonParser.parseString(file.readText()).asJsonObject
+            assertEquals(setOf("cases"), doc.keySet(), "${file.name}: top-level fields")
+            val cases = doc.getAsJsonArray("cases").map(JsonElement::getAsJsonObject)
+            assertTrue(cases.isNotEmpty(), "${file.name}: no cases")
+            val names = cases.map { it["name"]?.asString }
+            assertEquals(names.size, names.toSet().size, "${file.name}: duplicate case names")
+            return cases
+        }
+
+        fun fields(where: String, obj: JsonObject, allowed: Set<String>, required: Set<String>) {
+            val unknown = obj.keySet() - allowed
+            assertTrue(unknown.isEmpty(), "$where: unknown fields ${unknown.sorted()}")
+            val missing = required - obj.keySet()
+            assertTrue(missing.isEmpty(), "$where: missing fields ${missing.sorted()}")
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The records crossing the boundary. Numbers are `i64`/`i32` (Java's long
+//! and int) rather than unsigned types, which Kotlin shows as `ULong` and
+//! Java cannot use comfortably; every value the core returns fits.
+
+use serde_json::{json, Map, Value};
+
+/// The answer to one check (SPEC §3).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Decision {
+    /// The request may proceed.
+    pub allowed: bool,
+    /// The policy's count: burst for buckets, limit per window for windows.
+    pub limit: i64,
+    /// Whole requests still available right after this decision.
+    pub remaining: i64,
+    /// Time until the key is back to its full, idle state.
+    pub reset_after_ms: i64,
+    /// When denied: time until the same request could be allowed; null when
+    /// allowed or when the cost can never fit.
+    pub retry_after_ms: Option<i64>,
+    /// Shape mode: how long to hold the request before serving it.
+    pub delay_ms: i64,
+    /// Who decided: `store`, `penalty`, `local`, `fail_open`, `fail_closed`, …
+    pub source: String,
+}
+
+fn long(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl From<polylimit::Decision> for Decision {
+    fn from(d: polylimit::Decision) -> Self {
+        Decision {
+            allowed: d.allowed,
+            limit: long(d.limit),
+            remaining: long(d.remaining),
+            reset_after_ms: long(d.reset_after_ms),
+            retry_after_ms: d.retry_after_ms.map(long),
+            delay_ms: long(d.delay_ms),
+            source: d.source.as_str().to_string(),
+        }
+    }
+}
+
+/// One HTTP header.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Header {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// A request as the HTTP layer sees it (`checkRequest`): the fields the
+/// core's rules read. Left out: the core's defaults (GET, `/`, cost 1, the
+/// store's clock).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct HttpRequest {
+    /// The method (default GET).
+    #[uniffi(default = "GET")]
+    pub method: String,
+    /// The path, without the query (default `/`).
+    #[uniffi(default = "/")]
+    pub path: String,
+    /// The matched route pattern (`/users/{id}`), when the framework knows it.
+    #[uniffi(default = None)]
+    pub route: Option<String>,
+    /// The peer address (the socket's remote address).
+    #[uniffi(default = None)]
+    pub peer: Option<String>,
+    /// The request's headers, in order, repeated names repeated.
+    #[uniffi(default = [])]
+    pub headers: Vec<Header>,
+    /// The authenticated user (the `user` dimension).
+    #[uniffi(default = None)]
+    pub user: Option<String>,
+    /// The API key (the `api_key` dimension).
+    #[uniffi(default = None)]
+    pub api_key: Option<String>,
+    /// A key chosen by the caller (the `key` dimension).
+    #[uniffi(default = None)]
+    pub key: Option<String>,
+    /// Units the request costs (default 1).
+    #[uniffi(default = None)]
+    pub cost: Option<i64>,
+    /// Decide at this time (ms since the epoch) instead of the store's clock.
+    #[uniffi(default = None)]
+    pub now_ms: Option<i64>,
+    /// Match routes case-insensitively (the framework's setting).
+    #[uniffi(default = false)]
+    pub case_insensitive: bool,
+    /// `/a/` matches `/a` (the framework's setting).
+    #[uniffi(default = false)]
+    pub ignore_trailing_slash: bool,
+}
+
+impl HttpRequest {
+    /// The JSON object the core reads (`RequestInfo::from_value`), which
+    /// checks every field.
+    pub(crate) fn to_value(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("method".into(), json!(self.method));
+        map.insert("path".into(), json!(self.path));
+        let headers: Vec<Value> = self.headers.iter().map(|h| json!([h.name, h.value])).collect();
+        map.insert("headers".into(), Value::Array(headers));
+        for (name, v) in [
+            ("route", &self.route),
+            ("peer", &self.peer),
+            ("user", &self.user),
+            ("api_key", &self.api_key),
+            ("key", &self.key),
+        ] {
+            if let Some(v) = v {
+                map.insert(name.into(), json!(v));
+            }
+        }
+        for (name, v) in [("cost", self.cost), ("now_ms", self.now_ms)] {
+            if let Some(v) = v {
+                map.insert(name.into(), json!(v));
+            }
+        }
+        map.insert("case_insensitive".into(), json!(self.case_insensitive));
+        map.insert("ignore_trailing_slash".into(), json!(self.ignore_trailing_slash));
+        Value::Object(map)
+    }
+}
+
+/// One policy's decision for a request.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct RuleDecision {
+    /// The rule's label (its name, route or path pattern).
+    pub rule: String,
+    /// The policy's name.
+    pub policy: String,
+    /// The decision.
+    pub decision: Decision,
+    /// The rule only observes (`shadow: true`).
+    pub shadow: bool,
+}
+
+/// What to answer a request (SPEC §6): `status` null lets it through; set
+/// every header of `headers` either way; wait `delayMs` first; write `body`
+/// (JSON) with a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Outcome {
+    /// Null: let the request through. Otherwise 429, 503 or 403.
+    pub status: Option<i32>,
+    /// Headers to set on the response, allowed or not.
+    pub headers: Vec<Header>,
+    /// The JSON body of a refusal.
+    pub body: Option<String>,
+    /// Shape mode: hold the request this long before serving it.
+    pub delay_ms: i64,
+    /// Every policy's decision.
+    pub decisions: Vec<RuleDecision>,
+    /// The token to settle an allowed request after its response
+    /// (`Limiter.complete(token, status)`) when a rule counts only some
+    /// responses or holds a concurrency slot; null otherwise.
+    pub completion: Option<String>,
+}
+
+impl From<polylimit::Outcome> for Outcome {
+    fn from(o: polylimit::Outcome) -> Self {
+        Outcome {
+            status: o.status.map(i32::from),
+            headers: o
+                .headers
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
+                .collect(),
+            body: o.body,
+            delay_ms: long(o.delay_ms),
+            decisions: o
+                .decisions
+                .into_iter()
+                .map(|d| RuleDecision {
+                    rule: d.rule,
+                    policy: d.policy,
+                    decision: d.decision.into(),
+                    shadow: d.shadow,
+                })
+                .collect(),
+            completion: o.completion,
+        }
+    }
+}
