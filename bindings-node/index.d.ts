@@ -97,7 +97,7 @@ export interface CheckOptions {
   nowMs?: number;
 }
 
-export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist';
+export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist' | 'adaptive';
 
 /** A per-key override to set: `rate` (and `burst`) replace `policy`'s for one key. */
 export interface OverrideOptions {

@@ -14,6 +14,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod adaptive;
 mod algorithm;
 pub mod breaker;
 mod config;
@@ -32,6 +33,7 @@ mod resilience;
 mod store;
 pub mod wire;
 
+pub use algorithm::adaptive::{AdaptiveReport, Transition};
 pub use algorithm::Verdict;
 pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
 pub use config::effective_config;

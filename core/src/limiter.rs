@@ -143,6 +143,8 @@ struct Inner {
     metrics: Metrics,
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
+    /// Alerts of adaptive policies.
+    alerts: crate::adaptive::Alerts,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -272,6 +274,7 @@ impl Engine {
                 closed: AtomicBool::new(false),
                 metrics,
                 overrides: config.overrides,
+                alerts: Default::default(),
             }),
         })
     }
@@ -327,7 +330,11 @@ impl Engine {
         let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
             return None;
         };
-        if compiled.penalty.is_some() || compiled.params.kind == Kind::Concurrency || inner.memory.overrides.any() {
+        if compiled.penalty.is_some()
+            || compiled.params.adaptive.is_some()
+            || compiled.params.kind == Kind::Concurrency
+            || inner.memory.overrides.any()
+        {
             return None;
         }
         let cost = match self.validate(options) {
@@ -437,7 +444,7 @@ impl Engine {
         }
         if let ([(i, key, shadow)], true) = (targets, charge) {
             let compiled = &inner.policies[*i];
-            if compiled.penalty.is_none() {
+            if compiled.penalty.is_none() && compiled.params.adaptive.is_none() {
                 // One key, charged, no penalty record: no vector of checks.
                 let check = MemoryCheck {
                     slot: *i as u32,
@@ -486,8 +493,16 @@ impl Engine {
             .iter()
             .zip(verdicts)
             .enumerate()
-            .map(|(n, (&(i, _, _), v))| {
-                let source = if v.penalized { Source::Penalty } else { source };
+            .map(|(n, (&(i, key, _), v))| {
+                let source = match v.adaptive {
+                    _ if v.penalized => Source::Penalty,
+                    Some(a) if a.denied => Source::Adaptive,
+                    _ => source,
+                };
+                if let (Some(report), Some(adaptive)) = (&v.adaptive, self.inner.policies[i].policy.adaptive()) {
+                    let name = self.inner.policies[i].policy.name();
+                    self.inner.alerts.transition(name, adaptive, key, report, now);
+                }
                 let limit = match v.overridden {
                     Some([_, _, burst]) => {
                         overridden.resize(n, None);
@@ -560,6 +575,9 @@ impl Engine {
                     .into_iter()
                     .flatten(),
             );
+        }
+        if compiled.params.adaptive.is_some() {
+            keys.push(format!("{main}:adaptive"));
         }
         keys.insert(0, main);
         keys
@@ -861,7 +879,16 @@ impl Engine {
     /// Metrics in Prometheus text format.
     pub(crate) fn metrics_text(&self) -> String {
         let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
-        self.inner.metrics.render(breaker)
+        let mut text = self.inner.metrics.render(breaker);
+        if self.inner.policies.iter().any(|c| c.params.adaptive.is_some()) {
+            self.inner.alerts.render(&mut text);
+        }
+        text
+    }
+
+    /// The alerts of adaptive policies: their callback, log line and metrics.
+    pub(crate) fn alerts(&self) -> &crate::adaptive::Alerts {
+        &self.inner.alerts
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.

@@ -146,9 +146,10 @@ pub struct Policy {
     max_delay_ms: Option<u64>,
     on_store_error: OnStoreError,
     penalty: Option<Penalty>,
+    adaptive: Option<crate::adaptive::Adaptive>,
 }
 
-const KNOWN_FIELDS: [&str; 12] = [
+const KNOWN_FIELDS: [&str; 13] = [
     "algorithm",
     "limit",
     "lease",
@@ -161,9 +162,10 @@ const KNOWN_FIELDS: [&str; 12] = [
     "on_store_error",
     "penalty",
     "name",
+    "adaptive",
 ];
 const FIELDS: &str =
-    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, name";
+    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, adaptive, name";
 
 const NAME_RULE: &str = "is not a name of 1 to 128 bytes without control characters";
 
@@ -318,6 +320,13 @@ impl Policy {
             .get("penalty")
             .map(|v| parse_penalty(v, &at("penalty")))
             .transpose()?;
+        let adaptive = obj
+            .get("adaptive")
+            .map(|v| crate::adaptive::parse(v, &at("adaptive")))
+            .transpose()?;
+        if adaptive.is_some() && algorithm == Algorithm::Concurrency {
+            return Err(Error::config(at("adaptive"), "", "does not apply to concurrency"));
+        }
 
         let name = match obj.get("name") {
             None => "default".to_string(),
@@ -339,6 +348,7 @@ impl Policy {
             max_delay_ms,
             on_store_error,
             penalty,
+            adaptive,
         };
         policy.check_range(&at)?;
         Ok(policy)
@@ -459,6 +469,10 @@ impl Policy {
     pub fn penalty(&self) -> Option<&Penalty> {
         self.penalty.as_ref()
     }
+    /// Adaptive limits per key, if configured.
+    pub fn adaptive(&self) -> Option<&crate::adaptive::Adaptive> {
+        self.adaptive.as_ref()
+    }
 
     /// The policy with every field spelled out, defaults included, in the
     /// form [`Policy::from_value`] reads back (durations as `"<n>ms"`).
@@ -501,6 +515,9 @@ impl Policy {
             penalty.insert("cooldowns".into(), p.cooldowns_ms.iter().map(|c| ms(*c)).collect());
             penalty.insert("forget_after".into(), ms(p.forget_after_ms));
             out.insert("penalty".into(), penalty.into());
+        }
+        if let Some(a) = &self.adaptive {
+            out.insert("adaptive".into(), a.to_value());
         }
         Value::Object(out)
     }

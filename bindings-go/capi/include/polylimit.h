@@ -74,6 +74,8 @@ enum polylimit_source_t
   POLYLIMIT_SOURCE_ALLOWLIST = 5,
   // Denied: denylisted.
   POLYLIMIT_SOURCE_DENYLIST = 6,
+  // Denied: the key is anomalous and over its shrunk (adaptive) budget.
+  POLYLIMIT_SOURCE_ADAPTIVE = 7,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum polylimit_source_t polylimit_source_t;

@@ -8,7 +8,7 @@ from . import Override
 
 __version__: str
 
-Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist"]
+Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist", "adaptive"]
 BreakerStateName = Literal["closed", "open", "half_open"]
 
 class PolylimitError(Exception):

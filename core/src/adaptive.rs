@@ -1,0 +1,436 @@
+//! Adaptive limits per key: the `adaptive` field of a policy (parsed here),
+//! and the alerts a limiter sends when a key becomes anomalous or recovers.
+//! The arithmetic lives in `algorithm/adaptive.rs` and `lua/adaptive.lua`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde_json::{Map, Value};
+
+use crate::duration::parse_duration_ms;
+use crate::error::{Error, Result};
+
+/// `adaptive: { window, horizon, factor, floor, min_rate, alert_keys }` on a policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adaptive {
+    /// The short window the rate is measured over (default 2 min).
+    pub window_ms: u64,
+    /// The baseline's horizon in windows (`horizon / window`, default 10 min / 2 min = 5).
+    pub horizon_windows: u64,
+    /// Anomalous above `factor` x baseline, in hundredths (default 20 = 2000).
+    pub factor_centi: u64,
+    /// Requests per window below which a key is never anomalous (default `1/s`).
+    pub floor_per_window: u64,
+    /// Requests per window a mitigated key keeps at least (default `1/s`).
+    pub min_per_window: u64,
+    /// Alerts carry the raw key (`raw`) or a hash of it (`hash`, the default:
+    /// keys may hold client addresses).
+    pub alert_raw_keys: bool,
+}
+
+const FIELDS: [&str; 6] = ["window", "horizon", "factor", "floor", "min_rate", "alert_keys"];
+const MAX_WINDOW_MS: u64 = 86_400_000;
+
+/// Parses a policy's `adaptive` object (`path` names it in errors).
+pub(crate) fn parse(value: &Value, path: &str) -> Result<Adaptive> {
+    let empty = Map::new();
+    let obj: &Map<String, Value> = match value {
+        Value::Bool(true) => &empty,
+        Value::Object(obj) => obj,
+        _ => {
+            return Err(Error::config(
+                path,
+                value,
+                "is not an object (or true for the defaults)",
+            ))
+        }
+    };
+    for key in obj.keys() {
+        if !FIELDS.contains(&key.as_str()) {
+            return Err(Error::config(
+                format!("{path}.{key}"),
+                "",
+                "is not an adaptive field (expected one of window, horizon, factor, floor, min_rate, alert_keys)",
+            ));
+        }
+    }
+    let field = |name: &str| format!("{path}.{name}");
+    let duration = |name: &str, default: u64| -> Result<u64> {
+        match obj.get(name) {
+            None => Ok(default),
+            Some(v) => v
+                .as_str()
+                .and_then(parse_duration_ms)
+                .filter(|ms| (100..=MAX_WINDOW_MS).contains(ms))
+                .ok_or_else(|| Error::config(field(name), v, "is not a duration from 100ms to 1d")),
+        }
+    };
+    let window_ms = duration("window", 120_000)?;
+    let horizon_ms = duration("horizon", 600_000)?;
+    let horizon_windows = horizon_ms / window_ms;
+    if !horizon_ms.is_multiple_of(window_ms) || !(2..=1000).contains(&horizon_windows) {
+        return Err(Error::config(
+            field("horizon"),
+            obj.get("horizon").cloned().unwrap_or_else(|| "10m".into()),
+            format!("is not a multiple of 2 to 1000 windows ({window_ms}ms)"),
+        ));
+    }
+    let factor_centi = match obj.get("factor") {
+        None => 2000,
+        Some(v) => v
+            .as_f64()
+            .map(|f| (f * 100.0).round())
+            .filter(|c| (101.0..=100_000.0).contains(c))
+            .map(|c| c as u64)
+            .ok_or_else(|| Error::config(field("factor"), v, "is not a number above 1 and at most 1000"))?,
+    };
+    let per_window = |name: &str| -> Result<u64> {
+        match obj.get(name) {
+            None => Ok(window_ms.div_ceil(1000)),
+            Some(v) => {
+                let bad = || Error::config(field(name), v, "is not \"<n>/<duration>\" with n and duration > 0");
+                let text = v.as_str().ok_or_else(bad)?.trim();
+                let (n, d) = text
+                    .split_once('/')
+                    .or_else(|| text.split_once(" per "))
+                    .ok_or_else(bad)?;
+                let n: u64 = n.trim().parse().ok().filter(|n| *n > 0).ok_or_else(bad)?;
+                let d = parse_duration_ms(d).filter(|d| *d > 0).ok_or_else(bad)?;
+                let per = (n as u128 * window_ms as u128).div_ceil(d as u128);
+                if per > (crate::algorithm::adaptive::COUNT_CAP / 2) as u128 {
+                    return Err(Error::config(
+                        field(name),
+                        v,
+                        "is more than 8388608 requests per window",
+                    ));
+                }
+                Ok(per as u64)
+            }
+        }
+    };
+    let floor_per_window = per_window("floor")?;
+    let min_per_window = per_window("min_rate")?;
+    let alert_raw_keys = match obj.get("alert_keys") {
+        None => false,
+        Some(v) => match v.as_str() {
+            Some("hash") => false,
+            Some("raw") => true,
+            _ => return Err(Error::config(field("alert_keys"), v, "is not one of hash, raw")),
+        },
+    };
+    Ok(Adaptive {
+        window_ms,
+        horizon_windows,
+        factor_centi,
+        floor_per_window,
+        min_per_window,
+        alert_raw_keys,
+    })
+}
+
+impl Adaptive {
+    /// The object [`parse`] reads back, every field spelled out.
+    pub(crate) fn to_value(&self) -> Value {
+        let w = self.window_ms;
+        let mut out = Map::new();
+        out.insert("window".into(), format!("{w}ms").into());
+        out.insert("horizon".into(), format!("{}ms", w * self.horizon_windows).into());
+        let factor = if self.factor_centi.is_multiple_of(100) {
+            Value::from(self.factor_centi / 100)
+        } else {
+            Value::from(self.factor_centi as f64 / 100.0)
+        };
+        out.insert("factor".into(), factor);
+        out.insert("floor".into(), format!("{}/{w}ms", self.floor_per_window).into());
+        out.insert("min_rate".into(), format!("{}/{w}ms", self.min_per_window).into());
+        out.insert(
+            "alert_keys".into(),
+            if self.alert_raw_keys { "raw" } else { "hash" }.into(),
+        );
+        Value::Object(out)
+    }
+}
+
+/// What an alert reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnomalyKind {
+    /// The key's rate went above `factor` x its baseline: its budget shrinks.
+    Anomalous,
+    /// The key's rate fell back: its budget is restored.
+    Recovered,
+}
+
+impl AnomalyKind {
+    /// `anomalous` or `recovered`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnomalyKind::Anomalous => "anomalous",
+            AnomalyKind::Recovered => "recovered",
+        }
+    }
+}
+
+/// An alert: a key became anomalous, or recovered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnomalyEvent {
+    /// What happened.
+    pub kind: AnomalyKind,
+    /// The policy's name.
+    pub policy: String,
+    /// The key: raw with `alert_keys: raw`, otherwise `sha256:<16 hex>` of it.
+    pub key: String,
+    /// Requests per second over the short window, this one included.
+    pub rate: f64,
+    /// The key's baseline, in requests per second.
+    pub baseline: f64,
+    /// The budget while anomalous, in requests per second (0 after recovery).
+    pub limited_to: f64,
+    /// The decision's time (store time), ms since the epoch.
+    pub at_ms: i64,
+    /// Alerts of this policy suppressed by the storm limit since the last one delivered.
+    pub suppressed: u64,
+}
+
+impl AnomalyEvent {
+    /// The event as one JSON object (the log line and the bindings' form).
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "event": format!("polylimit.{}", self.kind.as_str()),
+            "policy": self.policy,
+            "key": self.key,
+            "rate": self.rate,
+            "baseline": self.baseline,
+            "action": if self.kind == AnomalyKind::Anomalous { "limit" } else { "restore" },
+            "limited_to": self.limited_to,
+            "at_ms": self.at_ms,
+            "suppressed": self.suppressed,
+        })
+    }
+}
+
+/// Receives alerts; runs on the deciding task, so it must not block. A
+/// panic in it is caught and counted, never reaching the request.
+pub type AnomalySink = Arc<dyn Fn(&AnomalyEvent) + Send + Sync>;
+
+/// Alerts delivered per policy per second at most; the rest are counted
+/// and reported with the next one delivered.
+pub(crate) const ALERTS_PER_SECOND: u64 = 20;
+
+/// The storm limit: a fixed one-second window per policy.
+#[derive(Default)]
+pub(crate) struct AlertGate {
+    windows: Mutex<HashMap<String, (i64, u64, u64)>>,
+}
+
+impl AlertGate {
+    /// Whether an alert of `policy` at `now_ms` may be delivered; if so, how
+    /// many were suppressed before it.
+    pub fn admit(&self, policy: &str, now_ms: i64) -> Option<u64> {
+        let mut windows = self.windows.lock();
+        let entry = windows.entry(policy.to_string()).or_insert((i64::MIN, 0, 0));
+        let second = now_ms.div_euclid(1000);
+        if entry.0 != second {
+            entry.0 = second;
+            entry.1 = 0;
+        }
+        if entry.1 >= ALERTS_PER_SECOND {
+            entry.2 += 1;
+            return None;
+        }
+        entry.1 += 1;
+        Some(std::mem::take(&mut entry.2))
+    }
+}
+
+/// The key as alerts show it.
+pub(crate) fn alert_key(key: &str, raw: bool) -> String {
+    if raw {
+        return key.to_string();
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// A limiter's alerts: the storm gate, the sink, the log line and the metrics.
+pub(crate) struct Alerts {
+    sink: parking_lot::RwLock<Option<AnomalySink>>,
+    log: std::sync::atomic::AtomicBool,
+    gate: AlertGate,
+    /// Per policy: anomalies, recoveries, keys anomalous now, alerts suppressed.
+    counts: Mutex<std::collections::BTreeMap<String, [u64; 4]>>,
+    sink_errors: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Alerts {
+    fn default() -> Self {
+        Alerts {
+            sink: Default::default(),
+            log: std::sync::atomic::AtomicBool::new(true),
+            gate: AlertGate::default(),
+            counts: Default::default(),
+            sink_errors: Default::default(),
+        }
+    }
+}
+
+impl Alerts {
+    /// Sets (or with `None` removes) the callback every alert goes to.
+    pub fn set_sink(&self, sink: Option<AnomalySink>) {
+        *self.sink.write() = sink;
+    }
+
+    /// Whether each alert also writes one JSON line to stderr (default on).
+    pub fn set_log(&self, on: bool) {
+        self.log.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Records a transition reported with a decision of `policy` for `key`.
+    pub fn transition(
+        &self,
+        policy: &str,
+        adaptive: &Adaptive,
+        key: &str,
+        report: &crate::algorithm::adaptive::AdaptiveReport,
+        now_ms: i64,
+    ) {
+        use crate::algorithm::adaptive::{Transition, SCALE};
+        let kind = match report.transition {
+            Transition::None => return,
+            Transition::Anomalous => AnomalyKind::Anomalous,
+            Transition::Recovered => AnomalyKind::Recovered,
+        };
+        let suppressed = {
+            let mut counts = self.counts.lock();
+            let c = counts.entry(policy.to_string()).or_default();
+            match kind {
+                AnomalyKind::Anomalous => {
+                    c[0] += 1;
+                    c[2] += 1;
+                }
+                AnomalyKind::Recovered => {
+                    c[1] += 1;
+                    c[2] = c[2].saturating_sub(1);
+                }
+            }
+            let admitted = self.gate.admit(policy, now_ms);
+            if admitted.is_none() {
+                c[3] += 1;
+            }
+            admitted
+        };
+        let Some(suppressed) = suppressed else { return };
+        let per_second = |per_window: f64| per_window * 1000.0 / adaptive.window_ms as f64;
+        let limited = adaptive
+            .min_per_window
+            .max(report.baseline_milli.div_ceil(SCALE as u64));
+        let event = AnomalyEvent {
+            kind,
+            policy: policy.to_string(),
+            key: alert_key(key, adaptive.alert_raw_keys),
+            rate: per_second(report.window_requests as f64),
+            baseline: per_second(report.baseline_milli as f64 / SCALE as f64),
+            limited_to: if kind == AnomalyKind::Anomalous {
+                per_second(limited as f64)
+            } else {
+                0.0
+            },
+            at_ms: now_ms,
+            suppressed,
+        };
+        if self.log.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!("{}", event.to_json());
+        }
+        let sink = self.sink.read().clone();
+        if let Some(sink) = sink {
+            let call = std::panic::AssertUnwindSafe(|| sink(&event));
+            if std::panic::catch_unwind(call).is_err() {
+                self.count_sink_error();
+            }
+        }
+    }
+
+    /// Counts a callback that failed (a binding reports its exceptions here).
+    pub fn count_sink_error(&self) {
+        self.sink_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The metrics, in Prometheus text format (labels: policy names only).
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write;
+        let counts = self.counts.lock();
+        let families = [
+            (
+                "polylimit_anomalies_total",
+                "counter",
+                "Keys that became anomalous (adaptive).",
+                0,
+            ),
+            (
+                "polylimit_anomaly_recoveries_total",
+                "counter",
+                "Anomalous keys that recovered.",
+                1,
+            ),
+            (
+                "polylimit_anomalous_keys",
+                "gauge",
+                "Keys anomalous now (until their recovery is seen).",
+                2,
+            ),
+            (
+                "polylimit_anomaly_alerts_suppressed_total",
+                "counter",
+                "Alerts dropped by the storm limit.",
+                3,
+            ),
+        ];
+        for (name, kind, help, i) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (policy, c) in counts.iter() {
+                let policy = policy.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let _ = writeln!(out, "{name}{{policy=\"{policy}\"}} {}", c[i]);
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP polylimit_anomaly_callback_errors_total Alert callbacks that raised.\n# TYPE polylimit_anomaly_callback_errors_total counter\npolylimit_anomaly_callback_errors_total {}",
+            self.sink_errors.load(std::sync::atomic::Ordering::Relaxed)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(v: Value) -> String {
+        parse(&v, "adaptive").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let a = parse(&json!({}), "adaptive").unwrap();
+        assert_eq!((a.window_ms, a.horizon_windows, a.factor_centi), (120_000, 5, 2000));
+        assert_eq!((a.floor_per_window, a.min_per_window), (120, 120));
+        assert_eq!(parse(&a.to_value(), "adaptive").unwrap(), a);
+        assert!(err(json!({"factor": 1})).starts_with("adaptive.factor: 1 "));
+        assert!(err(json!({"window": "1m", "horizon": "90s"})).starts_with("adaptive.horizon: \"90s\" "));
+        assert!(err(json!({"floor": "x"})).starts_with("adaptive.floor: \"x\" "));
+        assert!(err(json!({"bogus": 1})).starts_with("adaptive.bogus: "));
+    }
+
+    #[test]
+    fn the_gate_limits_storms() {
+        let gate = AlertGate::default();
+        for _ in 0..ALERTS_PER_SECOND {
+            assert_eq!(gate.admit("p", 1000), Some(0));
+        }
+        assert_eq!(gate.admit("p", 1999), None);
+        assert_eq!(gate.admit("q", 1999), Some(0));
+        assert_eq!(gate.admit("p", 2000), Some(1));
+    }
+}
