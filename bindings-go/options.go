@@ -13,6 +13,7 @@ type Policy struct {
 	MaxDelay     time.Duration // shape mode: longest delay granted
 	OnStoreError string        // local (default), fail_open, fail_closed
 	Penalty      *Penalty      // progressive blocking
+	Adaptive     *Adaptive     // adaptive limits per key (anomaly detection)
 	Limit        uint64        // concurrency: the most requests in flight per key
 	Lease        time.Duration // concurrency: how long an unreleased slot is held (60s)
 }
@@ -23,6 +24,17 @@ type Penalty struct {
 	Within      time.Duration
 	Cooldowns   []time.Duration
 	ForgetAfter time.Duration
+}
+
+// Adaptive shrinks the budget of a key whose rate jumps far above its own
+// baseline, and alerts (Options.OnAnomaly, metrics, a log line).
+type Adaptive struct {
+	Window    time.Duration // the short window the rate is measured over (2m)
+	Horizon   time.Duration // the baseline's horizon, a multiple of Window (10m)
+	Factor    float64       // anomalous above Factor x baseline (20)
+	Floor     string        // rate below which a key is never anomalous ("1/s")
+	MinRate   string        // least rate a mitigated key keeps ("1/s")
+	AlertKeys string        // keys in alerts: "hash" (default) or "raw"
 }
 
 // Options build a limiter with New. Zero fields are unset and take the

@@ -147,6 +147,17 @@ const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("name", "name", "Name", false),
     ("limit", "limit", "Limit", false),
     ("lease", "lease", "Lease", true),
+    ("adaptive", "adaptive", "Adaptive", false),
+];
+
+/// Fields of an adaptive object: (snake, camel, Go, is a duration).
+const ADAPTIVE_FIELDS: &[(&str, &str, &str, bool)] = &[
+    ("window", "window", "Window", true),
+    ("horizon", "horizon", "Horizon", true),
+    ("factor", "factor", "Factor", false),
+    ("floor", "floor", "Floor", false),
+    ("min_rate", "minRate", "MinRate", false),
+    ("alert_keys", "alertKeys", "AlertKeys", false),
 ];
 
 /// Fields of a penalty: (snake, camel, Go, is a duration).
@@ -272,6 +283,8 @@ fn fields(naming: Naming, v: &Value, path: &str, table: &[(&str, &str, &str, boo
         let at = format!("{path}.{snake}");
         let converted = if snake == "penalty" {
             fields(naming, item, &at, PENALTY_FIELDS)?
+        } else if snake == "adaptive" {
+            fields(naming, item, &at, ADAPTIVE_FIELDS)?
         } else if is_duration {
             match item {
                 Value::Array(list) => Value::Array(
@@ -448,6 +461,7 @@ pub(crate) fn field_as_written(naming: Naming, options: &Value, field: &str) -> 
             (Table::Options, "policies") => Table::PolicyName,
             (Table::PolicyName, _) => Table::Policy,
             (Table::Policy, "penalty") => Table::Penalty,
+            (Table::Policy, "adaptive") => Table::Adaptive,
             _ => Table::None,
         };
     }
@@ -462,6 +476,7 @@ enum Table {
     /// A key of a `policies` map: a name, not a field.
     PolicyName,
     Penalty,
+    Adaptive,
     None,
 }
 
@@ -477,6 +492,7 @@ impl Table {
                 .and_then(|s| naming.name_of(s)),
             Table::Policy => POLICY_FIELDS.iter().find_map(pick),
             Table::Penalty => PENALTY_FIELDS.iter().find_map(pick),
+            Table::Adaptive => ADAPTIVE_FIELDS.iter().find_map(pick),
             Table::PolicyName | Table::None => None,
         }
     }
