@@ -16,7 +16,34 @@ export interface Policy {
   max_delay?: string;
   on_store_error?: 'local' | 'fail_open' | 'fail_closed';
   penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
+  /** Adaptive limits per key (README "Adaptive limits"). */
+  adaptive?: {
+    window?: Duration;
+    horizon?: Duration;
+    factor?: number;
+    floor?: string;
+    minRate?: string;
+    alertKeys?: 'hash' | 'raw';
+  };
   name?: string;
+}
+
+/** An alert of an adaptive policy: a key became anomalous (`action: 'limit'`) or recovered (`'restore'`). */
+export interface AnomalyEvent {
+  event: 'polylimit.anomalous' | 'polylimit.recovered';
+  policy: string;
+  /** The key, or `sha256:<16 hex>` of it unless the policy says `alertKeys: 'raw'`. */
+  key: string;
+  /** Requests per second over the short window. */
+  rate: number;
+  /** The key's baseline, requests per second. */
+  baseline: number;
+  action: 'limit' | 'restore';
+  /** The budget while anomalous, requests per second (0 on recovery). */
+  limitedTo: number;
+  atMs: number;
+  /** Alerts of this policy dropped by the storm limit since the last one delivered. */
+  suppressed: number;
 }
 
 /** One set of rate-limit headers (see the README's "Header modes"). */
@@ -30,6 +57,8 @@ export type Duration = number | string;
  */
 export interface LimiterOptions {
   policy?: Policy;
+  /** Called with every alert of the adaptive policies; a throw or rejection is counted, never reaches a request. */
+  onAnomaly?: (event: AnomalyEvent) => void | Promise<void>;
   policies?: Policy[] | Record<string, Policy>;
   /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
   key?: string | string[];

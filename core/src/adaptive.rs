@@ -261,7 +261,7 @@ pub(crate) struct Alerts {
     gate: AlertGate,
     /// Per policy: anomalies, recoveries, keys anomalous now, alerts suppressed.
     counts: Mutex<std::collections::BTreeMap<String, [u64; 4]>>,
-    sink_errors: std::sync::atomic::AtomicU64,
+    sink_errors: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Alerts {
@@ -355,6 +355,12 @@ impl Alerts {
     /// Counts a callback that failed (a binding reports its exceptions here).
     pub fn count_sink_error(&self) {
         self.sink_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The counter of failed callbacks, for a binding to add to without
+    /// holding the limiter (a callback holding it would keep it alive).
+    pub fn sink_error_counter(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.sink_errors.clone()
     }
 
     /// The metrics, in Prometheus text format (labels: policy names only).

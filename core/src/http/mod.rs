@@ -493,6 +493,12 @@ impl Limiter {
         self.engine.alerts().count_sink_error();
     }
 
+    /// The counter behind `polylimit_anomaly_callback_errors_total`, for a
+    /// binding's callback to add to without holding the limiter.
+    pub fn anomaly_callback_errors(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.engine.alerts().sink_error_counter()
+    }
+
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
     pub fn close(&self) {
         self.engine.close()
