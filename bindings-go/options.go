@@ -41,8 +41,11 @@ type Adaptive struct {
 // core's defaults (or a rules document's values). New hands the struct to
 // the core as encoding/json writes it; durations must be whole milliseconds.
 type Options struct {
-	Policy   *Policy  // the policy
-	Policies []Policy // several policies, decided atomically (give each a Name)
+	Policy *Policy // the policy
+	// OnAnomaly receives the alerts of adaptive policies (Policy.Adaptive), each
+	// on its own goroutine; a panic in it is counted, never reaches a request.
+	OnAnomaly func(AnomalyEvent) `json:"-"`
+	Policies  []Policy           // several policies, decided atomically (give each a Name)
 	// Key dimensions of the one rule Policy makes: "ip" (default), "route",
 	// "method", "user", "api_key", "header:<name>", "key", "global".
 	KeyBy []string
