@@ -213,6 +213,29 @@ impl AnomalyEvent {
 /// panic in it is caught and counted, never reaching the request.
 pub type AnomalySink = Arc<dyn Fn(&AnomalyEvent) + Send + Sync>;
 
+/// A sink that hands each alert to `deliver` on a thread of its own, in
+/// order, never on the deciding task (bindings call into their language
+/// there). The thread ends when the sink is dropped; at most 1024 alerts
+/// wait, more are dropped and counted in `dropped`.
+pub fn on_a_thread(
+    name: &str,
+    deliver: impl Fn(AnomalyEvent) + Send + 'static,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+) -> std::io::Result<AnomalySink> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<AnomalyEvent>(1024);
+    std::thread::Builder::new().name(name.to_string()).spawn(move || {
+        for event in rx {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deliver(event)));
+        }
+    })?;
+    let tx = Mutex::new(tx);
+    Ok(Arc::new(move |event: &AnomalyEvent| {
+        if tx.lock().try_send(event.clone()).is_err() {
+            dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }))
+}
+
 /// Alerts delivered per policy per second at most; the rest are counted
 /// and reported with the next one delivered.
 pub(crate) const ALERTS_PER_SECOND: u64 = 20;

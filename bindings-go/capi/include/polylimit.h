@@ -126,8 +126,8 @@ typedef struct polylimit_pending_t polylimit_pending_t;
 typedef struct polylimit_permit_t polylimit_permit_t;
 
 // Called with each alert as JSON (`text`, `text_len` bytes, borrowed for the
-// call only), from a polylimit runtime thread (never from within the call
-// that decided), one call per alert.
+// call only), in order, from a thread of the limiter's own (never from
+// within the call that decided), one call per alert.
 typedef void (*polylimit_anomaly_callback_t)(size_t ctx, const char *text, size_t text_len);
 
 // An error; owned by the caller, freed with `polylimit_error_free`.

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use polylimit::adaptive::AnomalyEvent;
 
-use crate::errors::polylimit_error_t;
+use crate::errors::{polylimit_error_t, FfiError};
 use crate::limiter::{handle, polylimit_limiter_t};
 use crate::{guard, Status};
 
 /// Called with each alert as JSON (`text`, `text_len` bytes, borrowed for the
-/// call only), from a polylimit runtime thread (never from within the call
-/// that decided), one call per alert.
+/// call only), in order, from a thread of the limiter's own (never from
+/// within the call that decided), one call per alert.
 pub type polylimit_anomaly_callback_t = Option<unsafe extern "C" fn(ctx: usize, text: *const c_char, text_len: usize)>;
 
 /// Counts failed alert callbacks in the limiter's
@@ -40,15 +40,19 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly(
         // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?;
         match callback {
-            Some(callback) => limiter.on_anomaly(Some(Arc::new(move |event: &AnomalyEvent| {
-                let text = event.to_json().to_string();
-                // Never from the deciding call itself: a memory-store check
-                // completes inside a C call that must not call back into Go.
-                crate::runtime().spawn_blocking(move || {
+            Some(callback) => {
+                let deliver = move |event: AnomalyEvent| {
+                    let text = event.to_json().to_string();
                     // SAFETY: the caller keeps `callback` valid with `ctx` until removed.
                     unsafe { callback(ctx, text.as_ptr().cast(), text.len()) }
-                });
-            }))),
+                };
+                // On a thread of its own, in order: never from within the deciding
+                // call (a memory-store check completes inside a nocallback C call).
+                let sink =
+                    polylimit::adaptive::on_a_thread("polylimit-alerts", deliver, limiter.anomaly_callback_errors())
+                        .map_err(|e| FfiError::invalid(format!("cannot start the alert thread: {e}")))?;
+                limiter.on_anomaly(Some(sink));
+            }
             None => limiter.on_anomaly(None),
         }
         if !out.is_null() {
