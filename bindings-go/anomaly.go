@@ -23,7 +23,7 @@ import (
 type AnomalyEvent struct {
 	Event      string  `json:"event"`      // "polylimit.anomalous" or "polylimit.recovered"
 	Policy     string  `json:"policy"`     // the policy's name
-	Key        string  `json:"key"`        // the key, or "sha256:<16 hex>" of it unless AlertKeys is "raw"
+	Key        string  `json:"key"`        // the key as AlertKeys says (default: ip and key values hashed)
 	Rate       float64 `json:"rate"`       // requests per second over the short window
 	Baseline   float64 `json:"baseline"`   // the key's baseline, requests per second
 	Action     string  `json:"action"`     // "limit" or "restore"

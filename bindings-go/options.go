@@ -34,7 +34,7 @@ type Adaptive struct {
 	Factor    float64       // anomalous above Factor x baseline (20)
 	Floor     string        // rate below which a key is never anomalous ("1/s")
 	MinRate   string        // least rate a mitigated key keeps ("1/s")
-	AlertKeys string        // keys in alerts: "hash" (default) or "raw"
+	AlertKeys string        // keys in alerts: "dimensions" (default: ip and key values hashed), "hash" or "raw"
 }
 
 // Options build a limiter with New. Zero fields are unset and take the

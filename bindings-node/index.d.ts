@@ -23,7 +23,7 @@ export interface Policy {
     factor?: number;
     floor?: string;
     minRate?: string;
-    alertKeys?: 'hash' | 'raw';
+    alertKeys?: 'dimensions' | 'hash' | 'raw';
   };
   name?: string;
 }
@@ -32,7 +32,7 @@ export interface Policy {
 export interface AnomalyEvent {
   event: 'polylimit.anomalous' | 'polylimit.recovered';
   policy: string;
-  /** The key, or `sha256:<16 hex>` of it unless the policy says `alertKeys: 'raw'`. */
+  /** The key as the policy's `alertKeys` says: by default a rule's dimensions with `ip` and `key` values hashed. */
   key: string;
   /** Requests per second over the short window. */
   rate: number;

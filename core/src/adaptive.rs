@@ -24,9 +24,32 @@ pub struct Adaptive {
     pub floor_per_window: u64,
     /// Requests per window a mitigated key keeps at least (default `1/s`).
     pub min_per_window: u64,
-    /// Alerts carry the raw key (`raw`) or a hash of it (`hash`, the default:
-    /// keys may hold client addresses).
-    pub alert_raw_keys: bool,
+    /// How alerts show the key.
+    pub alert_keys: AlertKeys,
+}
+
+/// How alerts show a key (`alert_keys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlertKeys {
+    /// The default: a rule's key dimensions as they are (`user=acme|route=/pay`),
+    /// except `ip` and `key` values, hashed (`ip=sha256:<16 hex>`); any other
+    /// key (a caller's own, which may be an address) hashed whole.
+    Dimensions,
+    /// `sha256:<16 hex>` of the whole key.
+    Hash,
+    /// The key as it is, addresses included.
+    Raw,
+}
+
+impl AlertKeys {
+    /// The configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKeys::Dimensions => "dimensions",
+            AlertKeys::Hash => "hash",
+            AlertKeys::Raw => "raw",
+        }
+    }
 }
 
 const FIELDS: [&str; 6] = ["window", "horizon", "factor", "floor", "min_rate", "alert_keys"];
@@ -111,12 +134,19 @@ pub(crate) fn parse(value: &Value, path: &str) -> Result<Adaptive> {
     };
     let floor_per_window = per_window("floor")?;
     let min_per_window = per_window("min_rate")?;
-    let alert_raw_keys = match obj.get("alert_keys") {
-        None => false,
+    let alert_keys = match obj.get("alert_keys") {
+        None => AlertKeys::Dimensions,
         Some(v) => match v.as_str() {
-            Some("hash") => false,
-            Some("raw") => true,
-            _ => return Err(Error::config(field("alert_keys"), v, "is not one of hash, raw")),
+            Some("dimensions") => AlertKeys::Dimensions,
+            Some("hash") => AlertKeys::Hash,
+            Some("raw") => AlertKeys::Raw,
+            _ => {
+                return Err(Error::config(
+                    field("alert_keys"),
+                    v,
+                    "is not one of dimensions, hash, raw",
+                ))
+            }
         },
     };
     Ok(Adaptive {
@@ -125,7 +155,7 @@ pub(crate) fn parse(value: &Value, path: &str) -> Result<Adaptive> {
         factor_centi,
         floor_per_window,
         min_per_window,
-        alert_raw_keys,
+        alert_keys,
     })
 }
 
@@ -144,10 +174,7 @@ impl Adaptive {
         out.insert("factor".into(), factor);
         out.insert("floor".into(), format!("{}/{w}ms", self.floor_per_window).into());
         out.insert("min_rate".into(), format!("{}/{w}ms", self.min_per_window).into());
-        out.insert(
-            "alert_keys".into(),
-            if self.alert_raw_keys { "raw" } else { "hash" }.into(),
-        );
+        out.insert("alert_keys".into(), self.alert_keys.as_str().into());
         Value::Object(out)
     }
 }
@@ -178,7 +205,8 @@ pub struct AnomalyEvent {
     pub kind: AnomalyKind,
     /// The policy's name.
     pub policy: String,
-    /// The key: raw with `alert_keys: raw`, otherwise `sha256:<16 hex>` of it.
+    /// The key as `alert_keys` says: by default a rule's dimensions with
+    /// `ip` and `key` values hashed (`ip=sha256:<16 hex>|route=/pay`).
     pub key: String,
     /// Requests per second over the short window, this one included.
     pub rate: f64,
@@ -267,14 +295,38 @@ impl AlertGate {
 }
 
 /// The key as alerts show it.
-pub(crate) fn alert_key(key: &str, raw: bool) -> String {
-    if raw {
-        return key.to_string();
-    }
+pub(crate) fn alert_key(key: &str, mode: AlertKeys) -> String {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(key.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+    let hash = |text: &str| {
+        let digest = Sha256::digest(text.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        format!("sha256:{hex}")
+    };
+    match mode {
+        AlertKeys::Raw => key.to_string(),
+        AlertKeys::Hash => hash(key),
+        AlertKeys::Dimensions => {
+            // A rule's key: `<dimension>=<value>` joined by `|` (values escaped).
+            let dimension = |name: &str| {
+                matches!(name, "ip" | "route" | "method" | "user" | "api_key" | "key" | "global")
+                    || name.starts_with("header:")
+            };
+            let parts: Option<Vec<String>> = key
+                .split('|')
+                .map(|part| {
+                    let (name, value) = part.split_once('=')?;
+                    dimension(name).then(|| match name {
+                        "ip" | "key" => format!("{name}={}", hash(value)),
+                        _ => part.to_string(),
+                    })
+                })
+                .collect();
+            match parts {
+                Some(parts) => parts.join("|"),
+                None => hash(key),
+            }
+        }
+    }
 }
 
 /// A limiter's alerts: the storm gate, the sink, the log line and the metrics.
@@ -352,7 +404,7 @@ impl Alerts {
         let event = AnomalyEvent {
             kind,
             policy: policy.to_string(),
-            key: alert_key(key, adaptive.alert_raw_keys),
+            key: alert_key(key, adaptive.alert_keys),
             rate: per_second(report.window_requests as f64),
             baseline: per_second(report.baseline_milli as f64 / SCALE as f64),
             limited_to: if kind == AnomalyKind::Anomalous {
@@ -446,6 +498,7 @@ mod tests {
         assert_eq!((a.window_ms, a.horizon_windows, a.factor_centi), (120_000, 5, 2000));
         assert_eq!((a.floor_per_window, a.min_per_window), (120, 120));
         assert_eq!(parse(&a.to_value(), "adaptive").unwrap(), a);
+        assert_eq!(a.alert_keys, AlertKeys::Dimensions);
         assert!(err(json!({"factor": 1})).starts_with("adaptive.factor: 1 "));
         assert!(err(json!({"window": "1m", "horizon": "90s"})).starts_with("adaptive.horizon: \"90s\" "));
         assert!(err(json!({"floor": "x"})).starts_with("adaptive.floor: \"x\" "));
@@ -461,5 +514,22 @@ mod tests {
         assert_eq!(gate.admit("p", 1999), None);
         assert_eq!(gate.admit("q", 1999), Some(0));
         assert_eq!(gate.admit("p", 2000), Some(1));
+    }
+
+    #[test]
+    fn alert_keys_hide_addresses_by_default() {
+        let shown = alert_key("ip=203.0.113.7|route=/pay", AlertKeys::Dimensions);
+        assert!(
+            shown.starts_with("ip=sha256:") && shown.ends_with("|route=/pay"),
+            "{shown}"
+        );
+        assert!(!shown.contains("203.0.113.7"));
+        assert_eq!(
+            alert_key("user=acme|header:x-client=bad", AlertKeys::Dimensions),
+            "user=acme|header:x-client=bad"
+        );
+        assert!(alert_key("203.0.113.7", AlertKeys::Dimensions).starts_with("sha256:"));
+        assert!(alert_key("user=acme", AlertKeys::Hash).starts_with("sha256:"));
+        assert_eq!(alert_key("203.0.113.7", AlertKeys::Raw), "203.0.113.7");
     }
 }
