@@ -16,6 +16,7 @@
 
 pub mod adaptive;
 mod algorithm;
+mod anomaly;
 pub mod breaker;
 mod config;
 mod decision;

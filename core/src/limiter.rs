@@ -144,7 +144,7 @@ struct Inner {
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
     /// Alerts of adaptive policies.
-    alerts: crate::adaptive::Alerts,
+    alerts: crate::anomaly::Alerts,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -887,7 +887,7 @@ impl Engine {
     }
 
     /// The alerts of adaptive policies: their callback, log line and metrics.
-    pub(crate) fn alerts(&self) -> &crate::adaptive::Alerts {
+    pub(crate) fn alerts(&self) -> &crate::anomaly::Alerts {
         &self.inner.alerts
     }
 
