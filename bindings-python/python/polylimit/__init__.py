@@ -98,6 +98,7 @@ class Limiter(_NativeLimiter):
     fields the other options override), and the store, breaker and HTTP options. Durations are text
     (``"250ms"``), seconds, or a ``timedelta``. Bad values raise ``ConfigError``;
     ``polylimit.effective_config(...)`` shows what the same arguments resolve to.
+    ``on_anomaly=`` (a function or an async function) receives the alerts of ``adaptive`` policies.
     """
 
     @classmethod
