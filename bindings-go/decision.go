@@ -22,6 +22,7 @@ const (
 	SourcePenalty    Source = "penalty"
 	SourceAllowlist  Source = "allowlist"
 	SourceDenylist   Source = "denylist"
+	SourceAdaptive   Source = "adaptive"
 )
 
 // sources are the core's names by polylimit_source_t, read from the C

@@ -45,7 +45,7 @@ func TestEveryErrorKindHasItsSentinel(t *testing.T) {
 func TestSourcesAreTheCores(t *testing.T) {
 	constants := map[Source]bool{
 		SourceStore: true, SourceLocal: true, SourceFailOpen: true, SourceFailClosed: true,
-		SourcePenalty: true, SourceAllowlist: true, SourceDenylist: true,
+		SourcePenalty: true, SourceAllowlist: true, SourceDenylist: true, SourceAdaptive: true,
 	}
 	if len(sources) != len(constants) {
 		t.Fatalf("the core has %d sources %v, this package %d constants", len(sources), sources, len(constants))

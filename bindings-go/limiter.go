@@ -52,6 +52,8 @@ type Limiter struct {
 
 	relMu sync.Mutex // guards rel
 	rel   *releaser  // the leases' handle (lease.go), made at the first lease
+
+	anomaly cgo.Handle // Options.OnAnomaly's (anomaly.go), deleted by Close
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
@@ -84,9 +86,16 @@ func New(opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	defer C.free(unsafe.Pointer(text))
-	return wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
+	l, err := wrap(func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t {
 		return C.polylimit_limiter_build(text, out, err)
 	})
+	if err == nil && opts.OnAnomaly != nil {
+		if err = l.setAnomaly(opts.OnAnomaly); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	return l, err
 }
 
 // FromRules builds a limiter from the text of a rules file (YAML or JSON):
@@ -441,6 +450,7 @@ func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ptr != nil {
+		l.dropAnomaly()
 		C.polylimit_limiter_close(l.ptr)
 		C.polylimit_limiter_free(l.ptr)
 		l.ptr = nil

@@ -13,6 +13,7 @@ type Policy struct {
 	MaxDelay     time.Duration // shape mode: longest delay granted
 	OnStoreError string        // local (default), fail_open, fail_closed
 	Penalty      *Penalty      // progressive blocking
+	Adaptive     *Adaptive     // adaptive limits per key (anomaly detection)
 	Limit        uint64        // concurrency: the most requests in flight per key
 	Lease        time.Duration // concurrency: how long an unreleased slot is held (60s)
 	Sync         *Sync         // admit from a local share, reconciled with the store every interval (README "Local-with-sync")
@@ -35,12 +36,26 @@ type Penalty struct {
 	ForgetAfter time.Duration
 }
 
+// Adaptive shrinks the budget of a key whose rate jumps far above its own
+// baseline, and alerts (Options.OnAnomaly, metrics, a log line).
+type Adaptive struct {
+	Window    time.Duration // the short window the rate is measured over (2m)
+	Horizon   time.Duration // the baseline's horizon, a multiple of Window (10m)
+	Factor    float64       // anomalous above Factor x baseline (20)
+	Floor     string        // rate below which a key is never anomalous ("1/s")
+	MinRate   string        // least rate a mitigated key keeps ("1/s")
+	AlertKeys string        // keys in alerts: "dimensions" (default: ip and key values hashed), "hash" or "raw"
+}
+
 // Options build a limiter with New. Zero fields are unset and take the
 // core's defaults (or a rules document's values). New hands the struct to
 // the core as encoding/json writes it; durations must be whole milliseconds.
 type Options struct {
-	Policy   *Policy  // the policy
-	Policies []Policy // several policies, decided atomically (give each a Name)
+	Policy *Policy // the policy
+	// OnAnomaly receives the alerts of adaptive policies (Policy.Adaptive), each
+	// on its own goroutine; a panic in it is counted, never reaches a request.
+	OnAnomaly func(AnomalyEvent) `json:"-"`
+	Policies  []Policy           // several policies, decided atomically (give each a Name)
 	// Key dimensions of the one rule Policy makes: "ip" (default), "route",
 	// "method", "user", "api_key", "header:<name>", "key", "global".
 	KeyBy []string

@@ -16,9 +16,36 @@ export interface Policy {
   max_delay?: string;
   on_store_error?: 'local' | 'fail_open' | 'fail_closed';
   penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
+  /** Adaptive limits per key (README "Adaptive limits"). */
+  adaptive?: {
+    window?: Duration;
+    horizon?: Duration;
+    factor?: number;
+    floor?: string;
+    minRate?: string;
+    alertKeys?: 'dimensions' | 'hash' | 'raw';
+  };
   name?: string;
   /** Admit from a local share, taken from the store at most once per `interval` per key (README "Local-with-sync"). */
   sync?: { interval?: Duration; share?: number };
+}
+
+/** An alert of an adaptive policy: a key became anomalous (`action: 'limit'`) or recovered (`'restore'`). */
+export interface AnomalyEvent {
+  event: 'polylimit.anomalous' | 'polylimit.recovered';
+  policy: string;
+  /** The key as the policy's `alertKeys` says: by default a rule's dimensions with `ip` and `key` values hashed. */
+  key: string;
+  /** Requests per second over the short window. */
+  rate: number;
+  /** The key's baseline, requests per second. */
+  baseline: number;
+  action: 'limit' | 'restore';
+  /** The budget while anomalous, requests per second (0 on recovery). */
+  limitedTo: number;
+  atMs: number;
+  /** Alerts of this policy dropped by the storm limit since the last one delivered. */
+  suppressed: number;
 }
 
 /** One set of rate-limit headers (see the README's "Header modes"). */
@@ -32,6 +59,8 @@ export type Duration = number | string;
  */
 export interface LimiterOptions {
   policy?: Policy;
+  /** Called with every alert of the adaptive policies; a throw or rejection is counted, never reaches a request. */
+  onAnomaly?: (event: AnomalyEvent) => void | Promise<void>;
   policies?: Policy[] | Record<string, Policy>;
   /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
   key?: string | string[];
@@ -109,7 +138,7 @@ export interface CheckOptions {
   nowMs?: number;
 }
 
-export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist';
+export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist' | 'adaptive';
 
 /** A per-key override to set: `rate` (and `burst`) replace `policy`'s for one key. */
 export interface OverrideOptions {

@@ -120,6 +120,28 @@ function requestJson(request) {
   return JSON.stringify(info);
 }
 
+/**
+ * The native side's alert (JSON text) in JavaScript's names, handed to `onAnomaly`; a throw or a
+ * rejected promise is counted (`polylimit_anomaly_callback_errors_total`), never reaches a request.
+ * Holds the counter, not the limiter, so a limiter with a handler can still be collected.
+ */
+function anomalyHandler(onAnomaly, counter) {
+  return (text) => {
+    const fail = () => counter.errors && counter.errors.add();
+    try {
+      const e = JSON.parse(text);
+      const event = {
+        event: e.event, policy: e.policy, key: e.key, rate: e.rate, baseline: e.baseline,
+        action: e.action, limitedTo: e.limited_to, atMs: e.at_ms, suppressed: e.suppressed,
+      };
+      const result = onAnomaly(event);
+      if (result && typeof result.then === 'function') result.then(undefined, fail);
+    } catch {
+      fail();
+    }
+  };
+}
+
 class Limiter {
   /**
    * @param {object} options the core's options in JavaScript's names: `policy` | `policies` with `key`,
@@ -127,7 +149,10 @@ class Limiter {
    * `timeout`, `connectTimeout`, `failureThreshold`, `cooldown`, `halfOpenProbes`, `trustedProxies`, … (README)
    */
   constructor(options) {
-    const given = optionsObject(options);
+    const { onAnomaly, ...given } = optionsObject(options);
+    if (onAnomaly !== undefined && typeof onAnomaly !== 'function') {
+      throw new ConfigError(`onAnomaly: ${String(onAnomaly)} is not a function`, 'onAnomaly', String(onAnomaly));
+    }
     this._native = call(() => new native.NativeLimiter(given));
     this._flight = inFlight();
     this._native.setCompletionHandlers(this._flight.onDecisions, this._flight.onText);
@@ -135,6 +160,10 @@ class Limiter {
     this._queuedIds = [];
     this._queuedKeys = [];
     this._flushQueued = () => this._flushChecks();
+    if (onAnomaly) {
+      const counter = { errors: null };
+      counter.errors = this._native.setAnomalyHandler(anomalyHandler(onAnomaly, counter));
+    }
   }
 
   /**

@@ -402,3 +402,40 @@ pub fn effective_config(env: Env, options: Value) -> Result<Value> {
         polylimit::effective_config(Naming::Camel, &integral(options)).map_err(|e| throw(&env, e))
     })
 }
+
+/// Counts `onAnomaly` callbacks that threw or rejected, in the limiter's
+/// `polylimit_anomaly_callback_errors_total`, without holding the limiter.
+#[napi]
+pub struct AnomalyErrors(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+#[napi]
+impl AnomalyErrors {
+    /// Counts one failed callback.
+    #[napi]
+    pub fn add(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[napi]
+impl NativeLimiter {
+    /// Sends the alerts of adaptive policies to `handler` as JSON text, on the
+    /// JS thread; the function is held weakly (it never keeps the process
+    /// alive) and is called without blocking the deciding task.
+    #[napi(ts_args_type = "handler: (event: string) => void")]
+    pub fn set_anomaly_handler(&self, handler: Function<'_, String, ()>) -> Result<AnomalyErrors> {
+        use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+        let tsfn = handler
+            .build_threadsafe_function::<String>()
+            .callee_handled::<false>()
+            .weak::<true>()
+            .build_callback(|ctx| Ok(ctx.value))?;
+        let tsfn = std::sync::Arc::new(tsfn);
+        self.inner.on_anomaly(Some(std::sync::Arc::new(
+            move |event: &polylimit::adaptive::AnomalyEvent| {
+                tsfn.call(event.to_json().to_string(), ThreadsafeFunctionCallMode::NonBlocking);
+            },
+        )));
+        Ok(AnomalyErrors(self.inner.anomaly_callback_errors()))
+    }
+}

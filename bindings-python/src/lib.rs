@@ -4,6 +4,7 @@
 //! the core, and maps the error. The FastAPI/Starlette adapters live in the
 //! pure-Python package (`python/polylimit`).
 
+mod anomaly;
 mod breaker;
 mod convert;
 mod decision;
@@ -26,6 +27,7 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lease::PyLease>()?;
     m.add_class::<breaker::PyCircuitBreaker>()?;
     m.add_class::<breaker::PyPermit>()?;
+    m.add_class::<anomaly::PyAnomalyErrors>()?;
     m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())

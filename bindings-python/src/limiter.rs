@@ -121,8 +121,31 @@ impl PyLimiter {
         store: Option<&Bound<'_, PyAny>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let value = options_value(policy, store, options)?;
+        // `on_anomaly` is a callable, not an option of the core.
+        let options = options.map(|o| o.copy()).transpose()?;
+        let on_anomaly = match &options {
+            Some(o) => {
+                let callback = o.get_item("on_anomaly")?.filter(|c| !c.is_none());
+                if o.contains("on_anomaly")? {
+                    o.del_item("on_anomaly")?;
+                }
+                callback
+            }
+            None => None,
+        };
+        let value = options_value(policy, store, options.as_ref())?;
         let inner = py.detach(|| Limiter::build(Naming::Snake, &value)).into_py_result()?;
+        if let Some(callback) = on_anomaly {
+            if !callback.is_callable() {
+                return Err(polylimit::Error::config(
+                    "on_anomaly",
+                    callback.repr()?,
+                    "is not callable",
+                ))
+                .into_py_result();
+            }
+            crate::anomaly::install(py, &inner, callback.unbind())?;
+        }
         Ok(PyLimiter { inner })
     }
 

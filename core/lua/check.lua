@@ -10,6 +10,10 @@
 -- key when it has a penalty, then (flags 4) its override record and state keys.
 -- With flags 4 the reply ends with three values per policy: the count,
 -- period_ms and burst of the override that decided it, or 0 0 0.
+-- The twelfth value is an adaptive spec ('' = none, adaptive.lua): its key
+-- comes last among the policy's keys, and the reply then ends with four
+-- values per policy: anomalous, transition, estimate, baseline (-1 -1 -1 -1
+-- for a policy without). penalized 2 = denied by the adaptive mitigation.
 -- Returns {all_allowed, now, then per policy: allowed, remaining,
 -- reset_after_ms, retry_after_ms (-1 = none), delay_ms, penalized}.
 -- Nothing is charged unless every non-shadow policy allows; penalties record
@@ -25,7 +29,7 @@ local cost = tonumber(ARGV[2])
 
 -- One policy without a penalty, the common case: the same decision without
 -- the bookkeeping of several policies (commits held back, penalties).
-if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 then
+if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 and ARGV[14] == '' then
   local flags = tonumber(ARGV[8])
   local kind = tonumber(ARGV[3])
   local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
@@ -52,6 +56,8 @@ local peek = tonumber(ARGV[8]) % 4 >= 2
 local overridden = {}
 local commits = {}
 local penalties = {}
+local adaptives = {}
+local any_adaptive = false
 local k = 1
 for b = 3, #ARGV, STRIDE do
   local kind = tonumber(ARGV[b])
@@ -78,11 +84,23 @@ for b = 3, #ARGV, STRIDE do
     end
     k = k + 1 + KEY_COUNT[kind]
   end
+  local astep = false
+  if ARGV[b + 11] ~= '' then
+    any_adaptive = true
+    local ap = adaptive_spec(ARGV[b + 11])
+    astep = adaptive_step(ap, read_adaptive(KEYS[k]), now, cost)
+    astep[5] = KEYS[k]
+    astep[6] = ap
+    k = k + 1
+  end
+  adaptives[#adaptives + 1] = astep
   local allowed, remaining, reset, retry, delay, commit
   local penalized = 0
   local blocked = blocked_for(pstate, now)
   if blocked > 0 then
     allowed, remaining, reset, retry, delay, penalized = false, 0, blocked, blocked, 0, 1
+  elseif astep and astep[2] then
+    allowed, remaining, reset, retry, delay, penalized = false, 0, astep[2], astep[2], 0, 2
   else
     allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
       count, period, burst, max_delay, ARGV[b + 10])
@@ -96,7 +114,7 @@ for b = 3, #ARGV, STRIDE do
   remaining, reset, retry = reply_values(remaining, reset, retry)
   out[at], out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] =
     allowed and 1 or 0, remaining, reset, retry, delay, penalized
-  if not allowed and blocked == 0 and pkey and not peek then
+  if not allowed and blocked == 0 and penalized == 0 and pkey and not peek then
     penalties[#penalties + 1] = {at, pkey, pstate, threshold, tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]), ARGV[b + 9]}
   end
 end
@@ -118,5 +136,16 @@ end
 for _, o in ipairs(overridden) do
   local n = #out
   out[n + 1], out[n + 2], out[n + 3] = o[1], o[2], o[3]
+end
+if any_adaptive then
+  for _, a in ipairs(adaptives) do
+    local n = #out
+    if a then
+      if not peek then write_adaptive(a[5], a[6], a[1], out[1] == 1, cost) end
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = a[1][6], peek and 0 or a[3], a[4], a[1][4]
+    else
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = -1, -1, -1, -1
+    end
+  end
 end
 return out

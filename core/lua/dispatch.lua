@@ -6,7 +6,7 @@ local KINDS = {
   concurrency,
 }
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1, 1}
-local STRIDE = 11
+local STRIDE = 12
 
 -- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.
 local function reply_values(remaining, reset, retry)

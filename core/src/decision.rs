@@ -19,12 +19,14 @@ pub enum Source {
     Allowlist,
     /// Denied: the key or address is denylisted.
     Denylist,
+    /// Denied: the key is anomalous and over its shrunk (adaptive) budget.
+    Adaptive,
 }
 
 impl Source {
     /// Every source, in the order bindings number them (a decision record's
     /// source in Node, a packed outcome's in Go, `polylimit_source_t` in C).
-    pub const ALL: [Source; 7] = [
+    pub const ALL: [Source; 8] = [
         Source::Store,
         Source::Local,
         Source::FailOpen,
@@ -32,6 +34,7 @@ impl Source {
         Source::Penalty,
         Source::Allowlist,
         Source::Denylist,
+        Source::Adaptive,
     ];
 
     /// This source's place in [`Source::ALL`].
@@ -49,6 +52,7 @@ impl Source {
             Source::Penalty => "penalty",
             Source::Allowlist => "allowlist",
             Source::Denylist => "denylist",
+            Source::Adaptive => "adaptive",
         }
     }
 }
@@ -159,6 +163,7 @@ mod tests {
             Source::Penalty => 4,
             Source::Allowlist => 5,
             Source::Denylist => 6,
+            Source::Adaptive => 7,
         }
     }
 

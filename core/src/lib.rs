@@ -14,7 +14,9 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod adaptive;
 mod algorithm;
+mod anomaly;
 pub mod breaker;
 mod config;
 mod decision;
@@ -32,6 +34,7 @@ mod resilience;
 mod store;
 pub mod wire;
 
+pub use algorithm::adaptive::{AdaptiveReport, Transition};
 pub use algorithm::Verdict;
 pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
 pub use config::effective_config;

@@ -162,6 +162,8 @@ struct Inner {
     sync: synced::SyncCache,
     /// The other regions, to borrow from (multi-region quotas).
     regions: Option<region::Regions>,
+    /// Alerts of adaptive policies.
+    alerts: crate::anomaly::Alerts,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -305,6 +307,7 @@ impl Engine {
                 block_cache,
                 sync: synced::SyncCache::new(config.max_keys),
                 regions,
+                alerts: Default::default(),
             }),
         })
     }
@@ -360,7 +363,11 @@ impl Engine {
         let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
             return None;
         };
-        if compiled.penalty.is_some() || compiled.params.kind == Kind::Concurrency || inner.memory.overrides.any() {
+        if compiled.penalty.is_some()
+            || compiled.params.adaptive.is_some()
+            || compiled.params.kind == Kind::Concurrency
+            || inner.memory.overrides.any()
+        {
             return None;
         }
         let cost = match self.validate(options) {
@@ -514,7 +521,7 @@ impl Engine {
         }
         if let ([(i, key, shadow)], true) = (targets, charge) {
             let compiled = &inner.policies[*i];
-            if compiled.penalty.is_none() {
+            if compiled.penalty.is_none() && compiled.params.adaptive.is_none() {
                 // One key, charged, no penalty record: no vector of checks.
                 let check = MemoryCheck {
                     slot: *i as u32,
@@ -563,8 +570,16 @@ impl Engine {
             .iter()
             .zip(verdicts)
             .enumerate()
-            .map(|(n, (&(i, _, _), v))| {
-                let source = if v.penalized { Source::Penalty } else { source };
+            .map(|(n, (&(i, key, _), v))| {
+                let source = match v.adaptive {
+                    _ if v.penalized => Source::Penalty,
+                    Some(a) if a.denied => Source::Adaptive,
+                    _ => source,
+                };
+                if let (Some(report), Some(adaptive)) = (&v.adaptive, self.inner.policies[i].policy.adaptive()) {
+                    let name = self.inner.policies[i].policy.name();
+                    self.inner.alerts.transition(name, adaptive, key, report, now);
+                }
                 let limit = match v.overridden {
                     Some([_, _, burst]) => {
                         overridden.resize(n, None);
@@ -637,6 +652,9 @@ impl Engine {
                     .into_iter()
                     .flatten(),
             );
+        }
+        if compiled.params.adaptive.is_some() {
+            keys.push(format!("{main}:adaptive"));
         }
         keys.insert(0, main);
         keys
@@ -1043,7 +1061,15 @@ impl Engine {
         if let Some(regions) = &self.inner.regions {
             regions.render(&mut text);
         }
+        if self.inner.policies.iter().any(|c| c.params.adaptive.is_some()) {
+            self.inner.alerts.render(&mut text);
+        }
         text
+    }
+
+    /// The alerts of adaptive policies: their callback, log line and metrics.
+    pub(crate) fn alerts(&self) -> &crate::anomaly::Alerts {
+        &self.inner.alerts
     }
 
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::breaker::BreakerState;
 use crate::decision::{Decision, Source};
 
-const SOURCES: [Source; 7] = Source::ALL;
+const SOURCES: [Source; 8] = Source::ALL;
 
 /// Upper bounds of the store latency histogram, in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [

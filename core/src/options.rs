@@ -151,12 +151,23 @@ const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("limit", "limit", "Limit", false),
     ("lease", "lease", "Lease", true),
     ("sync", "sync", "Sync", false),
+    ("adaptive", "adaptive", "Adaptive", false),
 ];
 
 /// Fields of a policy's `sync`: (snake, camel, Go, is a duration).
 const SYNC_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("interval", "interval", "Interval", true),
     ("share", "share", "Share", false),
+];
+
+/// Fields of an adaptive object: (snake, camel, Go, is a duration).
+const ADAPTIVE_FIELDS: &[(&str, &str, &str, bool)] = &[
+    ("window", "window", "Window", true),
+    ("horizon", "horizon", "Horizon", true),
+    ("factor", "factor", "Factor", false),
+    ("floor", "floor", "Floor", false),
+    ("min_rate", "minRate", "MinRate", false),
+    ("alert_keys", "alertKeys", "AlertKeys", false),
 ];
 
 /// Fields of a penalty: (snake, camel, Go, is a duration).
@@ -284,6 +295,8 @@ fn fields(naming: Naming, v: &Value, path: &str, table: &[(&str, &str, &str, boo
             fields(naming, item, &at, PENALTY_FIELDS)?
         } else if snake == "sync" {
             fields(naming, item, &at, SYNC_FIELDS)?
+        } else if snake == "adaptive" {
+            fields(naming, item, &at, ADAPTIVE_FIELDS)?
         } else if is_duration {
             match item {
                 Value::Array(list) => Value::Array(
@@ -461,6 +474,7 @@ pub(crate) fn field_as_written(naming: Naming, options: &Value, field: &str) -> 
             (Table::PolicyName, _) => Table::Policy,
             (Table::Policy, "penalty") => Table::Penalty,
             (Table::Policy, "sync") => Table::Sync,
+            (Table::Policy, "adaptive") => Table::Adaptive,
             _ => Table::None,
         };
     }
@@ -476,6 +490,7 @@ enum Table {
     PolicyName,
     Penalty,
     Sync,
+    Adaptive,
     None,
 }
 
@@ -492,6 +507,7 @@ impl Table {
             Table::Policy => POLICY_FIELDS.iter().find_map(pick),
             Table::Penalty => PENALTY_FIELDS.iter().find_map(pick),
             Table::Sync => SYNC_FIELDS.iter().find_map(pick),
+            Table::Adaptive => ADAPTIVE_FIELDS.iter().find_map(pick),
             Table::PolicyName | Table::None => None,
         }
     }

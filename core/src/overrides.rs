@@ -344,6 +344,7 @@ impl Engine {
                             period,
                             burst,
                             max_delay,
+                            adaptive: None,
                         };
                         self.override_of(i, key, &params, (until > 0).then_some(until))
                     }))

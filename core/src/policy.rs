@@ -150,9 +150,10 @@ pub struct Policy {
     on_store_error: OnStoreError,
     penalty: Option<Penalty>,
     sync: Option<SyncPolicy>,
+    adaptive: Option<crate::adaptive::Adaptive>,
 }
 
-const KNOWN_FIELDS: [&str; 13] = [
+const KNOWN_FIELDS: [&str; 14] = [
     "algorithm",
     "limit",
     "lease",
@@ -166,9 +167,10 @@ const KNOWN_FIELDS: [&str; 13] = [
     "penalty",
     "name",
     "sync",
+    "adaptive",
 ];
 const FIELDS: &str =
-    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, name, sync";
+    "algorithm, rate, burst (capacity), limit, lease, refill, mode, max_delay, on_store_error, penalty, adaptive, name, sync";
 
 const NAME_RULE: &str = "is not a name of 1 to 128 bytes without control characters";
 
@@ -323,6 +325,13 @@ impl Policy {
             .get("penalty")
             .map(|v| parse_penalty(v, &at("penalty")))
             .transpose()?;
+        let adaptive = obj
+            .get("adaptive")
+            .map(|v| crate::adaptive::parse(v, &at("adaptive")))
+            .transpose()?;
+        if adaptive.is_some() && algorithm == Algorithm::Concurrency {
+            return Err(Error::config(at("adaptive"), "", "does not apply to concurrency"));
+        }
 
         let name = match obj.get("name") {
             None => "default".to_string(),
@@ -354,6 +363,7 @@ impl Policy {
             on_store_error,
             penalty,
             sync,
+            adaptive,
         };
         policy.check_range(&at)?;
         Ok(policy)
@@ -478,6 +488,10 @@ impl Policy {
     pub fn sync(&self) -> Option<&SyncPolicy> {
         self.sync.as_ref()
     }
+    /// Adaptive limits per key, if configured.
+    pub fn adaptive(&self) -> Option<&crate::adaptive::Adaptive> {
+        self.adaptive.as_ref()
+    }
 
     /// The policy with every field spelled out, defaults included, in the
     /// form [`Policy::from_value`] reads back (durations as `"<n>ms"`).
@@ -523,6 +537,9 @@ impl Policy {
         }
         if let Some(sync) = &self.sync {
             out.insert("sync".into(), sync.to_value());
+        }
+        if let Some(a) = &self.adaptive {
+            out.insert("adaptive".into(), a.to_value());
         }
         Value::Object(out)
     }

@@ -19,6 +19,8 @@ const LAYERS: &[&str] = &[
     "document",
     // The option names of each language.
     "options",
+    // A policy's `adaptive` field and the alerts' types.
+    "adaptive",
     "policy",
     "algorithm",
     // The result of a check, built from the algorithms' verdicts.
@@ -28,6 +30,8 @@ const LAYERS: &[&str] = &[
     // counters the limiter records into.
     "breaker",
     "metrics",
+    // The alerts the limiter records transitions into.
+    "anomaly",
     "resilience",
     "limiter",
     // Per-key overrides: the limiter's set/get/remove (their storage is the store's).

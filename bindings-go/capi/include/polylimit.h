@@ -74,6 +74,8 @@ enum polylimit_source_t
   POLYLIMIT_SOURCE_ALLOWLIST = 5,
   // Denied: denylisted.
   POLYLIMIT_SOURCE_DENYLIST = 6,
+  // Denied: the key is anomalous and over its shrunk (adaptive) budget.
+  POLYLIMIT_SOURCE_ADAPTIVE = 7,
 };
 #if __STDC_VERSION__ >= 202311L
 typedef enum polylimit_source_t polylimit_source_t;
@@ -103,6 +105,10 @@ typedef int32_t polylimit_breaker_state_t;
 // A circuit breaker; thread-safe, freed with `polylimit_breaker_free`.
 typedef struct polylimit_breaker_t polylimit_breaker_t;
 
+// Counts failed alert callbacks in the limiter's
+// `polylimit_anomaly_callback_errors_total`, without holding the limiter.
+typedef struct polylimit_counter_t polylimit_counter_t;
+
 // A limiter. Thread-safe; free it once with `polylimit_limiter_free` after
 // the last call that uses it has returned (pending callbacks keep what they
 // need alive).
@@ -118,6 +124,11 @@ typedef struct polylimit_pending_t polylimit_pending_t;
 // `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
 // the breaker that issued it, which it keeps alive).
 typedef struct polylimit_permit_t polylimit_permit_t;
+
+// Called with each alert as JSON (`text`, `text_len` bytes, borrowed for the
+// call only), in order, from a thread of the limiter's own (never from
+// within the call that decided), one call per alert.
+typedef void (*polylimit_anomaly_callback_t)(size_t ctx, const char *text, size_t text_len);
 
 // An error; owned by the caller, freed with `polylimit_error_free`.
 typedef struct polylimit_error_t {
@@ -170,6 +181,31 @@ void polylimit_string_free(char *s);
 
 // The library's version, a static string.
 const char *polylimit_version(void);
+
+// Sends the limiter's alerts to `callback(ctx, …)`; a NULL `callback`
+// removes it. When `out` is not NULL, writes a counter of failed callbacks
+// there (free it with `polylimit_counter_free`).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable;
+// `callback` stays callable with `ctx` until it is removed.
+int32_t polylimit_limiter_on_anomaly(const struct polylimit_limiter_t *limiter,
+                                     polylimit_anomaly_callback_t callback,
+                                     size_t ctx,
+                                     struct polylimit_counter_t **out,
+                                     struct polylimit_error_t **err);
+
+// Counts one failed callback. NULL is ignored.
+//
+// # Safety
+// `counter` is NULL or live.
+void polylimit_counter_add(const struct polylimit_counter_t *counter);
+
+// Frees a counter. NULL is ignored.
+//
+// # Safety
+// `counter` is NULL or live, and not used afterwards.
+void polylimit_counter_free(struct polylimit_counter_t *counter);
 
 // A closed breaker: opens after `threshold` consecutive failures, lets
 // `half_open_max` probes through after `cooldown_ms`. NULL only on a bug.

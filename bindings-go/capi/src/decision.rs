@@ -24,6 +24,8 @@ pub enum polylimit_source_t {
     POLYLIMIT_SOURCE_ALLOWLIST = 5,
     /// Denied: denylisted.
     POLYLIMIT_SOURCE_DENYLIST = 6,
+    /// Denied: the key is anomalous and over its shrunk (adaptive) budget.
+    POLYLIMIT_SOURCE_ADAPTIVE = 7,
 }
 
 /// The decision for one key (SPEC §3).
@@ -62,6 +64,7 @@ impl From<Source> for polylimit_source_t {
             Source::Penalty => POLYLIMIT_SOURCE_PENALTY,
             Source::Allowlist => POLYLIMIT_SOURCE_ALLOWLIST,
             Source::Denylist => POLYLIMIT_SOURCE_DENYLIST,
+            Source::Adaptive => POLYLIMIT_SOURCE_ADAPTIVE,
         }
     }
 }

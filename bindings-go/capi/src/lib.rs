@@ -17,6 +17,7 @@
 // `# Safety` section (copied into the header) says.
 #![deny(clippy::missing_safety_doc, clippy::undocumented_unsafe_blocks)]
 
+pub mod anomaly;
 pub mod breaker;
 pub mod decision;
 pub mod errors;

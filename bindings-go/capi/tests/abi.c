@@ -33,14 +33,14 @@ int main(void) {
   CHECK(strcmp(polylimit_source_name(d.source), "store") == 0);
 
   /* Every source has its own name; past the last one, "unknown". */
-  const char *source_names[] = {"store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist"};
+  const char *source_names[] = {"store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist", "adaptive"};
   const polylimit_source_t source_values[] = {
       POLYLIMIT_SOURCE_STORE,       POLYLIMIT_SOURCE_LOCAL,     POLYLIMIT_SOURCE_FAIL_OPEN, POLYLIMIT_SOURCE_FAIL_CLOSED,
-      POLYLIMIT_SOURCE_PENALTY,     POLYLIMIT_SOURCE_ALLOWLIST, POLYLIMIT_SOURCE_DENYLIST};
-  for (int i = 0; i < 7; i++) {
+      POLYLIMIT_SOURCE_PENALTY,     POLYLIMIT_SOURCE_ALLOWLIST, POLYLIMIT_SOURCE_DENYLIST,  POLYLIMIT_SOURCE_ADAPTIVE};
+  for (int i = 0; i < 8; i++) {
     CHECK(source_values[i] == i && strcmp(polylimit_source_name(source_values[i]), source_names[i]) == 0);
   }
-  CHECK(strcmp(polylimit_source_name(7), "unknown") == 0 && strcmp(polylimit_source_name(-1), "unknown") == 0);
+  CHECK(strcmp(polylimit_source_name(8), "unknown") == 0 && strcmp(polylimit_source_name(-1), "unknown") == 0);
 
   /* The core's error kinds, each with its status and name, then POLYLIMIT_OK. */
   const char *kind_names[] = {"config", "store_unavailable", "store", "closed", "internal"};

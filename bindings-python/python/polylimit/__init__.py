@@ -99,6 +99,7 @@ class Limiter(_NativeLimiter):
     fields the other options override), and the store, breaker and HTTP options. Durations are text
     (``"250ms"``), seconds, or a ``timedelta``. Bad values raise ``ConfigError``;
     ``polylimit.effective_config(...)`` shows what the same arguments resolve to.
+    ``on_anomaly=`` (a function or an async function) receives the alerts of ``adaptive`` policies.
     """
 
     @classmethod
@@ -147,6 +148,34 @@ class Limiter(_NativeLimiter):
 
     async def __aexit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _deliver_anomaly(callback: Callable[[Dict[str, Any]], Any], event: Dict[str, Any], loop: Any, count_error: Callable[[], None]) -> None:
+    """Runs an ``on_anomaly`` callback on a worker thread (called by the core, never on a request's
+    path). A coroutine function runs on the event loop the limiter was built in (else in its own
+    loop on that thread); an exception is counted in ``polylimit_anomaly_callback_errors_total``."""
+    import asyncio
+
+    try:
+        result = callback(event)
+        if not inspect.isawaitable(result):
+            return
+
+        async def run() -> Any:
+            return await result
+
+        if loop is not None and not loop.is_closed():
+            future = asyncio.run_coroutine_threadsafe(run(), loop)
+
+            def done(f: Any) -> None:
+                if f.cancelled() or f.exception() is not None:
+                    count_error()
+
+            future.add_done_callback(done)
+        else:
+            asyncio.run(run())
+    except BaseException:
+        count_error()
 
 
 class CircuitOpenError(PolylimitError):

@@ -79,6 +79,7 @@ class Limiter(_NativeLimiter):
         timeout: Union[str, float, timedelta, None] = None,
         connect_timeout: Union[str, float, timedelta, None] = None,
         cooldown: Union[str, float, timedelta, None] = None,
+        on_anomaly: Optional[Callable[[Dict[str, Any]], Any]] = None,
         **options: Any,
     ) -> "Limiter": ...
     @classmethod

@@ -2,13 +2,13 @@
 
 from os import PathLike
 from datetime import timedelta
-from typing import Any, Awaitable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
 from . import Override
 
 __version__: str
 
-Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist"]
+Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist", "adaptive"]
 BreakerStateName = Literal["closed", "open", "half_open"]
 
 class PolylimitError(Exception):
@@ -93,6 +93,7 @@ class Limiter:
         timeout: Union[str, float, timedelta, None] = None,
         connect_timeout: Union[str, float, timedelta, None] = None,
         cooldown: Union[str, float, timedelta, None] = None,
+        on_anomaly: Optional[Callable[[Dict[str, Any]], Any]] = None,
         **options: Any,
     ) -> "Limiter": ...
     def check(self, key: str, cost: int = 1, now_ms: Optional[int] = None) -> Awaitable[Decision]: ...

@@ -7,6 +7,7 @@
 
 use crate::policy::{Algorithm, LeakyMode, Policy, Refill};
 
+pub(crate) mod adaptive;
 pub(crate) mod concurrency;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
@@ -43,6 +44,8 @@ pub(crate) struct Params {
     pub burst: i64,
     /// Shape mode: longest wait, in scaled units. Zero for other kinds.
     pub max_delay: i64,
+    /// Adaptive limits per key, if the policy opts in.
+    pub adaptive: Option<adaptive::AdaptiveParams>,
 }
 
 impl Params {
@@ -69,6 +72,7 @@ impl Params {
             } else {
                 0
             },
+            adaptive: policy.adaptive().map(adaptive::AdaptiveParams::new),
         }
     }
 
@@ -104,6 +108,8 @@ pub struct Verdict {
     pub penalized: bool,
     /// Decided under a per-key override: its count, period (ms) and burst.
     pub overridden: Option<[u64; 3]>,
+    /// What the adaptive layer saw (policies with `adaptive` only).
+    pub adaptive: Option<adaptive::AdaptiveReport>,
 }
 
 /// The state a store keeps for one key.
@@ -117,6 +123,8 @@ pub(crate) enum State {
     Leases(concurrency::Leases),
     /// A key's penalty record.
     Penalty([i64; 5]),
+    /// A key's adaptive record.
+    Adaptive([i64; 7]),
 }
 
 /// The change an allowed decision makes to the state. Its time to live is the
@@ -131,6 +139,7 @@ pub(crate) enum Update {
         cost: i64,
     },
     Penalty([i64; 5]),
+    Adaptive([i64; 7]),
     /// A lease taken at `at` (the leases ended by then go); its `id` is
     /// set by [`Update::with_lease`] before the update is stored.
     Acquire {
@@ -147,6 +156,7 @@ impl Update {
         match self {
             Update::Cells(cells) => State::Cells(cells),
             Update::Penalty(cells) => State::Penalty(cells),
+            Update::Adaptive(cells) => State::Adaptive(cells),
             Update::LogAppend { cutoff, at, cost } => {
                 let mut log = match state {
                     Some(State::Log(log)) => log,
@@ -227,6 +237,7 @@ pub(crate) fn blocked(ms: i64) -> Verdict {
         delay_ms: 0,
         penalized: true,
         overridden: None,
+        adaptive: None,
     }
 }
 
@@ -266,6 +277,7 @@ pub(crate) fn never_fits(remaining: i64, reset_after: i64) -> (Verdict, Option<U
             delay_ms: 0,
             penalized: false,
             overridden: None,
+            adaptive: None,
         },
         None,
     )
@@ -280,5 +292,6 @@ pub(crate) fn verdict(allowed: bool, remaining: i64, reset_after: i64, retry_aft
         delay_ms: 0,
         penalized: false,
         overridden: None,
+        adaptive: None,
     }
 }

@@ -25,7 +25,7 @@ pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Opti
     let cells = match state {
         State::Log(log) => return sliding_window_log(p, log, now, cost),
         // A lease is given back by releasing it, not by a refund.
-        State::Penalty(_) | State::Leases(_) => return None,
+        State::Penalty(_) | State::Leases(_) | State::Adaptive(_) => return None,
         State::Cells(cells) => cells,
     };
     let (refunded, ttl) = match p.kind {

@@ -475,6 +475,30 @@ impl Limiter {
         self.engine.metrics_text()
     }
 
+    /// Sends every alert of the adaptive policies (a key became anomalous or
+    /// recovered) to `sink`, or to nobody with `None`. The sink runs on the
+    /// deciding task: it must not block; a panic in it is caught and counted.
+    pub fn on_anomaly(&self, sink: Option<crate::adaptive::AnomalySink>) {
+        self.engine.alerts().set_sink(sink);
+    }
+
+    /// Whether each alert also writes one JSON line to stderr (on by default).
+    pub fn set_anomaly_log(&self, on: bool) {
+        self.engine.alerts().set_log(on);
+    }
+
+    /// Counts an alert callback that failed outside the core (a binding's
+    /// exception), in `polylimit_anomaly_callback_errors_total`.
+    pub fn count_anomaly_callback_error(&self) {
+        self.engine.alerts().count_sink_error();
+    }
+
+    /// The counter behind `polylimit_anomaly_callback_errors_total`, for a
+    /// binding's callback to add to without holding the limiter.
+    pub fn anomaly_callback_errors(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.engine.alerts().sink_error_counter()
+    }
+
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
     pub fn close(&self) {
         self.engine.close()

@@ -7,6 +7,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use indexmap::{Equivalent, IndexMap};
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::algorithm::adaptive;
 use crate::algorithm::penalty::{blocked_for, record_denial, PenaltyParams};
 use crate::algorithm::refund::refund;
 use crate::algorithm::{blocked, decide, Params, State, Update, Verdict};
@@ -23,6 +24,8 @@ const PENALTY_SLOT: u32 = 1 << 31;
 /// The state of a key under a per-key override lives in a slot of its own,
 /// so the policy's state is never read with the override's numbers.
 pub(crate) const OVERRIDE_SLOT: u32 = 1 << 30;
+/// Adaptive records (`algorithm::adaptive`) too.
+const ADAPTIVE_SLOT: u32 = 1 << 29;
 
 /// Identifies a key of one policy (`slot` is the policy's index in its limiter).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,7 +237,8 @@ impl MemoryStore {
     /// set). Penalties record the denials of their policy when charging.
     #[inline]
     pub fn decide(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64, charge: bool) -> (bool, Vec<Verdict>) {
-        if let ([one], true, None) = (checks, charge, checks.first().and_then(|c| c.penalty)) {
+        let plain = |c: &MemoryCheck<'_>| c.penalty.is_none() && c.params.adaptive.is_none();
+        if let ([one], true, true) = (checks, charge, checks.iter().all(plain)) {
             let verdict = self.decide_one(one, now, cost);
             return (verdict.allowed || one.shadow, vec![verdict]);
         }
@@ -258,6 +262,19 @@ impl MemoryStore {
                 })
             })
             .collect();
+        let adaptive_keys: Vec<Option<usize>> = checks
+            .iter()
+            .zip(&stored)
+            .map(|(c, key)| {
+                c.params.adaptive.as_ref().map(|_| {
+                    keys.push(MapKeyRef {
+                        slot: (c.slot & !OVERRIDE_SLOT) | ADAPTIVE_SLOT,
+                        key,
+                    });
+                    keys.len() - 1
+                })
+            })
+            .collect();
         let shard_ids: Vec<usize> = keys.iter().map(|k| self.shard_of(k)).collect();
         // Lock shards in ascending order so concurrent multi-key checks cannot deadlock.
         let mut order = shard_ids.clone();
@@ -273,20 +290,52 @@ impl MemoryStore {
 
         let mut verdicts = Vec::with_capacity(checks.len());
         let mut updates = Vec::with_capacity(checks.len());
+        let mut steps = Vec::new();
         for (i, check) in checks.iter().enumerate() {
             let record = penalty_keys[i].and_then(|k| penalty_cells(&guards, k));
             let wait = blocked_for(record.as_ref(), now);
-            let (verdict, update) = if wait > 0 {
-                (blocked(wait), None)
-            } else {
-                decide(check.params, guards[guard_of(i)].live(&keys[i], now), now, cost)
+            let step = check.params.adaptive.as_ref().zip(adaptive_keys[i]).map(|(p, k)| {
+                let cells = match guards[guard_of(k)].live(&keys[k], now) {
+                    Some(State::Adaptive(c)) => Some(*c),
+                    _ => None,
+                };
+                (k, p, adaptive::step(p, cells.as_ref(), now, cost))
+            });
+            let (mut verdict, update) = match (wait, &step) {
+                (1.., _) => (blocked(wait), None),
+                (
+                    _,
+                    Some((
+                        _,
+                        _,
+                        adaptive::Step {
+                            deny_retry: Some(retry),
+                            ..
+                        },
+                    )),
+                ) => (adaptive::denied(*retry), None),
+                _ => decide(check.params, guards[guard_of(i)].live(&keys[i], now), now, cost),
             };
+            if let Some((k, p, mut step)) = step {
+                if !charge {
+                    step.report.transition = adaptive::Transition::None;
+                }
+                verdict.adaptive = Some(step.report);
+                steps.push((k, p, step.cells));
+            }
             verdicts.push(verdict);
             updates.push(update);
         }
         let all = checks.iter().zip(&verdicts).all(|(c, v)| v.allowed || c.shadow);
         if !charge {
             return (all, verdicts);
+        }
+        for (k, p, mut cells) in steps {
+            if all {
+                adaptive::admitted(&mut cells, cost);
+            }
+            let update = Update::Adaptive(cells);
+            guards[guard_of(k)].store(&keys[k], update, now, p.ttl() as u64, self.per_shard_cap);
         }
         if all {
             for (i, update) in updates.into_iter().enumerate() {
@@ -299,7 +348,7 @@ impl MemoryStore {
         }
         for (i, check) in checks.iter().enumerate() {
             if let (Some(params), Some(k)) = (check.penalty, penalty_keys[i]) {
-                if !verdicts[i].allowed && !verdicts[i].penalized {
+                if !verdicts[i].allowed && !verdicts[i].penalized && !verdicts[i].adaptive.is_some_and(|a| a.denied) {
                     let violation = record_denial(params, penalty_cells(&guards, k).as_ref(), now);
                     if let Some(ms) = violation.block_ms {
                         verdicts[i].start_block(ms);
@@ -365,7 +414,7 @@ impl MemoryStore {
     pub fn reset(&self, slot: u32, key: &str) {
         let stored = stored_key(key);
         // The policy's state, then its penalty record.
-        for slot in [slot, slot | PENALTY_SLOT] {
+        for slot in [slot, slot | PENALTY_SLOT, slot | ADAPTIVE_SLOT] {
             let key = MapKeyRef { slot, key: &stored };
             self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
         }

@@ -34,6 +34,7 @@ macro_rules! algorithms {
             include_str!("../../lua/concurrency.lua"),
             include_str!("../../lua/penalty.lua"),
             include_str!("../../lua/overrides.lua"),
+            include_str!("../../lua/adaptive.lua"),
             include_str!("../../lua/dispatch.lua"),
         )
     };
@@ -996,6 +997,10 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
             }
         }
         cmd.arg(check.lease.unwrap_or(""));
+        match &p.adaptive {
+            Some(a) => cmd.arg(a.arg()),
+            None => cmd.arg(""),
+        };
     }
 }
 
@@ -1093,9 +1098,17 @@ fn unavailable(e: RedisError) -> Error {
 }
 
 fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
-    // With overrides, three values per check follow: the override's numbers.
-    let overrides = values.len() == 2 + 9 * checks;
-    if values.len() != 2 + 6 * checks && !overrides {
+    // With overrides, three values per check follow: the override's numbers;
+    // then, when a policy is adaptive, four per check (adaptive.lua).
+    let extra = values.len().saturating_sub(2 + 6 * checks);
+    let (overrides, adaptive) = match extra {
+        0 => (false, false),
+        e if e == 3 * checks => (true, false),
+        e if e == 4 * checks => (false, true),
+        e if e == 7 * checks => (true, true),
+        _ => (false, false),
+    };
+    if values.len() != 2 + 6 * checks + 3 * checks * overrides as usize + 4 * checks * adaptive as usize {
         return Err(Error::Internal(format!(
             "decision script returned {} values for {checks} policies",
             values.len()
@@ -1104,8 +1117,17 @@ fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
     let tail = values.get(2 + 6 * checks..).unwrap_or_default();
     let overridden = |i: usize| {
         tail.get(3 * i..3 * i + 3)
-            .filter(|o| o[2] > 0)
+            .filter(|o| overrides && o[2] > 0)
             .map(|o| [o[0] as u64, o[1] as u64, o[2] as u64])
+    };
+    let adaptive_tail = values
+        .get(2 + 6 * checks + 3 * checks * overrides as usize..)
+        .unwrap_or_default();
+    let report = |i: usize, denied: bool| {
+        adaptive_tail
+            .get(4 * i..4 * i + 4)
+            .filter(|a| adaptive && a[0] >= 0)
+            .map(|a| crate::algorithm::adaptive::report_from_reply(a, denied))
     };
     let verdicts = values[2..2 + 6 * checks]
         .chunks_exact(6)
@@ -1118,6 +1140,7 @@ fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
             delay_ms: v[4].max(0) as u64,
             penalized: v[5] == 1,
             overridden: overridden(i),
+            adaptive: report(i, v[5] == 2),
         })
         .collect();
     Ok((values[1], verdicts))

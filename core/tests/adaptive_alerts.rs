@@ -1,0 +1,113 @@
+//! Alerts of adaptive policies: the storm limit, the metrics, a panicking
+//! callback, and keys that never alert, on memory and a real Redis.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use polylimit::adaptive::AnomalyEvent;
+use polylimit::{CheckOptions, Limiter, LimiterConfig, Policy};
+use serde_json::json;
+
+fn limiter(store: &str, prefix: &str, events: Arc<Mutex<Vec<AnomalyEvent>>>) -> Limiter {
+    let policy = Policy::from_value(
+        &json!({"name": "api", "rate": "1000/s", "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "4/s", "alert_keys": "raw"}}),
+        "policy",
+    )
+    .unwrap();
+    let mut config = LimiterConfig::new(policy).with_store(store);
+    config.prefix = prefix.into();
+    let limiter = Limiter::new(config).unwrap();
+    limiter.set_anomaly_log(false);
+    limiter.on_anomaly(Some(Arc::new(move |e: &AnomalyEvent| {
+        events.lock().unwrap().push(e.clone())
+    })));
+    limiter
+}
+
+async fn check(l: &Limiter, key: &str, now_ms: i64) -> polylimit::Decision {
+    l.check_with(
+        key,
+        CheckOptions {
+            cost: 1,
+            now_ms: Some(now_ms),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// 30 keys turn anomalous within one second: 20 alerts are delivered, 10
+/// suppressed and counted; the next alert of the policy reports them.
+async fn storm(store: &str, prefix: &str) {
+    let events: Arc<Mutex<Vec<AnomalyEvent>>> = Arc::default();
+    let l = limiter(store, prefix, events.clone());
+    let keys: Vec<String> = (0..31).map(|i| format!("k{i}")).collect();
+    for t in (0..4000).step_by(500) {
+        for k in &keys {
+            assert!(check(&l, k, t).await.allowed);
+        }
+    }
+    for k in &keys[..30] {
+        for _ in 0..3 {
+            check(&l, k, 4000).await;
+        }
+    }
+    let metrics = l.metrics_text();
+    assert_eq!(events.lock().unwrap().len(), 20, "{store}");
+    assert!(
+        metrics.contains("polylimit_anomalies_total{policy=\"api\"} 30\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("polylimit_anomalous_keys{policy=\"api\"} 30\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("polylimit_anomaly_alerts_suppressed_total{policy=\"api\"} 10\n"),
+        "{metrics}"
+    );
+    // The 31st key, a second later: delivered, saying 10 were dropped before it.
+    for _ in 0..3 {
+        check(&l, &keys[30], 4100).await;
+    }
+    for _ in 0..3 {
+        check(&l, &keys[30], 5000).await;
+    }
+    let events = events.lock().unwrap();
+    let last = events.last().unwrap();
+    assert_eq!((last.key.as_str(), last.suppressed), ("k30", 10), "{store}: {events:?}");
+    // A key that stayed at its rate never alerted.
+    assert!(events.iter().all(|e| e.policy == "api"));
+}
+
+#[tokio::test]
+async fn the_storm_limit_on_memory_and_redis() {
+    storm("memory", "alerts-m").await;
+    let redis = support::RedisServer::start();
+    storm(&redis.url(), "alerts-r").await;
+}
+
+#[tokio::test]
+async fn a_panicking_callback_is_counted() {
+    let policy = Policy::from_value(
+        &json!({"rate": "1000/s", "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "4/s"}}),
+        "policy",
+    )
+    .unwrap();
+    let l = Limiter::new(LimiterConfig::new(policy)).unwrap();
+    l.set_anomaly_log(false);
+    l.on_anomaly(Some(Arc::new(|_: &AnomalyEvent| panic!("alerting is down"))));
+    for t in (0..4000).step_by(500) {
+        check(&l, "k", t).await;
+    }
+    let sources: Vec<&str> = {
+        let mut v = Vec::new();
+        for _ in 0..6 {
+            v.push(check(&l, "k", 4000).await.source.as_str());
+        }
+        v
+    };
+    assert_eq!(sources, ["store", "store", "store", "store", "adaptive", "adaptive"]);
+    assert!(l.metrics_text().contains("polylimit_anomaly_callback_errors_total 1\n"));
+}
