@@ -50,27 +50,42 @@ type adaptiveEvent struct {
 }
 
 type eventLog struct {
-	mu    sync.Mutex
-	items []AnomalyEvent
+	mu      sync.Mutex
+	items   []AnomalyEvent
+	changed chan struct{} // closed and replaced on every add
 }
 
 func (e *eventLog) add(ev AnomalyEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.items = append(e.items, ev)
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
 }
 
-// waitFor returns the events once there are n (or the deadline passed).
+// waitFor returns the events once there are n (or the deadline passed),
+// woken by each delivery.
 func (e *eventLog) waitFor(n int, within time.Duration) []AnomalyEvent {
-	deadline := time.Now().Add(within)
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
 	for {
 		e.mu.Lock()
 		items := append([]AnomalyEvent(nil), e.items...)
+		if e.changed == nil {
+			e.changed = make(chan struct{})
+		}
+		changed := e.changed
 		e.mu.Unlock()
-		if len(items) >= n || time.Now().After(deadline) {
+		if len(items) >= n {
 			return items
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return items
+		}
 	}
 }
 
