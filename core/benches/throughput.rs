@@ -127,7 +127,7 @@ async fn redis_bench(limiter: &Limiter, in_flight: u64) -> f64 {
 }
 
 /// The arguments of one token-bucket decision that never denies, after the key.
-const DECISION_ARGS: [&str; 12] = [
+const DECISION_ARGS: [&str; 14] = [
     "",
     "1",
     "1",
@@ -135,11 +135,14 @@ const DECISION_ARGS: [&str; 12] = [
     "1000",
     "1000000000",
     "0",
-    // flags, penalty threshold, within, forget_after, cooldowns: none.
+    // flags, penalty threshold, within, forget_after, cooldowns, lease id,
+    // adaptive spec: none (check.lua's one-policy path).
     "0",
     "0",
     "0",
     "0",
+    "",
+    "",
     "",
 ];
 
@@ -191,6 +194,18 @@ fn our_function(port: u16, pipeline: u32) -> f64 {
     let function = &polylimit::library().function;
     let mut command = vec!["FCALL", function, "1", "polylimit:token_bucket:default:{bench}"];
     command.extend(DECISION_ARGS);
+    // The arguments must be a valid decision (an allowed one), or the
+    // benchmark would time error replies.
+    let reply = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(&command)
+        .output()
+        .expect("redis-cli (make deps installs it)");
+    let reply = String::from_utf8_lossy(&reply.stdout);
+    assert!(
+        reply.starts_with("1\n"),
+        "FCALL of the bench's arguments answered {reply:?}"
+    );
     redis_benchmark(port, pipeline, &command)
 }
 
