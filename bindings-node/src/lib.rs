@@ -45,17 +45,7 @@ pub(crate) fn integral(value: serde_json::Value) -> serde_json::Value {
 /// connection, so more workers mostly compete with the event loop for cores.
 #[napi_derive::module_init]
 fn init() {
-    let workers = std::env::var("POLYLIMIT_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(1);
-    if let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .thread_name("polylimit")
-        .enable_all()
-        .build()
-    {
+    if let Ok(rt) = polylimit::build_runtime(Some(1)) {
         napi::bindgen_prelude::create_custom_tokio_runtime(rt);
     }
 }

@@ -39,18 +39,5 @@ pub(crate) fn forget_after_fork() {
 }
 
 fn build() -> Runtime {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // POLYLIMIT_WORKER_THREADS overrides tokio's default (one per core).
-    if let Some(n) = std::env::var("POLYLIMIT_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-    {
-        builder.worker_threads(n);
-    }
-    builder
-        .thread_name("polylimit-tokio")
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("polylimit: cannot build the tokio runtime: {e}"))
+    polylimit::build_runtime(None).unwrap_or_else(|e| panic!("polylimit: cannot build the tokio runtime: {e}"))
 }

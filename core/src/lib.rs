@@ -31,6 +31,7 @@ pub mod options;
 mod overrides;
 pub mod policy;
 mod resilience;
+mod runtime;
 mod store;
 pub mod wire;
 
@@ -53,4 +54,5 @@ pub use limiter::{CheckOptions, LimiterConfig};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
+pub use runtime::build_runtime;
 pub use store::redis::{library, script_sha, Library, SCRIPT};

@@ -17,6 +17,8 @@ const LAYERS: &[&str] = &[
     "duration",
     "env",
     "document",
+    // The tokio runtime the bindings run checks on.
+    "runtime",
     // The option names of each language.
     "options",
     // A policy's `adaptive` field and the alerts' types.

@@ -41,13 +41,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// limiters, never shut down.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("polylimit")
-            .build()
-            .expect("cannot start the polylimit runtime")
-    })
+    RUNTIME.get_or_init(|| polylimit::build_runtime(None).expect("cannot start the polylimit runtime"))
 }
 
 /// Runs `body` under `catch_unwind`; an error or a panic is written to `err`.
