@@ -1025,7 +1025,10 @@ impl Engine {
     /// its other denials toward the threshold).
     fn block_cacheable(&self, i: usize, decision: &Decision) -> bool {
         let compiled = &self.inner.policies[i];
+        // An adaptive policy's store counts every attempt toward the key's
+        // rate: a denial answered here would hide the attacker from it.
         compiled.params.kind != Kind::Concurrency
+            && compiled.params.adaptive.is_none()
             && (compiled.penalty.is_none() || decision.allowed || decision.source == Source::Penalty)
     }
 

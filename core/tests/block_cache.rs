@@ -247,6 +247,20 @@ async fn a_concurrency_denial_is_not_cached() {
 }
 
 #[tokio::test]
+async fn an_adaptive_policys_denial_is_not_cached() {
+    // The store counts every attempt toward the key's rate (issue 20).
+    let redis = RedisServer::start();
+    let policy = json!({"algorithm": "fixed_window", "rate": "1/h", "adaptive": {}});
+    let cached = limiter(&redis, policy, "adaptive", 10);
+    assert!(cached.check_all("k", at(NOW)).await.unwrap().allowed);
+    assert!(!cached.check_all("k", at(NOW + 1)).await.unwrap().allowed);
+    let before = store_calls(&redis);
+    assert!(!cached.check_all("k", at(NOW + 2)).await.unwrap().allowed);
+    assert!(store_calls(&redis) > before);
+    assert_eq!(hits(&cached), 0);
+}
+
+#[tokio::test]
 async fn the_number_of_entries_is_bounded() {
     let redis = RedisServer::start();
     let cached = limiter(&redis, bucket(), "bound", 3);
