@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"runtime/cgo"
+	"sync/atomic"
 )
 
 // AnomalyEvent is an alert of an adaptive policy: a key became anomalous
@@ -55,12 +56,19 @@ func polylimitGoAnomaly(ctx C.size_t, text *C.char, n C.size_t) {
 	go s.deliver(ev)
 }
 
+// anomalyDelivered, when set (by tests), runs after each delivery, its
+// panic counted.
+var anomalyDelivered atomic.Pointer[func()]
+
 // deliver calls the user's function; a panic is counted
 // (polylimit_anomaly_callback_errors_total), never reaches a request.
 func (s *anomalySink) deliver(ev AnomalyEvent) {
 	defer func() {
 		if p := recover(); p != nil {
 			C.polylimit_counter_add(s.counter)
+		}
+		if hook := anomalyDelivered.Load(); hook != nil {
+			(*hook)()
 		}
 	}()
 	s.f(ev)
