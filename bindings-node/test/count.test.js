@@ -77,6 +77,36 @@ async function fastifyApp(pluginOptions, routeConfig) {
 
 const post = (url, status) => request(`${url}/login?status=${status}`, { method: 'POST' });
 
+// The response ends only once `complete` answered, so the client's next request sees the charge
+// given back (settling on 'finish' raced it). `complete` here answers 20 event-loop turns late:
+// a response sent before it answered would reach the client first.
+for (const framework of ['express', 'fastify']) {
+  test(`${framework}: a response ends only after its completion settled`, async () => {
+    const limiter = new Limiter({ policy: WINDOW, prefix: prefix() });
+    const complete = limiter.complete.bind(limiter);
+    const order = [];
+    limiter.complete = (token, status) => {
+      order.push('complete');
+      return (async () => {
+        for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
+        order.push('settled');
+        return complete(token, status);
+      })();
+    };
+    const s = framework === 'express'
+      ? await expressApp(rateLimit({ limiter, key: ['ip'], count: 'failed' }))
+      : await fastifyApp({ limiter, global: false }, { key: ['ip'], count: 'failed' });
+    try {
+      assert.equal((await post(s.url, 200)).status, 200);
+      order.push('response');
+      assert.deepEqual(order, ['complete', 'settled', 'response']);
+    } finally {
+      await s.close();
+      limiter.close();
+    }
+  });
+}
+
 /** Right answers are free, failures count, the 4th failure-free attempt after 3 failures is refused. */
 async function successesFreeFailuresCount(url) {
   const ok = [];
