@@ -8,7 +8,7 @@ MVN ?= mvn
 JVM_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native
 JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE)),release,debug)
 
-.PHONY: jvm-deps jvm-native jvm-kotlin jvm-test
+.PHONY: jvm-deps jvm-native jvm-kotlin jvm-test jvm-bench
 
 ## Java 17+ and Maven must be there (Maven downloads the plugins and
 ## dependencies once into ~/.m2, then builds offline).
@@ -39,3 +39,18 @@ jvm-test: jvm-deps jvm-native redis-server
 
 BINDING_DEPS += jvm-deps
 BINDING_TESTS += jvm-test
+
+## The benchmark (bench/, a plain Java main): check() on a real redis-server
+## beside Bucket4j's Lettuce proxy manager (decisions/s at 64 in flight,
+## latency at 1/32/256), and a Spring Boot app with the filter beside the same
+## app unlimited. On the release build of the library, staged apart from the
+## tests' debug one; the jars it runs are installed without their tests.
+JVM_BENCH_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native-release
+jvm-bench: jvm-deps redis-server
+	$(MAKE) --no-print-directory jvm-native POLYLIMIT_PROFILE=release JVM_NATIVE_DIR=$(JVM_BENCH_NATIVE_DIR)
+	cd $(JVM_DIR) && $(MVN) -q -B install -Dmaven.test.skip=true -Dpolylimit.native.dir=$(JVM_BENCH_NATIVE_DIR)
+	cd $(JVM_DIR)/spring && $(MVN) -q -B install -Dmaven.test.skip=true
+	cd $(JVM_DIR)/bench && $(MVN) -q -B package dependency:build-classpath
+	cd $(JVM_DIR)/bench && java -cp target/classes:$$(cat target/classpath.txt) dev.polylimit.bench.Bench
+
+BINDING_BENCHES += jvm-bench
