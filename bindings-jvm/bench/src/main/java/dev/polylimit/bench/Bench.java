@@ -154,6 +154,15 @@ public final class Bench {
         }
     }
 
+    /** The 1-minute load average now (other work on this shared machine), for the bound lines. */
+    static String load() {
+        try {
+            return "load average " + Files.readString(Path.of("/proc/loadavg")).split(" ")[0];
+        } catch (IOException | RuntimeException e) {
+            return "load average unknown";
+        }
+    }
+
     static double median(List<Double> xs) {
         double[] v = xs.stream().mapToDouble(Double::doubleValue).sorted().toArray();
         return v[v.length / 2];
@@ -402,6 +411,7 @@ public final class Bench {
             List<Map<String, Double>> oursCpu = new ArrayList<>();
             List<Map<String, Double>> theirsCpu = new ArrayList<>();
             Map<String, Long> pids = Map.of("jvm", SELF, "redis", redis.pid());
+            String load = load();
             for (int round = 0; round < ROUNDS; round++) {
                 Cpu used = Cpu.start(pids);
                 double rate = drive(IN_FLIGHT, SECONDS, l::ours, null);
@@ -428,8 +438,8 @@ public final class Bench {
             Map<String, Object> mine = with(against(line("token_bucket checkFuture(), redis, 64 in flight",
                     median(ours), "decisions/s"), "Bucket4j (Lettuce)", peer), BUCKET4J, LETTUCE);
             mine.put("bound", String.format("CPU per decision: polylimit %.1f µs (JVM) + %.1f µs (redis-server); "
-                    + "Bucket4j %.1f µs + %.1f µs; the machine %.2f of %d cores busy", oc.get("jvm"), oc.get("redis"),
-                    tc.get("jvm"), tc.get("redis"), oc.get("busy"), Runtime.getRuntime().availableProcessors()));
+                    + "Bucket4j %.1f µs + %.1f µs; the machine %.2f of %d cores busy, %s", oc.get("jvm"), oc.get("redis"),
+                    tc.get("jvm"), tc.get("redis"), oc.get("busy"), Runtime.getRuntime().availableProcessors(), load));
             record(mine);
             record(line("token_bucket checkFuture(), memory store, 64 in flight", onMemory, "decisions/s"));
         }
@@ -489,7 +499,7 @@ public final class Bench {
             this.name = name;
             port = freePort();
             List<String> cmd = new ArrayList<>(List.of(
-                    Path.of(System.getProperty("java.home"), "bin", "java").toString(), "-Xmx256m",
+                    Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                     "-cp", System.getProperty("java.class.path"), App.class.getName(),
                     "--server.port=" + port, "--server.address=127.0.0.1", "--spring.main.banner-mode=off",
                     "--logging.level.root=WARN",
@@ -532,6 +542,7 @@ public final class Bench {
         Path redisRules = Files.writeString(dir.resolve("redis.yaml"),
                 "store: " + redis.url() + "\nprefix: bench-spring\ntimeout: 1s\n" + rules);
         List<SpringApp> apps = new ArrayList<>();
+        String load;
         try {
             apps.add(new SpringApp("unlimited", "--polylimit.enabled=false"));
             apps.add(new SpringApp("memory", "--polylimit.rules-file=" + memoryRules));
@@ -539,6 +550,7 @@ public final class Bench {
             for (SpringApp app : apps) {
                 Load.run(app.port, IN_FLIGHT, 3); // JIT warm-up, not counted
             }
+            load = load();
             for (int round = 0; round < ROUNDS; round++) {
                 for (SpringApp app : apps) {
                     app.run(SECONDS, Map.of("app", app.process.pid(), "redis", redis.pid(), "load", SELF));
@@ -564,14 +576,14 @@ public final class Bench {
         Map<String, Object> onMemory = against(line("Spring polylimit filter, memory store", median(apps.get(1).rates),
                 "req/s"), "no limiter", plain);
         onMemory.put("bound", String.format("CPU per request: app %.1f µs (no limiter %.1f µs), load generator %.1f µs "
-                + "(%.1f µs); the machine %.2f of %d cores busy", mem.get("app"), none.get("app"), mem.get("load"),
-                none.get("load"), mem.get("busy"), cores));
+                + "(%.1f µs); the machine %.2f of %d cores busy, %s", mem.get("app"), none.get("app"), mem.get("load"),
+                none.get("load"), mem.get("busy"), cores, load));
         record(with(onMemory, SPRING_BOOT));
         Map<String, Object> onRedis = against(line("Spring polylimit filter, redis", median(apps.get(2).rates), "req/s"),
                 "no limiter", plain);
         onRedis.put("bound", String.format("CPU per request: app %.1f µs + redis-server %.1f µs (no limiter %.1f µs), "
-                + "load generator %.1f µs; the machine %.2f of %d cores busy", red.get("app"), red.get("redis"),
-                none.get("app"), red.get("load"), red.get("busy"), cores));
+                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s", red.get("app"), red.get("redis"),
+                none.get("app"), red.get("load"), red.get("busy"), cores, load));
         record(with(onRedis, SPRING_BOOT));
     }
 
@@ -582,8 +594,8 @@ public final class Bench {
                 throw new IllegalArgumentException("unknown part " + part + " (decisions, latency, http)");
             }
         }
-        System.out.printf("polylimit JVM benchmark: %s, %d cores%n", Runtime.version(),
-                Runtime.getRuntime().availableProcessors());
+        System.out.printf("polylimit JVM benchmark: %s, %d cores, %s%n", Runtime.version(),
+                Runtime.getRuntime().availableProcessors(), load());
         try (Redis redis = new Redis()) {
             for (String part : parts) {
                 switch (part) {
