@@ -127,7 +127,7 @@ async fn redis_bench(limiter: &Limiter, in_flight: u64) -> f64 {
 }
 
 /// The arguments of one token-bucket decision that never denies, after the key.
-const DECISION_ARGS: [&str; 14] = [
+const DECISION_ARGS: [&str; 9] = [
     "",
     "1",
     "1",
@@ -135,14 +135,8 @@ const DECISION_ARGS: [&str; 14] = [
     "1000",
     "1000000000",
     "0",
-    // flags, penalty threshold, within, forget_after, cooldowns, lease id,
-    // adaptive spec: none (check.lua's one-policy path).
+    // flags, lease id: none (check.lua's short one-policy form).
     "0",
-    "0",
-    "0",
-    "0",
-    "",
-    "",
     "",
 ];
 

@@ -27,19 +27,22 @@ else
 end
 local cost = tonumber(ARGV[2])
 
--- One policy without a penalty, the common case: the same decision without
--- the bookkeeping of several policies (commits held back, penalties).
-if #ARGV == 2 + STRIDE and tonumber(ARGV[9]) == 0 and ARGV[14] == '' then
+-- One policy without a penalty or an adaptive spec, the common case, comes in
+-- a short form of nine values: now_ms, cost, kind, count, period_ms, burst,
+-- max_delay, flags, lease id (fewer arguments for Redis to parse and Lua to
+-- intern: about a tenth of the FCALL's CPU). The same decision without the
+-- bookkeeping of several policies (commits held back, penalties).
+if #ARGV == 9 then
   local flags = tonumber(ARGV[8])
   local kind = tonumber(ARGV[3])
   local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
   local allowed, remaining, reset, retry, delay, commit
   if o then
     allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 2 + KEY_COUNT[kind], now, cost,
-      o[1], o[2], o[3], o[4], ARGV[13])
+      o[1], o[2], o[3], o[4], ARGV[9])
   else
     allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 1, now, cost,
-      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[13])
+      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[9])
   end
   if allowed and flags % 4 < 2 then commit() end
   remaining, reset, retry = reply_values(remaining, reset, retry)

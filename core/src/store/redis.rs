@@ -963,7 +963,9 @@ fn sentinel_client(
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags
-/// threshold within forget_after cooldowns)...`; flags: 1 shadow, 2 peek.
+/// threshold within forget_after cooldowns lease adaptive)...`; flags: 1 shadow, 2 peek.
+/// One policy without a penalty or an adaptive spec goes in the short form
+/// check.lua reads: `numkeys key... now cost kind count period burst max_delay flags lease`.
 fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64, peek: bool) {
     cmd.arg(checks.iter().map(|c| c.keys.len()).sum::<usize>());
     for check in checks {
@@ -976,6 +978,19 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
         None => cmd.arg(""),
     };
     cmd.arg(cost);
+    if let [check] = checks {
+        let p = check.params;
+        if check.penalty.is_none() && p.adaptive.is_none() {
+            cmd.arg(p.kind as i64)
+                .arg(p.count)
+                .arg(p.period)
+                .arg(p.burst)
+                .arg(p.max_delay)
+                .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2)
+                .arg(check.lease.unwrap_or(""));
+            return;
+        }
+    }
     for check in checks {
         let p = check.params;
         cmd.arg(p.kind as i64)
