@@ -6,10 +6,17 @@ mod support;
 
 use polylimit::{CheckOptions, Limiter, LimiterConfig, Policy, Source};
 use serde_json::json;
+use std::time::Duration;
 
 fn limiter(redis: &support::RedisServer, algorithm: &str) -> Limiter {
     let policy = Policy::from_value(&json!({"algorithm": algorithm, "rate": "1/s", "burst": 10}), "").unwrap();
-    Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap()
+    // A generous timeout: these scenarios are about admissions, and a store
+    // call that times out on a busy machine would be decided by the fallback.
+    let config = LimiterConfig {
+        timeout: Duration::from_secs(5),
+        ..LimiterConfig::new(policy).with_store(redis.url())
+    };
+    Limiter::new(config).unwrap()
 }
 
 const BUCKETS: [&str; 3] = ["token_bucket", "gcra", "leaky_bucket"];
