@@ -657,6 +657,28 @@ internal open class UniffiForeignFutureResultVoid(
 internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureResultVoid.UniffiByValue,)
 }
+internal interface UniffiCallbackInterfaceAnomalyListenerMethod0 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("uniffiFree", "uniffiClone", "onAnomaly")
+internal open class UniffiVTableCallbackInterfaceAnomalyListener(
+    @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+    @JvmField internal var `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+    @JvmField internal var `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0? = null,
+) : Structure() {
+    class UniffiByValue(
+        `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+        `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+        `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0? = null,
+    ): UniffiVTableCallbackInterfaceAnomalyListener(`uniffiFree`,`uniffiClone`,`onAnomaly`,), Structure.ByValue
+
+   internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceAnomalyListener) {
+        `uniffiFree` = other.`uniffiFree`
+        `uniffiClone` = other.`uniffiClone`
+        `onAnomaly` = other.`onAnomaly`
+    }
+
+}
 
 // A JNA Library to expose the extern-C FFI definitions.
 // This is an implementation detail which will be called internally by the public API.
@@ -712,6 +734,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_metrics_text(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_peek(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_async(
@@ -732,6 +756,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_constructor_limiter_new(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly(
+    ): Int
     external fun ffi_polylimit_jvm_uniffi_contract_version(
     ): Int
 
@@ -748,6 +774,7 @@ internal object UniffiLib {
 
     init {
         Native.register(UniffiLib::class.java, findLibraryName(componentName = "polylimit_jvm"))
+        uniffiCallbackInterfaceAnomalyListener.register(this)
         
     }
 
@@ -792,6 +819,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(`ptr`: Long,`listener`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_method_limiter_peek(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_limiter_peek_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
@@ -806,6 +835,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
+    external fun uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(`vtable`: UniffiVTableCallbackInterfaceAnomalyListener,
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_func_effective_config(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
@@ -974,6 +1005,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_metrics_text() and 0xFFFF) != 60317) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly() and 0xFFFF) != 3285) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek() and 0xFFFF) != 35457) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1002,6 +1036,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_new() and 0xFFFF) != 45362) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly() and 0xFFFF) != 25868) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -1135,7 +1172,38 @@ object UniffiWithHandle
  *
  * @suppress
  * */
-object NoHandle
+object NoHandle// Magic number for the Rust proxy to call using the same mechanism as every other method,
+// to free the callback once it's dropped by Rust.
+internal const val IDX_CALLBACK_FREE = 0
+// Callback return codes
+internal const val UNIFFI_CALLBACK_SUCCESS = 0
+internal const val UNIFFI_CALLBACK_ERROR = 1
+internal const val UNIFFI_CALLBACK_UNEXPECTED_ERROR = 2
+
+/**
+ * @suppress
+ */
+public abstract class FfiConverterCallbackInterface<CallbackInterface: Any>: FfiConverter<CallbackInterface, Long> {
+    internal val handleMap = UniffiHandleMap<CallbackInterface>()
+
+    internal fun drop(handle: Long) {
+        handleMap.remove(handle)
+    }
+
+    override fun lift(value: Long): CallbackInterface {
+        return handleMap.get(value)
+    }
+
+    override fun read(buf: ByteBuffer) = lift(buf.getLong())
+
+    override fun lower(value: CallbackInterface) = handleMap.insert(value)
+
+    override fun allocationSize(value: CallbackInterface) = 8UL
+
+    override fun write(value: CallbackInterface, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
 /**
  * The cleaner interface for Object finalization code to run.
  * This is the entry point to any implementation that we're using.
@@ -1244,6 +1312,29 @@ public object FfiConverterLong: FfiConverter<Long, Long> {
 
     override fun write(value: Long, buf: ByteBuffer) {
         buf.putLong(value)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterDouble: FfiConverter<Double, Double> {
+    override fun lift(value: Double): Double {
+        return value
+    }
+
+    override fun read(buf: ByteBuffer): Double {
+        return buf.getDouble()
+    }
+
+    override fun lower(value: Double): Double {
+        return value
+    }
+
+    override fun allocationSize(value: Double) = 8UL
+
+    override fun write(value: Double, buf: ByteBuffer) {
+        buf.putDouble(value)
     }
 }
 
@@ -1805,6 +1896,14 @@ public interface LimiterInterface {
     fun `metricsText`(): kotlin.String
     
     /**
+     * Sends the alerts of the adaptive policies (a key became anomalous or
+     * recovered) to `listener`, in order, on the limiter's alert thread
+     * (never on the deciding call); null removes it. An exception in the
+     * listener is counted in `polylimit_anomaly_callback_errors_total`.
+     */
+    fun `onAnomaly`(`listener`: AnomalyListener?)
+    
+    /**
      * The decision `check` would return now, charging nothing.
      */
     fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long? = null, `nowMs`: kotlin.Long? = null): Decision
@@ -2182,6 +2281,26 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
 
     
     /**
+     * Sends the alerts of the adaptive policies (a key became anomalous or
+     * recovered) to `listener`, in order, on the limiter's alert thread
+     * (never on the deciding call); null removes it. An exception in the
+     * listener is counted in `polylimit_anomaly_callback_errors_total`.
+     */
+    @Throws(PolylimitException::class)override fun `onAnomaly`(`listener`: AnomalyListener?)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(
+        it,
+        
+        FfiConverterOptionalTypeAnomalyListener.lower(`listener`),_status)
+}
+    }
+    
+    
+
+    
+    /**
      * The decision `check` would return now, charging nothing.
      */
     @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
@@ -2445,6 +2564,111 @@ public object FfiConverterTypeAcquired: FfiConverterRustBuffer<Acquired> {
     override fun write(value: Acquired, buf: ByteBuffer) {
             FfiConverterTypeDecision.write(value.`decision`, buf)
             FfiConverterOptionalTypeLease.write(value.`lease`, buf)
+    }
+}
+
+
+
+/**
+ * An alert of an adaptive policy (the same fields as Python's dict, Node's
+ * object and Go's `AnomalyEvent`).
+ */
+data class AnomalyEvent (
+    /**
+     * `polylimit.anomalous` or `polylimit.recovered`.
+     */
+    var `event`: kotlin.String
+    , 
+    /**
+     * The policy's name.
+     */
+    var `policy`: kotlin.String
+    , 
+    /**
+     * The key as the policy's `alert_keys` says (default: a rule's
+     * dimensions with `ip` and `key` values hashed).
+     */
+    var `key`: kotlin.String
+    , 
+    /**
+     * Requests per second over the short window, this one included.
+     */
+    var `rate`: kotlin.Double
+    , 
+    /**
+     * The key's baseline, requests per second.
+     */
+    var `baseline`: kotlin.Double
+    , 
+    /**
+     * `limit` or `restore`.
+     */
+    var `action`: kotlin.String
+    , 
+    /**
+     * The budget while anomalous, requests per second (0 on recovery).
+     */
+    var `limitedTo`: kotlin.Double
+    , 
+    /**
+     * The decision's time (the store's clock), ms since the epoch.
+     */
+    var `atMs`: kotlin.Long
+    , 
+    /**
+     * Alerts of the policy dropped by the storm limit since the last one.
+     */
+    var `suppressed`: kotlin.Long
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeAnomalyEvent: FfiConverterRustBuffer<AnomalyEvent> {
+    override fun read(buf: ByteBuffer): AnomalyEvent {
+        return AnomalyEvent(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: AnomalyEvent) = (
+            FfiConverterString.allocationSize(value.`event`) +
+            FfiConverterString.allocationSize(value.`policy`) +
+            FfiConverterString.allocationSize(value.`key`) +
+            FfiConverterDouble.allocationSize(value.`rate`) +
+            FfiConverterDouble.allocationSize(value.`baseline`) +
+            FfiConverterString.allocationSize(value.`action`) +
+            FfiConverterDouble.allocationSize(value.`limitedTo`) +
+            FfiConverterLong.allocationSize(value.`atMs`) +
+            FfiConverterLong.allocationSize(value.`suppressed`)
+    )
+
+    override fun write(value: AnomalyEvent, buf: ByteBuffer) {
+            FfiConverterString.write(value.`event`, buf)
+            FfiConverterString.write(value.`policy`, buf)
+            FfiConverterString.write(value.`key`, buf)
+            FfiConverterDouble.write(value.`rate`, buf)
+            FfiConverterDouble.write(value.`baseline`, buf)
+            FfiConverterString.write(value.`action`, buf)
+            FfiConverterDouble.write(value.`limitedTo`, buf)
+            FfiConverterLong.write(value.`atMs`, buf)
+            FfiConverterLong.write(value.`suppressed`, buf)
     }
 }
 
@@ -3067,6 +3291,79 @@ public object FfiConverterTypePolylimitError : FfiConverterRustBuffer<PolylimitE
 
 
 
+
+/**
+ * Receives a limiter's alerts (Java: a lambda `event -> …`). Called on the
+ * limiter's alert thread, one alert at a time, in order; a slow listener
+ * delays only later alerts (1,024 wait, the rest are counted as failed).
+ */
+public interface AnomalyListener {
+    
+    /**
+     * One alert. An exception is caught and counted.
+     */
+    fun `onAnomaly`(`event`: AnomalyEvent)
+    
+    companion object
+}
+
+
+
+// Put the implementation in an object so we don't pollute the top-level namespace
+internal object uniffiCallbackInterfaceAnomalyListener {
+    internal object `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0 {
+        override fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeAnomalyListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onAnomaly`(
+                    FfiConverterTypeAnomalyEvent.lift(`event`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCallWithError(
+                uniffiCallStatus,
+                makeCall,
+                writeReturn,
+                { e: PolylimitException -> FfiConverterTypePolylimitError.lower(e) }
+            )
+        }
+    }
+
+    internal object uniffiFree: UniffiCallbackInterfaceFree {
+        override fun callback(handle: Long) {
+            FfiConverterTypeAnomalyListener.handleMap.remove(handle)
+        }
+    }
+
+    internal object uniffiClone: UniffiCallbackInterfaceClone {
+        override fun callback(handle: Long): Long {
+            return FfiConverterTypeAnomalyListener.handleMap.clone(handle)
+        }
+    }
+
+    internal var vtable = UniffiVTableCallbackInterfaceAnomalyListener.UniffiByValue(
+        uniffiFree,
+        uniffiClone,
+        `onAnomaly`,
+    )
+
+    // Registers the foreign callback with the Rust side.
+    // This method is generated for each callback interface.
+    internal fun register(lib: UniffiLib) {
+        lib.uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(vtable)
+    }
+}
+
+/**
+ * The ffiConverter which transforms the Callbacks in to handles to pass to Rust.
+ *
+ * @suppress
+ */
+public object FfiConverterTypeAnomalyListener: FfiConverterCallbackInterface<AnomalyListener>()
+
+
+
+
 /**
  * @suppress
  */
@@ -3188,6 +3485,38 @@ public object FfiConverterOptionalTypeLease: FfiConverterRustBuffer<Lease?> {
         } else {
             buf.put(1)
             FfiConverterTypeLease.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeAnomalyListener: FfiConverterRustBuffer<AnomalyListener?> {
+    override fun read(buf: ByteBuffer): AnomalyListener? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeAnomalyListener.read(buf)
+    }
+
+    override fun allocationSize(value: AnomalyListener?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeAnomalyListener.allocationSize(value)
+        }
+    }
+
+    override fun write(value: AnomalyListener?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeAnomalyListener.write(value, buf)
         }
     }
 }
