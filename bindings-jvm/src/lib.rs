@@ -12,6 +12,7 @@
 //! panic becomes `PolylimitException.Internal`.
 
 mod anomaly;
+mod client;
 mod errors;
 mod lease;
 mod limiter;
@@ -19,6 +20,7 @@ mod runtime;
 mod types;
 
 pub use anomaly::{AnomalyEvent, AnomalyListener};
+pub use client::RetryPolicy;
 pub use errors::PolylimitError;
 pub use lease::{Acquired, Lease};
 pub use limiter::Limiter;

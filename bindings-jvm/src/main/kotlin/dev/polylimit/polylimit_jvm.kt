@@ -708,6 +708,10 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_func_version(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_func_parse_retry_after(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_func_retry_wait(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release_async(
@@ -841,6 +845,10 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_func_parse_retry_after(`value`: RustBuffer.ByValue,`nowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_func_retry_wait(`policy`: RustBuffer.ByValue,`status`: Int,`retryAfter`: RustBuffer.ByValue,`retries`: Int,`elapsedMs`: Long,`nowMs`: Long,`random`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_from_bytes(`bytes`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -964,6 +972,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_func_version() and 0xFFFF) != 34150) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_func_parse_retry_after() and 0xFFFF) != 52586) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_func_retry_wait() and 0xFFFF) != 1033) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release() and 0xFFFF) != 35848) {
@@ -3022,6 +3036,77 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
 
 
 /**
+ * When to retry a response; the defaults are every language's.
+ */
+data class RetryPolicy (
+    /**
+     * Retries after the first attempt.
+     */
+    var `maxRetries`: kotlin.Int = 3 
+    , 
+    /**
+     * The longest single wait; a longer Retry-After returns the response.
+     */
+    var `maxWaitMs`: kotlin.Long = 60000L 
+    , 
+    /**
+     * No wait ends later than this after the first attempt.
+     */
+    var `budgetMs`: kotlin.Long = 120000L 
+    , 
+    /**
+     * Up to this fraction of the wait is added (0 to 1).
+     */
+    var `jitter`: kotlin.Double = 0.1 
+    , 
+    /**
+     * The statuses retried (null: 429 and 503).
+     */
+    var `statuses`: List<kotlin.Int>? = null 
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
+    override fun read(buf: ByteBuffer): RetryPolicy {
+        return RetryPolicy(
+            FfiConverterInt.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterOptionalSequenceInt.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: RetryPolicy) = (
+            FfiConverterInt.allocationSize(value.`maxRetries`) +
+            FfiConverterLong.allocationSize(value.`maxWaitMs`) +
+            FfiConverterLong.allocationSize(value.`budgetMs`) +
+            FfiConverterDouble.allocationSize(value.`jitter`) +
+            FfiConverterOptionalSequenceInt.allocationSize(value.`statuses`)
+    )
+
+    override fun write(value: RetryPolicy, buf: ByteBuffer) {
+            FfiConverterInt.write(value.`maxRetries`, buf)
+            FfiConverterLong.write(value.`maxWaitMs`, buf)
+            FfiConverterLong.write(value.`budgetMs`, buf)
+            FfiConverterDouble.write(value.`jitter`, buf)
+            FfiConverterOptionalSequenceInt.write(value.`statuses`, buf)
+    }
+}
+
+
+
+/**
  * One policy's decision for a request.
  */
 data class RuleDecision (
@@ -3527,6 +3612,66 @@ public object FfiConverterOptionalTypeAnomalyListener: FfiConverterRustBuffer<An
 /**
  * @suppress
  */
+public object FfiConverterOptionalSequenceInt: FfiConverterRustBuffer<List<kotlin.Int>?> {
+    override fun read(buf: ByteBuffer): List<kotlin.Int>? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterSequenceInt.read(buf)
+    }
+
+    override fun allocationSize(value: List<kotlin.Int>?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterSequenceInt.allocationSize(value)
+        }
+    }
+
+    override fun write(value: List<kotlin.Int>?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterSequenceInt.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceInt: FfiConverterRustBuffer<List<kotlin.Int>> {
+    override fun read(buf: ByteBuffer): List<kotlin.Int> {
+        val len = buf.getInt()
+        return List<kotlin.Int>(len) {
+            FfiConverterInt.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.Int>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterInt.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.Int>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterInt.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterSequenceString: FfiConverterRustBuffer<List<kotlin.String>> {
     override fun read(buf: ByteBuffer): List<kotlin.String> {
         val len = buf.getInt()
@@ -3638,6 +3783,47 @@ public object FfiConverterSequenceTypeRuleDecision: FfiConverterRustBuffer<List<
     UniffiLib.uniffi_polylimit_jvm_fn_func_version(
     
         _status)
+}
+    )
+    }
+    
+
+        /**
+         * The wait in ms a `Retry-After` value asks for from `nowMs`: whole seconds
+         * or an HTTP-date (a past date is 0); null when missing or unreadable.
+         */ fun `parseRetryAfter`(`value`: kotlin.String?, `nowMs`: kotlin.Long): kotlin.Long? {
+            return FfiConverterOptionalLong.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_parse_retry_after(
+    
+        
+        FfiConverterOptionalString.lower(`value`),
+        FfiConverterLong.lower(`nowMs`),_status)
+}
+    )
+    }
+    
+
+        /**
+         * The wait in ms before retrying a response with `status` and
+         * `retryAfter` (its Retry-After value), after `retries` retries and
+         * `elapsedMs` since the first attempt, with the random draw `random` in
+         * [0, 1); null to give up and return the response. A bad policy field
+         * throws `Config` naming it.
+         */
+    @Throws(PolylimitException::class) fun `retryWait`(`policy`: RetryPolicy, `status`: kotlin.Int, `retryAfter`: kotlin.String?, `retries`: kotlin.Int, `elapsedMs`: kotlin.Long, `nowMs`: kotlin.Long, `random`: kotlin.Double): kotlin.Long? {
+            return FfiConverterOptionalLong.lift(
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_retry_wait(
+    
+        
+        FfiConverterTypeRetryPolicy.lower(`policy`),
+        FfiConverterInt.lower(`status`),
+        FfiConverterOptionalString.lower(`retryAfter`),
+        FfiConverterInt.lower(`retries`),
+        FfiConverterLong.lower(`elapsedMs`),
+        FfiConverterLong.lower(`nowMs`),
+        FfiConverterDouble.lower(`random`),_status)
 }
     )
     }
