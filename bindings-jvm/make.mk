@@ -52,7 +52,7 @@ JVM_POM_VERSION = $(shell sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/
 .PHONY: jvm-dist
 jvm-dist: jvm-deps
 	@[ "$(JVM_POM_VERSION)" = "$(POLYLIMIT_VERSION)" ] || { echo "jvm-dist: pom.xml says $(JVM_POM_VERSION), Cargo.toml $(POLYLIMIT_VERSION)"; exit 1; }
-	$(CARGO) build --quiet --release -p polylimit-jvm
+	$(CARGO) build --quiet --release -p polylimit-jvm --lib
 	mkdir -p $(JVM_DIST_STAGE)/native/linux-x86-64 $(DIST)
 	strip --strip-all -o $(JVM_DIST_STAGE)/native/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/release/libpolylimit_jvm.so
 	cd $(JVM_DIR) && $(MVN) -q -B install -Dmaven.test.skip=true -Dmaven.resources.overwrite=true -Dpolylimit.native.dir=$(JVM_DIST_STAGE)/native \
