@@ -38,11 +38,12 @@ test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
 
 ## Every release artifact, from this checkout, into dist/.
 dist: $(BINDING_DISTS)
-	@echo "polylimit $(POLYLIMIT_VERSION) artifacts:"; cd $(DIST) && find . -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tgz' -o -name '*.zip' \) -printf '  %p  %s bytes\n' | sort
+	@echo "polylimit $(POLYLIMIT_VERSION) artifacts:"; cd $(DIST) && find . -type f \( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tgz' -o -name '*.zip' -o -name '*.jar' \) -printf '  %p  %s bytes\n' | sort
 
 ## The artifacts installed in a clean room (no cargo or rustc on PATH, nothing
 ## from the checkout on an import path) and used by a FastAPI, an Express and
-## a net/http app, alone on memory and together on one real Redis.
+## a net/http app, alone on memory and together on one real Redis, and the JVM
+## jar by a Java program compiled against it alone.
 dist-test: dist redis-server
 	python3 tests/dist/cleanroom.py
 

@@ -54,3 +54,27 @@ jvm-bench: jvm-deps redis-server
 	cd $(JVM_DIR)/bench && java -cp target/classes:$$(cat target/classpath.txt) dev.polylimit.bench.Bench
 
 BINDING_BENCHES += jvm-bench
+## The JVM's release artifacts in $(DIST): polylimit-<v>.jar (the release
+## library, stripped, at linux-x86-64/) and polylimit-spring-<v>.jar, each
+## with its .pom (the core jar is installed into the local Maven repository
+## first: the Spring module resolves it there). The core jar's runtime class
+## path (JNA, the Kotlin standard library, coroutines) goes to
+## $(JVM_DIST_STAGE)/classpath.txt for the clean room (tests/dist).
+JVM_DIST_STAGE := $(CARGO_TARGET_DIR)/jvm-dist
+JVM_POM_VERSION = $(shell sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/\1/p' $(JVM_DIR)/pom.xml)
+
+.PHONY: jvm-dist
+jvm-dist: jvm-deps
+	@[ "$(JVM_POM_VERSION)" = "$(POLYLIMIT_VERSION)" ] || { echo "jvm-dist: pom.xml says $(JVM_POM_VERSION), Cargo.toml $(POLYLIMIT_VERSION)"; exit 1; }
+	$(CARGO) build --quiet --release -p polylimit-jvm --lib
+	mkdir -p $(JVM_DIST_STAGE)/native/linux-x86-64 $(DIST)
+	strip --strip-all -o $(JVM_DIST_STAGE)/native/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/release/libpolylimit_jvm.so
+	cd $(JVM_DIR) && $(MVN) -q -B install -Dmaven.test.skip=true -Dmaven.resources.overwrite=true -Dpolylimit.native.dir=$(JVM_DIST_STAGE)/native \
+	  && $(MVN) -q -B dependency:build-classpath -DincludeScope=runtime -Dmdep.outputFile=$(JVM_DIST_STAGE)/classpath.txt
+	python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("linux-x86-64/libpolylimit_jvm.so"))' \
+	  $(JVM_DIR)/target/polylimit-$(POLYLIMIT_VERSION).jar | cmp - $(JVM_DIST_STAGE)/native/linux-x86-64/libpolylimit_jvm.so
+	cd $(JVM_DIR)/spring && $(MVN) -q -B package -Dmaven.test.skip=true
+	cp $(JVM_DIR)/target/polylimit-$(POLYLIMIT_VERSION).jar $(JVM_DIR)/pom.xml $(DIST)/ && mv $(DIST)/pom.xml $(DIST)/polylimit-$(POLYLIMIT_VERSION).pom
+	cp $(JVM_DIR)/spring/target/polylimit-spring-$(POLYLIMIT_VERSION).jar $(JVM_DIR)/spring/pom.xml $(DIST)/ && mv $(DIST)/pom.xml $(DIST)/polylimit-spring-$(POLYLIMIT_VERSION).pom
+
+BINDING_DISTS += jvm-dist

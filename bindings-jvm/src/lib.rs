@@ -11,12 +11,16 @@
 //! async one is spawned on the runtime and its `JoinError` is looked at) and a
 //! panic becomes `PolylimitException.Internal`.
 
+mod anomaly;
+mod client;
 mod errors;
 mod lease;
 mod limiter;
 mod runtime;
 mod types;
 
+pub use anomaly::{AnomalyEvent, AnomalyListener};
+pub use client::RetryPolicy;
 pub use errors::PolylimitError;
 pub use lease::{Acquired, Lease};
 pub use limiter::Limiter;

@@ -25,6 +25,8 @@ pub struct Limiter {
 
 impl Drop for Limiter {
     fn drop(&mut self) {
+        // The alert thread ends once it has delivered what is queued.
+        self.inner.on_anomaly(None);
         self.inner.close();
     }
 }
@@ -192,6 +194,14 @@ impl Limiter {
     /// The policies' names, in order.
     pub fn policy_names(&self) -> Vec<String> {
         self.inner.policies().map(|p| p.name().to_string()).collect()
+    }
+
+    /// Sends the alerts of the adaptive policies (a key became anomalous or
+    /// recovered) to `listener`, in order, on the limiter's alert thread
+    /// (never on the deciding call); null removes it. An exception in the
+    /// listener is counted in `polylimit_anomaly_callback_errors_total`.
+    pub fn on_anomaly(&self, listener: Option<Box<dyn crate::AnomalyListener>>) -> Result<()> {
+        guard(|| crate::anomaly::install(&self.inner, listener))
     }
 
     /// `closed`, `open` or `half_open`: the store's circuit breaker.

@@ -5,6 +5,9 @@ For each language, in a fresh directory outside the checkout:
   Node:   `npm install` of the main and platform tarballs and express, an Express app (rateLimit)
   Go:     a new module, `go get` through the dist/ module proxy (no replace), a net/http app, and the
           same app built again from `go mod vendor`
+  JVM:    a Java program compiled against dist/polylimit-*.jar alone, run with that jar and its runtime
+          dependencies (JNA, the Kotlin standard library: the class path `make jvm-dist` resolved with
+          Maven), 15 checks on memory -> 10 allowed
 Each app alone on the memory store answers 15 requests with 10 x 200 then 429; the three together on
 one real redis-server answer 30 requests for one client with exactly 10 x 200. Only the standard
 library: this runs before and without any venv of the checkout.
@@ -212,6 +215,27 @@ def install_go(room: Path, env: dict):
     return [[room / "app"], [room / "app-vendored"]]
 
 
+def check_jvm(room: Path, env: dict) -> None:
+    """The dist jar, copied into the room, from a plain Java program: compiled against the jar alone,
+    run with the jar and its runtime dependencies from the local Maven repository."""
+    jar = room / one(f"polylimit-{VERSION}.jar").name
+    shutil.copy(one(f"polylimit-{VERSION}.jar"), jar)
+    assert one(f"polylimit-{VERSION}.pom") and one(f"polylimit-spring-{VERSION}.jar")
+    staged = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "jvm-dist" / "classpath.txt"
+    deps = [d for d in staged.read_text().strip().split(os.pathsep) if d]
+    assert deps and not any(Path(d).resolve().is_relative_to(ROOT) for d in deps), f"dependencies {deps}"
+    shutil.copy(APPS / "JvmCheck.java", room / "JvmCheck.java")
+    run(["javac", "-cp", jar, "-d", room, room / "JvmCheck.java"], room, env, "javac against the jar")
+    out = run(["java", "-cp", os.pathsep.join([str(room), str(jar), *deps]), "JvmCheck"], room, env, "java")
+    reported = json.loads(out.strip().splitlines()[-1])
+    assert reported["version"] == VERSION, f"the JVM jar reports {reported}, not {VERSION}"
+    assert Path(reported["module"]).resolve() == jar.resolve(), f"Limiter loaded from {reported['module']}"
+    want = [True] * BURST + [False] * (15 - BURST)
+    assert reported["allowed"] == want, f"the JVM on memory answered {reported['allowed']}, want {want}"
+    print(f"  JVM: polylimit {reported['version']} from {jar.name}: 15 checks on memory -> {BURST} allowed",
+          flush=True)
+
+
 INSTALLERS = {"python": install_python, "node": install_node, "go": install_go}
 LANGUAGES = {"python": "FastAPI", "node": "Express", "go": "net/http"}
 
@@ -243,8 +267,13 @@ def main() -> None:
         assert not outside.is_relative_to(ROOT), "the clean room must be outside the checkout"
         env = clean_env()
         apps = {}
-        chosen = sys.argv[1:] or list(INSTALLERS)  # e.g. `cleanroom.py python node` while trying one package
-        for name, install in ((name, INSTALLERS[lang]) for lang in chosen for name in [LANGUAGES[lang]]):
+        chosen = sys.argv[1:] or [*INSTALLERS, "jvm"]  # e.g. `cleanroom.py python node` while trying one package
+        if "jvm" in chosen:
+            print(f"JVM: polylimit {VERSION} from {DIST} (no cargo or rustc on PATH)", flush=True)
+            (outside / "jvm").mkdir()
+            check_jvm(outside / "jvm", dict(env))
+        for name, install in ((name, INSTALLERS[lang]) for lang in chosen if lang != "jvm"
+                              for name in [LANGUAGES[lang]]):
             print(f"{name}: installing polylimit {VERSION} from {DIST} (no cargo or rustc on PATH)", flush=True)
             room = outside / name.replace("/", "")
             room.mkdir()
@@ -264,15 +293,16 @@ def main() -> None:
                 expect_classic(server)
                 server.stop()
 
-        redis_url = start_redis(stack, outside)
-        together = [serve(name, commands[0], {"REDIS_URL": redis_url}) for name, (room, commands) in apps.items()]
-        names = " + ".join(apps)
-        statuses = burst(together, len(together) * BURST)
-        allowed = statuses.count(200)
-        assert allowed == BURST and statuses.count(429) == len(statuses) - BURST, \
-            f"{len(statuses)} requests over {names} on one Redis: {allowed} allowed, want {BURST}: {statuses}"
-        print(f"{names} on one Redis: {len(statuses)} requests for one client -> {allowed} x 200, "
-              f"{statuses.count(429)} x 429", flush=True)
+        if apps:  # `cleanroom.py jvm` alone has no app
+            redis_url = start_redis(stack, outside)
+            together = [serve(name, commands[0], {"REDIS_URL": redis_url}) for name, (room, commands) in apps.items()]
+            names = " + ".join(apps)
+            statuses = burst(together, len(together) * BURST)
+            allowed = statuses.count(200)
+            assert allowed == BURST and statuses.count(429) == len(statuses) - BURST, \
+                f"{len(statuses)} requests over {names} on one Redis: {allowed} allowed, want {BURST}: {statuses}"
+            print(f"{names} on one Redis: {len(statuses)} requests for one client -> {allowed} x 200, "
+                  f"{statuses.count(429)} x 429", flush=True)
     print(f"clean room passed in {time.monotonic() - started:.0f} s", flush=True)
 
 

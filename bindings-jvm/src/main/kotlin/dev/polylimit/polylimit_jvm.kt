@@ -657,6 +657,28 @@ internal open class UniffiForeignFutureResultVoid(
 internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureResultVoid.UniffiByValue,)
 }
+internal interface UniffiCallbackInterfaceAnomalyListenerMethod0 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("uniffiFree", "uniffiClone", "onAnomaly")
+internal open class UniffiVTableCallbackInterfaceAnomalyListener(
+    @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+    @JvmField internal var `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+    @JvmField internal var `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0? = null,
+) : Structure() {
+    class UniffiByValue(
+        `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+        `uniffiClone`: UniffiCallbackInterfaceClone? = null,
+        `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0? = null,
+    ): UniffiVTableCallbackInterfaceAnomalyListener(`uniffiFree`,`uniffiClone`,`onAnomaly`,), Structure.ByValue
+
+   internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceAnomalyListener) {
+        `uniffiFree` = other.`uniffiFree`
+        `uniffiClone` = other.`uniffiClone`
+        `onAnomaly` = other.`onAnomaly`
+    }
+
+}
 
 // A JNA Library to expose the extern-C FFI definitions.
 // This is an implementation detail which will be called internally by the public API.
@@ -686,6 +708,10 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_func_version(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_func_parse_retry_after(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_func_retry_wait(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release_async(
@@ -712,6 +738,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_metrics_text(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_peek(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_async(
@@ -732,6 +760,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_constructor_limiter_new(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly(
+    ): Int
     external fun ffi_polylimit_jvm_uniffi_contract_version(
     ): Int
 
@@ -748,6 +778,7 @@ internal object UniffiLib {
 
     init {
         Native.register(UniffiLib::class.java, findLibraryName(componentName = "polylimit_jvm"))
+        uniffiCallbackInterfaceAnomalyListener.register(this)
         
     }
 
@@ -792,6 +823,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(`ptr`: Long,`listener`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_method_limiter_peek(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_limiter_peek_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
@@ -806,9 +839,15 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
+    external fun uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(`vtable`: UniffiVTableCallbackInterfaceAnomalyListener,
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_func_effective_config(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_func_parse_retry_after(`value`: RustBuffer.ByValue,`nowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_func_retry_wait(`policy`: RustBuffer.ByValue,`status`: Int,`retryAfter`: RustBuffer.ByValue,`retries`: Int,`elapsedMs`: Long,`nowMs`: Long,`random`: Double,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -935,6 +974,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_func_version() and 0xFFFF) != 34150) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_func_parse_retry_after() and 0xFFFF) != 52586) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_func_retry_wait() and 0xFFFF) != 1033) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release() and 0xFFFF) != 35848) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -974,6 +1019,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_metrics_text() and 0xFFFF) != 60317) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly() and 0xFFFF) != 3285) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek() and 0xFFFF) != 35457) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1002,6 +1050,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_new() and 0xFFFF) != 45362) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly() and 0xFFFF) != 25868) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -1135,7 +1186,38 @@ object UniffiWithHandle
  *
  * @suppress
  * */
-object NoHandle
+object NoHandle// Magic number for the Rust proxy to call using the same mechanism as every other method,
+// to free the callback once it's dropped by Rust.
+internal const val IDX_CALLBACK_FREE = 0
+// Callback return codes
+internal const val UNIFFI_CALLBACK_SUCCESS = 0
+internal const val UNIFFI_CALLBACK_ERROR = 1
+internal const val UNIFFI_CALLBACK_UNEXPECTED_ERROR = 2
+
+/**
+ * @suppress
+ */
+public abstract class FfiConverterCallbackInterface<CallbackInterface: Any>: FfiConverter<CallbackInterface, Long> {
+    internal val handleMap = UniffiHandleMap<CallbackInterface>()
+
+    internal fun drop(handle: Long) {
+        handleMap.remove(handle)
+    }
+
+    override fun lift(value: Long): CallbackInterface {
+        return handleMap.get(value)
+    }
+
+    override fun read(buf: ByteBuffer) = lift(buf.getLong())
+
+    override fun lower(value: CallbackInterface) = handleMap.insert(value)
+
+    override fun allocationSize(value: CallbackInterface) = 8UL
+
+    override fun write(value: CallbackInterface, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
 /**
  * The cleaner interface for Object finalization code to run.
  * This is the entry point to any implementation that we're using.
@@ -1244,6 +1326,29 @@ public object FfiConverterLong: FfiConverter<Long, Long> {
 
     override fun write(value: Long, buf: ByteBuffer) {
         buf.putLong(value)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterDouble: FfiConverter<Double, Double> {
+    override fun lift(value: Double): Double {
+        return value
+    }
+
+    override fun read(buf: ByteBuffer): Double {
+        return buf.getDouble()
+    }
+
+    override fun lower(value: Double): Double {
+        return value
+    }
+
+    override fun allocationSize(value: Double) = 8UL
+
+    override fun write(value: Double, buf: ByteBuffer) {
+        buf.putDouble(value)
     }
 }
 
@@ -1805,6 +1910,14 @@ public interface LimiterInterface {
     fun `metricsText`(): kotlin.String
     
     /**
+     * Sends the alerts of the adaptive policies (a key became anomalous or
+     * recovered) to `listener`, in order, on the limiter's alert thread
+     * (never on the deciding call); null removes it. An exception in the
+     * listener is counted in `polylimit_anomaly_callback_errors_total`.
+     */
+    fun `onAnomaly`(`listener`: AnomalyListener?)
+    
+    /**
      * The decision `check` would return now, charging nothing.
      */
     fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long? = null, `nowMs`: kotlin.Long? = null): Decision
@@ -2182,6 +2295,26 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
 
     
     /**
+     * Sends the alerts of the adaptive policies (a key became anomalous or
+     * recovered) to `listener`, in order, on the limiter's alert thread
+     * (never on the deciding call); null removes it. An exception in the
+     * listener is counted in `polylimit_anomaly_callback_errors_total`.
+     */
+    @Throws(PolylimitException::class)override fun `onAnomaly`(`listener`: AnomalyListener?)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(
+        it,
+        
+        FfiConverterOptionalTypeAnomalyListener.lower(`listener`),_status)
+}
+    }
+    
+    
+
+    
+    /**
      * The decision `check` would return now, charging nothing.
      */
     @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
@@ -2445,6 +2578,111 @@ public object FfiConverterTypeAcquired: FfiConverterRustBuffer<Acquired> {
     override fun write(value: Acquired, buf: ByteBuffer) {
             FfiConverterTypeDecision.write(value.`decision`, buf)
             FfiConverterOptionalTypeLease.write(value.`lease`, buf)
+    }
+}
+
+
+
+/**
+ * An alert of an adaptive policy (the same fields as Python's dict, Node's
+ * object and Go's `AnomalyEvent`).
+ */
+data class AnomalyEvent (
+    /**
+     * `polylimit.anomalous` or `polylimit.recovered`.
+     */
+    var `event`: kotlin.String
+    , 
+    /**
+     * The policy's name.
+     */
+    var `policy`: kotlin.String
+    , 
+    /**
+     * The key as the policy's `alert_keys` says (default: a rule's
+     * dimensions with `ip` and `key` values hashed).
+     */
+    var `key`: kotlin.String
+    , 
+    /**
+     * Requests per second over the short window, this one included.
+     */
+    var `rate`: kotlin.Double
+    , 
+    /**
+     * The key's baseline, requests per second.
+     */
+    var `baseline`: kotlin.Double
+    , 
+    /**
+     * `limit` or `restore`.
+     */
+    var `action`: kotlin.String
+    , 
+    /**
+     * The budget while anomalous, requests per second (0 on recovery).
+     */
+    var `limitedTo`: kotlin.Double
+    , 
+    /**
+     * The decision's time (the store's clock), ms since the epoch.
+     */
+    var `atMs`: kotlin.Long
+    , 
+    /**
+     * Alerts of the policy dropped by the storm limit since the last one.
+     */
+    var `suppressed`: kotlin.Long
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeAnomalyEvent: FfiConverterRustBuffer<AnomalyEvent> {
+    override fun read(buf: ByteBuffer): AnomalyEvent {
+        return AnomalyEvent(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: AnomalyEvent) = (
+            FfiConverterString.allocationSize(value.`event`) +
+            FfiConverterString.allocationSize(value.`policy`) +
+            FfiConverterString.allocationSize(value.`key`) +
+            FfiConverterDouble.allocationSize(value.`rate`) +
+            FfiConverterDouble.allocationSize(value.`baseline`) +
+            FfiConverterString.allocationSize(value.`action`) +
+            FfiConverterDouble.allocationSize(value.`limitedTo`) +
+            FfiConverterLong.allocationSize(value.`atMs`) +
+            FfiConverterLong.allocationSize(value.`suppressed`)
+    )
+
+    override fun write(value: AnomalyEvent, buf: ByteBuffer) {
+            FfiConverterString.write(value.`event`, buf)
+            FfiConverterString.write(value.`policy`, buf)
+            FfiConverterString.write(value.`key`, buf)
+            FfiConverterDouble.write(value.`rate`, buf)
+            FfiConverterDouble.write(value.`baseline`, buf)
+            FfiConverterString.write(value.`action`, buf)
+            FfiConverterDouble.write(value.`limitedTo`, buf)
+            FfiConverterLong.write(value.`atMs`, buf)
+            FfiConverterLong.write(value.`suppressed`, buf)
     }
 }
 
@@ -2798,6 +3036,77 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
 
 
 /**
+ * When to retry a response; the defaults are every language's.
+ */
+data class RetryPolicy (
+    /**
+     * Retries after the first attempt.
+     */
+    var `maxRetries`: kotlin.Int = 3 
+    , 
+    /**
+     * The longest single wait; a longer Retry-After returns the response.
+     */
+    var `maxWaitMs`: kotlin.Long = 60000L 
+    , 
+    /**
+     * No wait ends later than this after the first attempt.
+     */
+    var `budgetMs`: kotlin.Long = 120000L 
+    , 
+    /**
+     * Up to this fraction of the wait is added (0 to 1).
+     */
+    var `jitter`: kotlin.Double = 0.1 
+    , 
+    /**
+     * The statuses retried (null: 429 and 503).
+     */
+    var `statuses`: List<kotlin.Int>? = null 
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
+    override fun read(buf: ByteBuffer): RetryPolicy {
+        return RetryPolicy(
+            FfiConverterInt.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterOptionalSequenceInt.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: RetryPolicy) = (
+            FfiConverterInt.allocationSize(value.`maxRetries`) +
+            FfiConverterLong.allocationSize(value.`maxWaitMs`) +
+            FfiConverterLong.allocationSize(value.`budgetMs`) +
+            FfiConverterDouble.allocationSize(value.`jitter`) +
+            FfiConverterOptionalSequenceInt.allocationSize(value.`statuses`)
+    )
+
+    override fun write(value: RetryPolicy, buf: ByteBuffer) {
+            FfiConverterInt.write(value.`maxRetries`, buf)
+            FfiConverterLong.write(value.`maxWaitMs`, buf)
+            FfiConverterLong.write(value.`budgetMs`, buf)
+            FfiConverterDouble.write(value.`jitter`, buf)
+            FfiConverterOptionalSequenceInt.write(value.`statuses`, buf)
+    }
+}
+
+
+
+/**
  * One policy's decision for a request.
  */
 data class RuleDecision (
@@ -3067,6 +3376,79 @@ public object FfiConverterTypePolylimitError : FfiConverterRustBuffer<PolylimitE
 
 
 
+
+/**
+ * Receives a limiter's alerts (Java: a lambda `event -> …`). Called on the
+ * limiter's alert thread, one alert at a time, in order; a slow listener
+ * delays only later alerts (1,024 wait, the rest are counted as failed).
+ */
+public interface AnomalyListener {
+    
+    /**
+     * One alert. An exception is caught and counted.
+     */
+    fun `onAnomaly`(`event`: AnomalyEvent)
+    
+    companion object
+}
+
+
+
+// Put the implementation in an object so we don't pollute the top-level namespace
+internal object uniffiCallbackInterfaceAnomalyListener {
+    internal object `onAnomaly`: UniffiCallbackInterfaceAnomalyListenerMethod0 {
+        override fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeAnomalyListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onAnomaly`(
+                    FfiConverterTypeAnomalyEvent.lift(`event`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCallWithError(
+                uniffiCallStatus,
+                makeCall,
+                writeReturn,
+                { e: PolylimitException -> FfiConverterTypePolylimitError.lower(e) }
+            )
+        }
+    }
+
+    internal object uniffiFree: UniffiCallbackInterfaceFree {
+        override fun callback(handle: Long) {
+            FfiConverterTypeAnomalyListener.handleMap.remove(handle)
+        }
+    }
+
+    internal object uniffiClone: UniffiCallbackInterfaceClone {
+        override fun callback(handle: Long): Long {
+            return FfiConverterTypeAnomalyListener.handleMap.clone(handle)
+        }
+    }
+
+    internal var vtable = UniffiVTableCallbackInterfaceAnomalyListener.UniffiByValue(
+        uniffiFree,
+        uniffiClone,
+        `onAnomaly`,
+    )
+
+    // Registers the foreign callback with the Rust side.
+    // This method is generated for each callback interface.
+    internal fun register(lib: UniffiLib) {
+        lib.uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(vtable)
+    }
+}
+
+/**
+ * The ffiConverter which transforms the Callbacks in to handles to pass to Rust.
+ *
+ * @suppress
+ */
+public object FfiConverterTypeAnomalyListener: FfiConverterCallbackInterface<AnomalyListener>()
+
+
+
+
 /**
  * @suppress
  */
@@ -3198,6 +3580,98 @@ public object FfiConverterOptionalTypeLease: FfiConverterRustBuffer<Lease?> {
 /**
  * @suppress
  */
+public object FfiConverterOptionalTypeAnomalyListener: FfiConverterRustBuffer<AnomalyListener?> {
+    override fun read(buf: ByteBuffer): AnomalyListener? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeAnomalyListener.read(buf)
+    }
+
+    override fun allocationSize(value: AnomalyListener?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeAnomalyListener.allocationSize(value)
+        }
+    }
+
+    override fun write(value: AnomalyListener?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeAnomalyListener.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalSequenceInt: FfiConverterRustBuffer<List<kotlin.Int>?> {
+    override fun read(buf: ByteBuffer): List<kotlin.Int>? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterSequenceInt.read(buf)
+    }
+
+    override fun allocationSize(value: List<kotlin.Int>?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterSequenceInt.allocationSize(value)
+        }
+    }
+
+    override fun write(value: List<kotlin.Int>?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterSequenceInt.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceInt: FfiConverterRustBuffer<List<kotlin.Int>> {
+    override fun read(buf: ByteBuffer): List<kotlin.Int> {
+        val len = buf.getInt()
+        return List<kotlin.Int>(len) {
+            FfiConverterInt.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.Int>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterInt.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.Int>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterInt.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterSequenceString: FfiConverterRustBuffer<List<kotlin.String>> {
     override fun read(buf: ByteBuffer): List<kotlin.String> {
         val len = buf.getInt()
@@ -3309,6 +3783,47 @@ public object FfiConverterSequenceTypeRuleDecision: FfiConverterRustBuffer<List<
     UniffiLib.uniffi_polylimit_jvm_fn_func_version(
     
         _status)
+}
+    )
+    }
+    
+
+        /**
+         * The wait in ms a `Retry-After` value asks for from `nowMs`: whole seconds
+         * or an HTTP-date (a past date is 0); null when missing or unreadable.
+         */ fun `parseRetryAfter`(`value`: kotlin.String?, `nowMs`: kotlin.Long): kotlin.Long? {
+            return FfiConverterOptionalLong.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_parse_retry_after(
+    
+        
+        FfiConverterOptionalString.lower(`value`),
+        FfiConverterLong.lower(`nowMs`),_status)
+}
+    )
+    }
+    
+
+        /**
+         * The wait in ms before retrying a response with `status` and
+         * `retryAfter` (its Retry-After value), after `retries` retries and
+         * `elapsedMs` since the first attempt, with the random draw `random` in
+         * [0, 1); null to give up and return the response. A bad policy field
+         * throws `Config` naming it.
+         */
+    @Throws(PolylimitException::class) fun `retryWait`(`policy`: RetryPolicy, `status`: kotlin.Int, `retryAfter`: kotlin.String?, `retries`: kotlin.Int, `elapsedMs`: kotlin.Long, `nowMs`: kotlin.Long, `random`: kotlin.Double): kotlin.Long? {
+            return FfiConverterOptionalLong.lift(
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_retry_wait(
+    
+        
+        FfiConverterTypeRetryPolicy.lower(`policy`),
+        FfiConverterInt.lower(`status`),
+        FfiConverterOptionalString.lower(`retryAfter`),
+        FfiConverterInt.lower(`retries`),
+        FfiConverterLong.lower(`elapsedMs`),
+        FfiConverterLong.lower(`nowMs`),
+        FfiConverterDouble.lower(`random`),_status)
 }
     )
     }

@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
@@ -37,6 +39,27 @@ class JavaUseTest {
             assertEquals(null, outcome.getStatus());
             assertTrue(outcome.getHeaders().size() > 0, outcome.toString());
         }
+    }
+
+    @Test
+    void alertsAndRetryArithmeticFromJava() throws Exception {
+        List<AnomalyEvent> seen = new CopyOnWriteArrayList<>();
+        CountDownLatch both = new CountDownLatch(2);
+        String adaptive = "{\"policy\": {\"rate\": \"1000/s\", \"adaptive\": {\"window\": \"1s\", \"horizon\": \"4s\", \"factor\": 3, \"floor\": \"4/s\"}}}";
+        try (Limiter limiter = new Limiter(adaptive)) {
+            limiter.onAnomaly(event -> {
+                seen.add(event);
+                both.countDown();
+            });
+            for (long t = 0; t < 4000; t += 500) limiter.check("k", 1L, t);
+            for (int i = 0; i < 6; i++) limiter.check("k", 1L, 4000L);
+            limiter.check("k", 1L, 7000L);
+            assertTrue(both.await(5, TimeUnit.SECONDS), seen.toString());
+            assertEquals(List.of("limit", "restore"), List.of(seen.get(0).getAction(), seen.get(1).getAction()));
+        }
+        RetryPolicy policy = new RetryPolicy(3, 60000L, 120000L, 0.1, null);
+        assertEquals(2100L, Polylimit_jvmKt.retryWait(policy, 429, "2", 0, 0L, 0L, 0.5));
+        assertEquals(null, Polylimit_jvmKt.retryWait(policy, 500, "2", 0, 0L, 0L, 0.5));
     }
 
     @Test

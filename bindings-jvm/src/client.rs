@@ -1,0 +1,88 @@
+//! The Retry-After arithmetic of the client helper (`RetryAfterClient` in
+//! Kotlin): the core's `client` module, as Python's `polylimit.client`, Node's
+//! `polylimit/client` and Go's `bindings-go/client` compute it (the shared
+//! vectors of tests/conformance/client/).
+
+use polylimit::client::RetryOptions;
+
+use crate::errors::{config_error, guard, PolylimitError};
+
+/// When to retry a response; the defaults are every language's.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    #[uniffi(default = 3)]
+    pub max_retries: i32,
+    /// The longest single wait; a longer Retry-After returns the response.
+    #[uniffi(default = 60000)]
+    pub max_wait_ms: i64,
+    /// No wait ends later than this after the first attempt.
+    #[uniffi(default = 120000)]
+    pub budget_ms: i64,
+    /// Up to this fraction of the wait is added (0 to 1).
+    #[uniffi(default = 0.1)]
+    pub jitter: f64,
+    /// The statuses retried (null: 429 and 503).
+    #[uniffi(default = None)]
+    pub statuses: Option<Vec<i32>>,
+}
+
+fn non_negative<T: TryFrom<i64>>(field: &str, n: i64) -> Result<T, PolylimitError> {
+    T::try_from(n).map_err(|_| config_error(field, &n.to_string(), "is not a non-negative number"))
+}
+
+impl RetryPolicy {
+    fn options(&self) -> Result<RetryOptions, PolylimitError> {
+        let options = RetryOptions {
+            max_retries: non_negative("max_retries", self.max_retries.into())?,
+            max_wait_ms: non_negative("max_wait_ms", self.max_wait_ms)?,
+            budget_ms: non_negative("budget_ms", self.budget_ms)?,
+            jitter: self.jitter,
+            statuses: match &self.statuses {
+                None => RetryOptions::default().statuses,
+                Some(list) => list
+                    .iter()
+                    .map(|s| {
+                        u16::try_from(*s).map_err(|_| config_error("statuses", &s.to_string(), "is not an HTTP status"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            },
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+/// The wait in ms a `Retry-After` value asks for from `nowMs`: whole seconds
+/// or an HTTP-date (a past date is 0); null when missing or unreadable.
+#[uniffi::export]
+pub fn parse_retry_after(value: Option<String>, now_ms: i64) -> Option<i64> {
+    polylimit::client::parse_retry_after(value.as_deref(), now_ms).map(|ms| i64::try_from(ms).unwrap_or(i64::MAX))
+}
+
+/// The wait in ms before retrying a response with `status` and
+/// `retryAfter` (its Retry-After value), after `retries` retries and
+/// `elapsedMs` since the first attempt, with the random draw `random` in
+/// [0, 1); null to give up and return the response. A bad policy field
+/// throws `Config` naming it.
+#[uniffi::export]
+pub fn retry_wait(
+    policy: RetryPolicy,
+    status: i32,
+    retry_after: Option<String>,
+    retries: i32,
+    elapsed_ms: i64,
+    now_ms: i64,
+    random: f64,
+) -> Result<Option<i64>, PolylimitError> {
+    guard(|| {
+        let options = policy.options()?;
+        let (Ok(status), Ok(retries)) = (u16::try_from(status), u32::try_from(retries)) else {
+            return Ok(None);
+        };
+        let elapsed = u64::try_from(elapsed_ms).unwrap_or(0);
+        Ok(options
+            .wait_ms(status, retry_after.as_deref(), retries, elapsed, now_ms, random)
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
+    })
+}

@@ -1,0 +1,203 @@
+//! The Retry-After arithmetic of the client helpers for outgoing calls
+//! (tests/conformance/client/retry_after.json): how long a `Retry-After`
+//! value asks to wait, and whether and how long to wait before the next
+//! attempt. The JVM's helper calls it through uniffi; Python's
+//! `polylimit.client`, JavaScript's `polylimit/client` and Go's
+//! `bindings-go/client` are pure code in their languages (they work without
+//! the native library) and play the same vectors.
+
+use crate::error::{Error, Result};
+
+/// The wait a `Retry-After` value asks for, in ms from `now_ms`: whole
+/// seconds (digits only, spaces around allowed), or an HTTP-date
+/// (IMF-fixdate, RFC 850, asctime; always GMT; a past date is 0). `None`
+/// for a missing or unreadable value.
+pub fn parse_retry_after(value: Option<&str>, now_ms: i64) -> Option<u64> {
+    let text = value?.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse::<u64>().ok()?.checked_mul(1000);
+    }
+    let when = http_date_ms(text)?;
+    Some(u64::try_from(when.saturating_sub(now_ms)).unwrap_or(0))
+}
+
+/// When to retry a response: the defaults are the other languages' (3
+/// retries, 60 s longest wait, 120 s budget, 10 % jitter, 429 and 503).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryOptions {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The longest single wait; a longer Retry-After gives up.
+    pub max_wait_ms: u64,
+    /// No wait ends later than this after the first attempt.
+    pub budget_ms: u64,
+    /// Up to this fraction of the wait is added (0 to 1).
+    pub jitter: f64,
+    /// The statuses retried.
+    pub statuses: Vec<u16>,
+}
+
+impl Default for RetryOptions {
+    fn default() -> Self {
+        RetryOptions {
+            max_retries: 3,
+            max_wait_ms: 60_000,
+            budget_ms: 120_000,
+            jitter: 0.1,
+            statuses: vec![429, 503],
+        }
+    }
+}
+
+impl RetryOptions {
+    /// An error naming `jitter` when it is not a fraction from 0 to 1.
+    pub fn validate(&self) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return Err(Error::config("jitter", self.jitter, "is not a fraction from 0 to 1"));
+        }
+        Ok(())
+    }
+
+    /// The wait in ms before the next attempt after a response with
+    /// `status` and `retry_after` (its Retry-After value), after `retries`
+    /// retries, `elapsed_ms` after the first attempt, with the random draw
+    /// `random` in [0, 1); `None` to give up and return the response:
+    /// `min(delay * (1 + jitter * random), max_wait)`, given up when the
+    /// status is not retried, there is no readable delay, `delay > max_wait`,
+    /// `retries >= max_retries`, or `elapsed + wait > budget`.
+    pub fn wait_ms(
+        &self,
+        status: u16,
+        retry_after: Option<&str>,
+        retries: u32,
+        elapsed_ms: u64,
+        now_ms: i64,
+        random: f64,
+    ) -> Option<u64> {
+        if !self.statuses.contains(&status) || retries >= self.max_retries {
+            return None;
+        }
+        let delay = parse_retry_after(retry_after, now_ms)?;
+        if delay > self.max_wait_ms {
+            return None;
+        }
+        let jittered = (delay as f64 * (1.0 + self.jitter * random.clamp(0.0, 1.0))) as u64;
+        let wait = jittered.max(delay).min(self.max_wait_ms);
+        (elapsed_ms.saturating_add(wait) <= self.budget_ms).then_some(wait)
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const LONG_DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// An HTTP-date (RFC 9110 §5.6.7) in ms since the epoch.
+fn http_date_ms(text: &str) -> Option<i64> {
+    let number = |s: &str, len: usize| -> Option<i64> {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?
+    };
+    let month = |s: &str| MONTHS.iter().position(|m| *m == s).map(|i| i as i64 + 1);
+    let clock = |s: &str| -> Option<i64> {
+        let mut parts = s.split(':');
+        let (h, m, sec) = (parts.next()?, parts.next()?, parts.next()?);
+        let (h, m, sec) = (number(h, 2)?, number(m, 2)?, number(sec, 2)?);
+        (parts.next().is_none() && h < 24 && m < 60 && sec < 60).then_some(h * 3600 + m * 60 + sec)
+    };
+    let (day, mon, year, time) = if let Some((weekday, rest)) = text.split_once(", ") {
+        let fields: Vec<&str> = rest.split(' ').collect();
+        if DAYS.contains(&weekday) && fields.len() == 5 && fields[4] == "GMT" {
+            // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+            (
+                number(fields[0], 2)?,
+                month(fields[1])?,
+                number(fields[2], 4)?,
+                clock(fields[3])?,
+            )
+        } else if LONG_DAYS.contains(&weekday) && fields.len() == 3 && fields[2] == "GMT" {
+            // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT (two-digit years as Go reads them)
+            let date: Vec<&str> = fields[0].split('-').collect();
+            if date.len() != 3 {
+                return None;
+            }
+            let yy = number(date[2], 2)?;
+            (
+                number(date[0], 2)?,
+                month(date[1])?,
+                if yy >= 69 { 1900 + yy } else { 2000 + yy },
+                clock(fields[1])?,
+            )
+        } else {
+            return None;
+        }
+    } else {
+        // asctime: Sun Nov  6 08:49:37 1994 (GMT)
+        let (weekday, rest) = text.split_once(' ')?;
+        let (mon, rest) = rest.split_once(' ')?;
+        let (day, rest) = match rest.strip_prefix(' ') {
+            Some(rest) => (rest.get(..1)?, rest.get(1..)?),
+            None => (rest.get(..2)?, rest.get(2..)?),
+        };
+        let fields: Vec<&str> = rest.strip_prefix(' ')?.split(' ').collect();
+        if !DAYS.contains(&weekday) || fields.len() != 2 {
+            return None;
+        }
+        let day = match day.len() {
+            1 => number(day, 1)?,
+            _ => number(day, 2)?,
+        };
+        (day, month(mon)?, number(fields[1], 4)?, clock(fields[0])?)
+    };
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    if day < 1 || day > days_in_month[(mon - 1) as usize] {
+        return None;
+    }
+    Some((days_from_civil(year, mon, day) * 86_400 + time) * 1000)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_three_date_forms() {
+        let at = 784_111_777_000; // Sun, 06 Nov 1994 08:49:37 GMT
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(parse_retry_after(Some(form), at - 5000), Some(5000), "{form}");
+        }
+        for bad in [
+            "Sun, 31 Nov 1994 08:49:37 GMT",
+            "Sun Nov 6 08:49:37 1994",
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+        ] {
+            assert_eq!(parse_retry_after(Some(bad), 0), None, "{bad}");
+        }
+    }
+}
