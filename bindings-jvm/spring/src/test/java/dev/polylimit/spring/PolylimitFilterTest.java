@@ -23,8 +23,8 @@ import org.springframework.web.bind.annotation.RestController;
  * /api/a, /api/b, /api/c share /api/{name}'s 3 per minute and the fourth path
  * is refused with the core's 429, headers and JSON body. (Without the route
  * the rule matches nothing and all four pass.) The app's {@link UserResolver}
- * and {@link ApiKeyResolver} beans (the X-User and X-Api-Key headers) key the
- * rules on /me and /keyed.
+ * {@link ApiKeyResolver} and {@link KeyResolver} beans (the X-User, X-Api-Key
+ * and X-Tenant headers) key the rules on /me, /keyed and /tenant.
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
         properties = "polylimit.rules-file=src/test/resources/polylimit-test.yaml")
@@ -42,7 +42,7 @@ class PolylimitFilterTest {
             return "ok";
         }
 
-        @GetMapping({"/me", "/keyed"})
+        @GetMapping({"/me", "/keyed", "/tenant"})
         String me() {
             return "ok";
         }
@@ -55,6 +55,11 @@ class PolylimitFilterTest {
         @Bean
         ApiKeyResolver apiKey() {
             return request -> request.getHeader("X-Api-Key");
+        }
+
+        @Bean
+        KeyResolver key() {
+            return request -> request.getHeader("X-Tenant");
         }
 
         public static void main(String[] args) {
@@ -101,7 +106,7 @@ class PolylimitFilterTest {
     }
 
     @Test
-    void theUserHookKeysTheUserRule() throws Exception {
+    void theUserApiKeyAndKeyHooksKeyTheirRules() throws Exception {
         // 2 per minute per user: alice's third is refused, bob has his own 2.
         assertEquals(List.of(200, 200, 429), statuses(3, "/me", "X-User", "alice"));
         assertEquals("0", get("/me", "X-User", "alice").headers().firstValue("X-RateLimit-Remaining").orElse(null));
@@ -112,5 +117,8 @@ class PolylimitFilterTest {
         // The api_key rule reads the API key hook, not the user.
         assertEquals(List.of(200, 200, 429), statuses(3, "/keyed", "X-Api-Key", "k1", "X-User", "carol"));
         assertEquals(List.of(200, 200), statuses(2, "/keyed", "X-Api-Key", "k2", "X-User", "carol"));
+        // The key hook: the application's own key.
+        assertEquals(List.of(200, 200, 429), statuses(3, "/tenant", "X-Tenant", "t1"));
+        assertEquals(List.of(200, 200), statuses(2, "/tenant", "X-Tenant", "t2"));
     }
 }
