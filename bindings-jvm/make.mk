@@ -8,7 +8,7 @@ MVN ?= mvn
 JVM_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native
 JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE)),release,debug)
 
-.PHONY: jvm-deps jvm-native jvm-kotlin jvm-test jvm-bench
+.PHONY: jvm-deps jvm-native jvm-kotlin jvm-install jvm-test jvm-bench
 
 ## Java 17+ and Maven must be there (Maven downloads the plugins and
 ## dependencies once into ~/.m2, then builds offline).
@@ -27,15 +27,23 @@ jvm-native:
 	mkdir -p $(JVM_NATIVE_DIR)/linux-x86-64
 	strip --strip-debug -o $(JVM_NATIVE_DIR)/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/$(JVM_PROFILE)/libpolylimit_jvm.so
 
+## The polylimit jar (the library inside) and the Spring Boot filter's jar
+## into the Maven repository (~/.m2), untested: what the Spring example app
+## (examples/spring) builds on. $(JVM_INSTALL_FLAGS) adds to both Maven runs.
+JVM_INSTALL_FLAGS ?= -DskipTests
+jvm-install: jvm-deps jvm-native
+	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR) $(JVM_INSTALL_FLAGS)
+	cd $(JVM_DIR)/spring && $(MVN) -q -B install $(JVM_INSTALL_FLAGS)
+
 ## The Rust tests of the crate (the Kotlin is up to date, errors map one to
-## one, panics are caught), then the JUnit suite on the packaged jar layout
-## (the conformance vectors on memory and on a real redis-server); the jar
-## goes into ~/.m2 for the Spring Boot filter's suite (spring/: a real app on
-## a loopback port).
-jvm-test: jvm-deps jvm-native redis-server
+## one, panics are caught), then jvm-install with the tests: the JUnit suite
+## on the packaged jar layout (the conformance vectors on memory and on a real
+## redis-server), the core jar into ~/.m2, then the Spring Boot filter's
+## suite (spring/: a real app on a loopback port) and its jar. (The flags
+## reach jvm-install as a prerequisite: `make test` installs once, tested.)
+jvm-test: JVM_INSTALL_FLAGS =
+jvm-test: jvm-deps jvm-native redis-server jvm-install
 	$(CARGO) test --quiet -p polylimit-jvm
-	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR)
-	cd $(JVM_DIR)/spring && $(MVN) -q -B verify
 
 BINDING_DEPS += jvm-deps
 BINDING_TESTS += jvm-test
@@ -47,13 +55,12 @@ BINDING_TESTS += jvm-test
 ## tests' debug one; the jars it runs are installed without their tests.
 JVM_BENCH_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native-release
 jvm-bench: jvm-deps redis-server
-	$(MAKE) --no-print-directory jvm-native POLYLIMIT_PROFILE=release JVM_NATIVE_DIR=$(JVM_BENCH_NATIVE_DIR)
-	cd $(JVM_DIR) && $(MVN) -q -B install -Dmaven.test.skip=true -Dpolylimit.native.dir=$(JVM_BENCH_NATIVE_DIR)
-	cd $(JVM_DIR)/spring && $(MVN) -q -B install -Dmaven.test.skip=true
+	$(MAKE) --no-print-directory jvm-install POLYLIMIT_PROFILE=release JVM_NATIVE_DIR=$(JVM_BENCH_NATIVE_DIR) JVM_INSTALL_FLAGS=-Dmaven.test.skip=true
 	cd $(JVM_DIR)/bench && $(MVN) -q -B package dependency:build-classpath
 	cd $(JVM_DIR)/bench && java -cp target/classes:$$(cat target/classpath.txt) dev.polylimit.bench.Bench
 
 BINDING_BENCHES += jvm-bench
+
 ## The JVM's release artifacts in $(DIST): polylimit-<v>.jar (the release
 ## library, stripped, at linux-x86-64/) and polylimit-spring-<v>.jar, each
 ## with its .pom (the core jar is installed into the local Maven repository

@@ -1,12 +1,14 @@
-# The example apps (FastAPI, Express, Fastify, Go net/http) and what they run
-# on: the Python module, the Node addon, the Go binary. Included by the root
+# The example apps (FastAPI, Express, Fastify, Go net/http, Spring Boot) and
+# what they run on: the Python module, the Node addon, the Go binary, the
+# Spring Boot jar. Included by the root
 # Makefile; `make demo` runs them, tests/e2e tests them.
 EXAMPLES_DIR := examples
 GO_EXAMPLE := $(CARGO_TARGET_DIR)/examples/go-example
+SPRING_EXAMPLE := $(CARGO_TARGET_DIR)/examples/spring-example.jar
 
-.PHONY: examples-build examples-node examples-go
+.PHONY: examples-build examples-node examples-go examples-spring
 
-examples-build: python-build examples-node examples-go
+examples-build: python-build examples-node examples-go examples-spring
 
 ## express and fastify, and polylimit linked from bindings-node.
 examples-node: node-build
@@ -15,3 +17,9 @@ examples-node: node-build
 
 examples-go: go-deps go-capi
 	cd $(EXAMPLES_DIR)/go && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(GO_EXAMPLE) .
+
+## The Spring Boot app as an executable jar (`java -jar`), on the polylimit
+## and polylimit-spring jars jvm-install puts into the Maven repository.
+examples-spring: jvm-install
+	cd $(EXAMPLES_DIR)/spring && $(MVN) -q -B package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/spring-build
+	cp $(CARGO_TARGET_DIR)/examples/spring-build/spring-example.jar $(SPRING_EXAMPLE)

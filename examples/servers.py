@@ -1,8 +1,10 @@
-"""Runs the example apps (FastAPI, Express, Fastify, Go net/http) on free
-loopback ports, and talks to them. `make demo` and tests/e2e both use it.
+"""Runs the example apps (FastAPI, Express, Fastify, Go net/http, Spring
+Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
+both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
-.venv, the Node addon, examples/node_modules, target/examples/go-example).
+.venv, the Node addon, examples/node_modules, target/examples/go-example,
+target/examples/spring-example.jar).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
+    # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
+    # machine (4 s against 16 s measured here), and an example app needs no peak speed.
+    "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
 }
 
 

@@ -16,8 +16,9 @@ sys.path[:0] = [str(REPO / "examples"), str(REPO / "bindings-python" / "tests")]
 from redis_server import RedisServer  # noqa: E402  (bindings-python/tests: start, PING, kill by pid)
 from servers import App, running  # noqa: E402  (examples/servers.py: the example apps)
 
-# Every app the examples ship. The issue names Express, FastAPI and Go; Fastify comes along.
-APP_NAMES = ["fastapi", "express", "fastify", "go"]
+# Every app the examples ship. The issue names Express, FastAPI and Go; Fastify comes along;
+# Spring Boot is the JVM's (issue 21).
+APP_NAMES = ["fastapi", "express", "fastify", "go", "spring"]
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,12 @@ def cluster() -> Iterator[Tuple[Dict[str, App], dict]]:
         described = json.loads(line)
         env = {"REDIS_URL": described["url"], "POLYLIMIT_RULES": str(Path(__file__).parent / "polylimit.yaml")}
         with running(APP_NAMES, env) as started:
+            # Each app's first requests, before anything is measured: a JVM just started
+            # loads and compiles its request path, and on a busy 2-core machine that
+            # starved the other apps' 100 ms store calls into the local fallback.
+            for app in started:
+                for i in range(10):
+                    app.request(f"/api/payments/warm-{i}", method="POST", headers={"X-User": "warm-up"})
             yield {app.name: app for app in started}, described
     finally:
         harness.stdin.close()

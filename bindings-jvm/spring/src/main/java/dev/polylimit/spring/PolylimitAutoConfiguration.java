@@ -17,7 +17,9 @@ import org.springframework.web.servlet.HandlerMapping;
  * A {@link Limiter} from {@code polylimit.rules-file} (default
  * {@code polylimit.yaml}) and the {@link PolylimitFilter} before every
  * servlet. Off with {@code polylimit.enabled=false}; an application's own
- * {@code Limiter} bean replaces the rules file's.
+ * {@code Limiter} bean replaces the rules file's. {@link UserResolver},
+ * {@link ApiKeyResolver} and {@link KeyResolver} beans give the filter the
+ * {@code user}, {@code api_key} and {@code key} dimensions of each request.
  */
 @AutoConfiguration
 @ConditionalOnWebApplication(type = ConditionalOnWebApplication.Type.SERVLET)
@@ -32,9 +34,13 @@ public class PolylimitAutoConfiguration {
 
     @Bean
     public FilterRegistrationBean<PolylimitFilter> polylimitFilter(Limiter limiter,
-            ObjectProvider<HandlerMapping> mappings) {
-        FilterRegistrationBean<PolylimitFilter> registration =
-                new FilterRegistrationBean<>(new PolylimitFilter(limiter, () -> mappings.orderedStream().toList()));
+            ObjectProvider<HandlerMapping> mappings, ObjectProvider<UserResolver> user,
+            ObjectProvider<ApiKeyResolver> apiKey, ObjectProvider<KeyResolver> key) {
+        PolylimitFilter filter = new PolylimitFilter(limiter, () -> mappings.orderedStream().toList());
+        filter.setUser(user.getIfAvailable());
+        filter.setApiKey(apiKey.getIfAvailable());
+        filter.setKey(key.getIfAvailable());
+        FilterRegistrationBean<PolylimitFilter> registration = new FilterRegistrationBean<>(filter);
         registration.setOrder(Ordered.HIGHEST_PRECEDENCE + 10);
         return registration;
     }

@@ -15,6 +15,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
 import java.util.function.Supplier;
 import org.springframework.web.filter.OncePerRequestFilter;
 import org.springframework.web.servlet.HandlerExecutionChain;
@@ -29,10 +30,20 @@ import org.springframework.web.util.ServletRequestPathUtils;
  * waits the core's delay, and a request whose rules count only some responses
  * (or hold a concurrency slot) is settled with its status after the response.
  * Adaptation only: every decision, header and body is the core's.
+ *
+ * <p>The {@code user}, {@code api_key} and {@code key} dimensions of the
+ * rules come from the functions set with {@link #setUser}, {@link #setApiKey}
+ * and {@link #setKey} (the auto-configuration sets them from
+ * {@link UserResolver}, {@link ApiKeyResolver} and {@link KeyResolver}
+ * beans); a function answering {@code null} or {@code ""} leaves the
+ * dimension out, and a rule keyed by it skips the request.
  */
 public class PolylimitFilter extends OncePerRequestFilter {
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
+    private Function<HttpServletRequest, String> user = r -> null;
+    private Function<HttpServletRequest, String> apiKey = r -> null;
+    private Function<HttpServletRequest, String> key = r -> null;
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
@@ -44,6 +55,25 @@ public class PolylimitFilter extends OncePerRequestFilter {
         this.limiter = limiter;
         AtomicReference<List<HandlerMapping>> found = new AtomicReference<>();
         this.mappings = () -> found.updateAndGet(m -> m != null ? m : mappings.get());
+    }
+
+    /** The authenticated user of a request (the {@code user} dimension), {@code null} when anonymous. */
+    public void setUser(Function<HttpServletRequest, String> user) {
+        this.user = user == null ? r -> null : user;
+    }
+
+    /** The API key of a request (the {@code api_key} dimension), {@code null} when it has none. */
+    public void setApiKey(Function<HttpServletRequest, String> apiKey) {
+        this.apiKey = apiKey == null ? r -> null : apiKey;
+    }
+
+    /**
+     * A key the application chooses (the {@code key} dimension). Some rule
+     * must be keyed by {@code key}: otherwise a request with one fails with
+     * the core's configuration error naming {@code key}, never silently keyed by IP.
+     */
+    public void setKey(Function<HttpServletRequest, String> key) {
+        this.key = key == null ? r -> null : key;
     }
 
     @Override
@@ -99,7 +129,12 @@ public class PolylimitFilter extends OncePerRequestFilter {
         }
         String path = request.getRequestURI().substring(request.getContextPath().length());
         return new HttpRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
-                request.getRemoteAddr(), headers, null, null, null, null, null, false, false);
+                request.getRemoteAddr(), headers, present(user.apply(request)), present(apiKey.apply(request)),
+                present(key.apply(request)), null, null, false, false);
+    }
+
+    private static String present(String value) {
+        return value == null || value.isEmpty() ? null : value;
     }
 
     /** Spring MVC's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found as the dispatcher will. */

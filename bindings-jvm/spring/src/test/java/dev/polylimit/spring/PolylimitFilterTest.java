@@ -6,11 +6,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpResponse;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.SpringApplication;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.boot.test.web.server.LocalServerPort;
+import org.springframework.context.annotation.Bean;
 import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.RestController;
@@ -20,7 +22,9 @@ import org.springframework.web.bind.annotation.RestController;
  * the rule matches and keys on the route pattern Spring MVC resolves, so
  * /api/a, /api/b, /api/c share /api/{name}'s 3 per minute and the fourth path
  * is refused with the core's 429, headers and JSON body. (Without the route
- * the rule matches nothing and all four pass.)
+ * the rule matches nothing and all four pass.) The app's {@link UserResolver}
+ * {@link ApiKeyResolver} and {@link KeyResolver} beans (the X-User, X-Api-Key
+ * and X-Tenant headers) key the rules on /me, /keyed and /tenant.
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
         properties = "polylimit.rules-file=src/test/resources/polylimit-test.yaml")
@@ -38,6 +42,26 @@ class PolylimitFilterTest {
             return "ok";
         }
 
+        @GetMapping({"/me", "/keyed", "/tenant"})
+        String me() {
+            return "ok";
+        }
+
+        @Bean
+        UserResolver user() {
+            return request -> request.getHeader("X-User");
+        }
+
+        @Bean
+        ApiKeyResolver apiKey() {
+            return request -> request.getHeader("X-Api-Key");
+        }
+
+        @Bean
+        KeyResolver key() {
+            return request -> request.getHeader("X-Tenant");
+        }
+
         public static void main(String[] args) {
             SpringApplication.run(App.class, args);
         }
@@ -46,10 +70,21 @@ class PolylimitFilterTest {
     @LocalServerPort
     int port;
 
-    private HttpResponse<String> get(String path) throws Exception {
+    private HttpResponse<String> get(String path, String... headers) throws Exception {
         var client = HttpClient.newHttpClient();
-        var request = java.net.http.HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path)).build();
-        return client.send(request, HttpResponse.BodyHandlers.ofString());
+        var request = java.net.http.HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path));
+        if (headers.length > 0) {
+            request.headers(headers);
+        }
+        return client.send(request.build(), HttpResponse.BodyHandlers.ofString());
+    }
+
+    private List<Integer> statuses(int count, String path, String... headers) throws Exception {
+        var got = new java.util.ArrayList<Integer>();
+        for (int i = 0; i < count; i++) {
+            got.add(get(path, headers).statusCode());
+        }
+        return got;
     }
 
     @Test
@@ -68,5 +103,22 @@ class PolylimitFilterTest {
         assertTrue(refused.body().startsWith("{"), refused.body());
         // No rule matches /health: never limited.
         assertEquals(200, get("/health").statusCode());
+    }
+
+    @Test
+    void theUserApiKeyAndKeyHooksKeyTheirRules() throws Exception {
+        // 2 per minute per user: alice's third is refused, bob has his own 2.
+        assertEquals(List.of(200, 200, 429), statuses(3, "/me", "X-User", "alice"));
+        assertEquals("0", get("/me", "X-User", "alice").headers().firstValue("X-RateLimit-Remaining").orElse(null));
+        assertEquals(List.of(200, 200, 429), statuses(3, "/me", "X-User", "bob"));
+        // Anonymous (no user): the rule keyed by user skips the request.
+        assertEquals(List.of(200, 200, 200, 200), statuses(4, "/me"));
+        assertTrue(get("/me").headers().firstValue("X-RateLimit-Limit").isEmpty());
+        // The api_key rule reads the API key hook, not the user.
+        assertEquals(List.of(200, 200, 429), statuses(3, "/keyed", "X-Api-Key", "k1", "X-User", "carol"));
+        assertEquals(List.of(200, 200), statuses(2, "/keyed", "X-Api-Key", "k2", "X-User", "carol"));
+        // The key hook: the application's own key.
+        assertEquals(List.of(200, 200, 429), statuses(3, "/tenant", "X-Tenant", "t1"));
+        assertEquals(List.of(200, 200), statuses(2, "/tenant", "X-Tenant", "t2"));
     }
 }
