@@ -17,6 +17,8 @@ const LAYERS: &[&str] = &[
     "duration",
     "env",
     "document",
+    // The client helper's Retry-After rules, for outgoing calls.
+    "client",
     // The tokio runtime the bindings run checks on.
     "runtime",
     // The option names of each language.
