@@ -311,6 +311,19 @@ impl HttpRules {
     pub(crate) fn reads_key(&self) -> bool {
         self.rules.iter().any(Rule::reads_key) || !self.allowlist.keys.is_empty() || !self.denylist.keys.is_empty()
     }
+
+    /// Whether deciding a request may read its header `name` (any case,
+    /// surrounding spaces ignored): the forwarding header, or a rule's
+    /// `header:` key or tier dimension. A binding may leave the others out.
+    pub(crate) fn reads_header(&self, name: &str) -> bool {
+        let name = name.trim();
+        let dim = |d: &Dimension| matches!(d, Dimension::Header(h) if h.eq_ignore_ascii_case(name));
+        name.eq_ignore_ascii_case(self.trusted_proxies.header.name())
+            || self
+                .rules
+                .iter()
+                .any(|r| r.key.iter().any(dim) || matches!(&r.target, Target::Tiers { by, .. } if dim(by)))
+    }
 }
 
 fn policies(value: &Value, field: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Vec<usize>> {
@@ -487,6 +500,36 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::glob_match;
+
+    #[test]
+    fn the_headers_a_request_is_decided_by() {
+        let limiter = crate::Limiter::from_rules(
+            "policies: { a: { rate: 1/s }, b: { rate: 2/s } }
+rules:
+  - { match: { path: /x }, key: [ip, \"header:X-Login-User\"], policy: a }
+  - { match: { path: /y }, key: [ip], tier: \"header:x-plan\", tiers: { pro: b } }",
+        )
+        .unwrap();
+        // The forwarding header, and each header a key or a tier reads: any case, spaces around.
+        for name in ["X-Forwarded-For", "x-login-user", " X-LOGIN-USER ", "X-Plan"] {
+            assert!(limiter.reads_header(name), "{name}");
+        }
+        for name in ["User-Agent", "Forwarded", "x-login", "x-login-user-2", ""] {
+            assert!(!limiter.reads_header(name), "{name}");
+        }
+        let forwarded = crate::Limiter::from_rules(
+            "forwarded_header: forwarded\npolicies: { a: { rate: 1/s } }\nrules: [{ key: [ip], policy: a }]",
+        )
+        .unwrap();
+        assert!(forwarded.reads_header("Forwarded"));
+        assert!(!forwarded.reads_header("X-Forwarded-For"));
+        // A limiter without rules decides no request.
+        let plain = crate::Limiter::new(crate::LimiterConfig::new(
+            crate::Policy::from_value(&serde_json::json!({"rate": "1/s"}), "").unwrap(),
+        ))
+        .unwrap();
+        assert!(!plain.reads_header("X-Forwarded-For"));
+    }
 
     #[test]
     fn globs() {
