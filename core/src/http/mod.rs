@@ -826,11 +826,13 @@ impl Limiter {
         }
 
         // Headers describe the enforced limits; shadow ones only when nothing is enforced.
-        let enforced: Vec<usize> = (0..decisions.len()).filter(|&i| !decisions[i].shadow).collect();
-        let shown = if enforced.is_empty() {
+        // (Indices of the enforced ones: no vector of them.)
+        let enforced = || (0..decisions.len()).filter(|&i| !decisions[i].shadow);
+        let none_enforced = decisions.iter().all(|d| d.shadow);
+        let shown = if none_enforced {
             result.closest_to_denying()
         } else {
-            result.closest_among(enforced.iter().copied())
+            result.closest_among(enforced())
         };
         let decision = result.decisions[shown];
         // Under a per-key override, the headers describe the override's limit
@@ -864,10 +866,10 @@ impl Limiter {
         // Only draft-8 lists every enforced policy (no allocation for the other modes).
         let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
             Vec::new()
-        } else if enforced.is_empty() {
+        } else if none_enforced {
             vec![described(shown)]
         } else {
-            enforced.iter().map(|&i| described(i)).collect()
+            enforced().map(described).collect()
         };
         outcome.headers = headers::rate_limit_headers(rules.headers, &described(shown), &listed, now_ms);
         if blocked {
