@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -52,7 +53,7 @@ func TestSharedVectors(t *testing.T) {
 		}
 		got, ok := ParseRetryAfter(value, now)
 		if ok != (c.WaitMs != nil) || (ok && got != time.Duration(*c.WaitMs)*time.Millisecond) {
-			t.Errorf("parse %q: got %v %v, want %v", value, got, ok, c.WaitMs)
+			t.Errorf("parse %q: got %v %v, want %s", value, got, ok, wantMs(c.WaitMs))
 		}
 	}
 	for _, c := range v.Decide {
@@ -74,7 +75,7 @@ func TestSharedVectors(t *testing.T) {
 		got, ok := rt.wait(resp, c.Retries, now.Add(-time.Duration(c.ElapsedMs)*time.Millisecond))
 		if ok != (c.WaitMs != nil) ||
 			(ok && math.Abs(float64(got)/float64(time.Millisecond)-*c.WaitMs) > 1e-3) {
-			t.Errorf("%s: got %v %v, want %v", c.Name, got, ok, c.WaitMs)
+			t.Errorf("%s: got %v %v, want %s", c.Name, got, ok, wantMs(c.WaitMs))
 		}
 	}
 }
@@ -127,3 +128,11 @@ func TestOptionVectors(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// wantMs shows a vector's wait_ms (null: give up).
+func wantMs[T int64 | float64](ms *T) string {
+	if ms == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%vms", *ms)
+}
