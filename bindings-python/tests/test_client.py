@@ -162,6 +162,12 @@ def test_bad_options_name_the_option() -> None:
             RetryPolicy(**bad)
     with pytest.raises(TypeError):
         RetryTransport(policy=RetryPolicy(), max_retries=1)
+    policy = RetryPolicy(clock=lambda: T0, random=lambda: 0.5)
+    policy.max_wait = 1  # an option set later is used, and checked
+    assert policy.wait(429, {"retry-after": "2"}, 0, T0) is None
+    with pytest.raises(ValueError, match="^jitter: 2 is not a fraction from 0 to 1$"):
+        policy.jitter = 2
+    assert policy.jitter == 0.1
 
 
 def test_bad_options_raise_the_core_error() -> None:

@@ -66,8 +66,23 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         self.statuses = tuple(int(s) for s in self.statuses)
+        self._check()
+
+    def _check(self) -> None:
         self._options = _polylimit.RetryOptions(self.max_retries, self.max_wait, self.budget, self.jitter,
                                                 list(self.statuses))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An option changed after construction is checked (and used) at once, as it was read live before.
+        if name not in _OPTION_FIELDS or "_options" not in self.__dict__:
+            return super().__setattr__(name, value)
+        before = getattr(self, name)
+        super().__setattr__(name, tuple(int(s) for s in value) if name == "statuses" else value)
+        try:
+            self._check()
+        except ValueError:
+            super().__setattr__(name, before)  # a refused value is not kept
+            raise
 
     def wait(self, status: int, headers: Mapping[str, str], retries: int, started: float) -> Optional[float]:
         """Seconds to wait before the next attempt, or None to give up and return the response.
@@ -75,6 +90,9 @@ class RetryPolicy:
         ms = self._options.wait_ms(status, headers.get("retry-after"), retries, _ms(started), _ms(self.clock()),
                                    self.random())
         return None if ms is None else ms / 1000
+
+
+_OPTION_FIELDS = frozenset({"max_retries", "max_wait", "budget", "jitter", "statuses"})
 
 
 def _policy(policy: Optional[RetryPolicy], options: Any) -> RetryPolicy:
