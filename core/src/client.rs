@@ -124,8 +124,9 @@ impl RetryOptions {
                     .collect::<Result<_>>()?,
             },
         };
+        // validate names the fields in snake_case: the language's spelling instead.
         options.validate().map_err(|e| match e {
-            Error::Config { value, message, .. } => Error::Config {
+            Error::Config { field, value, message } if field == "jitter" => Error::Config {
                 field: jitter_name.to_string(),
                 value,
                 message,
