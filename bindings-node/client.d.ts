@@ -1,4 +1,4 @@
-// polylimit/client: a fetch that honours Retry-After (pure JavaScript).
+// polylimit/client: a fetch that honours Retry-After (the rules are the core's, through the addon).
 
 export interface RetryOptions {
   /** Retries after the first attempt (default 3). */

@@ -1,6 +1,8 @@
 'use strict';
-// A fetch that honours Retry-After (pure JavaScript: no native addon). The same
-// rules as Python's polylimit.client and Go's bindings-go/client.
+// A fetch that honours Retry-After. The rules (the parsing of Retry-After and
+// the wait) are polylimit's core, through the addon, as Python's
+// polylimit.client, Go's bindings-go/client and the JVM's RetryAfterClient call
+// them; this file keeps only the fetch, the sleep and the clock.
 //
 // On a response whose status is in `statuses` (429 and 503 by default) the
 // request is sent again after the response's Retry-After (whole seconds, or an
@@ -12,6 +14,8 @@
 // attempt, or when the body cannot be sent again (a ReadableStream body).
 // The request's AbortSignal also aborts the wait.
 
+const native = require('./native');
+
 const DEFAULTS = Object.freeze({
   maxRetries: 3,
   maxWaitMs: 60_000,
@@ -20,14 +24,6 @@ const DEFAULTS = Object.freeze({
   statuses: [429, 503],
 });
 
-const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
-// IMF-fixdate, RFC 850 and asctime, each as RFC 9110 §5.6.7 spells it.
-const HTTP_DATE = [
-  /^[A-Za-z]{3}, \d\d [A-Za-z]{3} \d{4} \d\d:\d\d:\d\d GMT$/,
-  /^[A-Za-z]{6,9}, \d\d-[A-Za-z]{3}-\d\d \d\d:\d\d:\d\d GMT$/,
-  ASCTIME,
-];
-
 /**
  * Milliseconds to wait from `nowMs` per a Retry-After value: whole seconds
  * (digits only), or an HTTP-date (a date in the past is 0); null for a missing
@@ -35,39 +31,26 @@ const HTTP_DATE = [
  */
 function parseRetryAfter(value, nowMs) {
   if (value === null || value === undefined) return null;
-  const text = String(value).trim();
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  if (!HTTP_DATE.some((re) => re.test(text))) return null;
-  // asctime carries no zone: HTTP-dates are GMT.
-  const when = Date.parse(ASCTIME.test(text) ? `${text} GMT` : text);
-  if (Number.isNaN(when)) return null;
-  return Math.max(0, when - nowMs);
+  return native.parseRetryAfter(String(value), nowMs);
 }
 
+/** The options with the defaults, checked by the core (a RangeError naming the field and value). */
 function check(options) {
   const o = { ...DEFAULTS, ...options };
-  const nonNegative = (name) => {
-    if (typeof o[name] !== 'number' || !(o[name] >= 0)) {
-      throw new RangeError(`${name}: ${JSON.stringify(o[name])} is not a non-negative number`);
-    }
-  };
-  ['maxRetries', 'maxWaitMs', 'budgetMs'].forEach(nonNegative);
-  if (typeof o.jitter !== 'number' || !(o.jitter >= 0 && o.jitter <= 1)) {
-    throw new RangeError(`jitter: ${JSON.stringify(o.jitter)} is not a fraction from 0 to 1`);
-  }
   if (!Array.isArray(o.statuses)) throw new TypeError(`statuses: ${JSON.stringify(o.statuses)} is not a list`);
+  try {
+    o.native = new native.NativeRetryOptions({
+      maxRetries: o.maxRetries, maxWaitMs: o.maxWaitMs, budgetMs: o.budgetMs, jitter: o.jitter, statuses: o.statuses,
+    });
+  } catch (e) {
+    throw Object.assign(new RangeError(e.message), { field: e.field, value: e.value });
+  }
   return o;
 }
 
 /** Milliseconds to wait before retrying, or null to give up (see the file comment). */
 function waitFor(o, status, headers, retries, startedMs) {
-  if (!o.statuses.includes(status) || retries >= o.maxRetries) return null;
-  const now = o.now();
-  const delay = parseRetryAfter(headers.get('retry-after'), now);
-  if (delay === null || delay > o.maxWaitMs) return null;
-  const wait = Math.min(delay * (1 + o.jitter * o.random()), Math.max(delay, o.maxWaitMs));
-  if (now + wait - startedMs > o.budgetMs) return null;
-  return wait;
+  return o.native.waitMs(status, headers.get('retry-after') ?? null, retries, startedMs, o.now(), o.random());
 }
 
 function abortError(signal) {

@@ -1,7 +1,10 @@
-// Package client is an http.RoundTripper that honours Retry-After. It is pure
-// Go (no cgo, no native library): a service's clients can use it without
-// polylimit's limiter. The same rules as Python's polylimit.client and
-// JavaScript's polylimit/client.
+// Package client is an http.RoundTripper that honours Retry-After. A
+// service's clients can use it without polylimit's limiter; the rules (the
+// parsing of Retry-After and the wait) are polylimit's core, called through
+// the C ABI (cgo, the static library the main package links), as Python's
+// polylimit.client, JavaScript's polylimit/client and the JVM's
+// RetryAfterClient call them. This package keeps the transport, the sleep
+// and the clock.
 //
 // On a response whose status is in Statuses (429 and 503 by default) the
 // request is sent again after the response's Retry-After (whole seconds, or an
@@ -12,6 +15,9 @@
 // retries, when the wait would end more than Budget after the first attempt,
 // or when the request's body cannot be sent again (a body without GetBody).
 // Cancelling the request's context ends the wait with the context's error.
+// A field out of range (Jitter above 1, a Statuses entry that is no HTTP
+// status) makes RoundTrip return an error naming it and its value, before
+// any request is sent.
 package client
 
 import (
@@ -19,9 +25,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -56,26 +59,11 @@ type RetryTransport struct {
 }
 
 // ParseRetryAfter is the wait a Retry-After value asks for from now: whole
-// seconds (digits only), or an HTTP-date in any form http.ParseTime reads
-// (IMF-fixdate, RFC 850, asctime; a past date is 0). ok is false for a
-// missing or unreadable value.
+// seconds (digits only), or an HTTP-date (IMF-fixdate, RFC 850, asctime; a
+// past date is 0), in whole milliseconds. ok is false for a missing or
+// unreadable value.
 func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
-	text := strings.TrimSpace(value)
-	if text == "" {
-		return 0, false
-	}
-	if strings.Trim(text, "0123456789") == "" {
-		secs, err := strconv.ParseInt(text, 10, 64)
-		if err != nil || secs > int64(1<<63-1)/int64(time.Second) {
-			return 0, false
-		}
-		return time.Duration(secs) * time.Second, true
-	}
-	when, err := http.ParseTime(text)
-	if err != nil {
-		return 0, false
-	}
-	return max(0, when.Sub(now)), true
+	return parseRetryAfter(value, true, now)
 }
 
 func (t *RetryTransport) base() http.RoundTripper {
@@ -83,13 +71,6 @@ func (t *RetryTransport) base() http.RoundTripper {
 		return t.Base
 	}
 	return http.DefaultTransport
-}
-
-func orDefault[T int | time.Duration | float64](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return max(v, 0)
 }
 
 func (t *RetryTransport) now() time.Time {
@@ -101,29 +82,12 @@ func (t *RetryTransport) now() time.Time {
 
 // wait is how long to wait before the next attempt, or false to give up.
 func (t *RetryTransport) wait(resp *http.Response, retries int, started time.Time) (time.Duration, bool) {
-	statuses := t.Statuses
-	if statuses == nil {
-		statuses = DefaultStatuses
-	}
-	if !slices.Contains(statuses, resp.StatusCode) || retries >= orDefault(t.MaxRetries, DefaultMaxRetries) {
-		return 0, false
-	}
-	now := t.now()
-	delay, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now)
-	maxWait := orDefault(t.MaxWait, DefaultMaxWait)
-	if !ok || delay > maxWait {
-		return 0, false
-	}
 	random := rand.Float64
 	if t.Rand != nil {
 		random = t.Rand
 	}
-	jittered := time.Duration(float64(delay) * (1 + orDefault(t.Jitter, DefaultJitter)*random()))
-	wait := min(max(jittered, delay), maxWait)
-	if now.Add(wait).Sub(started) > orDefault(t.Budget, DefaultBudget) {
-		return 0, false
-	}
-	return wait, true
+	wait, ok, err := t.coreWait(resp.StatusCode, resp.Header.Get("Retry-After"), retries, started, t.now(), random())
+	return wait, ok && err == nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -139,6 +103,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // RoundTrip sends req, and again after each retried response's Retry-After.
 func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	started := t.now()
 	pause := t.Sleep

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"os"
@@ -51,7 +53,7 @@ func TestSharedVectors(t *testing.T) {
 		}
 		got, ok := ParseRetryAfter(value, now)
 		if ok != (c.WaitMs != nil) || (ok && got != time.Duration(*c.WaitMs)*time.Millisecond) {
-			t.Errorf("parse %q: got %v %v, want %v", value, got, ok, c.WaitMs)
+			t.Errorf("parse %q: got %v %v, want %s", value, got, ok, wantMs(c.WaitMs))
 		}
 	}
 	for _, c := range v.Decide {
@@ -73,7 +75,64 @@ func TestSharedVectors(t *testing.T) {
 		got, ok := rt.wait(resp, c.Retries, now.Add(-time.Duration(c.ElapsedMs)*time.Millisecond))
 		if ok != (c.WaitMs != nil) ||
 			(ok && math.Abs(float64(got)/float64(time.Millisecond)-*c.WaitMs) > 1e-3) {
-			t.Errorf("%s: got %v %v, want %v", c.Name, got, ok, c.WaitMs)
+			t.Errorf("%s: got %v %v, want %s", c.Name, got, ok, wantMs(c.WaitMs))
 		}
 	}
+}
+
+// TestOptionVectors plays the Go cases of
+// tests/conformance/client/retry_options.json: RoundTrip returns the core's
+// error, naming the field and value, before any request is sent.
+func TestOptionVectors(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "tests", "conformance", "client", "retry_options.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Invalid []struct {
+			Naming  string          `json:"naming"`
+			Options json.RawMessage `json:"options"`
+			Error   string          `json:"error"`
+		} `json:"invalid"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	played := 0
+	for _, c := range v.Invalid {
+		if c.Naming != "go" {
+			continue
+		}
+		played++
+		sent := 0
+		rt := &RetryTransport{Base: roundTripFunc(func(*http.Request) (*http.Response, error) {
+			sent++
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}, nil
+		})}
+		dec := json.NewDecoder(bytes.NewReader(c.Options))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(rt); err != nil {
+			t.Fatalf("%s: %v", c.Options, err)
+		}
+		req, _ := http.NewRequest("GET", "http://api/x", nil)
+		resp, err := rt.RoundTrip(req)
+		if resp != nil || err == nil || err.Error() != c.Error || sent != 0 {
+			t.Errorf("%s: got %v %v (%d sent), want %q", c.Options, resp, err, sent, c.Error)
+		}
+	}
+	if played == 0 {
+		t.Fatal("no Go cases")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// wantMs shows a vector's wait_ms (null: give up).
+func wantMs[T int64 | float64](ms *T) string {
+	if ms == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%vms", *ms)
 }

@@ -3,9 +3,10 @@
 //! `polylimit/client` and Go's `bindings-go/client` compute it (the shared
 //! vectors of tests/conformance/client/).
 
-use polylimit::client::RetryOptions;
+use polylimit::client::{RetryInput, RetryOptions};
+use polylimit::Naming;
 
-use crate::errors::{config_error, guard, PolylimitError};
+use crate::errors::{guard, PolylimitError};
 
 /// When to retry a response; the defaults are every language's.
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
@@ -27,29 +28,21 @@ pub struct RetryPolicy {
     pub statuses: Option<Vec<i32>>,
 }
 
-fn non_negative<T: TryFrom<i64>>(field: &str, n: i64) -> Result<T, PolylimitError> {
-    T::try_from(n).map_err(|_| config_error(field, &n.to_string(), "is not a non-negative number"))
-}
-
 impl RetryPolicy {
+    /// The core checks the fields under the Kotlin names (`maxWaitMs: -1 is
+    /// not a non-negative number`), as it does JavaScript's.
     fn options(&self) -> Result<RetryOptions, PolylimitError> {
-        let options = RetryOptions {
-            max_retries: non_negative("max_retries", self.max_retries.into())?,
-            max_wait_ms: non_negative("max_wait_ms", self.max_wait_ms)?,
-            budget_ms: non_negative("budget_ms", self.budget_ms)?,
-            jitter: self.jitter,
-            statuses: match &self.statuses {
-                None => RetryOptions::default().statuses,
-                Some(list) => list
-                    .iter()
-                    .map(|s| {
-                        u16::try_from(*s).map_err(|_| config_error("statuses", &s.to_string(), "is not an HTTP status"))
-                    })
-                    .collect::<Result<_, _>>()?,
-            },
+        let input = RetryInput {
+            max_retries: Some(self.max_retries.into()),
+            max_wait: Some(self.max_wait_ms as f64),
+            budget: Some(self.budget_ms as f64),
+            jitter: Some(self.jitter),
+            statuses: self
+                .statuses
+                .as_ref()
+                .map(|list| list.iter().map(|s| i64::from(*s)).collect()),
         };
-        options.validate()?;
-        Ok(options)
+        Ok(RetryOptions::from_naming(Naming::Camel, &input)?)
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod batch;
 mod breaker;
+mod client;
 mod decision;
 mod errors;
 mod lease;

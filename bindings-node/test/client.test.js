@@ -68,6 +68,18 @@ test('client: the shared vectors (tests/conformance/client/retry_after.json)', (
   }
 });
 
+test('client: bad options throw the core\'s error (tests/conformance/client/retry_options.json)', () => {
+  const file = path.join(__dirname, '..', '..', 'tests', 'conformance', 'client', 'retry_options.json');
+  const cases = JSON.parse(fs.readFileSync(file, 'utf8')).invalid.filter((c) => c.naming === 'camel');
+  assert.ok(cases.length > 0);
+  for (const c of cases) {
+    assert.throws(() => retryFetch(async () => {}, c.options), (e) => e instanceof RangeError && e.message === c.error,
+      c.error);
+    assert.throws(() => retryWait(c.options, { status: 429, retryAfter: '1' }), { message: c.error });
+  }
+  assert.throws(() => retryFetch({ budgetMs: 'x' }), { name: 'RangeError', message: 'budgetMs: "x" is not a number' });
+});
+
 test('client: waits Retry-After plus jitter, then returns the success', async () => {
   const c = clock();
   const { fetchFn, seen } = scripted([429, { 'Retry-After': '2' }], [200, {}]);

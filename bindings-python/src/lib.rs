@@ -6,6 +6,7 @@
 
 mod anomaly;
 mod breaker;
+mod client;
 mod convert;
 mod decision;
 mod errors;
@@ -28,6 +29,8 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<breaker::PyCircuitBreaker>()?;
     m.add_class::<breaker::PyPermit>()?;
     m.add_class::<anomaly::PyAnomalyErrors>()?;
+    m.add_class::<client::PyRetryOptions>()?;
+    m.add_function(wrap_pyfunction!(client::parse_retry_after, m)?)?;
     m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())

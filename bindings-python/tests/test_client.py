@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import re
 import subprocess
 import sys
 import time
@@ -161,6 +162,25 @@ def test_bad_options_name_the_option() -> None:
             RetryPolicy(**bad)
     with pytest.raises(TypeError):
         RetryTransport(policy=RetryPolicy(), max_retries=1)
+    policy = RetryPolicy(clock=lambda: T0, random=lambda: 0.5)
+    policy.max_wait = 1  # an option set later is used, and checked
+    assert policy.wait(429, {"retry-after": "2"}, 0, T0) is None
+    with pytest.raises(ValueError, match="^jitter: 2 is not a fraction from 0 to 1$"):
+        policy.jitter = 2
+    assert policy.jitter == 0.1
+
+
+def test_bad_options_raise_the_core_error() -> None:
+    """tests/conformance/client/retry_options.json: the core's text, field and value as Python gives them."""
+    v = json.loads((REPO / "tests" / "conformance" / "client" / "retry_options.json").read_text())
+    cases = [c for c in v["invalid"] if c["naming"] == "snake"]
+    assert cases
+    for c in cases:
+        with pytest.raises(ValueError) as raised:
+            RetryPolicy(**c["options"])
+        assert str(raised.value) == c["error"]
+        with pytest.raises(ValueError, match="^" + re.escape(c["error"]) + "$"):
+            RetryTransport(**c["options"])
 
 
 def test_async_transport_and_cancellation() -> None:

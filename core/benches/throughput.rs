@@ -8,7 +8,9 @@
 //! `POLYLIMIT_BENCH=cluster` only the cluster ones, `POLYLIMIT_BENCH=block_cache`
 //! only the blocked-key cache's (one blocked key, 64 in flight, cache off and on),
 //! `POLYLIMIT_BENCH=regions` only the multi-region ones (admitted vs the global
-//! limit, borrowing).
+//! limit, borrowing), `POLYLIMIT_BENCH=http` only the HTTP path's
+//! (`check_request` on the memory store with the example rules file: ns and
+//! allocations per request).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -287,6 +289,11 @@ fn main() {
         print_memory();
         return;
     }
+    // POLYLIMIT_BENCH=http runs only the HTTP path's lines (no Redis).
+    if std::env::var("POLYLIMIT_BENCH").as_deref() == Ok("http") {
+        print_http();
+        return;
+    }
     let redis = support::RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -347,6 +354,7 @@ fn throughput(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
     // POLYLIMIT_BENCH=redis runs only the Redis throughput lines.
     if std::env::var("POLYLIMIT_BENCH").as_deref() != Ok("redis") {
         print_memory();
+        print_http();
     }
 
     let mut config = LimiterConfig::new(policy()).with_store(redis.url());
@@ -684,4 +692,156 @@ fn regions(redis: &support::RedisServer, runtime: &tokio::runtime::Runtime) {
         "value": borrowed, "unit": "µs",
         "detail": format!("{local:.0} µs / {borrowed:.0} µs / {denied:.0} µs")}),
     );
+}
+
+/// Counts the heap allocations of this process (the HTTP lines report them per request).
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call goes to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's promises, passed on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const HTTP_REQUESTS: u64 = 500_000;
+
+/// Requests as a Go or Node client sends them, behind the example file's trusted proxy.
+fn http_requests() -> Vec<(&'static str, RequestInfo)> {
+    let headers = |extra: &[(&str, &str)]| {
+        let mut h: Vec<(String, String)> = [
+            ("Host", "127.0.0.1:8080"),
+            ("User-Agent", "Go-http-client/1.1"),
+            ("Accept-Encoding", "gzip"),
+            ("X-Forwarded-For", "203.0.113.7"),
+        ]
+        .iter()
+        .chain(extra)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        h.shrink_to_fit();
+        h
+    };
+    vec![
+        (
+            "GET /api/items (1 rule)",
+            RequestInfo {
+                method: "GET".into(),
+                path: "/api/items".into(),
+                route: Some("/api/items".into()),
+                peer: Some("127.0.0.1:50312".into()),
+                headers: headers(&[]),
+                ..RequestInfo::default()
+            },
+        ),
+        (
+            "POST /api/payments/42 as a user (2 rules)",
+            RequestInfo {
+                method: "POST".into(),
+                path: "/api/payments/42".into(),
+                route: Some("/api/payments/{id}".into()),
+                peer: Some("127.0.0.1:50312".into()),
+                headers: headers(&[("Content-Type", "application/json"), ("Content-Length", "2")]),
+                user: Some("acme".into()),
+                ..RequestInfo::default()
+            },
+        ),
+    ]
+}
+
+/// ns and allocations per `check_request` of `request` (also through the
+/// packed encodings when `packed`: what the Go middleware's call costs in
+/// the core), on a limiter of the example rules file whose clock moves 1 s
+/// per request, so every request is allowed and charged.
+fn http_bench(request: &RequestInfo, packed: bool) -> (f64, f64) {
+    let rules = include_str!("../../examples/polylimit.yaml").replace("${REDIS_URL:-memory}", "memory");
+    let limiter = Limiter::from_rules(&rules).unwrap();
+    let mut bytes = Vec::new();
+    polylimit::wire::packed::write_request(request, &mut bytes);
+    let mut now_ms = 1_700_000_000_000;
+    let once = |now_ms: i64| {
+        let outcome = if packed {
+            let mut req = polylimit::wire::packed::read_request_keeping(&bytes, |h| limiter.reads_header(h)).unwrap();
+            req.now_ms = Some(now_ms);
+            let outcome = limiter.check_request(&req).now_or_never().unwrap().unwrap();
+            let out = polylimit::wire::packed::outcome(&outcome, false);
+            std::hint::black_box(&out);
+            outcome
+        } else {
+            let req = RequestInfo {
+                now_ms: Some(now_ms),
+                ..request.clone()
+            };
+            limiter.check_request(&req).now_or_never().unwrap().unwrap()
+        };
+        assert!(outcome.status.is_none(), "the bench requests are allowed");
+        std::hint::black_box(outcome);
+    };
+    for _ in 0..10_000 {
+        now_ms += 1000;
+        once(now_ms);
+    }
+    // The clone of the request (the unpacked line) is counted, and subtracted.
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let copies = std::hint::black_box(request.clone());
+    let per_clone = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    drop(copies);
+    let before = ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed);
+    let started = (Instant::now(), thread_cpu_ns());
+    for _ in 0..HTTP_REQUESTS {
+        now_ms += 1000;
+        once(now_ms);
+    }
+    // The thread's CPU time (other processes on a shared machine stretch the wall time).
+    let ns = match (started.1, thread_cpu_ns()) {
+        (Some(a), Some(b)) => (b - a) as f64,
+        _ => started.0.elapsed().as_nanos() as f64,
+    } / HTTP_REQUESTS as f64;
+    let allocations = (ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / HTTP_REQUESTS as f64;
+    (ns, allocations - if packed { 0.0 } else { per_clone as f64 })
+}
+
+/// CPU time this thread has run, in ns (Linux: /proc/thread-self/schedstat).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn print_http() {
+    println!("check_request, memory store, examples/polylimit.yaml (headers: both), 1 thread, median of {ROUNDS}:");
+    for (what, request) in http_requests() {
+        for packed in [false, true] {
+            let rounds: Vec<(f64, f64)> = (0..ROUNDS).map(|_| http_bench(&request, packed)).collect();
+            let ns = median(rounds.iter().map(|r| r.0).collect());
+            let allocations = rounds[0].1;
+            let form = if packed { ", packed in and out (the C ABI)" } else { "" };
+            println!("  {what}{form}: {ns:>7.0} ns CPU per request, {allocations:.1} allocations");
+            record(
+                json!({"suite": "rust", "what": format!("check_request, memory store, example rules, {what}{form}"),
+                "value": ns, "unit": "ns CPU per request", "bound": format!("{allocations:.1} allocations per request")}),
+            );
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! The Retry-After arithmetic of the client helpers for outgoing calls
 //! (tests/conformance/client/retry_after.json): how long a `Retry-After`
 //! value asks to wait, and whether and how long to wait before the next
-//! attempt. The JVM's helper calls it through uniffi; Python's
-//! `polylimit.client`, JavaScript's `polylimit/client` and Go's
-//! `bindings-go/client` are pure code in their languages (they work without
-//! the native library) and play the same vectors.
+//! attempt. Every language's helper calls it: the JVM's through uniffi,
+//! Python's `polylimit.client` through pyo3, JavaScript's `polylimit/client`
+//! through napi and Go's `bindings-go/client` through the C ABI; each keeps
+//! only its transport, sleep and clock. Options arrive with
+//! [`RetryOptions::from_naming`], in the language's names and units.
 
 use crate::error::{Error, Result};
+use crate::options::Naming;
 
 /// The wait a `Retry-After` value asks for, in ms from `now_ms`: whole
 /// seconds (digits only, spaces around allowed), or an HTTP-date
@@ -52,13 +54,110 @@ impl Default for RetryOptions {
     }
 }
 
+/// A helper's options as its language gives them, before any check: the
+/// durations in the naming's unit (Python: seconds, JavaScript: ms, Go:
+/// `time.Duration` ns), `None` for "not given" (the default).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RetryInput {
+    /// `max_retries` / `maxRetries` / `MaxRetries`.
+    pub max_retries: Option<f64>,
+    /// `max_wait` / `maxWaitMs` / `MaxWait`.
+    pub max_wait: Option<f64>,
+    /// `budget` / `budgetMs` / `Budget`.
+    pub budget: Option<f64>,
+    /// `jitter` / `jitter` / `Jitter`.
+    pub jitter: Option<f64>,
+    /// `statuses` / `statuses` / `Statuses`.
+    pub statuses: Option<Vec<i64>>,
+}
+
+/// The names and the ms per unit of the durations of a naming.
+fn retry_names(naming: Naming) -> ([&'static str; 5], f64) {
+    match naming {
+        Naming::Snake => (["max_retries", "max_wait", "budget", "jitter", "statuses"], 1000.0),
+        Naming::Camel => (["maxRetries", "maxWaitMs", "budgetMs", "jitter", "statuses"], 1.0),
+        Naming::Go => (["MaxRetries", "MaxWait", "Budget", "Jitter", "Statuses"], 1e-6),
+    }
+}
+
 impl RetryOptions {
+    /// The options from a language's values, checked by [`Self::validate`]
+    /// under the language's names (the error shows the value as given). In
+    /// Go's naming a zero is "not set" and a negative is "none", as the
+    /// `RetryTransport` struct documents; elsewhere a negative is an error.
+    pub fn from_naming(naming: Naming, input: &RetryInput) -> Result<RetryOptions> {
+        let ([retries_name, wait_name, budget_name, jitter_name, statuses_name], unit_ms) = retry_names(naming);
+        let default = RetryOptions::default();
+        let mut given = [input.max_retries, input.max_wait, input.budget, input.jitter];
+        if naming == Naming::Go {
+            for v in &mut given {
+                *v = v.filter(|n| *n != 0.0).map(|n| n.max(0.0));
+            }
+        }
+        let [max_retries, max_wait, budget, jitter] = given;
+        let non_negative = |name: &str, v: f64| -> Result<f64> {
+            if v >= 0.0 {
+                Ok(v)
+            } else {
+                Err(Error::config(name, v, "is not a non-negative number"))
+            }
+        };
+        let duration = |name: &str, v: Option<f64>, def: u64| -> Result<u64> {
+            v.map_or(Ok(def), |v| {
+                Ok((non_negative(name, v)? * unit_ms).round().min(u64::MAX as f64) as u64)
+            })
+        };
+        let options = RetryOptions {
+            max_retries: match max_retries {
+                None => default.max_retries,
+                Some(v) if v.fract() == 0.0 => non_negative(retries_name, v)?.min(u32::MAX as f64) as u32,
+                Some(v) => return Err(Error::config(retries_name, v, "is not a whole number")),
+            },
+            max_wait_ms: duration(wait_name, max_wait, default.max_wait_ms)?,
+            budget_ms: duration(budget_name, budget, default.budget_ms)?,
+            jitter: jitter.unwrap_or(default.jitter),
+            statuses: match &input.statuses {
+                None => default.statuses,
+                Some(list) => list
+                    .iter()
+                    .map(|s| u16::try_from(*s).map_err(|_| Error::config(statuses_name, s, "is not an HTTP status")))
+                    .collect::<Result<_>>()?,
+            },
+        };
+        // validate names the fields in snake_case: the language's spelling instead.
+        options.validate().map_err(|e| match e {
+            Error::Config { field, value, message } if field == "jitter" => Error::Config {
+                field: jitter_name.to_string(),
+                value,
+                message,
+            },
+            e => e,
+        })?;
+        Ok(options)
+    }
+
     /// An error naming `jitter` when it is not a fraction from 0 to 1.
     pub fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.jitter) {
             return Err(Error::config("jitter", self.jitter, "is not a fraction from 0 to 1"));
         }
         Ok(())
+    }
+
+    /// [`Self::wait_ms`] from the first attempt's clock reading
+    /// `started_ms` and the current one `now_ms` (a clock that went back
+    /// counts as no time elapsed).
+    pub fn wait_since(
+        &self,
+        status: u16,
+        retry_after: Option<&str>,
+        retries: u32,
+        started_ms: i64,
+        now_ms: i64,
+        random: f64,
+    ) -> Option<u64> {
+        let elapsed = u64::try_from(now_ms.saturating_sub(started_ms)).unwrap_or(0);
+        self.wait_ms(status, retry_after, retries, elapsed, now_ms, random)
     }
 
     /// The wait in ms before the next attempt after a response with
@@ -199,5 +298,52 @@ mod tests {
         ] {
             assert_eq!(parse_retry_after(Some(bad), 0), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn options_in_each_language() {
+        let given = |max_wait: f64| RetryInput {
+            max_wait: Some(max_wait),
+            ..RetryInput::default()
+        };
+        assert_eq!(
+            RetryOptions::from_naming(Naming::Snake, &given(1.5))
+                .unwrap()
+                .max_wait_ms,
+            1500
+        );
+        assert_eq!(
+            RetryOptions::from_naming(Naming::Camel, &given(1500.0))
+                .unwrap()
+                .max_wait_ms,
+            1500
+        );
+        assert_eq!(
+            RetryOptions::from_naming(Naming::Go, &given(1.5e9))
+                .unwrap()
+                .max_wait_ms,
+            1500
+        );
+        // Go: zero is the default, a negative is none.
+        let go = RetryOptions::from_naming(
+            Naming::Go,
+            &RetryInput {
+                max_retries: Some(-1.0),
+                jitter: Some(0.0),
+                ..given(0.0)
+            },
+        )
+        .unwrap();
+        assert_eq!((go.max_retries, go.jitter, go.max_wait_ms), (0, 0.1, 60_000));
+        let err = RetryOptions::from_naming(Naming::Snake, &given(-1.0)).unwrap_err();
+        assert_eq!(err.to_string(), "max_wait: -1 is not a non-negative number");
+        let err = RetryOptions::from_naming(
+            Naming::Go,
+            &RetryInput {
+                jitter: Some(2.0),
+                ..RetryInput::default()
+            },
+        );
+        assert_eq!(err.unwrap_err().to_string(), "Jitter: 2 is not a fraction from 0 to 1");
     }
 }

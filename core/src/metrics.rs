@@ -18,8 +18,9 @@ const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
-/// (policy, route, decision, source).
-type RequestLabels = (String, String, &'static str, &'static str);
+/// policy → route → (decision, source) → count: nested, so a request that
+/// counts under labels already seen is looked up by `&str`, allocating nothing.
+type RequestCounts = BTreeMap<String, BTreeMap<String, BTreeMap<(&'static str, &'static str), u64>>>;
 
 /// Counters of one limiter.
 #[derive(Default)]
@@ -27,8 +28,9 @@ pub(crate) struct Metrics {
     /// Per policy, lock-free: [source][allowed] → count (checks outside the HTTP layer).
     per_policy: Vec<(String, [[AtomicU64; 2]; SOURCES.len()])>,
     /// (policy, route, decision, source) → count, for the HTTP layer.
-    requests: Mutex<BTreeMap<RequestLabels, u64>>,
-    blocked: Mutex<BTreeMap<(String, String), u64>>,
+    requests: Mutex<RequestCounts>,
+    /// policy → route → count.
+    blocked: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     store_errors: AtomicU64,
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
@@ -104,17 +106,13 @@ impl Metrics {
     /// Counts one HTTP request's decision of `policy` on `route` (a template).
     pub fn request(&self, policy: &str, route: &str, decision: &Decision, blocked: bool) {
         let verdict = if decision.allowed { "allowed" } else { "denied" };
-        *self
-            .requests
-            .lock()
-            .entry((policy.to_string(), route.to_string(), verdict, decision.source.as_str()))
+        let mut requests = self.requests.lock();
+        *labelled(labelled(&mut requests, policy), route)
+            .entry((verdict, decision.source.as_str()))
             .or_default() += 1;
+        drop(requests);
         if blocked {
-            *self
-                .blocked
-                .lock()
-                .entry((policy.to_string(), route.to_string()))
-                .or_default() += 1;
+            *labelled(labelled(&mut self.blocked.lock(), policy), route) += 1;
         }
     }
 
@@ -138,16 +136,27 @@ impl Metrics {
                 }
             }
         }
-        for ((policy, route, verdict, source), n) in self.requests.lock().iter() {
-            let _ = writeln!(
-                out,
-                "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}",
-                label(policy),
-                label(route)
-            );
+        let requests = self.requests.lock();
+        let labels = requests
+            .iter()
+            .flat_map(|(p, routes)| routes.iter().map(move |(r, counts)| (p, r, counts)));
+        for (policy, route, counts) in labels {
+            for ((verdict, source), n) in counts {
+                let _ = writeln!(
+                    out,
+                    "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}",
+                    label(policy),
+                    label(route)
+                );
+            }
         }
+        drop(requests);
         let _ = writeln!(out, "# HELP rate_limit_blocked_total Requests blocked by a rate limit.\n# TYPE rate_limit_blocked_total counter");
-        for ((policy, route), n) in self.blocked.lock().iter() {
+        let blocked = self.blocked.lock();
+        let labels = blocked
+            .iter()
+            .flat_map(|(p, routes)| routes.iter().map(move |(r, n)| ((p, r), n)));
+        for ((policy, route), n) in labels {
             let _ = writeln!(
                 out,
                 "rate_limit_blocked_total{{policy=\"{}\",route=\"{}\"}} {n}",
@@ -155,6 +164,7 @@ impl Metrics {
                 label(route)
             );
         }
+        drop(blocked);
         let _ = writeln!(out, "# HELP polylimit_store_errors_total Store calls that failed or timed out.\n# TYPE polylimit_store_errors_total counter");
         let _ = writeln!(out, "polylimit_store_errors_total {}", self.store_errors());
         let _ = writeln!(out, "# HELP polylimit_store_latency_seconds Store call latency.\n# TYPE polylimit_store_latency_seconds histogram");
@@ -184,4 +194,12 @@ impl Metrics {
 /// Escapes a label value per the Prometheus text format.
 fn label(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The entry of `label` in `map`, inserted (its one allocation) when new.
+fn labelled<'m, V: Default>(map: &'m mut BTreeMap<String, V>, label: &str) -> &'m mut V {
+    if !map.contains_key(label) {
+        map.insert(label.to_string(), V::default());
+    }
+    map.get_mut(label).expect("inserted above")
 }

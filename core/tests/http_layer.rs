@@ -1,7 +1,7 @@
 //! The HTTP layer beyond the vectors: fail-closed 503 with the store down,
 //! rules-file errors, the shared example rules file, bounded metrics labels.
 
-use polylimit::{Error, Limiter, RequestInfo};
+use polylimit::{Error, Limiter, LimiterConfig, Policy, RequestInfo};
 
 fn request(path: &str, peer: &str) -> RequestInfo {
     RequestInfo {
@@ -141,4 +141,34 @@ async fn the_example_rules_file_loads_and_limits() {
     }
     assert_eq!(statuses.iter().filter(|s| s.is_none()).count(), 10);
     assert_eq!(statuses[10..], [Some(429), Some(429)]);
+}
+
+#[test]
+fn the_headers_a_request_is_decided_by() {
+    let limiter = Limiter::from_rules(
+        "policies: { a: { rate: 1/s }, b: { rate: 2/s } }
+rules:
+  - { match: { path: /x }, key: [ip, \"header:X-Login-User\"], policy: a }
+  - { match: { path: /y }, key: [ip], tier: \"header:x-plan\", tiers: { pro: b } }",
+    )
+    .unwrap();
+    // The forwarding header, and each header a key or a tier reads: any case, spaces around.
+    for name in ["X-Forwarded-For", "x-login-user", " X-LOGIN-USER ", "X-Plan"] {
+        assert!(limiter.reads_header(name), "{name}");
+    }
+    for name in ["User-Agent", "Forwarded", "x-login", "x-login-user-2", ""] {
+        assert!(!limiter.reads_header(name), "{name}");
+    }
+    let forwarded = Limiter::from_rules(
+        "forwarded_header: forwarded\npolicies: { a: { rate: 1/s } }\nrules: [{ key: [ip], policy: a }]",
+    )
+    .unwrap();
+    assert!(forwarded.reads_header("Forwarded"));
+    assert!(!forwarded.reads_header("X-Forwarded-For"));
+    // A limiter without rules decides no request.
+    let plain = Limiter::new(LimiterConfig::new(
+        Policy::from_value(&serde_json::json!({"rate": "1/s"}), "").unwrap(),
+    ))
+    .unwrap();
+    assert!(!plain.reads_header("X-Forwarded-For"));
 }

@@ -142,6 +142,24 @@ typedef struct polylimit_error_t {
   char *value;
 } polylimit_error_t;
 
+// A `RetryTransport`'s fields as Go holds them.
+typedef struct polylimit_retry_options_t {
+  // `MaxRetries` (0: the default, negative: none).
+  int64_t max_retries;
+  // `MaxWait` in ns (0: the default).
+  int64_t max_wait_ns;
+  // `Budget` in ns (0: the default).
+  int64_t budget_ns;
+  // `Jitter` (0: the default, negative: none; above 1 is an error).
+  double jitter;
+  // `Statuses` (`statuses_set` false: nil, the default).
+  const int64_t *statuses;
+  // The length of `statuses`.
+  size_t statuses_len;
+  // Whether `Statuses` is non-nil (an empty list retries nothing).
+  bool statuses_set;
+} polylimit_retry_options_t;
+
 // The decision for one key (SPEC §3).
 typedef struct polylimit_decision_t {
   // The request may proceed.
@@ -247,6 +265,52 @@ int32_t polylimit_breaker_state(const struct polylimit_breaker_t *breaker);
 // `breaker` is NULL or from `polylimit_breaker_new`, not yet freed, and no
 // other call is using it.
 void polylimit_breaker_free(struct polylimit_breaker_t *breaker);
+
+// Checks a `RetryTransport`'s options: `POLYLIMIT_CONFIG` with an error
+// naming the field and value when one is wrong.
+//
+// # Safety
+// `options` is valid (see `polylimit_retry_options_t`); `err` is NULL or
+// writable.
+int32_t polylimit_retry_check(const struct polylimit_retry_options_t *options,
+                              struct polylimit_error_t **err);
+
+// The wait a `Retry-After` value (`len` bytes at `value`; `present` false
+// when the header is absent) asks for from `now_ms`: `*found` false when
+// it is missing or unreadable, else `*wait_ms`.
+//
+// # Safety
+// `value` points to `len` readable bytes (or is NULL with `len` 0);
+// `found`, `wait_ms` are writable; `err` is NULL or writable.
+int32_t polylimit_parse_retry_after(const uint8_t *value,
+                                    size_t len,
+                                    bool present,
+                                    int64_t now_ms,
+                                    bool *found,
+                                    uint64_t *wait_ms,
+                                    struct polylimit_error_t **err);
+
+// The wait in ms before the next attempt after a response with `status`
+// and its Retry-After value (as in `polylimit_parse_retry_after`), after
+// `retries` retries, the first attempt at `started_ms` and the clock at
+// `now_ms`, with the random draw `random` in [0, 1): `*retry` false to give
+// up and return the response. A bad option is `POLYLIMIT_CONFIG`.
+//
+// # Safety
+// As `polylimit_retry_check` and `polylimit_parse_retry_after`; `retry`
+// is writable.
+int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
+                             int64_t status,
+                             const uint8_t *retry_after,
+                             size_t retry_after_len,
+                             bool retry_after_present,
+                             int64_t retries,
+                             int64_t started_ms,
+                             int64_t now_ms,
+                             double random,
+                             bool *retry,
+                             uint64_t *wait_ms,
+                             struct polylimit_error_t **err);
 
 // The shared name of a source (`store`, `local`, `fail_open`, …: the core's
 // `Source::as_str`), a static string; `unknown` for a value that is no

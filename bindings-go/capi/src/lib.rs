@@ -19,6 +19,7 @@
 
 pub mod anomaly;
 pub mod breaker;
+pub mod client;
 pub mod decision;
 pub mod errors;
 pub mod lease;

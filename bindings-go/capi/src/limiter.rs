@@ -573,7 +573,7 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
             unsafe { std::slice::from_raw_parts(request, request_len) }
         };
         let now_ms = (flags & packed::POLYLIMIT_HAS_NOW_MS != 0).then_some(now_ms);
-        let request = packed::request(bytes, cost, now_ms, flags)?;
+        let request = packed::request(bytes, cost, now_ms, flags, |name| limiter.reads_header(name))?;
         let with_decisions = flags & packed::POLYLIMIT_WITH_DECISIONS != 0;
         let peek = flags & packed::POLYLIMIT_PEEK != 0;
         let work: Work = Box::pin(async move {
@@ -718,7 +718,7 @@ pub unsafe extern "C" fn polylimit_limiter_reset_request(
             // SAFETY: the caller passes `request_len` readable bytes at `request`.
             unsafe { std::slice::from_raw_parts(request, request_len) }
         };
-        let request = packed::request(bytes, 0, None, flags)?;
+        let request = packed::request(bytes, 0, None, flags, |name| limiter.reads_header(name))?;
         let count = runtime().block_on(async move { limiter.reset_request(&request).await })?;
         // SAFETY: checked above.
         unsafe { *out_count = count };

@@ -24,9 +24,16 @@ pub const POLYLIMIT_HAS_NOW_MS: u32 = 8;
 pub const POLYLIMIT_PEEK: u32 = 16;
 
 /// The request packed in `bytes`, with `cost` (0: the default), `now_ms`
-/// and the router's `flags`.
-pub(crate) fn request(bytes: &[u8], cost: u64, now_ms: Option<i64>, flags: u32) -> Result<RequestInfo, FfiError> {
-    let request = core::read_request(bytes).map_err(|e| FfiError::invalid(e.to_string()))?;
+/// and the router's `flags`; only the headers `keep` accepts are copied
+/// (`Limiter::reads_header`: the others cannot change the outcome).
+pub(crate) fn request(
+    bytes: &[u8],
+    cost: u64,
+    now_ms: Option<i64>,
+    flags: u32,
+    keep: impl Fn(&str) -> bool,
+) -> Result<RequestInfo, FfiError> {
+    let request = core::read_request_keeping(bytes, keep).map_err(|e| FfiError::invalid(e.to_string()))?;
     // The core's own checks of cost, with its messages.
     let cost_value = (cost != 0).then(|| serde_json::Value::from(cost));
     let options = CheckOptions::from_values(cost_value.as_ref(), None)?;
@@ -69,7 +76,7 @@ mod tests {
             ..RequestInfo::default()
         };
         core::write_request(&sent, &mut b);
-        let r = request(&b, 3, Some(5), POLYLIMIT_CASE_INSENSITIVE).unwrap();
+        let r = request(&b, 3, Some(5), POLYLIMIT_CASE_INSENSITIVE, |_| true).unwrap();
         assert_eq!(
             r,
             RequestInfo {
@@ -79,7 +86,7 @@ mod tests {
                 ..sent.clone()
             }
         );
-        let r = request(&b, 0, None, POLYLIMIT_IGNORE_TRAILING_SLASH).unwrap();
+        let r = request(&b, 0, None, POLYLIMIT_IGNORE_TRAILING_SLASH, |_| true).unwrap();
         assert_eq!(
             r,
             RequestInfo {
@@ -93,17 +100,17 @@ mod tests {
     fn a_malformed_request_is_an_invalid_argument() {
         let mut b = empty_request();
         b.push(0);
-        let err = request(&b, 0, None, 0).unwrap_err();
+        let err = request(&b, 0, None, 0, |_| true).unwrap_err();
         assert_eq!(
             err.status(),
             crate::errors::polylimit_status_t::POLYLIMIT_INVALID_ARGUMENT
         );
-        assert!(request(&[1, 2], 0, None, 0).is_err());
+        assert!(request(&[1, 2], 0, None, 0, |_| true).is_err());
     }
 
     #[test]
     fn a_cost_out_of_range_is_the_cores_error() {
-        let err = request(&empty_request(), u64::MAX, None, 0).unwrap_err();
+        let err = request(&empty_request(), u64::MAX, None, 0, |_| true).unwrap_err();
         assert_eq!(err.status(), crate::errors::polylimit_status_t::POLYLIMIT_CONFIG);
         assert!(format!("{err:?}").contains("cost"), "{err:?}");
     }

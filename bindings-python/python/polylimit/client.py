@@ -1,4 +1,4 @@
-"""Client helpers that honour ``Retry-After`` (pure Python; no native code).
+"""Client helpers that honour ``Retry-After``.
 
     import httpx
     from polylimit.client import RetryTransport
@@ -18,50 +18,43 @@ earlier than the server asked). It gives up and returns the last response when:
 - the request's body cannot be sent again (a streaming body).
 
 The wait is ``sleep`` (``time.sleep``, or ``asyncio.sleep`` for the async
-transport: cancelling the task cancels the wait). The same rules in every
-language: ``polylimit/client`` (JavaScript), ``bindings-go/client`` (Go).
+transport: cancelling the task cancels the wait). The rules (the parsing of
+``Retry-After`` and the wait) are polylimit's core, which every language's helper
+calls: ``polylimit/client`` (JavaScript), ``bindings-go/client`` (Go), the JVM's
+``RetryAfterClient``; this module keeps only the transports, sleeps and clock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import random as _random
 import time
 from dataclasses import dataclass, field
-from datetime import timezone
 from typing import Any, Awaitable, Callable, Mapping, Optional, Tuple
+
+from . import _polylimit
 
 __all__ = ["RetryPolicy", "parse_retry_after", "RetryTransport", "AsyncRetryTransport"]
 
 DEFAULT_STATUSES: Tuple[int, ...] = (429, 503)
 
 
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
 def parse_retry_after(value: Optional[str], now: float) -> Optional[float]:
     """Seconds to wait from ``now`` (epoch seconds) per a ``Retry-After`` value: whole
     seconds (digits only), or an HTTP-date (IMF-fixdate, and the obsolete RFC 850 and
     asctime forms; a date in the past is 0). None for a missing or unreadable value."""
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    if text.isascii() and text.isdigit():
-        return float(int(text))
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when is None:
-        return None
-    if when.tzinfo is None:  # asctime carries no zone: HTTP-dates are GMT
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, when.timestamp() - now)
+    ms = _polylimit.parse_retry_after(value, _ms(now))
+    return None if ms is None else ms / 1000
 
 
 @dataclass
 class RetryPolicy:
-    """When to retry and how long to wait; shared by the transports."""
+    """When to retry and how long to wait; shared by the transports. A bad option raises
+    ``ValueError`` naming it and its value."""
 
     max_retries: int = 3
     max_wait: float = 60.0
@@ -72,29 +65,34 @@ class RetryPolicy:
     random: Callable[[], float] = field(default=_random.random, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0:
-            raise ValueError(f"max_retries: {self.max_retries!r} is negative")
-        if not self.max_wait >= 0:
-            raise ValueError(f"max_wait: {self.max_wait!r} is negative")
-        if not self.budget >= 0:
-            raise ValueError(f"budget: {self.budget!r} is negative")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError(f"jitter: {self.jitter!r} is not a fraction from 0 to 1")
         self.statuses = tuple(int(s) for s in self.statuses)
+        self._check()
+
+    def _check(self) -> None:
+        self._options = _polylimit.RetryOptions(self.max_retries, self.max_wait, self.budget, self.jitter,
+                                                list(self.statuses))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An option changed after construction is checked (and used) at once, as it was read live before.
+        if name not in _OPTION_FIELDS or "_options" not in self.__dict__:
+            return super().__setattr__(name, value)
+        before = getattr(self, name)
+        super().__setattr__(name, tuple(int(s) for s in value) if name == "statuses" else value)
+        try:
+            self._check()
+        except ValueError:
+            super().__setattr__(name, before)  # a refused value is not kept
+            raise
 
     def wait(self, status: int, headers: Mapping[str, str], retries: int, started: float) -> Optional[float]:
         """Seconds to wait before the next attempt, or None to give up and return the response.
         ``retries``: retries made so far; ``started``: the first attempt's ``clock()``."""
-        if status not in self.statuses or retries >= self.max_retries:
-            return None
-        now = self.clock()
-        delay = parse_retry_after(headers.get("retry-after"), now)
-        if delay is None or delay > self.max_wait:
-            return None
-        delay = min(delay * (1 + self.jitter * self.random()), max(delay, self.max_wait))
-        if now + delay - started > self.budget:
-            return None
-        return delay
+        ms = self._options.wait_ms(status, headers.get("retry-after"), retries, _ms(started), _ms(self.clock()),
+                                   self.random())
+        return None if ms is None else ms / 1000
+
+
+_OPTION_FIELDS = frozenset({"max_retries", "max_wait", "budget", "jitter", "statuses"})
 
 
 def _policy(policy: Optional[RetryPolicy], options: Any) -> RetryPolicy:

@@ -159,7 +159,17 @@ pub(crate) fn client_ip(
 /// plain address.
 pub(crate) fn ip_key(ip: IpAddr, ipv6_subnet: u8) -> String {
     match canonical(ip) {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => {
+            // The dotted quad, without the formatting machinery (every request has one).
+            let mut key = String::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    key.push('.');
+                }
+                super::headers::push_decimal(&mut key, u64::from(octet));
+            }
+            key
+        }
         IpAddr::V6(v6) if ipv6_subnet >= 128 => v6.to_string(),
         IpAddr::V6(v6) => format!("{}/{}", mask_v6(v6, ipv6_subnet), ipv6_subnet),
     }

@@ -215,12 +215,12 @@ pub(crate) fn rate_limit_headers(
     let mut headers = Vec::with_capacity(5);
     if mode.legacy() {
         let reset_epoch = (now_ms.max(0) as u64 + decision.reset_after_ms).div_ceil(1000);
-        headers.push(("X-RateLimit-Limit".into(), decision.limit.to_string()));
-        headers.push(("X-RateLimit-Remaining".into(), decision.remaining.to_string()));
-        headers.push(("X-RateLimit-Reset".into(), reset_epoch.to_string()));
+        headers.push(("X-RateLimit-Limit".into(), decimal(decision.limit)));
+        headers.push(("X-RateLimit-Remaining".into(), decimal(decision.remaining)));
+        headers.push(("X-RateLimit-Reset".into(), decimal(reset_epoch)));
     }
     if matches!(mode, HeaderMode::Ietf | HeaderMode::Both) {
-        let name = policy.name().replace(['"', '\\'], "_");
+        let name = quoted_name(policy.name());
         if policy.algorithm() == Algorithm::Concurrency {
             // Requests in flight have no window and no reset time: the
             // draft's quota unit says what `q` counts; `t` is left out.
@@ -231,18 +231,26 @@ pub(crate) fn rate_limit_headers(
             headers.push(("RateLimit".into(), format!("\"{name}\";r={}", decision.remaining)));
             return headers;
         }
-        headers.push((
-            "RateLimit-Policy".into(),
-            format!("\"{name}\";q={};w={}", decision.limit, window_secs(policy)),
-        ));
-        headers.push((
-            "RateLimit".into(),
-            format!(
-                "\"{name}\";r={};t={}",
-                decision.remaining,
-                ceil_secs(decision.reset_after_ms)
-            ),
-        ));
+        // Built by hand, not with format!: every response carries them.
+        let quoted = |capacity: usize| {
+            let mut value = String::with_capacity(name.len() + capacity);
+            value.push('"');
+            value.push_str(&name);
+            value.push_str("\";");
+            value
+        };
+        let mut policy_value = quoted(24);
+        policy_value.push_str("q=");
+        push_decimal(&mut policy_value, decision.limit);
+        policy_value.push_str(";w=");
+        push_decimal(&mut policy_value, window_secs(policy));
+        headers.push(("RateLimit-Policy".into(), policy_value));
+        let mut value = quoted(24);
+        value.push_str("r=");
+        push_decimal(&mut value, decision.remaining);
+        value.push_str(";t=");
+        push_decimal(&mut value, ceil_secs(decision.reset_after_ms));
+        headers.push(("RateLimit".into(), value));
     }
     if let HeaderMode::Draft { draft, .. } = mode {
         // express-rate-limit: w = ceil(windowMs / 1000), reset = ceil(ms to the reset / 1000).
@@ -295,6 +303,39 @@ pub(crate) fn rate_limit_headers(
         }
     }
     headers
+}
+
+/// `n` in decimal, without the formatting machinery.
+pub(crate) fn decimal(n: u64) -> String {
+    let mut out = String::with_capacity(20);
+    push_decimal(&mut out, n);
+    out
+}
+
+/// Appends `n` in decimal to `out`.
+pub(crate) fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or_default());
+}
+
+/// A policy name as the inside of a quoted string: `"` and `\\` become `_`
+/// (borrowed when it has neither, as most names).
+fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains(['"', '\\']) {
+        std::borrow::Cow::Owned(name.replace(['"', '\\'], "_"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
 }
 
 /// The draft-8 item name: the policy's name, or for an unnamed policy
@@ -383,6 +424,13 @@ mod tests {
     use super::*;
     use crate::decision::Source;
     use serde_json::json;
+
+    #[test]
+    fn decimals_are_those_of_display() {
+        for n in [0, 1, 9, 10, 99, 100, 255, 1_000_000_007, u64::MAX] {
+            assert_eq!(decimal(n), n.to_string());
+        }
+    }
 
     fn policy(value: serde_json::Value) -> Policy {
         Policy::from_value(&value, "").unwrap()

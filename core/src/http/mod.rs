@@ -12,7 +12,6 @@ pub(crate) mod route;
 pub(crate) mod rules;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -217,18 +216,19 @@ impl Outcome {
     }
 }
 
-/// Percent-escapes the separators of a composed key.
-fn escape_part(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for ch in value.chars() {
-        match ch {
-            '%' => out.push_str("%25"),
-            '|' => out.push_str("%7C"),
-            '=' => out.push_str("%3D"),
-            _ => out.push(ch),
-        }
+/// Appends `value` to `out` with the separators of a composed key percent-escaped.
+fn escape_part(value: &str, out: &mut String) {
+    let mut rest = value;
+    while let Some(i) = rest.find(['%', '|', '=']) {
+        out.push_str(&rest[..i]);
+        out.push_str(match rest.as_bytes()[i] {
+            b'%' => "%25",
+            b'|' => "%7C",
+            _ => "%3D",
+        });
+        rest = &rest[i + 1..];
     }
-    out
+    out.push_str(rest);
 }
 
 fn in_list(list: &List, ip: Option<IpAddr>, req: &RequestInfo) -> bool {
@@ -293,28 +293,53 @@ struct Resolved<'a> {
 }
 
 impl Resolved<'_> {
-    fn value(&self, dim: &Dimension) -> Option<String> {
+    /// The request's value of `dim`, borrowed from the request when it can be.
+    fn value(&self, dim: &Dimension) -> Option<Cow<'_, str>> {
         let req = self.req;
         match dim {
-            Dimension::Ip => Some(self.ip.clone()),
-            Dimension::Route => Some(self.route.as_deref().unwrap_or(UNMATCHED_ROUTE).to_string()),
-            Dimension::Method => Some(effective_method(&req.method).to_ascii_uppercase()),
-            Dimension::User => req.user.clone(),
-            Dimension::ApiKey => req.api_key.clone(),
-            Dimension::Header(name) => req.header(name).map(str::to_string),
-            Dimension::Key => req.key.clone(),
-            Dimension::Global => Some(String::new()),
+            Dimension::Ip => Some(Cow::Borrowed(&self.ip)),
+            Dimension::Route => Some(Cow::Borrowed(self.route.as_deref().unwrap_or(UNMATCHED_ROUTE))),
+            Dimension::Method => {
+                let method = effective_method(&req.method);
+                Some(if method.bytes().any(|b| b.is_ascii_lowercase()) {
+                    Cow::Owned(method.to_ascii_uppercase())
+                } else {
+                    Cow::Borrowed(method)
+                })
+            }
+            Dimension::User => req.user.as_deref().map(Cow::Borrowed),
+            Dimension::ApiKey => req.api_key.as_deref().map(Cow::Borrowed),
+            Dimension::Header(name) => req.header(name).map(Cow::Borrowed),
+            Dimension::Key => req.key.as_deref().map(Cow::Borrowed),
+            Dimension::Global => Some(Cow::Borrowed("")),
         }
     }
 
     /// `ip=203.0.113.7|route=/x`; `None` when the request lacks a dimension
-    /// (an anonymous request skips a per-user rule).
+    /// (an anonymous request skips a per-user rule). Built in one string.
     fn key(&self, dims: &[Dimension]) -> Option<String> {
-        let mut parts = Vec::with_capacity(dims.len());
-        for dim in dims {
-            parts.push(format!("{}={}", dim.name(), escape_part(&self.value(dim)?)));
+        let mut key = String::with_capacity(48);
+        for (i, dim) in dims.iter().enumerate() {
+            if i > 0 {
+                key.push('|');
+            }
+            match dim {
+                Dimension::Header(name) => {
+                    key.push_str("header:");
+                    key.push_str(name);
+                }
+                Dimension::Ip => key.push_str("ip"),
+                Dimension::Route => key.push_str("route"),
+                Dimension::Method => key.push_str("method"),
+                Dimension::User => key.push_str("user"),
+                Dimension::ApiKey => key.push_str("api_key"),
+                Dimension::Key => key.push_str("key"),
+                Dimension::Global => key.push_str("global"),
+            }
+            key.push('=');
+            escape_part(&self.value(dim)?, &mut key);
         }
-        Some(parts.join("|"))
+        Some(key)
     }
 }
 
@@ -558,6 +583,14 @@ impl Limiter {
         Ok(self.engine.peek_all(key, options).await?.decision())
     }
 
+    /// Whether [`Limiter::check_request`], [`Limiter::peek_request`] or
+    /// [`Limiter::reset_request`] may read a request's header `name` (any
+    /// case): a binding that copies headers into a [`RequestInfo`] may leave
+    /// out those it is `false` for, and get the same outcome.
+    pub fn reads_header(&self, name: &str) -> bool {
+        self.rules.as_deref().is_some_and(|r| r.reads_header(name))
+    }
+
     /// The rules of a limiter built from a rules file.
     fn rules_file(&self) -> Result<&HttpRules> {
         self.rules
@@ -723,31 +756,39 @@ impl Limiter {
         let path = normalize_path(&req.path, req.case_insensitive, req.ignore_trailing_slash);
         let mut targets: Vec<(usize, String)> = Vec::new();
         let mut owners: Vec<(&Rule, bool)> = Vec::new();
-        let mut seen = HashSet::new();
         for rule in candidates
             .iter()
             .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
         {
-            let policies = match &rule.target {
-                Target::Policies(p) => p.clone(),
+            let policies: &[usize] = match &rule.target {
+                Target::Policies(p) => p,
                 Target::Tiers { by, tiers, default } => {
-                    let tier = resolved
-                        .value(by)
-                        .filter(|t| tiers.contains_key(t))
-                        .or_else(|| default.clone());
-                    match tier.and_then(|t| tiers.get(&t).cloned()) {
+                    let chosen = match resolved.value(by).and_then(|t| tiers.get(t.as_ref())) {
+                        Some(tier) => Some(tier),
+                        None => default.as_ref().and_then(|d| tiers.get(d)),
+                    };
+                    match chosen {
                         Some(Some(p)) => p,
                         _ => continue, // unlimited, or no tier and no default
                     }
                 }
             };
-            let Some(key) = resolved.key(&rule.key) else { continue };
-            for p in policies {
-                // The same policy on the same key is one limit, charged once.
-                if seen.insert((p, key.clone())) {
-                    targets.push((p, key.clone()));
-                    owners.push((rule, rule.shadow || rules.shadow));
+            let Some(mut key) = resolved.key(&rule.key) else {
+                continue;
+            };
+            for (n, &p) in policies.iter().enumerate() {
+                // The same policy on the same key is one limit, charged once
+                // (a request has a few targets: a scan, no set).
+                if targets.iter().any(|(q, k)| *q == p && *k == key) {
+                    continue;
                 }
+                let key = if n + 1 == policies.len() {
+                    std::mem::take(&mut key)
+                } else {
+                    key.clone()
+                };
+                targets.push((p, key));
+                owners.push((rule, rule.shadow || rules.shadow));
             }
         }
         if targets.is_empty() {
@@ -785,11 +826,13 @@ impl Limiter {
         }
 
         // Headers describe the enforced limits; shadow ones only when nothing is enforced.
-        let enforced: Vec<usize> = (0..decisions.len()).filter(|&i| !decisions[i].shadow).collect();
-        let shown = if enforced.is_empty() {
+        // (Indices of the enforced ones: no vector of them.)
+        let enforced = || (0..decisions.len()).filter(|&i| !decisions[i].shadow);
+        let none_enforced = decisions.iter().all(|d| d.shadow);
+        let shown = if none_enforced {
             result.closest_to_denying()
         } else {
-            result.closest_among(enforced.iter().copied())
+            result.closest_among(enforced())
         };
         let decision = result.decisions[shown];
         // Under a per-key override, the headers describe the override's limit
@@ -823,10 +866,10 @@ impl Limiter {
         // Only draft-8 lists every enforced policy (no allocation for the other modes).
         let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
             Vec::new()
-        } else if enforced.is_empty() {
+        } else if none_enforced {
             vec![described(shown)]
         } else {
-            enforced.iter().map(|&i| described(i)).collect()
+            enforced().map(described).collect()
         };
         outcome.headers = headers::rate_limit_headers(rules.headers, &described(shown), &listed, now_ms);
         if blocked {

@@ -311,6 +311,19 @@ impl HttpRules {
     pub(crate) fn reads_key(&self) -> bool {
         self.rules.iter().any(Rule::reads_key) || !self.allowlist.keys.is_empty() || !self.denylist.keys.is_empty()
     }
+
+    /// Whether deciding a request may read its header `name` (any case,
+    /// surrounding spaces ignored): the forwarding header, or a rule's
+    /// `header:` key or tier dimension. A binding may leave the others out.
+    pub(crate) fn reads_header(&self, name: &str) -> bool {
+        let name = name.trim();
+        let dim = |d: &Dimension| matches!(d, Dimension::Header(h) if h.eq_ignore_ascii_case(name));
+        name.eq_ignore_ascii_case(self.trusted_proxies.header.name())
+            || self
+                .rules
+                .iter()
+                .any(|r| r.key.iter().any(dim) || matches!(&r.target, Target::Tiers { by, .. } if dim(by)))
+    }
 }
 
 fn policies(value: &Value, field: &str, policy_index: &dyn Fn(&str) -> Option<usize>) -> Result<Vec<usize>> {

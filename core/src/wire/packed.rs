@@ -78,8 +78,13 @@ impl<'a> Reader<'a> {
         Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
     }
 
-    fn required(&mut self, what: &str) -> Result<String, Malformed> {
-        self.string(what)?.ok_or_else(|| Malformed(format!("{what} is absent")))
+    /// A string that must be there, unconverted.
+    fn bytes_of(&mut self, what: &str) -> Result<&'a [u8], Malformed> {
+        let len = self.u32(what)?;
+        if len == ABSENT {
+            return Err(Malformed(format!("{what} is absent")));
+        }
+        self.take(len as usize, what)
     }
 }
 
@@ -87,6 +92,13 @@ impl<'a> Reader<'a> {
 /// (`cost`, `now_ms`, `case_insensitive`, `ignore_trailing_slash`) are left
 /// at their defaults for the caller to set.
 pub fn read_request(bytes: &[u8]) -> Result<RequestInfo, Malformed> {
+    read_request_keeping(bytes, |_| true)
+}
+
+/// [`read_request`], keeping only the headers whose name `keep` accepts
+/// (`|name| limiter.reads_header(name)`: no copy of headers nobody reads);
+/// every header is still checked.
+pub fn read_request_keeping(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<RequestInfo, Malformed> {
     let mut r = Reader { bytes };
     let method = r.string("method")?;
     let path = r.string("path")?;
@@ -97,11 +109,14 @@ pub fn read_request(bytes: &[u8]) -> Result<RequestInfo, Malformed> {
     let key = r.string("key")?;
     let count = r.u32("header count")? as usize;
     // Each header takes at least 8 bytes: a corrupt count cannot reserve much.
-    let mut headers = Vec::with_capacity(count.min(r.bytes.len() / 8));
+    let mut headers = Vec::new();
     for _ in 0..count {
-        let name = r.required("header name")?;
-        let value = r.required("header value")?;
-        headers.push((name, value));
+        let name = r.bytes_of("header name")?;
+        let value = r.bytes_of("header value")?;
+        let name = String::from_utf8_lossy(name);
+        if keep(&name) {
+            headers.push((name.into_owned(), String::from_utf8_lossy(value).into_owned()));
+        }
     }
     if !r.bytes.is_empty() {
         return Err(Malformed(format!("{} bytes after the last header", r.bytes.len())));
@@ -219,6 +234,38 @@ mod tests {
     use super::*;
     use crate::decision::{Decision, Source};
     use crate::http::RuleDecision;
+
+    #[test]
+    fn only_the_kept_headers_are_copied_and_every_header_is_checked() {
+        let sent = RequestInfo {
+            method: "POST".into(),
+            path: "/login".into(),
+            headers: vec![
+                ("User-Agent".into(), "curl".into()),
+                ("X-Forwarded-For".into(), "203.0.113.7".into()),
+                ("Accept".into(), "*/*".into()),
+                ("x-forwarded-for".into(), "10.0.0.1".into()),
+            ],
+            ..RequestInfo::default()
+        };
+        let mut b = Vec::new();
+        write_request(&sent, &mut b);
+        let kept = read_request_keeping(&b, |name| name.eq_ignore_ascii_case("x-forwarded-for")).unwrap();
+        assert_eq!(
+            kept,
+            RequestInfo {
+                headers: vec![
+                    ("X-Forwarded-For".into(), "203.0.113.7".into()),
+                    ("x-forwarded-for".into(), "10.0.0.1".into()),
+                ],
+                ..sent.clone()
+            }
+        );
+        assert_eq!(read_request(&b).unwrap(), sent);
+        // A header left out is still read: a truncated one is an error.
+        b.truncate(b.len() - 1);
+        assert!(read_request_keeping(&b, |_| false).is_err());
+    }
 
     /// A test-side reader of the outcome layout, written from the module
     /// documentation (as the Go reader is).

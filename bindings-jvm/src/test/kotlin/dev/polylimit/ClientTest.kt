@@ -66,7 +66,25 @@ class ClientTest {
         val e = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(jitter = 2.0), 429, "1", 0, 0, 0, 0.5) }
         assertEquals("jitter", e.field)
         val max = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(maxWaitMs = -1), 429, "1", 0, 0, 0, 0.5) }
-        assertEquals("max_wait_ms", max.field)
+        assertEquals("maxWaitMs", max.field)
+    }
+
+    @Test
+    fun `refused options give the core's error under the Kotlin names (client retry_options json)`() {
+        val v = JsonParser.parseReader(File(ConformanceTest.vectorsDir(), "client/retry_options.json").reader()).asJsonObject
+        val camel = v.getAsJsonArray("invalid").map { it.asJsonObject }.filter { it["naming"].asString == "camel" }
+        assertEquals(true, camel.size >= 5, "${camel.size} camel cases")
+        for (c in camel) {
+            val o = c.getAsJsonObject("options")
+            ConformanceTest.fields("invalid options", o, setOf("maxRetries", "maxWaitMs", "budgetMs", "jitter", "statuses"), emptySet())
+            val policy = RetryPolicy(
+                maxRetries = o["maxRetries"]?.asInt ?: 3, maxWaitMs = o["maxWaitMs"]?.asLong ?: 60000,
+                budgetMs = o["budgetMs"]?.asLong ?: 120000, jitter = o["jitter"]?.asDouble ?: 0.1,
+                statuses = o["statuses"]?.asJsonArray?.map { it.asInt },
+            )
+            val e = assertThrows(PolylimitException.Config::class.java) { retryWait(policy, 429, "1", 0, 0, 0, 0.5) }
+            assertEquals(c["error"].asString, e.text, "$o")
+        }
     }
 
     @Test

@@ -1,0 +1,57 @@
+//! The Retry-After arithmetic of `polylimit.client`: the core's `client`
+//! module (the transports, sleeps and clock stay in Python).
+
+use polylimit::client::{RetryInput, RetryOptions};
+use polylimit::options::Naming;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// The checked options of a `RetryPolicy` (durations in seconds, as given).
+#[pyclass(name = "RetryOptions", module = "polylimit._polylimit", frozen)]
+pub struct PyRetryOptions(RetryOptions);
+
+#[pymethods]
+impl PyRetryOptions {
+    /// Checks the options; a `ValueError` naming the field and value (the
+    /// core's text) when one is wrong.
+    #[new]
+    #[pyo3(signature = (max_retries, max_wait, budget, jitter, statuses))]
+    fn new(max_retries: f64, max_wait: f64, budget: f64, jitter: f64, statuses: Vec<i64>) -> PyResult<Self> {
+        let input = RetryInput {
+            max_retries: Some(max_retries),
+            max_wait: Some(max_wait),
+            budget: Some(budget),
+            jitter: Some(jitter),
+            statuses: Some(statuses),
+        };
+        RetryOptions::from_naming(Naming::Snake, &input)
+            .map(PyRetryOptions)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// The wait in ms before the next attempt (`started_ms`: the first
+    /// attempt's clock, `now_ms`: the clock now), or None to give up.
+    fn wait_ms(
+        &self,
+        status: i64,
+        retry_after: Option<&str>,
+        retries: i64,
+        started_ms: i64,
+        now_ms: i64,
+        random: f64,
+    ) -> Option<u64> {
+        let (Ok(status), Ok(retries)) = (u16::try_from(status), u32::try_from(retries)) else {
+            return None;
+        };
+        self.0
+            .wait_since(status, retry_after, retries, started_ms, now_ms, random)
+    }
+}
+
+/// The wait in ms a `Retry-After` value asks for from `now_ms`; None when
+/// missing or unreadable.
+#[pyfunction]
+#[pyo3(signature = (value, now_ms))]
+pub fn parse_retry_after(value: Option<&str>, now_ms: i64) -> Option<u64> {
+    polylimit::client::parse_retry_after(value, now_ms)
+}

@@ -1,0 +1,98 @@
+//! tests/conformance/client/: the Retry-After rules of every language's
+//! client helper, played against the core's `client` module that they call.
+
+use std::path::PathBuf;
+
+use polylimit::client::{parse_retry_after, RetryInput, RetryOptions};
+use polylimit::options::Naming;
+use serde_json::Value;
+
+fn vectors(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/conformance/client")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn retry_after_vectors() {
+    let v = vectors("retry_after.json");
+    let now = v["now_ms"].as_i64().unwrap();
+    let mut failures = Vec::new();
+    for c in v["parse"].as_array().unwrap() {
+        let got = parse_retry_after(c["value"].as_str(), now);
+        if got != c["wait_ms"].as_u64() {
+            failures.push(format!("parse {}: got {got:?}, want {}", c["value"], c["wait_ms"]));
+        }
+    }
+    for c in v["decide"].as_array().unwrap() {
+        let o = &c["options"];
+        let options = RetryOptions {
+            max_retries: o["max_retries"].as_u64().unwrap() as u32,
+            max_wait_ms: o["max_wait_ms"].as_u64().unwrap(),
+            budget_ms: o["budget_ms"].as_u64().unwrap(),
+            jitter: o["jitter"].as_f64().unwrap(),
+            statuses: o["statuses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap() as u16)
+                .collect(),
+        };
+        options.validate().unwrap();
+        let got = options.wait_since(
+            c["status"].as_u64().unwrap() as u16,
+            c["retry_after"].as_str(),
+            c["retries"].as_u64().unwrap() as u32,
+            now - c["elapsed_ms"].as_i64().unwrap(),
+            now,
+            c["random"].as_f64().unwrap(),
+        );
+        if got != c["wait_ms"].as_u64() {
+            failures.push(format!("{}: got {got:?}, want {}", c["name"], c["wait_ms"]));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[test]
+fn retry_options_vectors() {
+    let v = vectors("retry_options.json");
+    let mut played = [0; 3];
+    for c in v["invalid"].as_array().unwrap() {
+        let naming = match c["naming"].as_str().unwrap() {
+            "snake" => Naming::Snake,
+            "camel" => Naming::Camel,
+            "go" => Naming::Go,
+            other => panic!("naming {other}"),
+        };
+        played[naming as usize] += 1;
+        let o = &c["options"];
+        let names: Vec<&str> = o.as_object().unwrap().keys().map(String::as_str).collect();
+        let number = |i: usize| {
+            let spellings = [
+                ["max_retries", "maxRetries", "MaxRetries"],
+                ["max_wait", "maxWaitMs", "MaxWait"],
+                ["budget", "budgetMs", "Budget"],
+                ["jitter", "jitter", "Jitter"],
+                ["statuses", "statuses", "Statuses"],
+            ];
+            let name = spellings[i][naming as usize];
+            assert!(
+                names.iter().all(|n| spellings.iter().any(|s| s[naming as usize] == *n)),
+                "{names:?}"
+            );
+            o.get(name)
+        };
+        let input = RetryInput {
+            max_retries: number(0).map(|n| n.as_f64().unwrap()),
+            max_wait: number(1).map(|n| n.as_f64().unwrap()),
+            budget: number(2).map(|n| n.as_f64().unwrap()),
+            jitter: number(3).map(|n| n.as_f64().unwrap()),
+            statuses: number(4).map(|l| l.as_array().unwrap().iter().map(|s| s.as_i64().unwrap()).collect()),
+        };
+        let got = RetryOptions::from_naming(naming, &input).map_err(|e| e.to_string());
+        assert_eq!(got.err().as_deref(), c["error"].as_str(), "{c}");
+    }
+    assert!(played.iter().all(|n| *n > 0), "{played:?}");
+}
