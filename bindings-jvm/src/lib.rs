@@ -12,6 +12,7 @@
 //! panic becomes `PolylimitException.Internal`.
 
 mod errors;
+mod inline;
 mod lease;
 mod limiter;
 mod runtime;
