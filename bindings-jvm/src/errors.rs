@@ -4,7 +4,6 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::task::Poll;
 
 use polylimit::{Error, ErrorKind};
 
@@ -105,12 +104,7 @@ pub(crate) fn block<T, F>(future: F) -> Result<T, PolylimitError>
 where
     F: Future<Output = polylimit::Result<T>>,
 {
-    let mut future = std::pin::pin!(future);
-    match crate::inline::poll_once(future.as_mut()) {
-        Ok(Poll::Ready(result)) => result.map_err(Into::into),
-        Ok(Poll::Pending) => guard(|| runtime().block_on(future).map_err(Into::into)),
-        Err(panic) => Err(panic_error(panic)),
-    }
+    guard(|| runtime().block_on(future).map_err(Into::into))
 }
 
 /// Runs `future` on the runtime and waits for it without a thread: the join
@@ -120,12 +114,6 @@ where
     T: Send + 'static,
     F: Future<Output = polylimit::Result<T>> + Send + 'static,
 {
-    let mut future = Box::pin(future);
-    match crate::inline::poll_once(future.as_mut()) {
-        Ok(Poll::Ready(result)) => return result.map_err(Into::into),
-        Ok(Poll::Pending) => {}
-        Err(panic) => return Err(panic_error(panic)),
-    }
     match runtime().spawn(future).await {
         Ok(result) => result.map_err(Into::into),
         Err(e) if e.is_panic() => Err(panic_error(e.into_panic())),

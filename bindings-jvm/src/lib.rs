@@ -12,7 +12,6 @@
 //! panic becomes `PolylimitException.Internal`.
 
 mod errors;
-mod inline;
 mod lease;
 mod limiter;
 mod runtime;
