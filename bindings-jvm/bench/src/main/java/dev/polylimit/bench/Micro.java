@@ -18,7 +18,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * Each form: a warm-up, then N calls; wall ns per call, the calling thread's
  * CPU ns per call (ThreadMXBean) and the whole process's CPU ns per call
  * (GC, cleaner and native threads included). Arguments: the forms to run
- * (version, check, future; all by default); MICRO_N, MICRO_ROUNDS.
+ * (bare, version, check, future; all by default; bare: a direct-mapped call
+ * with no structure in its signature, the floor of a JNA call); MICRO_N, MICRO_ROUNDS.
  */
 public final class Micro {
     static final int N = Integer.parseInt(System.getenv().getOrDefault("MICRO_N", "200000"));
@@ -28,6 +29,19 @@ public final class Micro {
     static final String[] KEYS = new String[1000];
 
     private Micro() {}
+
+    /**
+     * The floor of a JNA call: one of the library's functions with no
+     * structure in its signature (a uniffi checksum: no arguments, an int),
+     * direct-mapped like the generated code's.
+     */
+    static final class Bare {
+        static {
+            com.sun.jna.Native.register(Bare.class, "polylimit_jvm");
+        }
+
+        static native int uniffi_polylimit_jvm_checksum_func_version();
+    }
 
     interface Body {
         void run(int n) throws Exception;
@@ -86,7 +100,7 @@ public final class Micro {
         for (int k = 0; k < KEYS.length; k++) {
             KEYS[k] = "user:" + k;
         }
-        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args) : java.util.List.of("version", "check", "future");
+        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args) : java.util.List.of("bare", "version", "check", "future");
         System.out.printf("per-call cost, N=%d, %d rounds after a warm-up%n", N, ROUNDS);
         try (Limiter memory = new Limiter(
                 "{\"policy\": {\"algorithm\": \"token_bucket\", \"rate\": \"1000000/s\", \"burst\": 1000000}}")) {
@@ -94,6 +108,13 @@ public final class Micro {
                 measure("version()", N, n -> {
                     for (int i = 0; i < n; i++) {
                         Polylimit_jvmKt.version();
+                    }
+                });
+            }
+            if (forms.contains("bare")) {
+                measure("a direct-mapped call, no structures", N, n -> {
+                    for (int i = 0; i < n; i++) {
+                        Bare.uniffi_polylimit_jvm_checksum_func_version();
                     }
                 });
             }
