@@ -17,12 +17,12 @@ const LAYERS: &[&str] = &[
     "duration",
     "env",
     "document",
-    // The client helper's Retry-After rules, for outgoing calls.
-    "client",
     // The tokio runtime the bindings run checks on.
     "runtime",
     // The option names of each language.
     "options",
+    // The client helper's Retry-After rules, for outgoing calls (errors under each language's names).
+    "client",
     // A policy's `adaptive` field and the alerts' types.
     "adaptive",
     "policy",
