@@ -9,7 +9,8 @@
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::pin;
+use std::pin::{pin, Pin};
+use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
 use crate::limiter::{check_options, Limiter};
@@ -31,9 +32,25 @@ const BAD_OPTIONS: i32 = 2;
 const FAILED: i32 = 3;
 /// A panic was caught.
 const PANICKED: i32 = 4;
+/// Not decided yet: the completion callback will get the ticket.
+const PENDING: i32 = 5;
+/// No completion callback was registered.
+const NO_CALLBACK: i32 = 6;
 
 fn long(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn fields(d: &polylimit::Decision) -> [i64; FIELDS] {
+    [
+        i64::from(d.allowed),
+        long(d.limit),
+        long(d.remaining),
+        long(d.reset_after_ms),
+        d.retry_after_ms.map_or(NONE, long),
+        long(d.delay_ms),
+        d.source.index() as i64,
+    ]
 }
 
 /// Polls `future` once on the runtime (a memory store decides in that poll,
@@ -95,17 +112,8 @@ pub unsafe extern "C" fn polylimit_jvm_check_fast(
         };
         match run(limiter.core().check_with(key, options)) {
             Ok(d) => {
-                let fields: [i64; FIELDS] = [
-                    i64::from(d.allowed),
-                    long(d.limit),
-                    long(d.remaining),
-                    long(d.reset_after_ms),
-                    d.retry_after_ms.map_or(NONE, long),
-                    long(d.delay_ms),
-                    d.source.index() as i64,
-                ];
                 // SAFETY: the caller passes 7 writable i64 at `out`.
-                unsafe { std::ptr::copy_nonoverlapping(fields.as_ptr(), out, FIELDS) };
+                unsafe { std::ptr::copy_nonoverlapping(fields(&d).as_ptr(), out, FIELDS) };
                 OK
             }
             Err(_) => FAILED,
@@ -129,4 +137,109 @@ pub unsafe extern "C" fn polylimit_jvm_source_names(buf: *mut u8, cap: i32) -> i
         unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len()) };
     }
     i32::try_from(text.len()).unwrap_or(i32::MAX)
+}
+
+/// Called once per pending check, on a runtime thread: the ticket given to
+/// `polylimit_jvm_check_start`, a code (`OK`, else an error) and the seven
+/// fields (zeros unless `OK`).
+pub type Completion = extern "C" fn(i64, i32, i64, i64, i64, i64, i64, i64, i64);
+
+static COMPLETION: OnceLock<Completion> = OnceLock::new();
+
+/// Registers the completion callback of `polylimit_jvm_check_start` (the
+/// first registration stays; returns 0 when it is `callback`, else 1).
+#[no_mangle]
+pub extern "C" fn polylimit_jvm_fast_completion(callback: Completion) -> i32 {
+    i32::from(*COMPLETION.get_or_init(|| callback) as usize != callback as usize)
+}
+
+/// Polls the inner future, a panic becoming `Err`.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+/// `polylimit_jvm_check_fast` without waiting: a decision ready in the first
+/// poll (the memory store) is written to `out` (returns 0); otherwise the
+/// check goes on on the runtime and the registered completion callback gets
+/// `ticket` and the decision (returns `PENDING`). Other codes: nothing was
+/// started.
+///
+/// # Safety
+/// As `polylimit_jvm_check_fast`.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_jvm_check_start(
+    handle: u64,
+    key: *const u8,
+    key_len: i32,
+    cost: i64,
+    now_ms: i64,
+    ticket: i64,
+    out: *mut i64,
+) -> i32 {
+    let body = || {
+        let Some(&completion) = COMPLETION.get() else {
+            return NO_CALLBACK;
+        };
+        let Ok(len) = usize::try_from(key_len) else {
+            return BAD_ARGUMENT;
+        };
+        if handle == 0 || out.is_null() || (key.is_null() && len > 0) {
+            return BAD_ARGUMENT;
+        }
+        // SAFETY: as in `polylimit_jvm_check_fast`.
+        let limiter = unsafe { &*(handle as *const Limiter) };
+        let bytes = if len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: the caller passes `key_len` readable bytes at `key`.
+            unsafe { std::slice::from_raw_parts(key, len) }
+        };
+        let Ok(key) = std::str::from_utf8(bytes) else {
+            return BAD_ARGUMENT;
+        };
+        let given = |n: i64| (n != NONE).then_some(n);
+        let Ok(options) = check_options(given(cost), given(now_ms)) else {
+            return BAD_OPTIONS;
+        };
+        let core = limiter.core().clone();
+        let key = key.to_string();
+        let mut work = CatchUnwind(Box::pin(async move { core.check_with(&key, options).await }));
+        let rt = runtime();
+        let ready = {
+            let _enter = rt.enter();
+            Pin::new(&mut work).poll(&mut Context::from_waker(Waker::noop()))
+        };
+        match ready {
+            Poll::Ready(Ok(Ok(d))) => {
+                // SAFETY: the caller passes 7 writable i64 at `out`.
+                unsafe { std::ptr::copy_nonoverlapping(fields(&d).as_ptr(), out, FIELDS) };
+                OK
+            }
+            Poll::Ready(Ok(Err(_))) => FAILED,
+            Poll::Ready(Err(())) => PANICKED,
+            Poll::Pending => {
+                rt.spawn(async move {
+                    let (code, f) = match work.await {
+                        Ok(Ok(d)) => (OK, fields(&d)),
+                        Ok(Err(_)) => (FAILED, [0; FIELDS]),
+                        Err(()) => (PANICKED, [0; FIELDS]),
+                    };
+                    completion(ticket, code, f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
+                });
+                PENDING
+            }
+        }
+    };
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(PANICKED)
 }
