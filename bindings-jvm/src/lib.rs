@@ -14,6 +14,7 @@
 mod anomaly;
 mod client;
 mod errors;
+mod fast;
 mod lease;
 mod limiter;
 mod runtime;

@@ -211,6 +211,11 @@ impl Limiter {
 }
 
 impl Limiter {
+    /// The core limiter (the fast check path, `fast.rs`).
+    pub(crate) fn core(&self) -> &polylimit::Limiter {
+        &self.inner
+    }
+
     fn acquired(&self, decision: polylimit::Decision, guard: Option<polylimit::LeaseGuard>) -> Acquired {
         Acquired {
             decision: decision.into(),

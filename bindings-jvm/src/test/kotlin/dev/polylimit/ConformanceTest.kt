@@ -51,6 +51,12 @@ class ConformanceTest {
         files("").map { file -> DynamicTest.dynamicTest("$name: ${file.name}") { playDecisions(file, store) } }
     }
 
+    /** The same vectors through `checkFast` and `checkFutureFast` (FastCheck.kt, alternating): the same decisions. */
+    @TestFactory
+    fun fastDecisionVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("").map { file -> DynamicTest.dynamicTest("fast $name: ${file.name}") { playDecisions(file, store, fast = true) } }
+    }
+
     @TestFactory
     fun httpVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
         files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store) } }
@@ -129,7 +135,7 @@ class ConformanceTest {
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
     }
 
-    private fun playDecisions(file: File, store: String) {
+    private fun playDecisions(file: File, store: String, fast: Boolean = false) {
         val failures = mutableListOf<String>()
         var steps = 0
         for (case in cases(file)) {
@@ -154,6 +160,10 @@ class ConformanceTest {
                     // A peek step: the decision a check would get, with nothing charged.
                     val got = if (step["peek"]?.asBoolean == true) {
                         limiter.peek(key, cost, nowMs)
+                    } else if (fast && i % 2 == 0) {
+                        limiter.checkFast(key, cost, nowMs)
+                    } else if (fast) {
+                        limiter.checkFutureFast(key, cost, nowMs).get()
                     } else {
                         limiter.check(key, cost, nowMs)
                     }

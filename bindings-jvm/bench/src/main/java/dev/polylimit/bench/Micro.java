@@ -2,6 +2,7 @@ package dev.polylimit.bench;
 
 import com.sun.management.OperatingSystemMXBean;
 import dev.polylimit.Decision;
+import dev.polylimit.FastCheck;
 import dev.polylimit.Limiter;
 import dev.polylimit.LimiterFutures;
 import dev.polylimit.Polylimit_jvmKt;
@@ -18,8 +19,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * Each form: a warm-up, then N calls; wall ns per call, the calling thread's
  * CPU ns per call (ThreadMXBean) and the whole process's CPU ns per call
  * (GC, cleaner and native threads included). Arguments: the forms to run
- * (bare, version, check, future; all by default; bare: a direct-mapped call
- * with no structure in its signature, the floor of a JNA call); MICRO_N, MICRO_ROUNDS.
+ * (bare, version, check, fast, future; all by default; bare: a direct-mapped call
+ * with no structure in its signature, the floor of a JNA call; fast:
+ * {@code FastCheck.checkFast}, the blocking check through one such call); MICRO_N, MICRO_ROUNDS.
  */
 public final class Micro {
     static final int N = Integer.parseInt(System.getenv().getOrDefault("MICRO_N", "200000"));
@@ -100,7 +102,7 @@ public final class Micro {
         for (int k = 0; k < KEYS.length; k++) {
             KEYS[k] = "user:" + k;
         }
-        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args) : java.util.List.of("bare", "version", "check", "future");
+        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args) : java.util.List.of("bare", "version", "check", "fast", "future");
         System.out.printf("per-call cost, N=%d, %d rounds after a warm-up%n", N, ROUNDS);
         try (Limiter memory = new Limiter(
                 "{\"policy\": {\"algorithm\": \"token_bucket\", \"rate\": \"1000000/s\", \"burst\": 1000000}}")) {
@@ -122,6 +124,13 @@ public final class Micro {
                 measure("check(key), memory, blocking", N, n -> {
                     for (int i = 0; i < n; i++) {
                         memory.check(KEYS[i % KEYS.length], null, null);
+                    }
+                });
+            }
+            if (forms.contains("fast")) {
+                measure("checkFast(key), memory, blocking", N, n -> {
+                    for (int i = 0; i < n; i++) {
+                        FastCheck.checkFast(memory, KEYS[i % KEYS.length]);
                     }
                 });
             }
