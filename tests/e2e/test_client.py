@@ -85,7 +85,8 @@ def go_client(tmp_path_factory) -> Path:
         f"replace github.com/polylimit/polylimit/bindings-go => {GO_MODULE}\n"
     )
     binary = directory / "goclient"
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+    # cgo: the client asks the core (the static library `make go-capi` built) for each wait.
+    env = dict(os.environ, CGO_ENABLED="1", GOFLAGS="-mod=mod")
     subprocess.run(["go", "build", "-o", str(binary), "."], cwd=directory, env=env, check=True, timeout=300)
     return binary
 
