@@ -13,6 +13,8 @@ use std::pin::{pin, Pin};
 use std::sync::OnceLock;
 use std::task::{Context, Poll, Waker};
 
+use polylimit::CheckOptions;
+
 use crate::limiter::{check_options, Limiter};
 use crate::runtime::runtime;
 
@@ -68,6 +70,37 @@ fn run<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// The limiter, key and options of a fast call, or the code refusing them.
+///
+/// # Safety
+/// As `polylimit_jvm_check_fast`'s.
+unsafe fn arguments<'a>(
+    handle: u64,
+    key: *const u8,
+    key_len: i32,
+    cost: i64,
+    now_ms: i64,
+    out: *mut i64,
+) -> Result<(&'a Limiter, &'a str, CheckOptions), i32> {
+    let len = usize::try_from(key_len).map_err(|_| BAD_ARGUMENT)?;
+    if handle == 0 || out.is_null() || (key.is_null() && len > 0) {
+        return Err(BAD_ARGUMENT);
+    }
+    // SAFETY: uniffi's handle of an `Arc<Limiter>` is the Arc's pointer
+    // (`Handle::from_arc`); the caller holds it alive for the call.
+    let limiter = unsafe { &*(handle as *const Limiter) };
+    let bytes = if len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller passes `key_len` readable bytes at `key`.
+        unsafe { std::slice::from_raw_parts(key, len) }
+    };
+    let key = std::str::from_utf8(bytes).map_err(|_| BAD_ARGUMENT)?;
+    let given = |n: i64| (n != NONE).then_some(n);
+    let options = check_options(given(cost), given(now_ms)).map_err(|_| BAD_OPTIONS)?;
+    Ok((limiter, key, options))
+}
+
 /// Checks `key` (`key_len` UTF-8 bytes) on the limiter behind the uniffi
 /// handle `handle`, charging `cost` (`i64::MIN`: the default; checked by the
 /// core's rule, as the uniffi `check`'s) at `now_ms` (`i64::MIN`: the store's clock). On 0,
@@ -88,27 +121,10 @@ pub unsafe extern "C" fn polylimit_jvm_check_fast(
     out: *mut i64,
 ) -> i32 {
     let body = || {
-        let Ok(len) = usize::try_from(key_len) else {
-            return BAD_ARGUMENT;
-        };
-        if handle == 0 || out.is_null() || (key.is_null() && len > 0) {
-            return BAD_ARGUMENT;
-        }
-        // SAFETY: uniffi's handle of an `Arc<Limiter>` is the Arc's pointer
-        // (`Handle::from_arc`); the caller holds it alive for the call.
-        let limiter = unsafe { &*(handle as *const Limiter) };
-        let bytes = if len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: the caller passes `key_len` readable bytes at `key`.
-            unsafe { std::slice::from_raw_parts(key, len) }
-        };
-        let Ok(key) = std::str::from_utf8(bytes) else {
-            return BAD_ARGUMENT;
-        };
-        let given = |n: i64| (n != NONE).then_some(n);
-        let Ok(options) = check_options(given(cost), given(now_ms)) else {
-            return BAD_OPTIONS;
+        // SAFETY: the caller's promises, passed on (see the function's doc).
+        let (limiter, key, options) = match unsafe { arguments(handle, key, key_len, cost, now_ms, out) } {
+            Ok(args) => args,
+            Err(code) => return code,
         };
         match run(limiter.core().check_with(key, options)) {
             Ok(d) => {
@@ -191,26 +207,10 @@ pub unsafe extern "C" fn polylimit_jvm_check_start(
         let Some(&completion) = COMPLETION.get() else {
             return NO_CALLBACK;
         };
-        let Ok(len) = usize::try_from(key_len) else {
-            return BAD_ARGUMENT;
-        };
-        if handle == 0 || out.is_null() || (key.is_null() && len > 0) {
-            return BAD_ARGUMENT;
-        }
-        // SAFETY: as in `polylimit_jvm_check_fast`.
-        let limiter = unsafe { &*(handle as *const Limiter) };
-        let bytes = if len == 0 {
-            &[][..]
-        } else {
-            // SAFETY: the caller passes `key_len` readable bytes at `key`.
-            unsafe { std::slice::from_raw_parts(key, len) }
-        };
-        let Ok(key) = std::str::from_utf8(bytes) else {
-            return BAD_ARGUMENT;
-        };
-        let given = |n: i64| (n != NONE).then_some(n);
-        let Ok(options) = check_options(given(cost), given(now_ms)) else {
-            return BAD_OPTIONS;
+        // SAFETY: the caller's promises, passed on (see the function's doc).
+        let (limiter, key, options) = match unsafe { arguments(handle, key, key_len, cost, now_ms, out) } {
+            Ok(args) => args,
+            Err(code) => return code,
         };
         let core = limiter.core().clone();
         let key = key.to_string();
