@@ -1,9 +1,10 @@
 """Writes the Go module as a module proxy serves a tagged release: <module>/@v/{list,.info,.mod,.zip}.
 
-The zip holds the package's Go files, the C header and, per platform, the prebuilt static library in
+The zip holds the package's Go files, the client package's (client/, which calls the same core for
+the Retry-After rules), the C header and, per platform, the prebuilt static library in
 build/<goos>-<goarch>/ (as wasmtime-go ships its own), each directory with a Go file of its own so
-`go mod vendor` keeps it. A generated link.go replaces the checkout's link_debug.go / link_release.go,
-which point cgo at cargo's target directory. Standard library only.
+`go mod vendor` keeps it. A generated link.go in each package replaces the checkout's link_debug.go /
+link_release.go, which point cgo at cargo's target directory. Standard library only.
 
     python3 dist.py --version 0.1.0 --out dist/goproxy --lib linux-amd64=path/to/libpolylimit_capi.a ...
 """
@@ -29,12 +30,13 @@ def package_dir(platform: str) -> str:
     return "build/" + platform
 
 
-def link_go(platforms) -> str:
+def link_go(platforms, package: str = "polylimit", root: str = "") -> str:
+    """The cgo link file of `package`, which sits `root` ("../" per level) below the module's root."""
     goos_arch = [p.split("-", 1) for p in platforms]
-    ldflags = "\n".join(f"#cgo {goos},{arch} LDFLAGS: ${{SRCDIR}}/build/{goos}-{arch}/{LIB} {NATIVE_LIBS}"
+    ldflags = "\n".join(f"#cgo {goos},{arch} LDFLAGS: ${{SRCDIR}}/{root}build/{goos}-{arch}/{LIB} {NATIVE_LIBS}"
                         for goos, arch in goos_arch)
     imports = "\n".join(f'\t_ "{MODULE}/build/{goos}-{arch}"' for goos, arch in goos_arch)
-    return f"""package polylimit
+    return f"""package {package}
 
 // The prebuilt core for each platform this release ships, in build/<goos>-<goarch>/.
 // Imported so that `go mod vendor` keeps those directories and the header's.
@@ -58,11 +60,12 @@ def keep_dir_go(package: str, what: str) -> str:
 def module_files(platforms: dict) -> dict:
     """Path in the module -> bytes."""
     files = {}
-    for src in sorted(HERE.glob("*.go")):
-        if src.name.endswith("_test.go") or src.name in CHECKOUT_ONLY:
-            continue
-        files[src.name] = src.read_bytes()
-    files["link.go"] = link_go(sorted(platforms)).encode()
+    for package, at, root in (("polylimit", "", ""), ("client", "client/", "../")):
+        for src in sorted((HERE / at).glob("*.go")):
+            if src.name.endswith("_test.go") or src.name in CHECKOUT_ONLY:
+                continue
+            files[at + src.name] = src.read_bytes()
+        files[at + "link.go"] = link_go(sorted(platforms), package, root).encode()
     files["go.mod"] = (HERE / "go.mod").read_bytes()
     files["README.md"] = (HERE / "README.md").read_bytes()
     files["LICENSE"] = (ROOT / "LICENSE").read_bytes()
@@ -88,11 +91,13 @@ def check(files: dict, platforms: dict) -> None:
     """Only what a user builds with: no tests, Rust sources, benchmarks or cargo output."""
     for name in files:
         ok = (("/" not in name and (name.endswith(".go") or name in ("go.mod", "README.md", "LICENSE")))
+              or (name.startswith("client/") and name.count("/") == 1 and name.endswith(".go"))
               or name in ("capi/include/polylimit.h", "capi/include/include.go")
               or any(name in (f"build/{p}/{LIB}", f"build/{p}/lib.go") for p in platforms))
         if not ok or name.endswith("_test.go") or name in CHECKOUT_ONLY:
             sys.exit(f"go dist: unexpected file in the module zip: {name}")
-    for needed in ("go.mod", "LICENSE", "link.go", "limiter.go", "version.go", "capi/include/polylimit.h"):
+    for needed in ("go.mod", "LICENSE", "link.go", "limiter.go", "version.go", "capi/include/polylimit.h",
+                   "client/client.go", "client/link.go"):
         if needed not in files:
             sys.exit(f"go dist: {needed} is missing from the module zip")
 

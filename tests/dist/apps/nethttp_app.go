@@ -1,4 +1,5 @@
-// The clean room's net/http app: polylimit from the Go module proxy, one policy.
+// The clean room's net/http app: polylimit from the Go module proxy, one policy;
+// /version also reports a Retry-After value read by the client package (cgo, the same core).
 package main
 
 import (
@@ -6,8 +7,10 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"time"
 
 	polylimit "github.com/polylimit/polylimit/bindings-go"
+	"github.com/polylimit/polylimit/bindings-go/client"
 )
 
 func main() {
@@ -27,7 +30,8 @@ func main() {
 	})
 	mux.Handle("GET /hello", limiter.Middleware()(hello))
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]string{"version": polylimit.Version})
+		wait, _ := client.ParseRetryAfter("7", time.Now())
+		_ = json.NewEncoder(w).Encode(map[string]any{"version": polylimit.Version, "client_retry_after_ms": wait.Milliseconds()})
 	})
 	log.Fatal(http.ListenAndServe("127.0.0.1:"+os.Getenv("PORT"), mux))
 }
