@@ -1,0 +1,31 @@
+-- Several decisions in one call (the function library only). ARGV holds,
+-- per decision, its key count, its argument count, then its arguments (as
+-- check.lua reads them); KEYS holds the decisions' keys one after the other.
+-- Each decision runs through check() in turn, under pcall: an error (a key
+-- holding foreign data) fails that decision alone. Returns one reply per
+-- decision, in order: check()'s array, or the error it raised.
+local function batch(KEYS, ARGV)
+  local out = {}
+  local k, a, n = 0, 1, #ARGV
+  while a <= n do
+    local nkeys, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local keys, args = {}, {}
+    for i = 1, nkeys do keys[i] = KEYS[k + i] end
+    for i = 1, nargs do args[i] = ARGV[a + 1 + i] end
+    k = k + nkeys
+    a = a + 2 + nargs
+    local ok, reply = pcall(check, keys, args)
+    if ok then
+      out[#out + 1] = reply
+    elseif type(reply) == 'table' and reply.err then
+      out[#out + 1] = reply
+    else
+      -- A redis.call error or an error({err = ...}) reaches pcall as its
+      -- text ('WRONGTYPE ...', 'POLYLIMIT_STATE ...'): keep its code; a Lua
+      -- runtime error ('user_function:12: ...') has none.
+      reply = tostring(reply)
+      out[#out + 1] = {err = string.find(reply, '^%u[%u_]* ') and reply or 'ERR ' .. reply}
+    end
+  end
+  return out
+end
