@@ -173,6 +173,7 @@ internal fun utf8(text: String): ByteArray? {
  * written against 0.1's first fast call).
  */
 @JvmOverloads
+@Throws(PolylimitException::class)
 fun Limiter.checkFast(key: String, cost: Long? = null, nowMs: Long? = null): Decision = check(key, cost, nowMs)
 
 /** The decision through the native fast call, or null when it decided nothing (an error, a closed limiter). */

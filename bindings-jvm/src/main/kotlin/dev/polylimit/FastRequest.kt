@@ -212,6 +212,7 @@ private fun flags(caseInsensitive: Boolean, ignoreTrailingSlash: Boolean): Int =
  * the core's headers, body, delay and completion token. The same outcome
  * and exceptions as `checkRequest(request.toHttpRequest())`.
  */
+@Throws(PolylimitException::class)
 fun Limiter.checkPacked(request: PackedRequest): Outcome {
     val packer = request.pack()
     return packer?.let { packedOutcome(it, request.cost, request.nowMs, request.flags()) }
