@@ -57,7 +57,7 @@ fn fields(d: &polylimit::Decision) -> [i64; FIELDS] {
 
 /// Polls `future` once on the runtime (a memory store decides in that poll,
 /// on the calling thread), else waits for it there (a remote store).
-fn run<F: Future>(future: F) -> F::Output {
+pub(crate) fn run<F: Future>(future: F) -> F::Output {
     let rt = runtime();
     let mut future = pin!(future);
     let ready = {

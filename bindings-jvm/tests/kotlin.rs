@@ -2,6 +2,12 @@
 //! must be what uniffi-bindgen generates from the library cargo just built.
 //! `POLYLIMIT_UPDATE_KOTLIN=1 cargo test -p polylimit-jvm --test kotlin`
 //! (what `make jvm-kotlin` runs) rewrites it.
+//!
+//! One edit is made to uniffi's output ([`route_fast`]): the standard
+//! `check`, `checkAsync` and `checkRequest` try the fast native calls
+//! (`FastCheck.kt`, `FastRequest.kt`) first and fall back to the generated
+//! body, renamed `generatedCheck`, `generatedCheckAsync` and
+//! `generatedCheckRequest`, which counts its calls (`GeneratedCalls`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,7 +62,7 @@ fn kotlin_is_up_to_date() {
         .expect("run uniffi-bindgen");
     assert!(status.success(), "uniffi-bindgen failed: {status}");
     let rel = Path::new("dev/polylimit/polylimit_jvm.kt");
-    let generated = std::fs::read_to_string(out.join(rel)).expect("generated Kotlin");
+    let generated = route_fast(&std::fs::read_to_string(out.join(rel)).expect("generated Kotlin"));
     let _ = std::fs::remove_dir_all(&out);
     let path = crate_dir.join("src/main/kotlin").join(rel);
     if std::env::var_os("POLYLIMIT_UPDATE_KOTLIN").is_some() {
@@ -69,4 +75,48 @@ fn kotlin_is_up_to_date() {
         "{} is stale: run `make jvm-kotlin` (POLYLIMIT_UPDATE_KOTLIN=1 cargo test -p polylimit-jvm --test kotlin)",
         path.display()
     );
+}
+
+/// `method`'s generated header (`…{`), a fast form of it (`… = fast ?:
+/// generated…(args)`), and the generated body under the new name.
+struct Route {
+    header: &'static str,
+    fast: &'static str,
+    generated: &'static str,
+}
+
+const ROUTES: [Route; 3] = [
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n",
+        fast: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =\n        fastDecision(`key`, `cost`, `nowMs`) ?: generatedCheck(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [check] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedCheck(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {\n",
+        fast: "    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =\n        fastDecisionAsync(`key`, `cost`, `nowMs`) ?: generatedCheckAsync(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [checkAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedCheckAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome {\n",
+        fast: "@Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome =\n        fastOutcome(`request`) ?: generatedCheckRequest(`request`)\n\n",
+        generated: "    /** [checkRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedCheckRequest(`request`: HttpRequest): Outcome {\n        GeneratedCalls.record()\n",
+    },
+];
+
+/// uniffi's Kotlin with `check`, `checkAsync` and `checkRequest` routed
+/// through the fast native calls first (see the module's doc). Each header
+/// must be found exactly once: a uniffi that writes them otherwise fails
+/// here, never silently leaves the slow path in place.
+fn route_fast(generated: &str) -> String {
+    let mut text = generated.to_string();
+    for r in &ROUTES {
+        assert_eq!(
+            text.matches(r.header).count(),
+            1,
+            "uniffi's Kotlin changed: cannot find the header to route through the fast path: {}",
+            r.header
+        );
+        text = text.replacen(r.header, &format!("{}{}", r.fast, r.generated), 1);
+    }
+    text
 }

@@ -9,21 +9,30 @@ import java.lang.invoke.MethodHandles
 import java.lang.invoke.VarHandle
 import java.util.concurrent.CompletableFuture
 import java.util.concurrent.ConcurrentHashMap
+import java.nio.CharBuffer
+import java.nio.charset.CharacterCodingException
+import java.nio.charset.CodingErrorAction
 import java.util.concurrent.atomic.AtomicLong
+import java.util.concurrent.atomic.LongAdder
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.asExecutor
+import kotlinx.coroutines.future.await
 
-// `Limiter.checkFast`: the blocking `check` through one direct-mapped JNA call
-// with primitive arguments (the native `polylimit_jvm_check_fast`, fast.rs)
-// instead of the generated path, whose per-call JNA objects (a RustCallStatus,
-// a RustBuffer per string or optional argument, a handle clone: each its own
-// native call, tracked by JNA's cleaner) cost 11-50 us of CPU. Same core call,
-// same Decision. A memory store decides on the calling thread; a remote store
-// is waited for on it, as `check` does. Any error (a bad cost or nowMs, a
-// closed limiter, a failure) goes to the generated `check`, which throws the
-// exception it always throws.
+// The standard `check`, `checkAsync` and `checkFuture` go through one
+// direct-mapped JNA call with primitive arguments (the native
+// `polylimit_jvm_check_fast` / `polylimit_jvm_check_start`, fast.rs) instead
+// of the generated path, whose per-call JNA objects (a RustCallStatus, a
+// RustBuffer per string or optional argument, a handle clone: each its own
+// native call, tracked by JNA's cleaner) cost 11-50 us of CPU. (The generated
+// `check`/`checkAsync` are routed here by the one edit `make jvm-kotlin` makes
+// to uniffi's output: tests/kotlin.rs.) Same core call, same Decision. A
+// memory store decides on the calling thread; a remote store is waited for
+// on it (`check`) or completes a future through one native callback
+// (`checkAsync`, `checkFuture`). Any error (a bad cost or nowMs, a closed
+// limiter, a failure, a key that is not valid UTF-16) goes to the generated
+// call, which throws the exception it always throws.
 
-private object FastLib {
+internal object FastLib {
     init {
         UniffiLib.ensureInitialized()
         val name = System.getProperty("uniffi.component.polylimit_jvm.libraryOverride") ?: "polylimit_jvm"
@@ -44,6 +53,17 @@ private object FastLib {
     @JvmStatic
     external fun polylimit_jvm_source_names(buf: ByteArray?, cap: Int): Int
 
+    @JvmStatic
+    external fun polylimit_jvm_check_request_packed(
+        handle: Long, request: ByteArray, requestLen: Int, cost: Long, nowMs: Long, flags: Int, out: ByteArray, outCap: Int,
+    ): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_take_outcome(out: ByteArray, outCap: Int): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_reads_header(handle: Long, name: ByteArray, nameLen: Int): Int
+
     /** `polylimit::Source::ALL`'s names, from the library: out[6] indexes it. */
     val sources: Array<String> = run {
         val buf = ByteArray(polylimit_jvm_source_names(null, 0))
@@ -61,7 +81,7 @@ private object FastLib {
         lookup.findVarHandle(Limiter::class.java, "cleanable", UniffiCleaner.Cleanable::class.java)
 }
 
-private const val NONE = Long.MIN_VALUE
+internal const val NONE = Long.MIN_VALUE
 private const val PENDING = 5
 
 /** The native completion of a pending `checkFutureFast`: one call per decision, on a runtime thread. */
@@ -69,7 +89,7 @@ internal interface Completion : Callback {
     fun invoke(ticket: Long, code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long)
 }
 
-private fun decision(f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) = Decision(
+internal fun decision(f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) = Decision(
     allowed = f0 != 0L,
     limit = f1,
     remaining = f2,
@@ -100,10 +120,8 @@ private object FastAsync {
                 executor.execute { p.future.complete(d) }
             } else {
                 // The generated path raises the exception it always raises.
-                executor.execute {
-                    p.limiter.checkFuture(p.key, p.cost, p.nowMs).whenComplete { d, e ->
-                        if (e != null) p.future.completeExceptionally(e) else p.future.complete(d)
-                    }
+                p.limiter.generatedCheckFuture(p.key, p.cost, p.nowMs).whenComplete { d, e ->
+                    if (e != null) p.future.completeExceptionally(e) else p.future.complete(d)
                 }
             }
         }
@@ -118,21 +136,53 @@ private object FastAsync {
 }
 
 /**
- * [Limiter.check] through the fast native path: the same decision (and the
- * same exceptions) at a fraction of the call's CPU. Blocks while a remote
- * store answers, as `check` does.
+ * The calls of the uniffi-generated `check`, `checkAsync` and `checkRequest`
+ * bodies (`generatedCheck`…): the standard calls take them only when the fast
+ * native call cannot decide (an error, which they throw). Tests read it.
+ */
+object GeneratedCalls {
+    private val calls = LongAdder()
+
+    /** How many generated-path calls were made so far. */
+    @JvmStatic
+    fun count(): Long = calls.sum()
+
+    internal fun record() = calls.increment()
+}
+
+/**
+ * `text` as UTF-8 for a fast call, or null when it is not valid UTF-16 (a
+ * lone surrogate): the generated call, whose encoder rejects it, throws then.
+ */
+internal fun utf8(text: String): ByteArray? {
+    for (c in text) {
+        if (c.isSurrogate()) {
+            return try {
+                val b = Charsets.UTF_8.newEncoder().onMalformedInput(CodingErrorAction.REPORT).encode(CharBuffer.wrap(text))
+                ByteArray(b.remaining()).also { b.get(it) }
+            } catch (e: CharacterCodingException) {
+                null
+            }
+        }
+    }
+    return text.toByteArray(Charsets.UTF_8)
+}
+
+/**
+ * [Limiter.check], which is now the fast path itself (kept for the code
+ * written against 0.1's first fast call).
  */
 @JvmOverloads
-fun Limiter.checkFast(key: String, cost: Long? = null, nowMs: Long? = null): Decision =
-    fastDecision(key, cost, nowMs) ?: check(key, cost, nowMs) // the generated call throws what it throws
+@Throws(PolylimitException::class)
+fun Limiter.checkFast(key: String, cost: Long? = null, nowMs: Long? = null): Decision = check(key, cost, nowMs)
 
 /** The decision through the native fast call, or null when it decided nothing (an error, a closed limiter). */
 internal fun Limiter.fastDecision(key: String, cost: Long?, nowMs: Long?): Decision? {
     if (cost == NONE || nowMs == NONE) {
         return null
     }
+    val bytes = utf8(key) ?: return null
     val out = LongArray(7)
-    val bytes = key.toByteArray(Charsets.UTF_8)
     val code = withRawHandle { handle ->
         FastLib.polylimit_jvm_check_fast(handle, bytes, bytes.size, cost ?: NONE, nowMs ?: NONE, out)
     } ?: return null
@@ -143,23 +193,25 @@ internal fun Limiter.fastDecision(key: String, cost: Long?, nowMs: Long?): Decis
 }
 
 /**
- * [Limiter.checkFuture] through the fast native path: a memory store's
- * decision comes back completed; a remote store's completes through one
- * native callback, on Dispatchers.Default. The same decisions and the same
- * exceptions (any error goes to the generated `checkFuture`).
+ * [Limiter.checkFuture], which is now the fast path itself (kept for the code
+ * written against 0.1's first fast call).
  */
 @JvmOverloads
 fun Limiter.checkFutureFast(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
-    startFast(key, cost, nowMs) ?: checkFuture(key, cost, nowMs)
+    checkFuture(key, cost, nowMs)
+
+/** `checkAsync`'s fast form: the decision, or null when the native call started nothing (an error). */
+internal suspend fun Limiter.fastDecisionAsync(key: String, cost: Long?, nowMs: Long?): Decision? =
+    startFast(key, cost, nowMs)?.await()
 
 /** The future of the native start, or null when it started nothing (an error, a closed limiter). */
 internal fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Decision>? {
     if (cost == NONE || nowMs == NONE) {
         return null
     }
+    val bytes = utf8(key) ?: return null
     FastAsync.ensureInitialized()
     val out = LongArray(7)
-    val bytes = key.toByteArray(Charsets.UTF_8)
     val ticket = FastAsync.tickets.incrementAndGet()
     val pending = FastAsync.Pending(this, key, cost, nowMs)
     FastAsync.waiting[ticket] = pending
@@ -184,7 +236,7 @@ internal fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?): Completa
  * `callWithHandle` keeps it (its call counter) but without its native clone;
  * null when the limiter is closed.
  */
-private inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
+internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
     val counter = FastLib.callCounter.get(this) as AtomicLong
     while (true) {
         val c = counter.get()

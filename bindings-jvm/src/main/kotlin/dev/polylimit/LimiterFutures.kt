@@ -16,10 +16,18 @@ import kotlinx.coroutines.future.future
 
 private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
-/** [Limiter.checkAsync] as a CompletableFuture. */
+/**
+ * [Limiter.checkAsync] as a CompletableFuture: through the fast native call
+ * (FastCheck.kt; a memory store's decision comes back completed), else the
+ * generated call, which throws what it throws.
+ */
 @JvmOverloads
 fun Limiter.checkFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
-    scope.future { checkAsync(key, cost, nowMs) }
+    startFast(key, cost, nowMs) ?: generatedCheckFuture(key, cost, nowMs)
+
+/** The generated `checkAsync` as a CompletableFuture (the fast path's fallback). */
+internal fun Limiter.generatedCheckFuture(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Decision> =
+    scope.future { generatedCheckAsync(key, cost, nowMs) }
 
 /** [Limiter.peekAsync] as a CompletableFuture. */
 @JvmOverloads

@@ -2144,7 +2144,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * Checks `key`, charging `cost` (default 1), at `nowMs` (default: the
      * store's clock); blocks the calling thread until decided.
      */
-    @Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
+    @Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =
+        fastDecision(`key`, `cost`, `nowMs`) ?: generatedCheck(`key`, `cost`, `nowMs`)
+
+    /** [check] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedCheck(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
+        GeneratedCalls.record()
             return FfiConverterTypeDecision.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2166,7 +2171,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
+    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =
+        fastDecisionAsync(`key`, `cost`, `nowMs`) ?: generatedCheckAsync(`key`, `cost`, `nowMs`)
+
+    /** [checkAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedCheckAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check_async(
@@ -2191,7 +2202,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * Decides a request by the limiter's rules: what the middleware answers.
      */
-    @Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome {
+    @Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome =
+        fastOutcome(`request`) ?: generatedCheckRequest(`request`)
+
+    /** [checkRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedCheckRequest(`request`: HttpRequest): Outcome {
+        GeneratedCalls.record()
             return FfiConverterTypeOutcome.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->

@@ -22,7 +22,10 @@ import org.junit.jupiter.api.fail
  * http/ and concurrency/ directories through the public API, on the memory store and on a real
  * redis-server started for the class. Unknown fields and unreadable files
  * fail; nothing is skipped. The decision vectors go through the blocking
- * `check`/`peek`, the HTTP vectors through the suspend `checkRequestAsync`
+ * `check`/`checkAsync`/`checkFuture` (in turn; each must take the fast native call: no
+ * generated-path call is counted) and `peek`, and again through the generated calls they
+ * fall back to; the HTTP vectors through the blocking `checkRequest` (fast), `checkPacked`
+ * (the Spring filter's) and the suspend `checkRequestAsync`
  * / `completeAsync` the middleware would use (`peekRequest` blocking), so both
  * forms are played; concurrency vectors through `acquireAsync` and the
  * lease's `releaseAsync`.
@@ -51,16 +54,40 @@ class ConformanceTest {
         files("").map { file -> DynamicTest.dynamicTest("$name: ${file.name}") { playDecisions(file, store) } }
     }
 
-    /** The same vectors through `checkFast` and `checkFutureFast` (FastCheck.kt, alternating): the same decisions. */
+    /**
+     * The same vectors through the uniffi-generated calls the standard ones
+     * fall back to on an error (`generatedCheck`, `generatedCheckFuture`,
+     * alternating): the same decisions.
+     */
     @TestFactory
-    fun fastDecisionVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
-        files("").map { file -> DynamicTest.dynamicTest("fast $name: ${file.name}") { playDecisions(file, store, fast = true) } }
+    fun generatedDecisionVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("").map { file ->
+            DynamicTest.dynamicTest("generated $name: ${file.name}") { playDecisions(file, store, generated = true) }
+        }
     }
 
     @TestFactory
     fun httpVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
-        files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store) } }
+        files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store, Http.ASYNC) } }
     }
+
+    /** The HTTP vectors through the blocking `checkRequest` (the packed fast call; no generated call made). */
+    @TestFactory
+    fun httpVectorsBlocking(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file ->
+            DynamicTest.dynamicTest("blocking $name: http/${file.name}") { playHttp(file, store, Http.BLOCKING) }
+        }
+    }
+
+    /** The HTTP vectors through `checkPacked`, the Spring filter's call (a [PackedRequest]; no generated call made). */
+    @TestFactory
+    fun httpVectorsPacked(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file ->
+            DynamicTest.dynamicTest("packed $name: http/${file.name}") { playHttp(file, store, Http.PACKED) }
+        }
+    }
+
+    enum class Http { ASYNC, BLOCKING, PACKED }
 
     @TestFactory
     fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
@@ -135,9 +162,10 @@ class ConformanceTest {
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
     }
 
-    private fun playDecisions(file: File, store: String, fast: Boolean = false) {
+    private fun playDecisions(file: File, store: String, generated: Boolean = false) = runBlocking {
         val failures = mutableListOf<String>()
         var steps = 0
+        val generatedBefore = GeneratedCalls.count()
         for (case in cases(file)) {
             val where = "${file.name}: ${case["name"]}"
             fields(where, case, CASE, setOf("name", "policy", "steps"))
@@ -160,12 +188,17 @@ class ConformanceTest {
                     // A peek step: the decision a check would get, with nothing charged.
                     val got = if (step["peek"]?.asBoolean == true) {
                         limiter.peek(key, cost, nowMs)
-                    } else if (fast && i % 2 == 0) {
-                        limiter.checkFast(key, cost, nowMs)
-                    } else if (fast) {
-                        limiter.checkFutureFast(key, cost, nowMs).get()
+                    } else if (generated && i % 2 == 0) {
+                        limiter.generatedCheck(key, cost, nowMs)
+                    } else if (generated) {
+                        limiter.generatedCheckFuture(key, cost, nowMs).get()
                     } else {
-                        limiter.check(key, cost, nowMs)
+                        // The standard calls, in turn: blocking, suspend, CompletableFuture.
+                        when (i % 3) {
+                            0 -> limiter.check(key, cost, nowMs)
+                            1 -> limiter.checkAsync(key, cost, nowMs)
+                            else -> limiter.checkFuture(key, cost, nowMs).get()
+                        }
                     }
                     steps++
                     val want = mutableMapOf<String, Any?>(
@@ -196,11 +229,16 @@ class ConformanceTest {
         }
         assertTrue(steps > 0, "${file.name}: no steps played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+        if (!generated) {
+            // The checks users call took the fast native path, every one (peek is not routed).
+            assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+        }
     }
 
-    private fun playHttp(file: File, store: String) = runBlocking {
+    private fun playHttp(file: File, store: String, mode: Http) = runBlocking {
         val failures = mutableListOf<String>()
         var played = 0
+        val generatedBefore = GeneratedCalls.count()
         for (case in cases(file)) {
             val where = "${file.name}: ${case["name"]}"
             fields(where, case, HTTP_CASE, setOf("name", "rules", "requests"))
@@ -234,7 +272,11 @@ class ConformanceTest {
                     val outcome = if (step["peek"]?.asBoolean == true) {
                         limiter.peekRequest(request)
                     } else {
-                        limiter.checkRequestAsync(request)
+                        when (mode) {
+                            Http.ASYNC -> limiter.checkRequestAsync(request)
+                            Http.BLOCKING -> limiter.checkRequest(request)
+                            Http.PACKED -> limiter.checkPacked(packed(request))
+                        }
                     }
                     played++
                     tokens += outcome.completion
@@ -266,7 +308,20 @@ class ConformanceTest {
         }
         assertTrue(played > 0, "${file.name}: no requests played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+        if (mode != Http.ASYNC) {
+            assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+        }
     }
+
+    /** The typed request as the Spring filter packs it. */
+    private fun packed(r: HttpRequest): PackedRequest =
+        PackedRequest(r.method, r.path, r.route, r.peer, r.user, r.apiKey, r.key).also { p ->
+            r.headers.forEach { p.header(it.name, it.value) }
+            p.cost = r.cost
+            p.nowMs = r.nowMs
+            p.caseInsensitive = r.caseInsensitive
+            p.ignoreTrailingSlash = r.ignoreTrailingSlash
+        }
 
     /** A completion's status: a number, or null for "no response". */
     private fun status(value: JsonElement): Int? = if (value.isJsonNull) null else value.asInt

@@ -2,7 +2,6 @@ package dev.polylimit.bench;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.polylimit.Decision;
-import dev.polylimit.FastCheck;
 import dev.polylimit.Limiter;
 import dev.polylimit.LimiterFutures;
 import io.github.bucket4j.BucketConfiguration;
@@ -48,9 +47,9 @@ import org.springframework.boot.SpringBootVersion;
  *   <li>decisions/s with 64 checks in flight, a token bucket: polylimit's
  *   {@code checkFuture} vs Bucket4j's Lettuce proxy manager
  *   ({@code AsyncBucketProxy.tryConsume}), the same bucket (one million per
- *   second, a burst of one million) over 1,000 keys; and {@code
- *   FastCheck.checkFutureFast}, the same check through one direct-mapped
- *   native call and one callback per completion, in the same rounds;</li>
+ *   second, a burst of one million) over 1,000 keys ({@code checkFuture}
+ *   is one direct-mapped native call and one callback per completion:
+ *   FastCheck.kt);</li>
  *   <li>the latency (p50/p99/p99.9) of one check at 1, 32 and 256 in flight,
  *   both;</li>
  *   <li>a Spring Boot app's requests/s with polylimit's filter (memory store,
@@ -380,11 +379,6 @@ public final class Bench {
             return LimiterFutures.checkFuture(polylimit, keys[key(worker, i)]).thenApply(Limiters::fromStore);
         }
 
-        /** {@code ours} through the fast native path (FastCheck.checkFutureFast). */
-        CompletableFuture<Boolean> fast(int worker, int i) {
-            return FastCheck.checkFutureFast(polylimit, keys[key(worker, i)]).thenApply(Limiters::fromStore);
-        }
-
         CompletableFuture<Boolean> theirs(int worker, int i) {
             return buckets[key(worker, i)].tryConsume(1);
         }
@@ -412,15 +406,12 @@ public final class Bench {
             // JIT warm-up of both paths, not counted.
             drive(IN_FLIGHT, 2, l::ours, null);
             drive(IN_FLIGHT, 2, l::theirs, null);
-            drive(IN_FLIGHT, 2, l::fast, null);
             // Rounds alternate the two, so background load on this shared
             // machine hits both alike; medians are reported.
             List<Double> ours = new ArrayList<>();
             List<Double> theirs = new ArrayList<>();
             List<Map<String, Double>> oursCpu = new ArrayList<>();
             List<Map<String, Double>> theirsCpu = new ArrayList<>();
-            List<Double> fast = new ArrayList<>();
-            List<Map<String, Double>> fastCpu = new ArrayList<>();
             Map<String, Long> pids = Map.of("jvm", SELF, "redis", redis.pid());
             String load = load();
             for (int round = 0; round < ROUNDS; round++) {
@@ -432,10 +423,6 @@ public final class Bench {
                 rate = drive(IN_FLIGHT, SECONDS, l::theirs, null);
                 theirs.add(rate);
                 theirsCpu.add(used.stop((long) (rate * SECONDS)));
-                used = Cpu.start(pids);
-                rate = drive(IN_FLIGHT, SECONDS, l::fast, null);
-                fast.add(rate);
-                fastCpu.add(used.stop((long) (rate * SECONDS)));
             }
             drive(IN_FLIGHT, 1, (w, i) -> LimiterFutures.checkFuture(memory, l.keys[key(w, i)])
                     .thenApply(Decision::getAllowed), null);
@@ -457,15 +444,6 @@ public final class Bench {
                     tc.get("jvm"), tc.get("redis"), oc.get("busy"), Runtime.getRuntime().availableProcessors(), load));
             record(mine);
             record(line("token_bucket checkFuture(), memory store, 64 in flight", onMemory, "decisions/s"));
-            Map<String, Double> fc = Cpu.median(fastCpu);
-            Map<String, Object> quick = with(against(line("token_bucket checkFutureFast(), redis, 64 in flight",
-                    median(fast), "decisions/s"), "Bucket4j (Lettuce)", peer), BUCKET4J, LETTUCE);
-            quick.put("bound", String.format("CPU per decision: polylimit %.1f µs (JVM) + %.1f µs (redis-server)",
-                    fc.get("jvm"), fc.get("redis")));
-            record(quick);
-            double fastMemory = drive(IN_FLIGHT, SECONDS, (w, i) -> FastCheck.checkFutureFast(memory, l.keys[key(w, i)])
-                    .thenApply(Decision::getAllowed), null);
-            record(line("token_bucket checkFutureFast(), memory store, 64 in flight", fastMemory, "decisions/s"));
         }
     }
 

@@ -2,12 +2,18 @@ package dev.polylimit.bench;
 
 import com.sun.management.OperatingSystemMXBean;
 import dev.polylimit.Decision;
-import dev.polylimit.FastCheck;
+import dev.polylimit.FastRequest;
+import dev.polylimit.Header;
+import dev.polylimit.HttpRequest;
 import dev.polylimit.Limiter;
 import dev.polylimit.LimiterFutures;
+import dev.polylimit.PackedRequest;
 import dev.polylimit.Polylimit_jvmKt;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
@@ -19,9 +25,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * Each form: a warm-up, then N calls; wall ns per call, the calling thread's
  * CPU ns per call (ThreadMXBean) and the whole process's CPU ns per call
  * (GC, cleaner and native threads included). Arguments: the forms to run
- * (bare, version, check, fast, future; all by default; bare: a direct-mapped call
- * with no structure in its signature, the floor of a JNA call; fast:
- * {@code FastCheck.checkFast}, the blocking check through one such call); MICRO_N, MICRO_ROUNDS.
+ * (bare, version, check, future, request, packed; all by default; bare: a direct-mapped call
+ * with no structure in its signature, the floor of a JNA call; request: a blocking
+ * {@code checkRequest} of a typed request with 8 headers on memory rules; packed: the same
+ * request as the Spring filter builds it, a {@code PackedRequest} of the headers the core
+ * reads, through {@code checkPacked}); MICRO_N, MICRO_ROUNDS.
  */
 public final class Micro {
     static final int N = Integer.parseInt(System.getenv().getOrDefault("MICRO_N", "200000"));
@@ -29,6 +37,7 @@ public final class Micro {
     static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
     static final OperatingSystemMXBean OS = (OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
     static final String[] KEYS = new String[1000];
+    static final String[] PEERS = new String[1000];
 
     private Micro() {}
 
@@ -101,8 +110,10 @@ public final class Micro {
     public static void main(String[] args) throws Exception {
         for (int k = 0; k < KEYS.length; k++) {
             KEYS[k] = "user:" + k;
+            PEERS[k] = "10.0." + (k / 256) + "." + (k % 256);
         }
-        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args) : java.util.List.of("bare", "version", "check", "fast", "future");
+        java.util.List<String> forms = args.length > 0 ? java.util.List.of(args)
+                : java.util.List.of("bare", "version", "check", "future", "request", "packed");
         System.out.printf("per-call cost, N=%d, %d rounds after a warm-up%n", N, ROUNDS);
         try (Limiter memory = new Limiter(
                 "{\"policy\": {\"algorithm\": \"token_bucket\", \"rate\": \"1000000/s\", \"burst\": 1000000}}")) {
@@ -127,15 +138,39 @@ public final class Micro {
                     }
                 });
             }
-            if (forms.contains("fast")) {
-                measure("checkFast(key), memory, blocking", N, n -> {
+            if (forms.contains("future")) {
+                measure("checkFuture(key), memory, 64 in flight", N, n -> futures(memory, n));
+            }
+        }
+        // The Spring bench's rules: a route keyed by the peer address.
+        try (Limiter rules = Limiter.Companion.fromRules("store: memory\npolicies:\n  api: { algorithm: token_bucket, "
+                + "rate: 1000000/s, burst: 1000000 }\nrules:\n  - match: { route: \"/api/{name}\" }\n    key: [ip]\n"
+                + "    policy: api\n")) {
+            List<Header> headers = List.of(new Header("Host", "127.0.0.1:8080"), new Header("User-Agent", "bench/1.0"),
+                    new Header("Accept", "*/*"), new Header("Accept-Encoding", "gzip, deflate"),
+                    new Header("Accept-Language", "en"), new Header("Connection", "keep-alive"),
+                    new Header("Cookie", "session=0123456789abcdef"), new Header("X-Request-Id", "4bf92f3577b34da6"));
+            if (forms.contains("request")) {
+                measure("checkRequest(request), memory, blocking", N, n -> {
                     for (int i = 0; i < n; i++) {
-                        FastCheck.checkFast(memory, KEYS[i % KEYS.length]);
+                        rules.checkRequest(new HttpRequest("GET", "/api/x", "/api/{name}", PEERS[i % PEERS.length],
+                                headers, null, null, null, null, null, false, false));
                     }
                 });
             }
-            if (forms.contains("future")) {
-                measure("checkFuture(key), memory, 64 in flight", N, n -> futures(memory, n));
+            if (forms.contains("packed")) {
+                Map<String, Boolean> reads = new HashMap<>();
+                measure("checkPacked(the filter's request), memory", N, n -> {
+                    for (int i = 0; i < n; i++) {
+                        PackedRequest p = new PackedRequest("GET", "/api/x", "/api/{name}", PEERS[i % PEERS.length]);
+                        for (Header h : headers) {
+                            if (reads.computeIfAbsent(h.getName(), name -> FastRequest.readsHeader(rules, name))) {
+                                p.header(h.getName(), h.getValue());
+                            }
+                        }
+                        FastRequest.checkPacked(rules, p);
+                    }
+                });
             }
         }
     }

@@ -1,9 +1,10 @@
 package dev.polylimit.spring;
 
+import dev.polylimit.FastRequest;
 import dev.polylimit.Header;
-import dev.polylimit.HttpRequest;
 import dev.polylimit.Limiter;
 import dev.polylimit.Outcome;
+import dev.polylimit.PackedRequest;
 import dev.polylimit.PolylimitException;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.ServletException;
@@ -11,9 +12,9 @@ import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
-import java.util.Collections;
+import java.util.Enumeration;
 import java.util.List;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import java.util.function.Supplier;
@@ -31,6 +32,11 @@ import org.springframework.web.util.ServletRequestPathUtils;
  * (or hold a concurrency slot) is settled with its status after the response.
  * Adaptation only: every decision, header and body is the core's.
  *
+ * <p>The request crosses into the core packed in one byte array
+ * ({@link PackedRequest}: only the headers the core says its rules read) and
+ * the outcome comes back packed by the core ({@code checkPacked}): one native
+ * call, none of the generated call's per-call objects.
+ *
  * <p>The {@code user}, {@code api_key} and {@code key} dimensions of the
  * rules come from the functions set with {@link #setUser}, {@link #setApiKey}
  * and {@link #setKey} (the auto-configuration sets them from
@@ -44,6 +50,9 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private Function<HttpServletRequest, String> user = r -> null;
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
+    /** The core's answer for each header name seen (bounded: names are the client's). */
+    private final ConcurrentHashMap<String, Boolean> readsHeader = new ConcurrentHashMap<>();
+    private static final int MAX_HEADER_NAMES = 1024;
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
@@ -81,7 +90,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
             throws ServletException, IOException {
         Outcome outcome;
         try {
-            outcome = limiter.checkRequest(toRequest(request));
+            outcome = FastRequest.checkPacked(limiter, toRequest(request));
         } catch (PolylimitException e) {
             throw new ServletException("polylimit: " + e.getMessage(), e);
         }
@@ -120,17 +129,35 @@ public class PolylimitFilter extends OncePerRequestFilter {
         }
     }
 
-    private HttpRequest toRequest(HttpServletRequest request) {
-        List<Header> headers = new ArrayList<>();
-        for (String name : Collections.list(request.getHeaderNames())) {
-            for (String value : Collections.list(request.getHeaders(name))) {
-                headers.add(new Header(name, value));
+    private PackedRequest toRequest(HttpServletRequest request) {
+        String path = request.getRequestURI().substring(request.getContextPath().length());
+        PackedRequest packed = new PackedRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
+                request.getRemoteAddr(), present(user.apply(request)), present(apiKey.apply(request)),
+                present(key.apply(request)));
+        Enumeration<String> names = request.getHeaderNames();
+        while (names.hasMoreElements()) {
+            String name = names.nextElement();
+            if (!readsHeader(name)) {
+                continue; // the core's rules never read it: it cannot change the outcome
+            }
+            Enumeration<String> values = request.getHeaders(name);
+            while (values.hasMoreElements()) {
+                packed.header(name, values.nextElement());
             }
         }
-        String path = request.getRequestURI().substring(request.getContextPath().length());
-        return new HttpRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
-                request.getRemoteAddr(), headers, present(user.apply(request)), present(apiKey.apply(request)),
-                present(key.apply(request)), null, null, false, false);
+        return packed;
+    }
+
+    /** Whether the core's rules may read header {@code name}: the core's answer, remembered. */
+    private boolean readsHeader(String name) {
+        Boolean reads = readsHeader.get(name);
+        if (reads == null) {
+            reads = FastRequest.readsHeader(limiter, name);
+            if (readsHeader.size() < MAX_HEADER_NAMES) {
+                readsHeader.put(name, reads);
+            }
+        }
+        return reads;
     }
 
     private static String present(String value) {

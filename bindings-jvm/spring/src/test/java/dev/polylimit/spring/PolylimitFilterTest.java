@@ -3,6 +3,9 @@ package dev.polylimit.spring;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.polylimit.Header;
+import dev.polylimit.Limiter;
+import dev.polylimit.Outcome;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpResponse;
@@ -24,7 +27,9 @@ import org.springframework.web.bind.annotation.RestController;
  * is refused with the core's 429, headers and JSON body. (Without the route
  * the rule matches nothing and all four pass.) The app's {@link UserResolver}
  * {@link ApiKeyResolver} and {@link KeyResolver} beans (the X-User, X-Api-Key
- * and X-Tenant headers) key the rules on /me, /keyed and /tenant.
+ * and X-Tenant headers) key the rules on /me, /keyed and /tenant; /client
+ * is keyed by the X-Client header itself (the filter packs the headers the
+ * core says it reads, and only those).
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
         properties = "polylimit.rules-file=src/test/resources/polylimit-test.yaml")
@@ -42,7 +47,7 @@ class PolylimitFilterTest {
             return "ok";
         }
 
-        @GetMapping({"/me", "/keyed", "/tenant"})
+        @GetMapping({"/me", "/keyed", "/tenant", "/client"})
         String me() {
             return "ok";
         }
@@ -120,5 +125,30 @@ class PolylimitFilterTest {
         // The key hook: the application's own key.
         assertEquals(List.of(200, 200, 429), statuses(3, "/tenant", "X-Tenant", "t1"));
         assertEquals(List.of(200, 200), statuses(2, "/tenant", "X-Tenant", "t2"));
+    }
+
+    @Test
+    void aHeaderTheRulesReadIsPackedAndTheOutcomeIsTheCores() throws Exception {
+        // 2 per minute per X-Client value: the header reaches the core (a rule whose key is missing skips the request).
+        assertEquals(List.of(200, 200, 429), statuses(3, "/client", "X-Client", "c1", "Accept", "text/plain"));
+        assertEquals(List.of(200, 200), statuses(2, "/client", "x-client", "c2"));
+        // The response's headers are the core's, as its checkRequest answers them for the same request.
+        try (Limiter limiter = Limiter.Companion.fromRulesFile("src/test/resources/polylimit-test.yaml")) {
+            for (String name : new String[] {"c3", "c3", "c3"}) {
+                HttpResponse<String> got = get("/client", "X-Client", name);
+                Outcome want = limiter.checkRequest(new dev.polylimit.HttpRequest("GET", "/client", null, "127.0.0.1",
+                        List.of(new Header("X-Client", name)), null, null, null, null, null, false, false));
+                assertEquals(want.getStatus() == null ? 200 : want.getStatus(), got.statusCode());
+                for (Header h : want.getHeaders()) {
+                    String value = h.getValue();
+                    // The clock may have moved on by a second between the two calls: compare the static ones.
+                    if (h.getName().equalsIgnoreCase("X-RateLimit-Limit") || h.getName().equalsIgnoreCase("X-RateLimit-Remaining")) {
+                        assertEquals(value, got.headers().firstValue(h.getName()).orElse(null), h.getName());
+                    } else {
+                        assertTrue(got.headers().firstValue(h.getName()).isPresent(), h.getName());
+                    }
+                }
+            }
+        }
     }
 }
