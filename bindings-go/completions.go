@@ -16,6 +16,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -81,7 +82,10 @@ func completionLoop(wake *os.File) {
 		C.polylimit_completions_take(&batch[0], completionBatch, &n)
 		if n == 0 {
 			// Nothing ready: the next finished operation writes a byte.
-			_, _ = wake.Read(buf[:])
+			if _, err := wake.Read(buf[:]); err != nil {
+				// Not expected (the pipe is ours and never closed); take again, without spinning.
+				time.Sleep(time.Millisecond)
+			}
 			continue
 		}
 		completions.mu.Lock()
