@@ -122,8 +122,8 @@ func TestCancelledRedisChecksLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// Redis killed while checks wait for it: each gets its policy's fallback
-// decision (never an error), and nothing stays behind.
+// Redis killed while checks and requests wait for it: each gets its
+// policy's fallback decision (never an error), and nothing stays behind.
 func TestRedisKilledMidFlightFallsBack(t *testing.T) {
 	redis := startRedis(t)
 	l := newLimiter(t, Options{Policy: &Policy{Rate: "1000/s", OnStoreError: "local"}, Store: redis.url(),
@@ -144,13 +144,23 @@ func TestRedisKilledMidFlightFallsBack(t *testing.T) {
 			}
 		}()
 	}
-	// All forty wait on the paused server before it goes away.
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, err := l.CheckRequest(context.Background(), &RequestInfo{Method: "GET", Path: "/x", Peer: fmt.Sprint("203.0.113.", i)})
+			if err != nil || o.Status != 0 || len(o.Decisions) != 1 || o.Decisions[0].Decision.Source != SourceLocal {
+				t.Errorf("request %d: %+v %v, want served on a local decision", i, o, err)
+			}
+		}()
+	}
+	// All fifty wait on the paused server before it goes away.
 	deadline := time.Now().Add(5 * time.Second)
-	for waiting() < 40 && time.Now().Before(deadline) {
+	for waiting() < 50 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if waiting() < 40 {
-		t.Fatalf("%d checks in flight, want 40", waiting())
+	if waiting() < 50 {
+		t.Fatalf("%d checks in flight, want 50", waiting())
 	}
 	// SIGKILL while stopped: the server never answers what it holds.
 	redis.signal(syscall.SIGKILL)
