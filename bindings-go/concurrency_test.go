@@ -64,7 +64,7 @@ func load(t *testing.T, goroutines, each int, check func(key string) (Decision, 
 }
 
 // 1,000 goroutines checking on Redis at once must not need an OS thread per
-// in-flight round trip: the callback path parks goroutines on channels.
+// in-flight round trip: the completion queue parks goroutines on channels.
 func TestThousandGoroutinesDoNotNeedAThreadEach(t *testing.T) {
 	redis := startRedis(t)
 	l := newLimiter(t, Options{Policy: &Policy{Algorithm: "gcra", Rate: "1000000/s"}, Store: redis.url(),
@@ -76,11 +76,11 @@ func TestThousandGoroutinesDoNotNeedAThreadEach(t *testing.T) {
 	base := osThreads()
 	asyncPeak, asyncRate := load(t, 1000, 20, func(k string) (Decision, error) { return l.Check(ctx, k) })
 	blockingPeak, blockingRate := load(t, 1000, 20, l.checkBlocking)
-	t.Logf("1000 goroutines x 20 checks on Redis: callback path peak %d OS threads (%d before), %.0f decisions/s; "+
+	t.Logf("1000 goroutines x 20 checks on Redis: completion-queue path peak %d OS threads (%d before), %.0f decisions/s; "+
 		"blocking cgo call peak %d threads, %.0f decisions/s", asyncPeak, base, asyncRate, blockingPeak, blockingRate)
 	// Not one thread per in-flight call: a few for the runtime, plus what a
 	// loaded machine makes Go's scheduler add around short cgo calls.
 	if asyncPeak > base+200 {
-		t.Fatalf("the callback path grew from %d to %d OS threads", base, asyncPeak)
+		t.Fatalf("the completion-queue path grew from %d to %d OS threads", base, asyncPeak)
 	}
 }

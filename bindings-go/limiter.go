@@ -220,9 +220,25 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	}
 }
 
-// awaitPending starts an operation that waits for the store, with a callback
-// that sends its result to a channel, and waits for it or for ctx.
+// awaitPending starts an operation that waits for the store, with its result
+// coming through the completion queue (completions.go; through a callback
+// that sends it to a channel when the queue cannot be opened), and waits for
+// it or for ctx.
 func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, error) {
+	if openCompletions() == nil {
+		ch, err := startQueued(pending)
+		if err != nil {
+			return result{}, err
+		}
+		select {
+		case r := <-ch:
+			waiterPool.Put(ch)
+			return r, r.err
+		case <-ctx.Done():
+			// The result still comes to ch (buffered), which is not reused.
+			return result{}, ctx.Err()
+		}
+	}
 	ch := make(chan result, 1)
 	h := cgo.NewHandle(ch)
 	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {

@@ -100,3 +100,79 @@ func medianCPU(xs []cpuUse) cpuUse {
 		busy:    pick(func(x cpuUse) float64 { return x.busy }),
 	}
 }
+
+// threadCPU is the CPU of each of this process's threads by name, from
+// /proc/self/task (Go's threads carry the program's name, the core's runtime
+// threads "polylimit").
+type threadCPU struct {
+	at       map[string]time.Duration
+	switches int64
+}
+
+// switches is the context switches of this process's threads so far.
+func switches() int64 {
+	var n int64
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		data, err := os.ReadFile("/proc/self/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(l, "voluntary_ctxt_switches:") || strings.HasPrefix(l, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.TrimSpace(l[strings.IndexByte(l, ':')+1:]), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+func readThreads() (map[string]time.Duration, map[string]int) {
+	cpu, count := map[string]time.Duration{}, map[string]int{}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return cpu, count
+	}
+	for _, t := range tasks {
+		data, err := os.ReadFile("/proc/self/task/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		name := s[open+1 : close]
+		fields := strings.Fields(s[close+2:])
+		if len(fields) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(fields[11], 10, 64)
+		k, _ := strconv.ParseInt(fields[12], 10, 64)
+		cpu[name] += time.Duration(u+k) * 10 * time.Millisecond
+		count[name]++
+	}
+	return cpu, count
+}
+
+func startThreads() threadCPU {
+	at, _ := readThreads()
+	return threadCPU{at: at, switches: switches()}
+}
+
+// print prints the CPU per request of each thread name since startThreads
+// (lastRequests: the requests of the run).
+func (t threadCPU) print(what string) {
+	now, count := readThreads()
+	names := make([]string, 0, len(now))
+	for name := range now {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	text := "    threads, " + what + ":"
+	for _, name := range names {
+		d := now[name] - t.at[name]
+		text += " " + name + "×" + strconv.Itoa(count[name]) + " " + strconv.FormatFloat(float64(d.Microseconds())/float64(lastRequests), 'f', 1, 64) + " µs"
+	}
+	text += " context switches " + strconv.FormatFloat(float64(switches()-t.switches)/float64(lastRequests), 'f', 2, 64) + " per request"
+	println(text)
+}

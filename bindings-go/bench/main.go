@@ -8,6 +8,13 @@
 //   - the latency (p50/p99/p99.9) of one check on Redis at 1, 32 and 256
 //     concurrent goroutines, polylimit vs redis_rate.
 //
+// Profiling: -handlers picks the middleware part's handlers, -threads prints
+// each run's CPU per request by thread name and context switches,
+// -cpuprofile writes a pprof profile. The Go binding's results come through
+// the core's completion queue; a binary linked with -ldflags "-X
+// github.com/polylimit/polylimit/bindings-go.deliverBy=callback" uses the
+// callback from a runtime thread instead (the before of that change).
+//
 // With POLYLIMIT_BENCH_OUT set, every result line is also appended to that
 // file as one JSON object (bench/report.py reads them). -only runs some parts.
 package main
@@ -27,6 +34,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -107,7 +115,18 @@ func run(op func(worker, i int) error) float64 {
 	if err, _ := failed.Load().(error); err != nil {
 		must(err)
 	}
+	lastOps = total.Load()
 	return float64(total.Load()) / time.Since(start).Seconds()
+}
+
+// lastOps is how many operations the last run did.
+var lastOps int64
+
+// measured is run(op) with the CPU each operation cost.
+func measured(op func(worker, i int) error) (float64, cpuUse) {
+	used := startCPU()
+	rate := run(op)
+	return rate, used.stop(lastOps)
 }
 
 func median(xs []float64) float64 {
@@ -243,9 +262,12 @@ func decisions(addr string) {
 	// Rounds alternate the two, so background load on this shared machine
 	// hits both alike; medians are reported.
 	var oursRuns, theirsRuns []float64
+	var oursCPU, theirsCPU []cpuUse
 	for round := 0; round < rounds; round++ {
-		oursRuns = append(oursRuns, run(func(w, i int) error { return ours(ctx, key(w, i)) }))
-		theirsRuns = append(theirsRuns, run(func(w, i int) error { return theirs(ctx, key(w, i)) }))
+		rate, used := measured(func(w, i int) error { return ours(ctx, key(w, i)) })
+		oursRuns, oursCPU = append(oursRuns, rate), append(oursCPU, used)
+		rate, used = measured(func(w, i int) error { return theirs(ctx, key(w, i)) })
+		theirsRuns, theirsCPU = append(theirsRuns, rate), append(theirsCPU, used)
 	}
 	mem, err := polylimit.New(polylimit.Options{Policy: &polylimit.Policy{Algorithm: "gcra", Rate: "1000000/s", Burst: 1000000}})
 	must(err)
@@ -256,8 +278,12 @@ func decisions(addr string) {
 	fmt.Printf("  (%s %s, %s %s)\n", redisRate, version(redisRate), goRedis, version(goRedis))
 	theirsMedian := median(theirsRuns)
 	record(line{What: "go-redis/redis_rate GCRA Allow(), redis", Value: theirsMedian, Unit: "decisions/s"}.with(redisRate, goRedis))
-	record(line{What: "gcra check(), redis, 64 goroutines", Value: median(oursRuns), Unit: "decisions/s"}.
-		against("go-redis/redis_rate", theirsMedian).atLeast(1.2).with(redisRate, goRedis))
+	gcraLine := line{What: "gcra check(), redis, 64 goroutines", Value: median(oursRuns), Unit: "decisions/s"}.
+		against("go-redis/redis_rate", theirsMedian).atLeast(1.2).with(redisRate, goRedis)
+	o, t := medianCPU(oursCPU), medianCPU(theirsCPU)
+	gcraLine.Bound = fmt.Sprintf("CPU per decision: polylimit %.1f µs + redis-server %.1f µs; redis_rate %.1f µs + redis-server %.1f µs; the machine %.2f of %d cores busy",
+		o.process, o.redis, t.process, t.redis, o.busy, runtime.NumCPU())
+	record(gcraLine)
 	record(line{What: "gcra check(), memory store, 64 goroutines", Value: memory, Unit: "decisions/s"})
 }
 
@@ -283,8 +309,12 @@ func requests(name string, handler http.Handler) (float64, cpuUse) {
 		}
 		return nil
 	})
+	lastRequests = n.Load()
 	return rate, used.stop(n.Load())
 }
+
+// lastRequests is the number of requests of the last run (for -threads).
+var lastRequests int64
 
 func middleware(addr string) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
@@ -334,7 +364,16 @@ func middleware(addr string) {
 	for round := 0; round < rounds; round++ {
 		for i := range handlers {
 			h := &handlers[i]
+			if !wanted(h.name) {
+				// -handlers left it out: a zero line, not a measurement.
+				h.runs, h.cpus = append(h.runs, 0), append(h.cpus, cpuUse{})
+				continue
+			}
+			threads := startThreads()
 			rate, used := requests(h.name, h.handler)
+			if *showThreads {
+				threads.print(h.name)
+			}
 			h.runs = append(h.runs, rate)
 			h.cpus = append(h.cpus, used)
 		}
@@ -443,9 +482,27 @@ func latency(addr string) {
 	}
 }
 
+// -handlers: the middleware part's handlers to run (default all); -threads
+// prints each run's CPU by thread name; -cpuprofile writes a pprof profile.
+var (
+	handlerList = flag.String("handlers", "", "middleware part: the handlers to run, comma-separated (unlimited,memory,redis,ulule,headers); default all")
+	showThreads = flag.Bool("threads", false, "print each middleware run's CPU per request by thread name (/proc/self/task)")
+	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+)
+
+func wanted(name string) bool {
+	return *handlerList == "" || slices.Contains(strings.Split(*handlerList, ","), name)
+}
+
 func main() {
 	only := flag.String("only", "decisions,middleware,latency", "the parts to run, comma-separated")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 	addr, stop := startRedis()
 	defer stop()
 	parts := map[string]func(string){"decisions": decisions, "middleware": middleware, "latency": latency}

@@ -180,6 +180,30 @@ typedef struct polylimit_decision_t {
   int32_t source;
 } polylimit_decision_t;
 
+// One finished operation, as `polylimit_completions_take` lends it: the
+// `ctx` given to `polylimit_pending_start_queued`, `status` (`POLYLIMIT_OK`
+// or an error code), and what the callback of `polylimit_pending_start`
+// would have received: `decision` when `has_decision` (checks, acquires),
+// `text`/`text_len` (a request's packed outcome, an acquire's leases; NULL
+// when none), `error` on failure. Everything stays valid until the next
+// `polylimit_completions_take`.
+typedef struct polylimit_completion_t {
+  // The caller's value from `polylimit_pending_start_queued`.
+  size_t ctx;
+  // `POLYLIMIT_OK` or an error code.
+  int32_t status;
+  // Whether `decision` is set.
+  bool has_decision;
+  // The decision of a check or an acquire.
+  struct polylimit_decision_t decision;
+  // The bytes of a request's outcome or an acquire's leases; NULL when none.
+  const uint8_t *text;
+  // How many bytes `text` holds.
+  size_t text_len;
+  // On failure, the error; else NULL. Not to be freed by the caller.
+  const struct polylimit_error_t *error;
+} polylimit_completion_t;
+
 // Called exactly once when a `POLYLIMIT_PENDING` operation completes, from a
 // polylimit runtime thread. `status` is `POLYLIMIT_OK` or an error code.
 // On OK: `decision` (checks) or `text`/`text_len` (request outcomes, JSON)
@@ -311,6 +335,34 @@ int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
                              bool *retry,
                              uint64_t *wait_ms,
                              struct polylimit_error_t **err);
+
+// Makes `wake_fd` (the write end of a pipe the reader waits on; the caller
+// keeps it open for the life of the process) the queue's wake-up. Call once,
+// before `polylimit_pending_start_queued`. Returns `POLYLIMIT_OK`, or
+// `POLYLIMIT_INVALID_ARGUMENT` for a negative fd.
+int32_t polylimit_completions_open(int32_t wake_fd);
+
+// Runs a pending operation on the polylimit runtime; when it completes, its
+// result goes to the completion queue with `ctx` (taken by
+// `polylimit_completions_take`), exactly once. Consumes `pending`. Returns
+// `POLYLIMIT_PENDING`, or `POLYLIMIT_INVALID_ARGUMENT` (freeing `pending`,
+// queueing nothing) when `pending` is NULL or the queue was never opened.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet started or freed.
+int32_t polylimit_pending_start_queued(struct polylimit_pending_t *pending, size_t ctx);
+
+// Takes up to `cap` finished operations into `out` (`*out_n` of them, in
+// the order they finished) and releases those of the previous take. When
+// there are none, `*out_n` is 0 and the next operation to finish writes a
+// byte to the wake-up pipe: wait on it, then take again. One reader only.
+// Returns `POLYLIMIT_OK`, or `POLYLIMIT_INVALID_ARGUMENT` when `out` or
+// `out_n` is NULL.
+//
+// # Safety
+// `out` points to `cap` writable entries; `out_n` is writable. Only one
+// thread takes at a time.
+int32_t polylimit_completions_take(struct polylimit_completion_t *out, size_t cap, size_t *out_n);
 
 // The shared name of a source (`store`, `local`, `fail_open`, …: the core's
 // `Source::as_str`), a static string; `unknown` for a value that is no

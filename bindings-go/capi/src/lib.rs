@@ -20,6 +20,7 @@
 pub mod anomaly;
 pub mod breaker;
 pub mod client;
+pub mod completions;
 pub mod decision;
 pub mod errors;
 pub mod lease;

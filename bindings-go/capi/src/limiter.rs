@@ -116,7 +116,7 @@ pub(crate) unsafe fn now_or_pending(
 /// for the store). Pass it to `polylimit_pending_start` (which consumes it),
 /// or drop it with `polylimit_pending_free`.
 pub struct polylimit_pending_t {
-    work: Work,
+    pub(crate) work: Work,
 }
 
 /// Runs a pending operation on the polylimit runtime and calls
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn polylimit_pending_free(pending: *mut polylimit_pending_
 }
 
 /// Turns a panic while polling into an error, so the callback always runs.
-struct CatchUnwind(Work);
+pub(crate) struct CatchUnwind(pub(crate) Work);
 
 impl Future for CatchUnwind {
     type Output = Result<Done, FfiError>;
