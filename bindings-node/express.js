@@ -2,6 +2,7 @@
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
 const { limiterFor, routeRuleFor, decide, pathOf, settleAfterResponse } = require('./options');
+const { setHeaders } = require('./outcome');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -31,7 +32,7 @@ function rateLimit(options = {}) {
       const route = routeOf(req, pathOf(target));
       const outcome = await decide(limiter, rule, options, req, target, route, matching(req.app), req, res);
       if (property) req[property] = outcome;
-      for (const [name, value] of outcome.headers) res.setHeader(name, value);
+      setHeaders(outcome, res);
       if (outcome.status !== null) {
         if (handler) return handler(req, res, next, outcome);
         res.statusCode = outcome.status;

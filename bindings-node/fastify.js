@@ -9,6 +9,7 @@
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
 const { limiterFor, namesRouteRule, routeRuleFor, decide, settleAfterResponse, MIDDLEWARE_ONLY } = require('./options');
+const { setHeaders } = require('./outcome');
 
 // Options that say what is limited: a route giving its own replaces the plugin's.
 const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'count', 'windowMs', 'limit', 'max'];
@@ -36,7 +37,7 @@ function hookFor(limiter, rule, options, match) {
     const outcome = await decide(limiter, rule, options, request.raw, request.raw.url, route, match, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
-    for (const [name, value] of outcome.headers) reply.raw.setHeader(name, value);
+    setHeaders(outcome, reply.raw);
     if (outcome.status !== null) {
       if (handler) return handler(request, reply, outcome);
       return reply.code(outcome.status).type('application/json').send(outcome.body);

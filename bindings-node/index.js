@@ -3,6 +3,7 @@
 // key, header and body comes from the Rust core.
 const native = require('./native');
 const errors = require('./errors');
+const { readBatch, scratchArray } = require('./outcome');
 
 const { ConfigError, CircuitOpenError, fromNative, fromRecord } = errors;
 
@@ -44,6 +45,18 @@ function inFlight() {
       clearInterval(keepAlive);
       keepAlive = undefined;
     }
+  };
+  // Lent to the addon, which copies each batch's numbers into it (src/outcome.rs).
+  const scratch = scratchArray();
+  const settleHttp = (id, outcome) => {
+    const settle = pending.get(id);
+    pending.delete(id);
+    settle.resolve(outcome);
+  };
+  const failHttp = (id, text) => {
+    const settle = pending.get(id);
+    pending.delete(id);
+    settle.reject(fromRecord(JSON.parse(text)));
   };
   return {
     /** A promise settled by a batch; `send(id)` hands the check to the addon (a throw rejects it). */
@@ -87,6 +100,12 @@ function inFlight() {
           source: SOURCES[batch[i + 7]],
         });
       }
+      idle();
+    },
+    scratch,
+    /** A batch of middleware outcomes (src/outcome.rs): settles their promises. */
+    onHttp(nums, text) {
+      readBatch(nums, scratch, text, SOURCES, settleHttp, failHttp);
       idle();
     },
     onText(text) {
@@ -155,7 +174,12 @@ class Limiter {
     }
     this._native = call(() => new native.NativeLimiter(given));
     this._flight = inFlight();
-    this._native.setCompletionHandlers(this._flight.onDecisions, this._flight.onText);
+    this._native.setCompletionHandlers(
+      this._flight.onDecisions,
+      this._flight.onText,
+      this._flight.onHttp,
+      this._flight.scratch,
+    );
     // `check(key)` calls of one JavaScript turn, handed to the addon in one call (`_flushChecks`).
     this._queuedIds = [];
     this._queuedKeys = [];
@@ -265,7 +289,7 @@ class Limiter {
    * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
    */
   /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
-  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash) {
+  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs) {
     this._flushChecks();
     return this._flight.start((id) =>
       this._native.checkHttpBatched(
@@ -281,6 +305,7 @@ class Limiter {
         apiKey,
         caseInsensitive,
         ignoreTrailingSlash,
+        nowMs,
       ),
     );
   }

@@ -20,6 +20,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Result, Status};
 
 use crate::errors::record as error_record;
+use crate::outcome::HttpCompletions;
 
 type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
 
@@ -32,12 +33,18 @@ pub struct Completions {
     wake: Arc<AtomicBool>,
     /// Errors and request outcomes go through the text channel.
     pub text: RequestCompletions,
+    /// Middleware requests' outcomes and errors (`outcome.rs`).
+    pub http: HttpCompletions,
 }
 
 impl Completions {
     /// `handler(batch: Float64Array)` is called on the JS thread; a weak
     /// (unref'd) threadsafe function, so it never keeps the process alive.
-    pub fn new(handler: Function<'_, Float64Array, ()>, text: RequestCompletions) -> Result<Completions> {
+    pub fn new(
+        handler: Function<'_, Float64Array, ()>,
+        text: RequestCompletions,
+        http: HttpCompletions,
+    ) -> Result<Completions> {
         let queue: Arc<Mutex<Vec<f64>>> = Arc::default();
         let drain = queue.clone();
         let tsfn = handler
@@ -53,6 +60,7 @@ impl Completions {
             tsfn: Arc::new(tsfn),
             wake: Arc::default(),
             text,
+            http,
         })
     }
 
@@ -65,6 +73,7 @@ impl Completions {
             self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
         }
         self.text.flush();
+        self.http.flush();
     }
 
     /// Queues the result of check `id`; `flush` wakes the JS thread.
@@ -160,8 +169,13 @@ pub enum Job {
     /// handed over in one call: check `ids[i]` of `keys[i]`, each answered
     /// like `Check`.
     CheckMany { ids: Vec<u32>, keys: Vec<String> },
-    /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`].
-    Request { id: u32, request: RequestInfo },
+    /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`], or a
+    /// middleware's request (`compact`), answered through [`HttpCompletions`].
+    Request {
+        id: u32,
+        request: RequestInfo,
+        compact: bool,
+    },
     /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
     Peek {
         id: u32,
@@ -177,6 +191,7 @@ pub enum Job {
         id: u32,
         request: RequestInfo,
         rule: Arc<RouteRule>,
+        compact: bool,
     },
 }
 
@@ -244,9 +259,9 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
             };
             completions.complete(id, result);
         }
-        Job::Request { id, request } => {
+        Job::Request { id, request, compact } => {
             let result = AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await;
-            complete_request(&completions, id, result);
+            complete_request(&completions, id, result, compact);
         }
         Job::Peek { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.peek_with(&key, options)).catch_unwind().await {
@@ -258,23 +273,38 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
         }
         Job::PeekRequest { id, request } => {
             let result = AssertUnwindSafe(limiter.peek_request(&request)).catch_unwind().await;
-            complete_request(&completions, id, result);
+            complete_request(&completions, id, result, false);
         }
-        Job::Route { id, request, rule } => {
+        Job::Route {
+            id,
+            request,
+            rule,
+            compact,
+        } => {
             let result = AssertUnwindSafe(limiter.check_route(&request, &rule))
                 .catch_unwind()
                 .await;
-            complete_request(&completions, id, result);
+            complete_request(&completions, id, result, compact);
         }
     }
 }
 
-/// Hands a request's outcome, error or panic to the text channel.
-fn complete_request(completions: &Completions, id: u32, result: std::thread::Result<polylimit::Result<Outcome>>) {
+/// Hands a request's outcome, error or panic to the text channel, or a middleware's
+/// (`compact`) to the middleware channel.
+fn complete_request(
+    completions: &Completions,
+    id: u32,
+    result: std::thread::Result<polylimit::Result<Outcome>>,
+    compact: bool,
+) {
     let result = match result {
         Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(e)) => Err(error_record(&e)),
         Err(_) => Err(panic_error()),
     };
-    completions.text.complete(id, result.as_ref());
+    if compact {
+        completions.http.complete(id, result.as_ref());
+    } else {
+        completions.text.complete(id, result.as_ref());
+    }
 }

@@ -9,6 +9,7 @@ mod decision;
 mod errors;
 mod lease;
 mod limiter;
+mod outcome;
 
 pub use breaker::NativeCircuitBreaker;
 pub use limiter::{effective_config, NativeLimiter, NativeRouteRule};

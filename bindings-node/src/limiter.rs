@@ -6,7 +6,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
-use napi::bindgen_prelude::{within_runtime_if_available, Float64Array, Function, PromiseRaw, Uint32Array, Unknown};
+use napi::bindgen_prelude::{
+    within_runtime_if_available, Float64Array, FnArgs, Function, PromiseRaw, Uint32Array, Unknown,
+};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
@@ -16,6 +18,7 @@ use tokio::sync::mpsc;
 use crate::batch::{dispatcher, Completions, Job, RequestCompletions};
 use crate::errors::{config, guard, record, throw};
 use crate::integral;
+use crate::outcome::{BatchNumbers, HttpCompletions};
 
 /// The native limiter class (use `Limiter` from `index.js`).
 #[napi]
@@ -99,14 +102,18 @@ impl NativeLimiter {
     /// batches of decision records (`Float64Array`), `text` gets JSON batches
     /// of request outcomes and errors (see `batch.rs`). They hold no reference
     /// to the limiter, so an unreachable limiter is still collected.
-    #[napi(ts_args_type = "decisions: (batch: Float64Array) => void, text: (batch: string) => void")]
+    #[napi(
+        ts_args_type = "decisions: (batch: Float64Array) => void, text: (batch: string) => void, http: (nums: number | Float64Array, text: string) => void, scratch: Float64Array"
+    )]
     pub fn set_completion_handlers(
         &mut self,
         decisions: Function<'_, Float64Array, ()>,
         text: Function<'_, String, ()>,
+        http: Function<'_, FnArgs<(BatchNumbers, String)>, ()>,
+        scratch: Float64Array,
     ) -> Result<()> {
         let text = RequestCompletions::new(text)?;
-        let completions = Completions::new(decisions, text)?;
+        let completions = Completions::new(decisions, text, HttpCompletions::new(http, scratch)?)?;
         self.jobs = Some(within_runtime_if_available(|| {
             dispatcher(self.inner.clone(), completions)
         }));
@@ -149,7 +156,14 @@ impl NativeLimiter {
     #[napi]
     pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
-        self.send(&env, Job::Request { id, request })
+        self.send(
+            &env,
+            Job::Request {
+                id,
+                request,
+                compact: false,
+            },
+        )
     }
 
     /// Starts peek `id` of `key` (the decision a check would get, nothing
@@ -202,7 +216,8 @@ impl NativeLimiter {
     /// `case_insensitive` / `ignore_trailing_slash` are the router's matching
     /// rules. With a `rule` (from `routeRule`) the request is decided by that
     /// rule instead of the limiter's rules (same store, state, metrics and
-    /// `close`). The outcome arrives like `checkRequestBatched`'s.
+    /// `close`). The outcome arrives through the middleware completion handler
+    /// (`outcome.rs`). `now_ms` (tests) decides at that time.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
@@ -220,6 +235,7 @@ impl NativeLimiter {
         api_key: Option<String>,
         case_insensitive: Option<bool>,
         ignore_trailing_slash: Option<bool>,
+        now_ms: Option<i64>,
     ) -> Result<()> {
         let mut flat = raw_headers.into_iter();
         let mut headers = Vec::with_capacity(flat.len() / 2);
@@ -236,7 +252,7 @@ impl NativeLimiter {
             api_key,
             key,
             cost: None,
-            now_ms: None,
+            now_ms,
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
         };
@@ -247,8 +263,13 @@ impl NativeLimiter {
                     id,
                     request,
                     rule: rule.rule.clone(),
+                    compact: true,
                 },
-                None => Job::Request { id, request },
+                None => Job::Request {
+                    id,
+                    request,
+                    compact: true,
+                },
             },
         )
     }
