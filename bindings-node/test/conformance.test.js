@@ -27,7 +27,8 @@ async function playDecisions(store, files) {
       assert.ok(!names.has(c.name), `${file}: duplicate case name ${c.name}`);
       names.add(c.name);
       assert.ok(c.steps.length > 0, `${file}: ${c.name}: no steps`);
-      const limiter = new Limiter({ policy: c.policy, store, prefix: `node-conformance-${fi}-${ci}` });
+      // A generous timeout: the vectors pin decisions, not latency.
+      const limiter = new Limiter({ policy: c.policy, store, prefix: `node-conformance-${fi}-${ci}`, timeout: '10s' });
       for (const [i, step] of c.steps.entries()) {
         strictFields(step, STEP, ['now_ms', 'expect'], `${file}: ${c.name}: step ${i}`);
         strictFields(step.expect, EXPECT, ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms'], `${file}: ${c.name}: step ${i} expect`);

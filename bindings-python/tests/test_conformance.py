@@ -56,7 +56,9 @@ def test_vectors(path: Path, vector_store: str) -> None:
         where = f"{path.name}: {case.get('name')!r}"
         check_fields(where, case, CASE_FIELDS, {"name", "policy", "steps"})
         assert case["steps"], f"{where}: no steps"
-        limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conf"))
+        # A generous timeout: the vectors pin decisions, and a loaded machine must not
+        # turn a slow Redis answer into a fallback one.
+        limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conf"), timeout="10s")
         for i, step in enumerate(case["steps"]):
             check_fields(f"{where} step {i}", step, STEP_FIELDS, {"now_ms", "expect"})
             expect = step["expect"]
@@ -92,7 +94,7 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
             where = f"{path.name}: {case.get('name')!r}"
             check_fields(where, case, HTTP_CASE_FIELDS, {"name", "rules", "requests"})
             assert case["requests"], f"{where}: no requests"
-            rules = dict(case["rules"], store=store, prefix=unique_prefix("http"))
+            rules = dict({"timeout": "10s"}, **case["rules"], store=store, prefix=unique_prefix("http"))
             limiter = polylimit.Limiter.from_rules(rules)
             tokens: List[Any] = []
             for i, step in enumerate(case["requests"]):
@@ -145,7 +147,7 @@ def test_concurrency_vectors(path: Path, store: str) -> None:
             where = f"{path.name}: {case.get('name')!r}"
             check_fields(where, case, CASE_FIELDS, {"name", "policy", "steps"})
             assert case["steps"], f"{where}: no steps"
-            limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conc"))
+            limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("conc"), timeout="10s")
             leases: List[Any] = []
             for i, step in enumerate(case["steps"]):
                 check_fields(f"{where} step {i}", step, CONCURRENCY_STEP_FIELDS, {"now_ms"})

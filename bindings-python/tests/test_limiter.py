@@ -330,7 +330,8 @@ def test_cancelled_check_does_not_break_the_loop(store: str) -> None:
 def test_a_forked_child_decides_on_redis_with_its_own_runtime(redis_server):
     # gunicorn --preload: the parent built the runtime and the Redis connection
     # before forking; neither's threads exist in the child.
-    limiter = make(redis_server.url, policy={"rate": "5/min"})
+    # The child connects again on its first call: a loaded machine must not make that a fallback.
+    limiter = make(redis_server.url, policy={"rate": "5/min"}, timeout="10s")
     assert limiter.check_sync("k").remaining == 4
     assert arun(lambda: limiter.check("k")).remaining == 3
     read, write = os.pipe()

@@ -68,6 +68,9 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
             let mut config = LimiterConfig::new(policy).with_store(store);
             // A prefix per case isolates cases on one Redis.
             config.prefix = format!("conformance-{file_index}-{case_index}");
+            // The vectors pin decisions: a loaded machine must not turn a slow
+            // Redis answer into a fallback one.
+            config.timeout = std::time::Duration::from_secs(10);
             let limiter = Limiter::new(config).unwrap();
             for (i, step) in case.steps.iter().enumerate() {
                 steps += 1;

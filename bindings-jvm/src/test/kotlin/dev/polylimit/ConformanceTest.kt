@@ -107,6 +107,7 @@ class ConformanceTest {
                 add("policy", case["policy"])
                 addProperty("store", store)
                 addProperty("prefix", prefix("conc"))
+                addProperty("timeout", "10s") // decisions, not latency, are under test
             }
             Limiter(options.toString()).use { limiter: Limiter ->
                 val leases = mutableListOf<Lease?>()
@@ -173,6 +174,7 @@ class ConformanceTest {
                 add("policy", case["policy"])
                 addProperty("store", store)
                 addProperty("prefix", prefix("conf"))
+                addProperty("timeout", "10s") // decisions, not latency, are under test
             }
             val stepList = case.getAsJsonArray("steps")
             assertTrue(stepList.size() > 0, "$where: no steps")
