@@ -21,16 +21,6 @@ fn limiter(url: &str, policy: serde_json::Value) -> Limiter {
     Limiter::new(config).unwrap()
 }
 
-/// `calls=` of one command in INFO commandstats (0 when never called).
-fn calls(redis: &support::RedisServer, command: &str) -> u64 {
-    let stats = redis.command("INFO commandstats").unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 fn at(cost: u64) -> CheckOptions {
     CheckOptions {
         cost,
@@ -43,7 +33,7 @@ async fn concurrent_decisions_on_one_key_admit_exactly_the_limit_in_batches() {
     let redis = support::RedisServer::start();
     let limiter = limiter(&redis.url(), json!({"rate": "50/h", "burst": 50}));
     limiter.check_all("warm", at(1)).await.unwrap();
-    let before = calls(&redis, "fcall");
+    let before = redis.calls("fcall");
     let decisions = 300;
     let results = join_all((0..decisions).map(|_| limiter.check_all("one", at(1)))).await;
     let mut remaining: Vec<u64> = Vec::new();
@@ -60,12 +50,12 @@ async fn concurrent_decisions_on_one_key_admit_exactly_the_limit_in_batches() {
         (0..50).collect::<Vec<u64>>(),
         "exactly the burst admitted, each admission its own reply"
     );
-    let fcalls = calls(&redis, "fcall") - before;
+    let fcalls = redis.calls("fcall") - before;
     assert!(
         fcalls * 4 <= decisions,
         "{decisions} decisions went in {fcalls} FCALLs: they were not batched"
     );
-    assert_eq!(calls(&redis, "evalsha"), 0);
+    assert_eq!(redis.calls("evalsha"), 0);
 }
 
 // Every caller gets its own decision's reply: keys of different costs, so a
@@ -75,7 +65,7 @@ async fn each_caller_gets_its_own_reply() {
     let redis = support::RedisServer::start();
     let limiter = limiter(&redis.url(), json!({"rate": "100/h", "burst": 100}));
     limiter.check_all("warm", at(1)).await.unwrap();
-    let before = calls(&redis, "fcall");
+    let before = redis.calls("fcall");
     for round in 0..3u64 {
         let results = join_all((0..200u64).map(|i| {
             let limiter = limiter.clone();
@@ -94,7 +84,7 @@ async fn each_caller_gets_its_own_reply() {
             );
         }
     }
-    let fcalls = calls(&redis, "fcall") - before;
+    let fcalls = redis.calls("fcall") - before;
     assert!(
         fcalls < 600,
         "600 decisions went in {fcalls} FCALLs: they were not batched"
@@ -110,7 +100,7 @@ async fn a_decision_on_a_foreign_key_fails_alone_in_its_batch() {
     redis
         .command("SET polylimit:token_bucket:default:{junk} hello")
         .unwrap();
-    let before = calls(&redis, "fcall");
+    let before = redis.calls("fcall");
     let keys: Vec<String> = (0..60)
         .map(|i| match i % 20 {
             7 => "hash".to_string(),
@@ -142,7 +132,7 @@ async fn a_decision_on_a_foreign_key_fails_alone_in_its_batch() {
             (_, Err(e)) => panic!("{key} failed with its neighbour: {e}"),
         }
     }
-    let fcalls = calls(&redis, "fcall") - before;
+    let fcalls = redis.calls("fcall") - before;
     assert!(fcalls * 4 <= 60, "60 decisions went in {fcalls} FCALLs: not one batch");
     let metrics = limiter.metrics_text();
     assert!(metrics.contains("polylimit_breaker_state 0\n"), "{metrics}");

@@ -58,16 +58,6 @@ async fn the_server_clock_decides_without_now_ms() {
     assert_eq!(d.reset_after_ms as i64, window_end - result.now_ms);
 }
 
-/// `calls=` of one command in INFO commandstats (0 when never called).
-fn calls(redis: &support::RedisServer, command: &str) -> u64 {
-    let stats = redis.command("INFO commandstats").unwrap();
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[tokio::test]
 async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     let redis = support::RedisServer::start();
@@ -77,7 +67,7 @@ async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     let library = &polylimit::library().function;
     assert!(redis.command("FUNCTION LIST").unwrap().contains(library.as_str()));
     assert_eq!(
-        (calls(&redis, "fcall"), calls(&redis, "evalsha")),
+        (redis.calls("fcall"), redis.calls("evalsha")),
         (2, 0),
         "one FCALL before the load, one after"
     );
@@ -88,7 +78,7 @@ async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
         (Source::Store, 1),
         "the library is loaded again"
     );
-    assert_eq!((calls(&redis, "fcall"), calls(&redis, "evalsha")), (4, 0));
+    assert_eq!((redis.calls("fcall"), redis.calls("evalsha")), (4, 0));
 }
 
 #[tokio::test]
@@ -109,8 +99,8 @@ async fn without_functions_decisions_are_a_script_reloaded_on_noscript() {
         (Source::Store, 1),
         "NOSCRIPT reloads the script"
     );
-    assert_eq!(calls(&redis, "fcall"), 0, "refused once, never tried again");
-    assert!(calls(&redis, "evalsha") >= 2);
+    assert_eq!(redis.calls("fcall"), 0, "refused once, never tried again");
+    assert!(redis.calls("evalsha") >= 2);
 }
 
 #[tokio::test]

@@ -73,6 +73,16 @@ impl RedisServer {
         Some(String::from_utf8_lossy(&buf[..n]).into_owned())
     }
 
+    /// `calls=` of one command in INFO commandstats (0 when never called).
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.command("INFO commandstats").unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
     fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([signal, &self.pid().to_string()])
