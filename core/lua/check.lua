@@ -36,15 +36,17 @@ if #ARGV == 9 then
   local flags = tonumber(ARGV[8])
   local kind = tonumber(ARGV[3])
   local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
-  local allowed, remaining, reset, retry, delay, commit
+  local allowed, remaining, reset, retry, delay, a, b, c, ttl
+  local at = 1
   if o then
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 2 + KEY_COUNT[kind], now, cost,
-      o[1], o[2], o[3], o[4], ARGV[9])
+    at = 2 + KEY_COUNT[kind]
+    allowed, remaining, reset, retry, delay, a, b, c, ttl = KINDS[kind](KEYS, at, now, cost,
+      o[1], o[2], o[3], o[4])
   else
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 1, now, cost,
-      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[9])
+    allowed, remaining, reset, retry, delay, a, b, c, ttl = KINDS[kind](KEYS, 1, now, cost,
+      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
   end
-  if allowed and flags % 4 < 2 then commit() end
+  if allowed and flags % 4 < 2 then commit(KEYS, kind, at, now, cost, ARGV[9], a, b, c, ttl) end
   remaining, reset, retry = reply_values(remaining, reset, retry)
   local all = (allowed or flags % 2 == 1) and 1 or 0
   if flags < 4 then
@@ -97,7 +99,7 @@ for b = 3, #ARGV, STRIDE do
     k = k + 1
   end
   adaptives[#adaptives + 1] = astep
-  local allowed, remaining, reset, retry, delay, commit
+  local allowed, remaining, reset, retry, delay, w1, w2, w3, ttl
   local penalized = 0
   local blocked = blocked_for(pstate, now)
   if blocked > 0 then
@@ -105,12 +107,12 @@ for b = 3, #ARGV, STRIDE do
   elseif astep and astep[2] then
     allowed, remaining, reset, retry, delay, penalized = false, 0, astep[2], astep[2], 0, 2
   else
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
-      count, period, burst, max_delay, ARGV[b + 10])
+    allowed, remaining, reset, retry, delay, w1, w2, w3, ttl = KINDS[kind](KEYS, keys_at, now, cost,
+      count, period, burst, max_delay)
   end
   local at = #out + 1
   if allowed then
-    commits[#commits + 1] = commit
+    commits[#commits + 1] = {kind, keys_at, ARGV[b + 10], w1, w2, w3, ttl}
   elseif not shadow then
     out[1] = 0
   end
@@ -122,7 +124,7 @@ for b = 3, #ARGV, STRIDE do
   end
 end
 if out[1] == 1 and not peek then
-  for i = 1, #commits do commits[i]() end
+  for _, w in ipairs(commits) do commit(KEYS, w[1], w[2], now, cost, w[3], w[4], w[5], w[6], w[7]) end
 end
 for _, p in ipairs(penalties) do
   local cooldowns = {}
