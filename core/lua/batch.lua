@@ -13,7 +13,7 @@ local function batch(KEYS, ARGV)
   local now
   local k, a, n = 0, 1, #ARGV
   while a <= n do
-    local nkeys, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+    local nkeys, nargs = ARGV[a] + 0, ARGV[a + 1] + 0 -- `+ 0`: see check.lua
     for i = 1, nkeys do keys[i] = KEYS[k + i] end
     for i = nkeys + 1, nk do keys[i] = nil end
     for i = 1, nargs do args[i] = ARGV[a + 1 + i] end

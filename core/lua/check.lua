@@ -18,14 +18,17 @@
 -- reset_after_ms, retry_after_ms (-1 = none), delay_ms, penalized}.
 -- Nothing is charged unless every non-shadow policy allows; penalties record
 -- denials either way.
+-- Numbers in ARGV are read by arithmetic (`+ 0`, `% 4`): Lua's coercion
+-- parses the text once, tonumber twice (lua_isnumber, then lua_tonumber):
+-- 25 against 70 ns each, about a tenth of the one-policy path's Lua time.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = t[1] * 1000 + math.floor(t[2] / 1000)
 else
-  now = tonumber(ARGV[1])
+  now = ARGV[1] + 0
 end
-local cost = tonumber(ARGV[2])
+local cost = ARGV[2] + 0
 
 -- One policy without a penalty or an adaptive spec, the common case, comes in
 -- a short form of nine values: now_ms, cost, kind, count, period_ms, burst,
@@ -33,18 +36,20 @@ local cost = tonumber(ARGV[2])
 -- intern: about a tenth of the FCALL's CPU). The same decision without the
 -- bookkeeping of several policies (commits held back, penalties).
 if #ARGV == 9 then
-  local flags = tonumber(ARGV[8])
-  local kind = tonumber(ARGV[3])
+  local flags = ARGV[8] + 0
+  local kind = ARGV[3] + 0
   local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
-  local allowed, remaining, reset, retry, delay, commit
+  local allowed, remaining, reset, retry, delay, a, b, c, ttl
+  local at = 1
   if o then
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 2 + KEY_COUNT[kind], now, cost,
-      o[1], o[2], o[3], o[4], ARGV[9])
+    at = 2 + KEY_COUNT[kind]
+    allowed, remaining, reset, retry, delay, a, b, c, ttl = KINDS[kind](KEYS, at, now, cost,
+      o[1], o[2], o[3], o[4])
   else
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, 1, now, cost,
-      tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[9])
+    allowed, remaining, reset, retry, delay, a, b, c, ttl = KINDS[kind](KEYS, 1, now, cost,
+      ARGV[4] + 0, ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0)
   end
-  if allowed and flags % 4 < 2 then commit() end
+  if allowed and flags % 4 < 2 then commit(KEYS, kind, at, now, cost, ARGV[9], a, b, c, ttl) end
   remaining, reset, retry = reply_values(remaining, reset, retry)
   local all = (allowed or flags % 2 == 1) and 1 or 0
   if flags < 4 then
@@ -55,7 +60,7 @@ if #ARGV == 9 then
 end
 
 local out = {1, now}
-local peek = tonumber(ARGV[8]) % 4 >= 2
+local peek = ARGV[8] % 4 >= 2
 local overridden = {}
 local commits = {}
 local penalties = {}
@@ -63,9 +68,9 @@ local adaptives = {}
 local any_adaptive = false
 local k = 1
 for b = 3, #ARGV, STRIDE do
-  local kind = tonumber(ARGV[b])
-  local shadow = tonumber(ARGV[b + 5]) % 2 == 1
-  local threshold = tonumber(ARGV[b + 6])
+  local kind = ARGV[b] + 0
+  local shadow = ARGV[b + 5] % 2 == 1
+  local threshold = ARGV[b + 6] + 0
   local pkey, pstate = false, nil
   local keys_at = k
   k = k + KEY_COUNT[kind]
@@ -75,8 +80,8 @@ for b = 3, #ARGV, STRIDE do
     pstate = read_penalty(pkey)
   end
   local count, period, burst, max_delay =
-    tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
-  if tonumber(ARGV[b + 5]) >= 4 then
+    ARGV[b + 1] + 0, ARGV[b + 2] + 0, ARGV[b + 3] + 0, ARGV[b + 4] + 0
+  if ARGV[b + 5] + 0 >= 4 then
     local o = read_override(KEYS[k], kind, now)
     if o then
       keys_at = k + 1
@@ -97,7 +102,7 @@ for b = 3, #ARGV, STRIDE do
     k = k + 1
   end
   adaptives[#adaptives + 1] = astep
-  local allowed, remaining, reset, retry, delay, commit
+  local allowed, remaining, reset, retry, delay, w1, w2, w3, ttl
   local penalized = 0
   local blocked = blocked_for(pstate, now)
   if blocked > 0 then
@@ -105,12 +110,12 @@ for b = 3, #ARGV, STRIDE do
   elseif astep and astep[2] then
     allowed, remaining, reset, retry, delay, penalized = false, 0, astep[2], astep[2], 0, 2
   else
-    allowed, remaining, reset, retry, delay, commit = KINDS[kind](KEYS, keys_at, now, cost,
-      count, period, burst, max_delay, ARGV[b + 10])
+    allowed, remaining, reset, retry, delay, w1, w2, w3, ttl = KINDS[kind](KEYS, keys_at, now, cost,
+      count, period, burst, max_delay)
   end
   local at = #out + 1
   if allowed then
-    commits[#commits + 1] = commit
+    commits[#commits + 1] = {kind, keys_at, ARGV[b + 10], w1, w2, w3, ttl}
   elseif not shadow then
     out[1] = 0
   end
@@ -118,11 +123,11 @@ for b = 3, #ARGV, STRIDE do
   out[at], out[at + 1], out[at + 2], out[at + 3], out[at + 4], out[at + 5] =
     allowed and 1 or 0, remaining, reset, retry, delay, penalized
   if not allowed and blocked == 0 and penalized == 0 and pkey and not peek then
-    penalties[#penalties + 1] = {at, pkey, pstate, threshold, tonumber(ARGV[b + 7]), tonumber(ARGV[b + 8]), ARGV[b + 9]}
+    penalties[#penalties + 1] = {at, pkey, pstate, threshold, ARGV[b + 7] + 0, ARGV[b + 8] + 0, ARGV[b + 9]}
   end
 end
 if out[1] == 1 and not peek then
-  for i = 1, #commits do commits[i]() end
+  for _, w in ipairs(commits) do commit(KEYS, w[1], w[2], now, cost, w[3], w[4], w[5], w[6], w[7]) end
 end
 for _, p in ipairs(penalties) do
   local cooldowns = {}

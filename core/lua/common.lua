@@ -28,18 +28,26 @@ local CELLS = '<Blll'
 local CELLS_MARK = 1
 local CELLS_SIZE = 25
 
-local function read_cells(key)
+-- The three cells of a key as three values (no table), or nil.
+local function cells_of(key)
   local raw = redis.call('GET', key)
   if not raw then return nil end
   if #raw == CELLS_SIZE and string.byte(raw, 1) == CELLS_MARK then
     local _, a, b, c = struct.unpack(CELLS, raw)
-    return {a, b, c}
+    return a, b, c
   end
   local a, b, c = string.match(raw, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
   if not a then
     error({err = 'POLYLIMIT_STATE key ' .. key .. ' does not hold polylimit state'})
   end
-  return {tonumber(a), tonumber(b), tonumber(c)}
+  return tonumber(a), tonumber(b), tonumber(c)
+end
+
+-- The cells as a table {a, b, c}, or nil (refunds).
+local function read_cells(key)
+  local a, b, c = cells_of(key)
+  if a then return {a, b, c} end
+  return nil
 end
 
 -- A key lives until it is back to idle, plus a margin: an expired key and an
@@ -47,6 +55,9 @@ end
 -- of a simulation that passes explicit now_ms while real time moves on.
 local TTL_MARGIN_MS = 1000
 
+-- PX goes as text: a number is no cheaper (Redis 7.0 prints it with
+-- %.17g: 850 ns per SET against 800 with string.format), and Redis
+-- 7.2.0-7.2.4 print 1e8 and up as "1e+08", which PX refuses.
 local function expire_after(ttl)
   if ttl < 0 then ttl = 0 end
   return fmt(ttl + TTL_MARGIN_MS)
@@ -56,11 +67,11 @@ local function write_cells(key, a, b, c, ttl)
   redis.call('SET', key, struct.pack(CELLS, CELLS_MARK, a, b, c), 'PX', expire_after(ttl))
 end
 
--- `max(TAT, now) - now` in scaled units, from cells {tat_ms, tat_rem}.
-local function wait_scaled(c, now, count)
-  if not c then return 0 end
-  if c[1] > now then return (c[1] - now) * count + c[2] end
-  if c[1] == now then return c[2] end
+-- `max(TAT, now) - now` in scaled units, from cells tat_ms, tat_rem (nil: none).
+local function wait_scaled(tat, rem, now, count)
+  if not tat then return 0 end
+  if tat > now then return (tat - now) * count + rem end
+  if tat == now then return rem end
   return 0
 end
 
@@ -70,13 +81,9 @@ local MAX_WAIT_SCALED = 4503599627370496
 
 -- A TAT more than MAX_WAIT_SCALED ahead (the clock went back by far): the
 -- wait as whole ms and a scaled remainder, or nil.
-local function far_ahead(c, now, count)
-  if c and c[1] > now and c[1] - now > fdiv(MAX_WAIT_SCALED, count) then
-    return c[1] - now, c[2]
+local function far_ahead(tat, rem, now, count)
+  if tat and tat > now and tat - now > fdiv(MAX_WAIT_SCALED, count) then
+    return tat - now, rem
   end
   return nil
-end
-
-local function write_tat(key, now, wait, count, ttl, admitted)
-  write_cells(key, now + fdiv(wait, count), wait % count, admitted, ttl)
 end

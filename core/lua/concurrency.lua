@@ -22,7 +22,7 @@ local function in_chunks(command, key, members, score)
   return done
 end
 
-local function concurrency(keys, k, now, cost, count, period, limit, max_delay, lease)
+local function concurrency(keys, k, now, cost, count, period, limit)
   local key = keys[k]
   local in_flight = redis.call('ZCOUNT', key, '(' .. fmt(now), '+inf')
   local latest = false
@@ -38,14 +38,18 @@ local function concurrency(keys, k, now, cost, count, period, limit, max_delay, 
     local expires = now + period
     local top = expires
     if latest and latest > top then top = latest end
-    return true, limit - in_flight - cost, top - now, false, 0, function()
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
-      in_chunks('ZADD', key, lease_members(lease, cost), fmt(expires))
-      redis.call('PEXPIRE', key, expire_after(top - now))
-    end
+    return true, limit - in_flight - cost, top - now, false, 0, expires, nil, nil, top - now
   end
   -- The slot whose end frees `need` slots (with all ending before it).
   local need = in_flight + cost - limit
   local at = redis.call('ZRANGEBYSCORE', key, '(' .. fmt(now), '+inf', 'WITHSCORES', 'LIMIT', fmt(need - 1), 1)
   return false, limit - in_flight, reset, tonumber(at[2]) - now, 0
+end
+
+-- An admission's writes: the lease's slots until `expires`, the ended ones dropped.
+local function concurrency_write(keys, k, now, cost, lease, expires, _, _, ttl)
+  local key = keys[k]
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(now))
+  in_chunks('ZADD', key, lease_members(lease, cost), fmt(expires))
+  redis.call('PEXPIRE', key, expire_after(ttl))
 end

@@ -6,6 +6,8 @@ local KINDS = {
   concurrency,
 }
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1, 1}
+-- The kinds whose admission writes more than one key's cells.
+local WRITES = {[7] = sliding_window_log_write, [9] = concurrency_write}
 local STRIDE = 12
 
 -- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.
@@ -18,4 +20,13 @@ local function reply_values(remaining, reset, retry)
     retry = -1
   end
   return remaining, reset, retry
+end
+
+-- Charges an admission: an algorithm returns allowed, remaining, reset,
+-- retry, delay and, when allowed, the values to write (a, b, c, ttl: the
+-- key's cells and their time to live, or what WRITES[kind] takes).
+local function commit(keys, kind, k, now, cost, lease, a, b, c, ttl)
+  local write = WRITES[kind]
+  if write then return write(keys, k, now, cost, lease, a, b, c, ttl) end
+  write_cells(keys[k], a, b, c, ttl)
 end

@@ -1,10 +1,9 @@
 -- fixed_window: cells {window_start_ms, count}
 local function fixed_window(keys, k, now, cost, count, period, limit)
-  local key = keys[k]
   local start = now - now % period
   local window, used = start, 0
-  local c = read_cells(key)
-  if c then window, used = c[1], c[2] end
+  local w, u = cells_of(keys[k])
+  if w then window, used = w, u end
   if start > window then
     window = start
     used = 0
@@ -17,8 +16,7 @@ local function fixed_window(keys, k, now, cost, count, period, limit)
   end
   if used + cost <= limit then
     used = used + cost
-    return true, limit - used, window_end, false, 0,
-      function() write_cells(key, window, used, 0, window_end) end
+    return true, limit - used, window_end, false, 0, window, used, 0, window_end
   end
   return false, limit - used, reset, window_end, 0
 end

@@ -1,15 +1,14 @@
 -- gcra: cells {tat_ms, tat_rem, admitted_ms}; allowed iff wait + cost*T <= burst*T
 local function gcra(keys, k, now, cost, count, period, burst)
-  local key = keys[k]
   local cap = burst * period
-  local c = read_cells(key)
-  local far_ms, far_rem = far_ahead(c, now, count)
+  local tat, rem, adm = cells_of(keys[k])
+  local far_ms, far_rem = far_ahead(tat, rem, now, count)
   if far_ms then
     local reset = far_ms + ceil_div(far_rem, count)
     if cost > burst then return false, 0, reset, false, 0 end
     return false, 0, reset, far_ms + ceil_frac(far_rem + cost * period - cap, count), 0
   end
-  local wait = wait_scaled(c, now, count)
+  local wait = wait_scaled(tat, rem, now, count)
   if cost > burst then
     return false, fdiv(cap - wait, period), ceil_div(wait, count), false, 0
   end
@@ -18,9 +17,9 @@ local function gcra(keys, k, now, cost, count, period, burst)
     local next = wait + need
     local reset = ceil_div(next, count)
     local admitted = now
-    if c then admitted = math.max(c[3], now) end
+    if tat then admitted = math.max(adm, now) end
     return true, fdiv(cap - next, period), reset, false, 0,
-      function() write_tat(key, now, next, count, reset, admitted) end
+      now + fdiv(next, count), next % count, admitted, reset
   end
   return false, fdiv(cap - wait, period), ceil_div(wait, count), ceil_div(wait + need - cap, count), 0
 end

@@ -41,10 +41,10 @@ end
 -- GCRA and the shape queue (cells {tat_ms, tat_rem, admitted_ms}): the
 -- TAT goes back by cost * T, never below now's idle point. A TAT far ahead (the clock went back by far) stays.
 local function tat_refund(c, now, cost, count, period)
-  if c[3] ~= now or far_ahead(c, now, count) then
+  if c[3] ~= now or far_ahead(c[1], c[2], now, count) then
     return nil
   end
-  local wait = math.max(wait_scaled(c, now, count) - cost * period, 0)
+  local wait = math.max(wait_scaled(c[1], c[2], now, count) - cost * period, 0)
   return {now + fdiv(wait, count), wait % count, now}, ceil_div(wait, count)
 end
 

@@ -1,10 +1,9 @@
 -- sliding_window_counter: cells {window_start_ms, previous, current}
 local function sliding_window_counter(keys, k, now, cost, count, period, limit)
-  local key = keys[k]
   local start = now - now % period
   local window, previous, current = start, 0, 0
-  local c = read_cells(key)
-  if c then window, previous, current = c[1], c[2], c[3] end
+  local w, p, c = cells_of(keys[k])
+  if w then window, previous, current = w, p, c end
   if start > window then
     if start == window + period then previous = current else previous = 0 end
     current = 0
@@ -27,8 +26,7 @@ local function sliding_window_counter(keys, k, now, cost, count, period, limit)
   if weighted_previous + (current + cost) * period <= limit * period then
     current = current + cost
     local ttl = reset(current)
-    return true, remaining(current), ttl, false, 0,
-      function() write_cells(key, window, previous, current, ttl) end
+    return true, remaining(current), ttl, false, 0, window, previous, current, ttl
   end
   local room = limit - current - cost
   local retry

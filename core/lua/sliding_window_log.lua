@@ -7,12 +7,12 @@ local function entry_cost(member)
 end
 
 local function sliding_window_log(keys, k, now, cost, count, period, limit)
-  local key, log = keys[k], keys[k + 1]
+  local log = keys[k + 1]
   local cutoff = now - period
-  local c = read_cells(key)
+  local s, q = cells_of(keys[k])
   local used, seq, newest = 0, 0, false
-  if c then
-    used, seq = c[1], c[2]
+  if s then
+    used, seq = s, q
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, '-inf', fmt(cutoff))) do
       used = used - entry_cost(m)
     end
@@ -30,16 +30,7 @@ local function sliding_window_log(keys, k, now, cost, count, period, limit)
     local top = now
     if newest and newest > now then top = newest end
     local ttl = reset(top)
-    return true, limit - used - cost, ttl, false, 0, function()
-      if c then
-        redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(cutoff))
-      else
-        redis.call('DEL', log)
-      end
-      redis.call('ZADD', log, fmt(now), fmt(seq + 1) .. ':' .. fmt(cost))
-      redis.call('PEXPIRE', log, expire_after(ttl))
-      write_cells(key, used + cost, seq + 1, 0, ttl)
-    end
+    return true, limit - used - cost, ttl, false, 0, used + cost, seq + 1, s and cutoff, ttl
   end
   -- The oldest live entries expire first: find the one whose expiry makes
   -- room. Every entry costs at least 1, so it is among the `need` oldest live
@@ -70,4 +61,18 @@ local function sliding_window_log(keys, k, now, cost, count, period, limit)
     end
   end
   return false, limit - used, reset(newest), retry, 0
+end
+
+-- An admission's writes: its entry, the expired ones dropped (the whole log
+-- when the key held no cells: cutoff nil), then cells {sum, seq}.
+local function sliding_window_log_write(keys, k, now, cost, _, sum, seq, cutoff, ttl)
+  local log = keys[k + 1]
+  if cutoff then
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(cutoff))
+  else
+    redis.call('DEL', log)
+  end
+  redis.call('ZADD', log, fmt(now), fmt(seq) .. ':' .. fmt(cost))
+  redis.call('PEXPIRE', log, expire_after(ttl))
+  write_cells(keys[k], sum, seq, 0, ttl)
 end

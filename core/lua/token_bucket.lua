@@ -1,10 +1,9 @@
 -- token_bucket (continuous): cells {tokens * period, last_ms, admitted_ms}
 local function token_bucket(keys, k, now, cost, count, period, burst)
-  local key = keys[k]
   local cap = burst * period
   local tokens, last, admitted = cap, now, now
-  local c = read_cells(key)
-  if c then tokens, last, admitted = c[1], c[2], math.max(c[3], now) end
+  local t, l, a = cells_of(keys[k])
+  if t then tokens, last, admitted = t, l, math.max(a, now) end
   if now > last then
     if now - last >= ceil_div(cap - tokens, count) then
       tokens = cap
@@ -21,18 +20,16 @@ local function token_bucket(keys, k, now, cost, count, period, burst)
   if tokens >= need then
     tokens = tokens - need
     local reset = lag + ceil_div(cap - tokens, count)
-    return true, fdiv(tokens, period), reset, false, 0,
-      function() write_cells(key, tokens, last, admitted, reset) end
+    return true, fdiv(tokens, period), reset, false, 0, tokens, last, admitted, reset
   end
   return false, fdiv(tokens, period), lag + ceil_div(cap - tokens, count), lag + ceil_div(need - tokens, count), 0
 end
 
 -- token_bucket (refill: interval): cells {tokens, last_refill_ms, admitted_ms}
 local function token_bucket_interval(keys, k, now, cost, count, period, burst)
-  local key = keys[k]
   local tokens, last, admitted = burst, now, now
-  local c = read_cells(key)
-  if c then tokens, last, admitted = c[1], c[2], math.max(c[3], now) end
+  local t, l, a = cells_of(keys[k])
+  if t then tokens, last, admitted = t, l, math.max(a, now) end
   if now > last then
     local periods = fdiv(now - last, period)
     if periods >= ceil_div(burst - tokens, count) then
@@ -56,8 +53,7 @@ local function token_bucket_interval(keys, k, now, cost, count, period, burst)
   if tokens >= cost then
     tokens = tokens - cost
     local reset = time_for(burst - tokens)
-    return true, tokens, reset, false, 0,
-      function() write_cells(key, tokens, last, admitted, reset) end
+    return true, tokens, reset, false, 0, tokens, last, admitted, reset
   end
   return false, tokens, time_for(burst - tokens), time_for(cost - tokens), 0
 end
