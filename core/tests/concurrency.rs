@@ -89,6 +89,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
             let mut config = LimiterConfig::new(policy).with_store(store);
             config.prefix = format!("concurrency-{file_index}-{case_index}");
+            config.timeout = std::time::Duration::from_secs(10); // decisions, not latency
             let limiter = Limiter::new(config).unwrap();
             let mut leases: Vec<Vec<Lease>> = Vec::new();
             for (i, step) in case.steps.iter().enumerate() {
@@ -447,6 +448,7 @@ async fn across_cluster_slots_a_denial_takes_no_lease() {
     let mut config = LimiterConfig::new(concurrent(1, "30s")).with_store(&CLUSTER.url);
     config.policies.push(per_second);
     config.prefix = "cross".into();
+    config.timeout = std::time::Duration::from_secs(5); // admissions, not latency
     let probe = RefundProbe::new(config.clone()).unwrap();
     let other = RefundProbe::new(config).unwrap();
     let at = CheckOptions {
@@ -611,6 +613,7 @@ async fn dropping_a_guard_releases() {
 async fn across_cluster_slots_a_slot_freed_between_the_passes_takes_no_lease() {
     let mut config = LimiterConfig::new(concurrent(1, "30s")).with_store(&CLUSTER.url);
     config.prefix = "freed".into();
+    config.timeout = std::time::Duration::from_secs(5); // admissions, not latency
     let probe = RefundProbe::new(config.clone()).unwrap();
     let holder = Limiter::new(config.clone()).unwrap();
     // Releases on its own runtime, in the hook: a limiter of its own (a
