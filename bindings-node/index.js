@@ -103,18 +103,9 @@ function inFlight() {
       idle();
     },
     scratch,
-    /** A batch of middleware outcomes (src/outcome.rs): settles their promises. */
+    /** A batch of request outcomes and errors (src/outcome.rs): settles their promises. */
     onHttp(nums, text) {
       readBatch(nums, scratch, text, SOURCES, settleHttp, failHttp);
-      idle();
-    },
-    onText(text) {
-      for (const [id, failed, value] of JSON.parse(text)) {
-        const settle = pending.get(id);
-        pending.delete(id);
-        if (failed) settle.reject(fromRecord(value));
-        else settle.resolve(value);
-      }
       idle();
     },
   };
@@ -176,7 +167,6 @@ class Limiter {
     this._flight = inFlight();
     this._native.setCompletionHandlers(
       this._flight.onDecisions,
-      this._flight.onText,
       this._flight.onHttp,
       this._flight.scratch,
     );

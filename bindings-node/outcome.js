@@ -1,5 +1,6 @@
 'use strict';
-// A middleware request's outcome, read from the addon's batch (src/outcome.rs): numbers
+// A request's outcome (checkRequest, peekRequest, the middlewares) or a call's error, read
+// from the addon's batch (src/outcome.rs), the one way they cross from the addon: numbers
 // (in a scratch Float64Array this module lends the addon, reused by every batch) and one
 // string holding the batch's texts one after another, each text's length among the numbers.
 // Every value is the core's (status, header names and values, body, completion token,

@@ -1,8 +1,10 @@
-//! Finished middleware requests (`checkHttpBatched`) cross to JavaScript
-//! without JSON: each wake-up hands `outcome.js` numbers (copied into a
-//! `Float64Array` it lends) and one string holding every text of the batch,
-//! one after another, each text's length (in UTF-16 units, as JavaScript
-//! counts) among the numbers. JavaScript slices the texts out into the
+//! Finished requests (`checkRequestBatched`, `peekRequestBatched`, the
+//! middlewares' `checkHttpBatched`) and the errors of every batched call
+//! (checks' too) cross to JavaScript this one way, without JSON: each
+//! wake-up hands `outcome.js` numbers (copied into a `Float64Array` it
+//! lends) and one string holding every text of the batch, one after
+//! another, each text's length (in UTF-16 units, as JavaScript counts)
+//! among the numbers. JavaScript slices the texts out into the
 //! outcome object `checkRequest` resolves with. Every value is the core's:
 //! the status, each header's name and value as the core wrote them, the
 //! body, the completion token, the decisions (each as the core's
@@ -138,7 +140,7 @@ pub type BatchNumbers = Either<u32, Numbers>;
 
 type HttpTsfn = ThreadsafeFunction<(), (), FnArgs<(BatchNumbers, String)>, Status, false, true>;
 
-/// Finished middleware requests of one limiter, handed to JavaScript as one
+/// Finished requests and errors of one limiter, handed to JavaScript as one
 /// [`OutcomeBatch`] per wake-up (`handler(nums, text)`).
 #[derive(Clone)]
 pub struct HttpCompletions {
