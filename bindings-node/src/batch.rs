@@ -6,8 +6,7 @@
 //! through the one outcome channel (`outcome.rs`). `index.js` settles the promises.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 
 use futures_util::stream::FuturesUnordered;
@@ -17,21 +16,17 @@ use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
 
 use napi::bindgen_prelude::{Float64Array, Function};
-use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Result, Status};
+use napi::Result;
 
 use crate::errors::record as error_record;
 use crate::outcome::HttpCompletions;
+use crate::queue::Queue;
 
-type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
-
-/// The queue of finished checks of one limiter and the function that drains it.
+/// The finished checks of one limiter and the channel of its request outcomes and errors.
 #[derive(Clone)]
 pub struct Completions {
-    queue: Arc<Mutex<Vec<f64>>>,
-    tsfn: Arc<Tsfn>,
-    /// Records were queued since the JS thread last took the queue: `flush` wakes it.
-    wake: Arc<AtomicBool>,
+    /// Decision records (`polylimit::wire::decision_record`), one after another.
+    decisions: Queue<Vec<f64>, Float64Array>,
     /// Request outcomes (`checkRequest`, `peekRequest`, the middlewares') and every
     /// error, checks' included (`outcome.rs`).
     pub http: HttpCompletions,
@@ -41,20 +36,8 @@ impl Completions {
     /// `handler(batch: Float64Array)` is called on the JS thread; a weak
     /// (unref'd) threadsafe function, so it never keeps the process alive.
     pub fn new(handler: Function<'_, Float64Array, ()>, http: HttpCompletions) -> Result<Completions> {
-        let queue: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let drain = queue.clone();
-        let tsfn = handler
-            .build_threadsafe_function::<()>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(move |_ctx| {
-                let batch = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
-                Ok(Float64Array::new(batch))
-            })?;
         Ok(Completions {
-            queue,
-            tsfn: Arc::new(tsfn),
-            wake: Arc::default(),
+            decisions: Queue::new(handler, |batch| Ok(Float64Array::new(batch)))?,
             http,
         })
     }
@@ -64,26 +47,18 @@ impl Completions {
     /// (one read of Redis's replies) reach JavaScript in one call, where waking it at the
     /// first result let it run while the rest were still being queued (more, smaller batches).
     pub fn flush(&self) {
-        if self.wake.swap(false, Ordering::AcqRel) {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
-        }
+        self.decisions.flush();
         self.http.flush();
     }
 
     /// Queues the result of check `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
-        let record = match result {
-            Ok(d) => decision_record(id, &d),
-            Err(error) => return self.http.complete(id, Err(&error)),
-        };
-        let was_empty = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let was_empty = queue.is_empty();
-            queue.extend_from_slice(&record);
-            was_empty
-        };
-        if was_empty {
-            self.wake.store(true, Ordering::Release);
+        match result {
+            Ok(d) => {
+                let record = decision_record(id, &d);
+                self.decisions.push(|batch| batch.extend_from_slice(&record));
+            }
+            Err(error) => self.http.complete(id, Err(&error)),
         }
     }
 }
