@@ -3,7 +3,7 @@
 // key, header and body comes from the Rust core.
 const native = require('./native');
 const errors = require('./errors');
-const { readBatch, scratchArray } = require('./outcome');
+const { DECISION_RECORD_LEN, decisionInto, readBatch, scratchArray } = require('./outcome');
 
 const { ConfigError, CircuitOpenError, fromNative, fromRecord } = errors;
 
@@ -85,36 +85,17 @@ function inFlight() {
       idle();
     },
     onDecisions(batch) {
-      for (let i = 0; i < batch.length; i += 8) {
-        const id = batch[i];
-        const settle = pending.get(id);
-        pending.delete(id);
-        const retry = batch[i + 5];
-        settle.resolve({
-          allowed: batch[i + 1] === 1,
-          limit: batch[i + 2],
-          remaining: batch[i + 3],
-          resetAfterMs: batch[i + 4],
-          retryAfterMs: retry < 0 ? null : retry,
-          delayMs: batch[i + 6],
-          source: SOURCES[batch[i + 7]],
-        });
+      for (let i = 0; i < batch.length; i += DECISION_RECORD_LEN) {
+        const settle = pending.get(batch[i]);
+        pending.delete(batch[i]);
+        settle.resolve(decisionInto({}, batch, i, SOURCES));
       }
       idle();
     },
     scratch,
-    /** A batch of middleware outcomes (src/outcome.rs): settles their promises. */
+    /** A batch of request outcomes and errors (src/outcome.rs): settles their promises. */
     onHttp(nums, text) {
       readBatch(nums, scratch, text, SOURCES, settleHttp, failHttp);
-      idle();
-    },
-    onText(text) {
-      for (const [id, failed, value] of JSON.parse(text)) {
-        const settle = pending.get(id);
-        pending.delete(id);
-        if (failed) settle.reject(fromRecord(value));
-        else settle.resolve(value);
-      }
       idle();
     },
   };
@@ -176,7 +157,6 @@ class Limiter {
     this._flight = inFlight();
     this._native.setCompletionHandlers(
       this._flight.onDecisions,
-      this._flight.onText,
       this._flight.onHttp,
       this._flight.scratch,
     );

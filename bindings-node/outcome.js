@@ -1,5 +1,6 @@
 'use strict';
-// A middleware request's outcome, read from the addon's batch (src/outcome.rs): numbers
+// A request's outcome (checkRequest, peekRequest, the middlewares) or a call's error, read
+// from the addon's batch (src/outcome.rs), the one way they cross from the addon: numbers
 // (in a scratch Float64Array this module lends the addon, reused by every batch) and one
 // string holding the batch's texts one after another, each text's length among the numbers.
 // Every value is the core's (status, header names and values, body, completion token,
@@ -8,6 +9,24 @@
 
 /** Numbers in a decision record (polylimit::wire::DECISION_RECORD_LEN). */
 const DECISION_RECORD_LEN = 8;
+
+/**
+ * Sets the fields of the core's decision record (polylimit::wire::decision_record) at
+ * `nums[r]` on `target` (after the fields it has): `allowed, limit, remaining, resetAfterMs,
+ * retryAfterMs, delayMs, source` (`sources`: the core's source names by index). The one reader
+ * of a decision record: `check`'s decisions (index.js) and each decision of an outcome.
+ */
+function decisionInto(target, nums, r, sources) {
+  const retry = nums[r + 5];
+  target.allowed = nums[r + 1] === 1;
+  target.limit = nums[r + 2];
+  target.remaining = nums[r + 3];
+  target.resetAfterMs = nums[r + 4];
+  target.retryAfterMs = retry < 0 ? null : retry;
+  target.delayMs = nums[r + 6];
+  target.source = sources[nums[r + 7]];
+  return target;
+}
 
 /** The Float64Array the addon copies each batch's numbers into (src/outcome.rs), when they fit. */
 function scratchArray() {
@@ -63,21 +82,10 @@ function readBatch(given, scratch, text, sources, settle, fail) {
       const rule = text.slice(pos, (pos += nums[i]));
       const policy = text.slice(pos, (pos += nums[i + 1]));
       const shadow = nums[i + 2] === 1;
-      // The core's decision record (polylimit::wire::decision_record), its first number unused.
-      const r = i + 3;
-      const retry = nums[r + 5];
-      decisions[d] = {
-        rule,
-        policy,
-        allowed: nums[r + 1] === 1,
-        limit: nums[r + 2],
-        remaining: nums[r + 3],
-        resetAfterMs: nums[r + 4],
-        retryAfterMs: retry < 0 ? null : retry,
-        delayMs: nums[r + 6],
-        source: sources[nums[r + 7]],
-        shadow,
-      };
+      // The core's decision record, its first number unused: `{ rule, policy, allowed, …, source, shadow }`.
+      const decision = decisionInto({ rule, policy }, nums, i + 3, sources);
+      decision.shadow = shadow;
+      decisions[d] = decision;
       i += 3 + DECISION_RECORD_LEN;
     }
     outcome.decisions = decisions;
@@ -91,4 +99,4 @@ function setHeaders(outcome, res) {
   for (let i = 0; i < headers.length; i++) res.setHeader(headers[i][0], headers[i][1]);
 }
 
-module.exports = { readBatch, scratchArray, setHeaders };
+module.exports = { DECISION_RECORD_LEN, decisionInto, readBatch, scratchArray, setHeaders };

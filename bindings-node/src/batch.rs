@@ -2,64 +2,42 @@
 //! one promise settlement per check (napi's `spawn_future`), finished
 //! decisions are queued and handed to JavaScript in one call per wake-up, as
 //! a `Float64Array` of the core's decision records
-//! (`polylimit::wire::decision_record`). `index.js` settles the promises.
+//! (`polylimit::wire::decision_record`); request outcomes and every error go
+//! through the one outcome channel (`outcome.rs`). `index.js` settles the promises.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use polylimit::wire::{decision_record, Case, OutcomeWire};
+use polylimit::wire::decision_record;
 use polylimit::{CheckOptions, Limiter, Outcome, RequestInfo, RouteRule};
 use tokio::sync::mpsc;
 
 use napi::bindgen_prelude::{Float64Array, Function};
-use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Result, Status};
+use napi::Result;
 
 use crate::errors::record as error_record;
 use crate::outcome::HttpCompletions;
+use crate::queue::Queue;
 
-type Tsfn = ThreadsafeFunction<(), (), Float64Array, Status, false, true>;
-
-/// The queue of finished checks of one limiter and the function that drains it.
+/// The finished checks of one limiter and the channel of its request outcomes and errors.
 #[derive(Clone)]
 pub struct Completions {
-    queue: Arc<Mutex<Vec<f64>>>,
-    tsfn: Arc<Tsfn>,
-    /// Records were queued since the JS thread last took the queue: `flush` wakes it.
-    wake: Arc<AtomicBool>,
-    /// Errors and request outcomes go through the text channel.
-    pub text: RequestCompletions,
-    /// Middleware requests' outcomes and errors (`outcome.rs`).
+    /// Decision records (`polylimit::wire::decision_record`), one after another.
+    decisions: Queue<Vec<f64>, Float64Array>,
+    /// Request outcomes (`checkRequest`, `peekRequest`, the middlewares') and every
+    /// error, checks' included (`outcome.rs`).
     pub http: HttpCompletions,
 }
 
 impl Completions {
     /// `handler(batch: Float64Array)` is called on the JS thread; a weak
     /// (unref'd) threadsafe function, so it never keeps the process alive.
-    pub fn new(
-        handler: Function<'_, Float64Array, ()>,
-        text: RequestCompletions,
-        http: HttpCompletions,
-    ) -> Result<Completions> {
-        let queue: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let drain = queue.clone();
-        let tsfn = handler
-            .build_threadsafe_function::<()>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(move |_ctx| {
-                let batch = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
-                Ok(Float64Array::new(batch))
-            })?;
+    pub fn new(handler: Function<'_, Float64Array, ()>, http: HttpCompletions) -> Result<Completions> {
         Ok(Completions {
-            queue,
-            tsfn: Arc::new(tsfn),
-            wake: Arc::default(),
-            text,
+            decisions: Queue::new(handler, |batch| Ok(Float64Array::new(batch)))?,
             http,
         })
     }
@@ -69,90 +47,18 @@ impl Completions {
     /// (one read of Redis's replies) reach JavaScript in one call, where waking it at the
     /// first result let it run while the rest were still being queued (more, smaller batches).
     pub fn flush(&self) {
-        if self.wake.swap(false, Ordering::AcqRel) {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
-        }
-        self.text.flush();
+        self.decisions.flush();
         self.http.flush();
     }
 
     /// Queues the result of check `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<polylimit::Decision, serde_json::Value>) {
-        let record = match result {
-            Ok(d) => decision_record(id, &d),
-            Err(error) => return self.text.complete(id, Err(&error)),
-        };
-        let was_empty = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let was_empty = queue.is_empty();
-            queue.extend_from_slice(&record);
-            was_empty
-        };
-        if was_empty {
-            self.wake.store(true, Ordering::Release);
-        }
-    }
-}
-
-type TextTsfn = ThreadsafeFunction<(), (), String, Status, false, true>;
-
-/// Finished `checkRequest` calls of one limiter, handed to JavaScript as one
-/// JSON text per wake-up: `[[id, 0, outcome], [id, 1, {code, message, field?, value?}], …]`,
-/// each outcome already in the shape `index.js` resolves with ([`JsOutcome`]),
-/// so JavaScript only runs `JSON.parse`.
-#[derive(Clone)]
-pub struct RequestCompletions {
-    /// The records so far: `[` then the comma-separated records (empty when none).
-    queue: Arc<Mutex<Vec<u8>>>,
-    tsfn: Arc<TextTsfn>,
-    /// As [`Completions`]'s.
-    wake: Arc<AtomicBool>,
-}
-
-impl RequestCompletions {
-    /// `handler(batch: string)` is called on the JS thread (weak, like [`Completions`]).
-    pub fn new(handler: Function<'_, String, ()>) -> Result<RequestCompletions> {
-        let queue: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let drain = queue.clone();
-        let tsfn = handler
-            .build_threadsafe_function::<()>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(move |_ctx| {
-                let mut batch = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
-                batch.push(b']');
-                // Only serde_json and ASCII are written, so this never fails.
-                String::from_utf8(batch).map_err(|e| napi::Error::from_reason(e.to_string()))
-            })?;
-        Ok(RequestCompletions {
-            queue,
-            tsfn: Arc::new(tsfn),
-            wake: Arc::default(),
-        })
-    }
-
-    /// As [`Completions::flush`].
-    pub fn flush(&self) {
-        if self.wake.swap(false, Ordering::AcqRel) {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
-        }
-    }
-
-    /// Queues the outcome or error (JSON record) of request `id`; `flush` wakes the JS thread.
-    pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &serde_json::Value>) {
-        let was_empty = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let was_empty = queue.is_empty();
-            queue.push(if was_empty { b'[' } else { b',' });
-            // Serializing these types to a Vec cannot fail.
-            let _ = match result {
-                Ok(outcome) => serde_json::to_writer(&mut *queue, &(id, 0, OutcomeWire::new(outcome, Case::Camel))),
-                Err(error) => serde_json::to_writer(&mut *queue, &(id, 1, error)),
-            };
-            was_empty
-        };
-        if was_empty {
-            self.wake.store(true, Ordering::Release);
+        match result {
+            Ok(d) => {
+                let record = decision_record(id, &d);
+                self.decisions.push(|batch| batch.extend_from_slice(&record));
+            }
+            Err(error) => self.http.complete(id, Err(&error)),
         }
     }
 }
@@ -169,13 +75,9 @@ pub enum Job {
     /// handed over in one call: check `ids[i]` of `keys[i]`, each answered
     /// like `Check`.
     CheckMany { ids: Vec<u32>, keys: Vec<String> },
-    /// `limiter.checkRequest(request)`, answered through [`RequestCompletions`], or a
-    /// middleware's request (`compact`), answered through [`HttpCompletions`].
-    Request {
-        id: u32,
-        request: RequestInfo,
-        compact: bool,
-    },
+    /// `limiter.checkRequest(request)` or a middleware's request, answered through
+    /// [`HttpCompletions`].
+    Request { id: u32, request: RequestInfo },
     /// `limiter.peek(key, options)`: a check that charges nothing, answered like `Check`.
     Peek {
         id: u32,
@@ -191,7 +93,6 @@ pub enum Job {
         id: u32,
         request: RequestInfo,
         rule: Arc<RouteRule>,
-        compact: bool,
     },
 }
 
@@ -259,9 +160,9 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
             };
             completions.complete(id, result);
         }
-        Job::Request { id, request, compact } => {
+        Job::Request { id, request } => {
             let result = AssertUnwindSafe(limiter.check_request(&request)).catch_unwind().await;
-            complete_request(&completions, id, result, compact);
+            complete_request(&completions, id, result);
         }
         Job::Peek { id, key, options } => {
             let result = match AssertUnwindSafe(limiter.peek_with(&key, options)).catch_unwind().await {
@@ -273,38 +174,23 @@ async fn run(limiter: Limiter, completions: Completions, job: Job) {
         }
         Job::PeekRequest { id, request } => {
             let result = AssertUnwindSafe(limiter.peek_request(&request)).catch_unwind().await;
-            complete_request(&completions, id, result, false);
+            complete_request(&completions, id, result);
         }
-        Job::Route {
-            id,
-            request,
-            rule,
-            compact,
-        } => {
+        Job::Route { id, request, rule } => {
             let result = AssertUnwindSafe(limiter.check_route(&request, &rule))
                 .catch_unwind()
                 .await;
-            complete_request(&completions, id, result, compact);
+            complete_request(&completions, id, result);
         }
     }
 }
 
-/// Hands a request's outcome, error or panic to the text channel, or a middleware's
-/// (`compact`) to the middleware channel.
-fn complete_request(
-    completions: &Completions,
-    id: u32,
-    result: std::thread::Result<polylimit::Result<Outcome>>,
-    compact: bool,
-) {
+/// Hands a request's outcome, error or panic to the outcome channel.
+fn complete_request(completions: &Completions, id: u32, result: std::thread::Result<polylimit::Result<Outcome>>) {
     let result = match result {
         Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(e)) => Err(error_record(&e)),
         Err(_) => Err(panic_error()),
     };
-    if compact {
-        completions.http.complete(id, result.as_ref());
-    } else {
-        completions.text.complete(id, result.as_ref());
-    }
+    completions.http.complete(id, result.as_ref());
 }

@@ -10,6 +10,7 @@ mod errors;
 mod lease;
 mod limiter;
 mod outcome;
+mod queue;
 
 pub use breaker::NativeCircuitBreaker;
 pub use limiter::{effective_config, NativeLimiter, NativeRouteRule};

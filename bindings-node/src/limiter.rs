@@ -15,7 +15,7 @@ use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteR
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::batch::{dispatcher, Completions, Job, RequestCompletions};
+use crate::batch::{dispatcher, Completions, Job};
 use crate::errors::{config, guard, record, throw};
 use crate::integral;
 use crate::outcome::{BatchNumbers, HttpCompletions};
@@ -99,21 +99,19 @@ impl NativeLimiter {
     }
 
     /// Sets the functions that receive finished checks: `decisions` gets
-    /// batches of decision records (`Float64Array`), `text` gets JSON batches
-    /// of request outcomes and errors (see `batch.rs`). They hold no reference
-    /// to the limiter, so an unreachable limiter is still collected.
+    /// batches of decision records (`Float64Array`, see `batch.rs`), `http`
+    /// gets batches of request outcomes and errors (see `outcome.rs`). They
+    /// hold no reference to the limiter, so an unreachable limiter is still collected.
     #[napi(
-        ts_args_type = "decisions: (batch: Float64Array) => void, text: (batch: string) => void, http: (nums: number | Float64Array, text: string) => void, scratch: Float64Array"
+        ts_args_type = "decisions: (batch: Float64Array) => void, http: (nums: number | Float64Array, text: string) => void, scratch: Float64Array"
     )]
     pub fn set_completion_handlers(
         &mut self,
         decisions: Function<'_, Float64Array, ()>,
-        text: Function<'_, String, ()>,
         http: Function<'_, FnArgs<(BatchNumbers, String)>, ()>,
         scratch: Float64Array,
     ) -> Result<()> {
-        let text = RequestCompletions::new(text)?;
-        let completions = Completions::new(decisions, text, HttpCompletions::new(http, scratch)?)?;
+        let completions = Completions::new(decisions, HttpCompletions::new(http, scratch)?)?;
         self.jobs = Some(within_runtime_if_available(|| {
             dispatcher(self.inner.clone(), completions)
         }));
@@ -152,18 +150,11 @@ impl NativeLimiter {
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); the
-    /// outcome arrives through the request completion handler.
+    /// outcome arrives through the outcome completion handler (`outcome.rs`).
     #[napi]
     pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
-        self.send(
-            &env,
-            Job::Request {
-                id,
-                request,
-                compact: false,
-            },
-        )
+        self.send(&env, Job::Request { id, request })
     }
 
     /// Starts peek `id` of `key` (the decision a check would get, nothing
@@ -263,13 +254,8 @@ impl NativeLimiter {
                     id,
                     request,
                     rule: rule.rule.clone(),
-                    compact: true,
                 },
-                None => Job::Request {
-                    id,
-                    request,
-                    compact: true,
-                },
+                None => Job::Request { id, request },
             },
         )
     }

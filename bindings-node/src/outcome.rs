@@ -1,8 +1,10 @@
-//! Finished middleware requests (`checkHttpBatched`) cross to JavaScript
-//! without JSON: each wake-up hands `outcome.js` numbers (copied into a
-//! `Float64Array` it lends) and one string holding every text of the batch,
-//! one after another, each text's length (in UTF-16 units, as JavaScript
-//! counts) among the numbers. JavaScript slices the texts out into the
+//! Finished requests (`checkRequestBatched`, `peekRequestBatched`, the
+//! middlewares' `checkHttpBatched`) and the errors of every batched call
+//! (checks' too) cross to JavaScript this one way, without JSON: each
+//! wake-up hands `outcome.js` numbers (copied into a `Float64Array` it
+//! lends) and one string holding every text of the batch, one after
+//! another, each text's length (in UTF-16 units, as JavaScript counts)
+//! among the numbers. JavaScript slices the texts out into the
 //! outcome object `checkRequest` resolves with. Every value is the core's:
 //! the status, each header's name and value as the core wrote them, the
 //! body, the completion token, the decisions (each as the core's
@@ -18,14 +20,12 @@
 //! - an error: `id, 1, length` of its error record (JSON text, the same
 //!   record every other call rejects with).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-
 use napi::bindgen_prelude::{Either, Float64Array, FnArgs, Function, ToNapiValue};
-use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{check_status, sys, Result, Status};
+use napi::{check_status, sys, Result};
 use polylimit::wire::{decision_record, DECISION_RECORD_LEN};
 use polylimit::Outcome;
+
+use crate::queue::{Batch, Queue};
 
 /// The numbers and texts of the records queued since the JS thread last took them.
 #[derive(Default)]
@@ -91,7 +91,9 @@ impl OutcomeBatch {
         self.nums.push(1.0);
         self.text(&error.to_string());
     }
+}
 
+impl Batch for OutcomeBatch {
     fn is_empty(&self) -> bool {
         self.nums.is_empty()
     }
@@ -136,17 +138,10 @@ impl ToNapiValue for Numbers {
 /// themselves when they do not fit.
 pub type BatchNumbers = Either<u32, Numbers>;
 
-type HttpTsfn = ThreadsafeFunction<(), (), FnArgs<(BatchNumbers, String)>, Status, false, true>;
-
-/// Finished middleware requests of one limiter, handed to JavaScript as one
+/// Finished requests and errors of one limiter, handed to JavaScript as one
 /// [`OutcomeBatch`] per wake-up (`handler(nums, text)`).
 #[derive(Clone)]
-pub struct HttpCompletions {
-    queue: Arc<Mutex<OutcomeBatch>>,
-    tsfn: Arc<HttpTsfn>,
-    /// Records were queued since the JS thread last took the queue: `flush` wakes it.
-    wake: Arc<AtomicBool>,
-}
+pub struct HttpCompletions(Queue<OutcomeBatch, FnArgs<(BatchNumbers, String)>>);
 
 impl HttpCompletions {
     /// `handler(nums, text)` is called on the JS thread; weak (unref'd), like the other
@@ -158,52 +153,31 @@ impl HttpCompletions {
         handler: Function<'_, FnArgs<(BatchNumbers, String)>, ()>,
         mut scratch: Float64Array,
     ) -> Result<HttpCompletions> {
-        let queue: Arc<Mutex<OutcomeBatch>> = Arc::default();
-        let drain = queue.clone();
-        let tsfn = handler
-            .build_threadsafe_function::<()>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(move |_ctx| {
-                let batch = std::mem::take(&mut *drain.lock().unwrap_or_else(|e| e.into_inner()));
-                // SAFETY: on the JS thread (this callback), which is the only one touching
-                // `scratch`; JavaScript reads it only inside the handler called next.
-                let into = unsafe { scratch.as_mut() };
-                let nums = if batch.nums.len() <= into.len() {
-                    into[..batch.nums.len()].copy_from_slice(&batch.nums);
-                    Either::A(batch.nums.len() as u32)
-                } else {
-                    Either::B(Numbers(batch.nums))
-                };
-                Ok(FnArgs::from((nums, batch.text)))
-            })?;
-        Ok(HttpCompletions {
-            queue,
-            tsfn: Arc::new(tsfn),
-            wake: Arc::default(),
-        })
+        let queue = Queue::new(handler, move |batch: OutcomeBatch| {
+            // SAFETY: on the JS thread (the queue's callback), which is the only one touching
+            // `scratch`; JavaScript reads it only inside the handler called next.
+            let into = unsafe { scratch.as_mut() };
+            let nums = if batch.nums.len() <= into.len() {
+                into[..batch.nums.len()].copy_from_slice(&batch.nums);
+                Either::A(batch.nums.len() as u32)
+            } else {
+                Either::B(Numbers(batch.nums))
+            };
+            Ok(FnArgs::from((nums, batch.text)))
+        })?;
+        Ok(HttpCompletions(queue))
     }
 
     /// Wakes the JS thread (once) if records were queued since it last took them.
     pub fn flush(&self) {
-        if self.wake.swap(false, Ordering::AcqRel) {
-            self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
-        }
+        self.0.flush();
     }
 
     /// Queues the outcome or error record of request `id`; `flush` wakes the JS thread.
     pub fn complete(&self, id: u32, result: std::result::Result<&Outcome, &serde_json::Value>) {
-        let was_empty = {
-            let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            let was_empty = queue.is_empty();
-            match result {
-                Ok(outcome) => queue.outcome(id, outcome),
-                Err(error) => queue.error(id, error),
-            }
-            was_empty
-        };
-        if was_empty {
-            self.wake.store(true, Ordering::Release);
-        }
+        self.0.push(|batch| match result {
+            Ok(outcome) => batch.outcome(id, outcome),
+            Err(error) => batch.error(id, error),
+        });
     }
 }

@@ -1,12 +1,17 @@
 'use strict';
-// The middlewares' outcomes cross from the addon without JSON (src/outcome.rs, outcome.js):
-// numbers and one string of texts. Each outcome must be the one the JSON path gives
-// (`checkRequest`): the same status, headers (names, values, order), body, delay, completion
-// token, decisions (every field) and errors. Two limiters of the same rules, the same
-// requests at the same times, one through each path.
+// Request outcomes and errors cross from the addon one way, without JSON (src/outcome.rs,
+// outcome.js): numbers and one string of texts. `checkRequest`, `peekRequest` and the
+// middlewares (`_checkHttp`) all read them with the same decoder, so comparing them with each
+// other proves nothing about it: each outcome is compared with the core's own JSON outcome for
+// the same request at the same time (outcome_encoding.expected.json: `OutcomeWire` in camelCase,
+// recorded from the JSON channel `checkRequest` used before this one replaced it) — the same
+// status, headers (names, values, order), body, delay, completion token, decisions (every
+// field, in order) and the same keys in the same order.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Limiter } = require('..');
+const fs = require('node:fs');
+const path = require('node:path');
+const { Limiter, ConfigError } = require('..');
 
 const RULES = {
   headers: 'draft-8',
@@ -44,31 +49,42 @@ const REQUESTS = [
   ['GET', '/other', '198.51.100.1', [], 100], // no rule: passes, no headers
 ];
 
+// The core's JSON outcome of each request of REQUESTS, in order.
+const EXPECTED = JSON.parse(fs.readFileSync(path.join(__dirname, 'outcome_encoding.expected.json'), 'utf8'));
+
+/** `got` is `want`, field by field, keys in the same order (the outcome's and each decision's). */
+function sameOutcome(got, want, label) {
+  assert.deepStrictEqual(got, want, label);
+  assert.deepStrictEqual(Object.keys(got), Object.keys(want), `${label}: keys`);
+  got.decisions.forEach((d, i) => assert.deepStrictEqual(Object.keys(d), Object.keys(want.decisions[i]), `${label}: decision ${i} keys`));
+}
+
 function pairs(flat) {
   const out = [];
   for (let i = 0; i < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
   return out;
 }
 
-test('middleware outcomes (no JSON) equal checkRequest outcomes (JSON), field by field', async () => {
-  const viaJson = new Limiter({ rules: RULES });
+test('checkRequest, peekRequest and middleware outcomes are the core\'s outcomes, field by field', async () => {
+  assert.equal(EXPECTED.length, REQUESTS.length);
+  const viaRequest = new Limiter({ rules: RULES });
   const viaHttp = new Limiter({ rules: RULES });
   try {
     const seen = { delay: false, completion: false, denied: false, forbidden: false, shadow: false, unicode: false };
-    for (const [method, path, peer, headers, at] of REQUESTS) {
+    for (const [i, [method, path, peer, headers, at]] of REQUESTS.entries()) {
       const nowMs = T0 + at;
-      const expected = await viaJson.checkRequest({ method, path, peer, headers: pairs(headers), nowMs });
-      const got = await viaHttp._checkHttp(null, method, path, undefined, peer, headers, undefined, undefined, undefined, false, false, nowMs);
+      const want = EXPECTED[i];
       const label = `${method} ${path} from ${peer} at +${at}`;
-      // The completion token names its request; equal in shape, each valid for its own limiter.
-      if (expected.completion !== undefined) {
-        assert.equal(typeof got.completion, 'string', label);
-        assert.ok(got.completion.length > 0, label);
-        got.completion = expected.completion;
-        seen.completion = true;
-      }
-      assert.deepStrictEqual(got, expected, label);
+      const request = { method, path, peer, headers: pairs(headers), nowMs };
+      // A peek gives the outcome the check next to it gives (nothing charged), completion token aside.
+      const peeked = await viaRequest.peekRequest(request);
+      const { completion, ...uncharged } = want;
+      sameOutcome(peeked, uncharged, `${label}: peekRequest`);
+      sameOutcome(await viaRequest.checkRequest(request), want, `${label}: checkRequest`);
+      const got = await viaHttp._checkHttp(null, method, path, undefined, peer, headers, undefined, undefined, undefined, false, false, nowMs);
+      sameOutcome(got, want, `${label}: middleware`);
       seen.delay ||= got.delayMs > 0;
+      seen.completion ||= typeof got.completion === 'string' && /[^\x00-\x7f]/.test(got.completion);
       seen.denied ||= got.status === 429 && got.headers.some(([n]) => n === 'Retry-After') && got.body !== null;
       seen.forbidden ||= got.status === 403;
       seen.shadow ||= got.decisions.some((d) => d.shadow);
@@ -77,20 +93,42 @@ test('middleware outcomes (no JSON) equal checkRequest outcomes (JSON), field by
     // Every field the encoding carries was exercised.
     assert.deepStrictEqual(seen, { delay: true, completion: true, denied: true, forbidden: true, shadow: true, unicode: true });
   } finally {
-    viaJson.close();
+    viaRequest.close();
     viaHttp.close();
   }
 });
 
-test('a middleware request the core refuses rejects with the same error as checkRequest', async () => {
+test('a request the core refuses rejects with the core\'s error, through checkRequest and a middleware', async () => {
   const limiter = new Limiter({ rules: RULES });
   try {
-    const viaJson = await limiter.checkRequest({ method: 'GET', path: '/api/x', peer: '198.51.100.9', key: 'k' }).catch((e) => e);
+    const viaRequest = await limiter.checkRequest({ method: 'GET', path: '/api/x', peer: '198.51.100.9', key: 'k' }).catch((e) => e);
     const viaHttp = await limiter._checkHttp(null, 'GET', '/api/x', undefined, '198.51.100.9', [], 'k', undefined, undefined, false, false).catch((e) => e);
-    assert.ok(viaJson instanceof Error && viaHttp instanceof Error);
-    assert.equal(viaHttp.constructor, viaJson.constructor);
-    assert.equal(viaHttp.message, viaJson.message);
-    assert.equal(viaHttp.field, viaJson.field);
+    for (const e of [viaRequest, viaHttp]) {
+      assert.ok(e instanceof ConfigError, String(e));
+      assert.equal(e.code, 'POLYLIMIT_CONFIG');
+      assert.equal(e.field, 'key');
+      assert.equal(e.value, '');
+      assert.match(e.message, /^key: is given by the middleware's key function, but no rule of this limiter keys by `key`/);
+    }
+  } finally {
+    limiter.close();
+  }
+});
+
+test('a check the core refuses rejects with its error (errors cross the outcome channel too)', async () => {
+  const limiter = new Limiter({ policy: { algorithm: 'concurrency', limit: 1 } });
+  try {
+    const [plain, withOptions] = await Promise.all([
+      limiter.check('k').catch((e) => e),
+      limiter.check('k', { nowMs: T0 }).catch((e) => e),
+    ]);
+    for (const e of [plain, withOptions]) {
+      assert.ok(e instanceof ConfigError, String(e));
+      assert.equal(e.code, 'POLYLIMIT_CONFIG');
+      assert.equal(e.field, 'policy');
+      assert.equal(e.value, '"default"');
+      assert.match(e.message, /^policy: "default" is a concurrency policy: check would take a slot/);
+    }
   } finally {
     limiter.close();
   }
