@@ -161,7 +161,10 @@ impl Alerts {
             suppressed,
         };
         if self.log.load(std::sync::atomic::Ordering::Relaxed) {
-            eprintln!("{}", event.to_json());
+            // Not eprintln!, which panics when stderr cannot take the line (a
+            // closed pipe, a full non-blocking one): a log line never fails a check.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "{}", event.to_json());
         }
         let sink = self.sink.read().clone();
         if let Some(sink) = sink {

@@ -111,3 +111,54 @@ async fn a_panicking_callback_is_counted() {
     assert_eq!(sources, ["store", "store", "store", "store", "adaptive", "adaptive"]);
     assert!(l.metrics_text().contains("polylimit_anomaly_callback_errors_total 1\n"));
 }
+
+/// The log line of an alert when stderr cannot take it (run as a child
+/// process by `an_unwritable_stderr_never_fails_a_check`).
+#[tokio::test]
+#[ignore = "run by an_unwritable_stderr_never_fails_a_check as a child process"]
+async fn alert_with_unwritable_stderr_child() {
+    if std::env::var_os("POLYLIMIT_UNWRITABLE_STDERR").is_none() {
+        return;
+    }
+    let policy = Policy::from_value(
+        &json!({"rate": "1000/s", "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "4/s"}}),
+        "policy",
+    )
+    .unwrap();
+    let l = Limiter::new(LimiterConfig::new(policy)).unwrap();
+    for t in (0..4000).step_by(500) {
+        check(&l, "k", t).await;
+    }
+    let mut sources = Vec::new();
+    for _ in 0..6 {
+        sources.push(check(&l, "k", 4000).await.source.as_str().to_string());
+    }
+    assert_eq!(sources, ["store", "store", "store", "store", "adaptive", "adaptive"]);
+    assert!(l
+        .metrics_text()
+        .contains("polylimit_anomalies_total{policy=\"default\"} 1\n"));
+    println!("ALERTED WITHOUT A STDERR");
+}
+
+/// The alert's JSON log line goes to a stderr that fails every write (a pipe
+/// nobody reads: EPIPE, as a closed or full non-blocking pipe fails): the
+/// check that raised the alert still returns its decision.
+#[test]
+fn an_unwritable_stderr_never_fails_a_check() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "alert_with_unwritable_stderr_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("POLYLIMIT_UNWRITABLE_STDERR", "1")
+        .stderr(writer)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}: {stdout}", out.status);
+    assert!(stdout.contains("ALERTED WITHOUT A STDERR"), "{stdout}");
+}

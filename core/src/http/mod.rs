@@ -254,7 +254,12 @@ fn warn_unknown_client(unix: bool) {
         } else {
             "the peer has no address (a Unix socket?): add `unix` to trusted_proxies when a proxy connects over one"
         };
-        eprintln!("polylimit: warning: a request's client address is unknown, so it is limited as the one client \"unknown\"; {advice}");
+        // Not eprintln!: it panics when stderr cannot be written (see anomaly.rs).
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "polylimit: warning: a request's client address is unknown, so it is limited as the one client \"unknown\"; {advice}"
+        );
     });
 }
 
