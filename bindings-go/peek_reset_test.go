@@ -119,7 +119,9 @@ func TestPeekRequestAndResetRequest(t *testing.T) {
 				t.Fatalf("blocked: %+v", blocked)
 			}
 
-			now := peekNow
+			// Bob's state is made at the time of Ann's reset: made at peekNow, it would be idle
+			// (full again) by then, and the memory store's sampling sweep may reclaim idle state.
+			now := peekNow + 8000
 			bobAPI := &RequestInfo{Path: "/api/x", Peer: bob, NowMs: &now}
 			if _, err := l.CheckRequest(ctx, bobAPI); err != nil {
 				t.Fatal(err)
