@@ -4,4 +4,3 @@ pub(crate) mod keys;
 pub(crate) mod memory;
 pub(crate) mod overrides;
 pub(crate) mod redis;
-pub(crate) mod redis_batch;

@@ -69,15 +69,12 @@ pub fn script_sha() -> String {
 
 /// The decision code as a Redis 7 function library. Its top level (every
 /// algorithm's function) runs once, when the library loads; a script runs
-/// it on every call. Library and functions are named after the SHA1 of the
-/// whole library's code, so processes running different polylimit versions
-/// on one Redis each call their own (a server holding an older library
-/// without the batch function is never asked for it).
+/// it on every call. Library and function are named after the script's
+/// SHA1, so processes running different polylimit versions on one Redis each
+/// call their own.
 pub struct Library {
-    /// The name of the library and of its decision function, for FCALL.
+    /// The name of the library and of its one function, for FCALL.
     pub function: String,
-    /// The batch function: several decisions in one call (redis_batch.rs).
-    pub batch: String,
     /// The source, for FUNCTION LOAD.
     pub code: String,
 }
@@ -85,17 +82,12 @@ pub struct Library {
 /// The decision library ([`Library`]).
 pub fn library() -> &'static Library {
     static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-        let body = format!(
-            "{}\nlocal function check(KEYS, ARGV)\n{CHECK}\nend\n{}",
-            algorithms!(),
-            include_str!("../../lua/batch.lua")
-        );
-        let function = format!("polylimit_{}", &redis::Script::new(&body).get_hash()[..16]);
-        let batch = format!("{function}_batch");
+        let function = format!("polylimit_{}", &script_sha()[..16]);
         let code = format!(
-            "#!lua name={function}\n{body}\nredis.register_function('{function}', check)\nredis.register_function('{batch}', batch)\n"
+            "#!lua name={function}\n{}\nlocal function check(KEYS, ARGV)\n{CHECK}\nend\nredis.register_function('{function}', check)\n",
+            algorithms!()
         );
-        Library { function, batch, code }
+        Library { function, code }
     });
     &LIBRARY
 }
@@ -186,8 +178,6 @@ pub(crate) struct RedisStore {
     functions: AtomicBool,
     /// Deadline of every call, waiting for a connect included.
     timeout: Duration,
-    /// Decisions waiting to go to the server together (function path).
-    batcher: super::redis_batch::Batcher,
     /// Deadline of opening a connection (TCP, TLS and the handshake), which
     /// runs in the background and outlives the calls that gave up on it.
     connect_timeout: Duration,
@@ -301,7 +291,6 @@ impl RedisStore {
             functions: AtomicBool::new(!matches!(target, Target::Cluster(_))),
             target: Arc::new(target),
             timeout: timeouts.call,
-            batcher: Default::default(),
             connect_timeout: timeouts.connect,
         })
     }
@@ -681,9 +670,7 @@ impl RedisStore {
     ) -> Result<(i64, Vec<Verdict>)> {
         let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
         if self.functions.load(Ordering::Relaxed) {
-            reply = self
-                .call_function(generation, connection, checks, now, cost, peek)
-                .await;
+            reply = self.call_function(connection, checks, now, cost, peek).await;
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
             }
@@ -734,22 +721,14 @@ impl RedisStore {
 
     /// FCALL of the library's function, loading the library when the server
     /// does not have it (first use, a restart without persistence, FUNCTION FLUSH).
-    /// On one server, batched with the decisions waiting at the same moment.
     async fn call_function(
         &self,
-        generation: u64,
         connection: &mut Connection,
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
         peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
-        if let Connection::Single(c) = connection {
-            let mut args = Cmd::new();
-            push_args(&mut args, checks, now, cost, peek);
-            let keys = checks.iter().map(|c| c.keys.len()).sum();
-            return self.batcher.call(generation, c.clone(), keys, args, self.timeout).await;
-        }
         let library = library();
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(&library.function);
