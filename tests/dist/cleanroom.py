@@ -148,7 +148,7 @@ def check_version(server: Server, outside: Path) -> None:
     module = reported.get("module")
     if module:  # the package must come from the clean room, not from the checkout
         assert Path(module).resolve().is_relative_to(outside), f"{server.name} loaded polylimit from {module}"
-    if server.name == "go":  # the client package ships in the module and links the same core
+    if server.name == LANGUAGES["go"]:  # the client package ships in the module and links the same core
         assert reported.get("client_retry_after_ms") == 7000, f"the Go client package read 'Retry-After: 7' as {reported}"
     print(f"  {server.name}: polylimit {reported['version']}", flush=True)
 
