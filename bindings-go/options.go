@@ -55,7 +55,10 @@ type Options struct {
 	// OnAnomaly receives the alerts of adaptive policies (Policy.Adaptive), each
 	// on its own goroutine; a panic in it is counted, never reaches a request.
 	OnAnomaly func(AnomalyEvent) `json:"-"`
-	Policies  []Policy           // several policies, decided atomically (give each a Name)
+	// AnomalyLog "off": adaptive alerts write no JSON line to stderr ("" or
+	// "stderr": each alert writes one, the default).
+	AnomalyLog string
+	Policies   []Policy // several policies, decided atomically (give each a Name)
 	// Key dimensions of the one rule Policy makes: "ip" (default), "route",
 	// "method", "user", "api_key", "header:<name>", "key", "global".
 	KeyBy []string

@@ -61,6 +61,8 @@ export interface LimiterOptions {
   policy?: Policy;
   /** Called with every alert of the adaptive policies; a throw or rejection is counted, never reaches a request. */
   onAnomaly?: (event: AnomalyEvent) => void | Promise<void>;
+  /** Adaptive alerts also write one JSON line each to stderr: true or 'stderr' (default), false or 'off'. */
+  anomalyLog?: boolean | 'stderr' | 'off';
   policies?: Policy[] | Record<string, Policy>;
   /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
   key?: string | string[];

@@ -102,6 +102,13 @@ impl Alerts {
         *self.sink.write() = sink;
     }
 
+    /// Alerts that write each one's JSON line to stderr, or not.
+    pub fn logging(on: bool) -> Alerts {
+        let alerts = Alerts::default();
+        alerts.set_log(on);
+        alerts
+    }
+
     /// Whether each alert also writes one JSON line to stderr (default on).
     pub fn set_log(&self, on: bool) {
         self.log.store(on, std::sync::atomic::Ordering::Relaxed);

@@ -27,7 +27,7 @@ impl LimiterConfig {
         let obj = value
             .as_object()
             .ok_or_else(|| Error::config("options", value, "is not an object"))?;
-        const FIELDS: [&str; 15] = [
+        const FIELDS: [&str; 16] = [
             "policy",
             "policies",
             "store",
@@ -43,6 +43,7 @@ impl LimiterConfig {
             "block_cache",
             "regions",
             "region",
+            "anomaly_log",
         ];
         for key in obj.keys() {
             if !FIELDS.contains(&key.as_str()) {
@@ -109,6 +110,19 @@ impl LimiterConfig {
             None | Some(Value::Null) => {}
             Some(Value::Bool(b)) => config.overrides = *b,
             Some(other) => return Err(Error::config("overrides", other, "is not true or false")),
+        }
+        match obj.get("anomaly_log") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => config.anomaly_log = *b,
+            Some(Value::String(s)) if s == "stderr" => config.anomaly_log = true,
+            Some(Value::String(s)) if s == "off" => config.anomaly_log = false,
+            Some(other) => {
+                return Err(Error::config(
+                    "anomaly_log",
+                    other,
+                    "is not true, false, \"stderr\" or \"off\"",
+                ))
+            }
         }
         match obj.get("block_cache") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
@@ -445,6 +459,7 @@ impl Resolved {
             "prefix": c.prefix,
             "max_keys": c.max_keys,
             "overrides": c.overrides,
+            "anomaly_log": c.anomaly_log,
             "block_cache": if c.block_cache > 0 { Value::from(c.block_cache) } else { Value::Bool(false) },
             "timeout": ms(c.timeout),
             "connect_timeout": ms(c.connect_timeout),

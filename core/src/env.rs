@@ -78,7 +78,8 @@ fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
 
 /// The fields of a rules document that hold a number or a boolean (every
 /// other one holds text): only there does a whole `${…}` become one.
-const TYPED_FIELDS: [&str; 9] = [
+const TYPED_FIELDS: [&str; 10] = [
+    "anomaly_log",
     "block_cache",
     "burst",
     "capacity",

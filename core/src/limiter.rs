@@ -58,6 +58,9 @@ pub struct LimiterConfig {
     /// Multi-region quotas: the regions' stores and shares, and this
     /// process's region (`region`). `None`: one store.
     pub regions: Option<region::RegionConfig>,
+    /// Whether each adaptive alert also writes one JSON line to stderr
+    /// (`anomaly_log`, on by default).
+    pub anomaly_log: bool,
 }
 
 impl LimiterConfig {
@@ -75,6 +78,7 @@ impl LimiterConfig {
             tls_ca: None,
             block_cache: 0,
             regions: None,
+            anomaly_log: true,
         }
     }
 
@@ -307,7 +311,7 @@ impl Engine {
                 block_cache,
                 sync: synced::SyncCache::new(config.max_keys),
                 regions,
-                alerts: Default::default(),
+                alerts: crate::anomaly::Alerts::logging(config.anomaly_log),
             }),
         })
     }

@@ -112,6 +112,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("max_keys", "maxKeys", "MaxKeys", Kind::Plain, "1000000", "most keys the memory store (and the local fallback) holds"),
     spec("overrides", "overrides", "Overrides", Kind::Plain, "false", "every check reads the key's per-key override (set_override); off, no check pays for looking one up"),
     spec("block_cache", "blockCache", "BlockCache", Kind::Plain, "false", "Redis: deny a key the store denied locally until its retry time, with no store call; true (10000 keys) or the most keys held"),
+    spec("anomaly_log", "anomalyLog", "AnomalyLog", Kind::Plain, "true", "adaptive policies' alerts also write one JSON line each to stderr: true or \"stderr\", false or \"off\" (Go: \"off\")"),
     spec("timeout", "timeout", "Timeout", Kind::Duration, "100ms", "longest wait of one check for the store"),
     spec("connect_timeout", "connectTimeout", "ConnectTimeout", Kind::Duration, "1s", "deadline of opening a store connection"),
     spec("tls_ca", "tlsCa", "TLSCA", Kind::Plain, "", "PEM file of the CA signing the Redis servers' certificates (rediss…); without it, the public web CAs"),

@@ -162,3 +162,60 @@ fn an_unwritable_stderr_never_fails_a_check() {
     assert!(out.status.success(), "{}: {stdout}", out.status);
     assert!(stdout.contains("ALERTED WITHOUT A STDERR"), "{stdout}");
 }
+
+/// One alert from a limiter built with the options in
+/// `POLYLIMIT_ANOMALY_LOG_OPTIONS` (run as a child process by
+/// `anomaly_log_turns_the_stderr_line_off`).
+#[tokio::test]
+#[ignore = "run by anomaly_log_turns_the_stderr_line_off as a child process"]
+async fn alert_log_child() {
+    let Some(options) = std::env::var_os("POLYLIMIT_ANOMALY_LOG_OPTIONS") else {
+        return;
+    };
+    let mut options: serde_json::Value = serde_json::from_str(options.to_str().unwrap()).unwrap();
+    options["policy"] =
+        json!({"rate": "1000/s", "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "4/s"}});
+    let l = Limiter::from_value(&options).unwrap();
+    for t in (0..4000).step_by(500) {
+        check(&l, "k", t).await;
+    }
+    for _ in 0..6 {
+        check(&l, "k", 4000).await;
+    }
+    assert!(l
+        .metrics_text()
+        .contains("polylimit_anomalies_total{policy=\"default\"} 1\n"));
+}
+
+/// `anomaly_log` off (`false` or `"off"`): the alert writes nothing to
+/// stderr; by default (or `"stderr"`) it writes its one JSON line.
+#[test]
+fn anomaly_log_turns_the_stderr_line_off() {
+    let stderr_of = |options: &str| {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "alert_log_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("POLYLIMIT_ANOMALY_LOG_OPTIONS", options)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{options}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("\"event\":\"polylimit.anomalous\""))
+            .count()
+    };
+    assert_eq!(stderr_of("{}"), 1);
+    assert_eq!(stderr_of(r#"{"anomaly_log": "stderr"}"#), 1);
+    assert_eq!(stderr_of(r#"{"anomaly_log": false}"#), 0);
+    assert_eq!(stderr_of(r#"{"anomaly_log": "off"}"#), 0);
+}
