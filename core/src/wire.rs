@@ -1,8 +1,6 @@
 //! The serialised forms every binding reads, all written here:
 //! - an [`Outcome`] as JSON ([`OutcomeWire`]): the core's `to_value`, the
-//!   Node addon's request batches and the C ABI's text. Field names are
-//!   snake_case, or camelCase for JavaScript; the fields, their order and
-//!   their values are the same;
+//!   C ABI's text, field names in snake_case;
 //! - a request and its outcome in the compact binary form of [`packed`] (the
 //!   C ABI's fast path, read and written by Go);
 //! - a [`Decision`] as a record of numbers ([`decision_record`], the Node
@@ -45,25 +43,7 @@ pub fn decision_record(id: u32, d: &Decision) -> [f64; DECISION_RECORD_LEN] {
 impl Outcome {
     /// The outcome as the JSON object bindings read ([`OutcomeWire`], snake_case).
     pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(OutcomeWire::new(self, Case::Snake)).unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// How field names are spelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Case {
-    /// `delay_ms`, `reset_after_ms` (Python, Go, the vectors).
-    Snake,
-    /// `delayMs`, `resetAfterMs` (JavaScript).
-    Camel,
-}
-
-impl Case {
-    fn name(self, snake: &'static str, camel: &'static str) -> &'static str {
-        match self {
-            Case::Snake => snake,
-            Case::Camel => camel,
-        }
+        serde_json::to_value(OutcomeWire::new(self)).unwrap_or(serde_json::Value::Null)
     }
 }
 
@@ -72,16 +52,14 @@ impl Case {
 /// completion token) and, unless left out, `decisions`.
 pub struct OutcomeWire<'a> {
     outcome: &'a Outcome,
-    case: Case,
     decisions: bool,
 }
 
 impl<'a> OutcomeWire<'a> {
-    /// The whole outcome in `case`.
-    pub fn new(outcome: &'a Outcome, case: Case) -> Self {
+    /// The whole outcome.
+    pub fn new(outcome: &'a Outcome) -> Self {
         OutcomeWire {
             outcome,
-            case,
             decisions: true,
         }
     }
@@ -101,17 +79,13 @@ impl Serialize for OutcomeWire<'_> {
         map.serialize_entry("status", &o.status)?;
         map.serialize_entry("headers", &o.headers)?;
         map.serialize_entry("body", &o.body)?;
-        map.serialize_entry(self.case.name("delay_ms", "delayMs"), &o.delay_ms)?;
+        map.serialize_entry("delay_ms", &o.delay_ms)?;
         if let Some(token) = &o.completion {
             // Only when there is one: the after-response token (`Limiter::complete`).
             map.serialize_entry("completion", token)?;
         }
         if self.decisions {
-            let decisions: Vec<RuleDecisionWire<'_>> = o
-                .decisions
-                .iter()
-                .map(|d| RuleDecisionWire { d, case: self.case })
-                .collect();
+            let decisions: Vec<RuleDecisionWire<'_>> = o.decisions.iter().map(|d| RuleDecisionWire { d }).collect();
             map.serialize_entry("decisions", &decisions)?;
         }
         map.end()
@@ -120,21 +94,20 @@ impl Serialize for OutcomeWire<'_> {
 
 struct RuleDecisionWire<'a> {
     d: &'a RuleDecision,
-    case: Case,
 }
 
 impl Serialize for RuleDecisionWire<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (d, name) = (&self.d.decision, |snake, camel| self.case.name(snake, camel));
+        let d = &self.d.decision;
         let mut map = serializer.serialize_map(Some(10))?;
         map.serialize_entry("rule", &self.d.rule)?;
         map.serialize_entry("policy", &self.d.policy)?;
         map.serialize_entry("allowed", &d.allowed)?;
         map.serialize_entry("limit", &d.limit)?;
         map.serialize_entry("remaining", &d.remaining)?;
-        map.serialize_entry(name("reset_after_ms", "resetAfterMs"), &d.reset_after_ms)?;
-        map.serialize_entry(name("retry_after_ms", "retryAfterMs"), &d.retry_after_ms)?;
-        map.serialize_entry(name("delay_ms", "delayMs"), &d.delay_ms)?;
+        map.serialize_entry("reset_after_ms", &d.reset_after_ms)?;
+        map.serialize_entry("retry_after_ms", &d.retry_after_ms)?;
+        map.serialize_entry("delay_ms", &d.delay_ms)?;
         map.serialize_entry("source", d.source.as_str())?;
         map.serialize_entry("shadow", &self.d.shadow)?;
         map.end()
@@ -195,9 +168,9 @@ mod tests {
     }
 
     #[test]
-    fn one_form_two_spellings() {
+    fn the_json_form() {
         let o = outcome();
-        let snake = serde_json::to_value(OutcomeWire::new(&o, Case::Snake)).unwrap();
+        let snake = serde_json::to_value(OutcomeWire::new(&o)).unwrap();
         assert_eq!(
             snake,
             json!({"status": 429, "headers": [["Retry-After", "2"]], "body": "{}", "delay_ms": 0,
@@ -205,10 +178,10 @@ mod tests {
                                   "reset_after_ms": 1500, "retry_after_ms": 1200, "delay_ms": 0,
                                   "source": "store", "shadow": false}]})
         );
-        let camel = serde_json::to_string(&OutcomeWire::new(&o, Case::Camel).without_decisions()).unwrap();
+        let answer = serde_json::to_string(&OutcomeWire::new(&o).without_decisions()).unwrap();
         assert_eq!(
-            camel,
-            r#"{"status":429,"headers":[["Retry-After","2"]],"body":"{}","delayMs":0}"#
+            answer,
+            r#"{"status":429,"headers":[["Retry-After","2"]],"body":"{}","delay_ms":0}"#
         );
     }
 }

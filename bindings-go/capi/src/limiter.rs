@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use polylimit::wire::{Case, OutcomeWire};
+use polylimit::wire::OutcomeWire;
 use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo};
 
 use crate::decision::polylimit_decision_t;
@@ -411,7 +411,7 @@ pub unsafe extern "C" fn polylimit_limiter_check_request(
         let request = RequestInfo::from_value(&value)?;
         let work: Work = Box::pin(async move {
             let outcome = limiter.check_request(&request).await?;
-            let wire = OutcomeWire::new(&outcome, Case::Snake);
+            let wire = OutcomeWire::new(&outcome);
             let wire = if with_decisions { wire } else { wire.without_decisions() };
             let text = serde_json::to_string(&wire).map_err(|e| polylimit::Error::Internal(e.to_string()))?;
             Ok(Done::Text(text))
