@@ -90,7 +90,8 @@ async function playHttp(store, files) {
     for (const [ci, c] of doc.cases.entries()) {
       strictFields(c, HTTP_CASE, ['name', 'rules', 'requests'], `${file}: case ${ci}`);
       assert.ok(c.requests.length > 0, `${file}: ${c.name}: no requests`);
-      const limiter = Limiter.fromRules({ ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
+      // A generous timeout: the vectors pin decisions, not latency.
+      const limiter = Limiter.fromRules({ timeout: '10s', ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
       const tokens = [];
       for (const [i, step] of c.requests.entries()) {
         if ('of' in step) {

@@ -85,6 +85,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
             let mut config = LimiterConfig::new(policy).with_store(store);
             config.prefix = format!("adaptive-{file_index}-{case_index}");
+            config.timeout = std::time::Duration::from_secs(10); // decisions, not latency
             let limiter = Limiter::new(config).unwrap();
             let events: Arc<Mutex<Vec<ExpectEvent>>> = Arc::default();
             let sink = events.clone();

@@ -126,6 +126,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 let mut config = LimiterConfig::new(policy.clone()).with_store(store);
                 // A prefix per case and play isolates them on one Redis.
                 config.prefix = format!("refund-{file_index}-{case_index}-{}", variant.len());
+                config.timeout = std::time::Duration::from_secs(10); // decisions, not latency
                 let probe = RefundProbe::new(config).unwrap();
                 for (i, step) in steps.iter().enumerate() {
                     steps_played += 1;
