@@ -30,6 +30,7 @@ mod limiter;
 mod metrics;
 pub mod options;
 mod overrides;
+mod pid;
 pub mod policy;
 mod resilience;
 mod runtime;

@@ -298,7 +298,7 @@ impl RedisStore {
     /// The live connection, else the attempt in flight to wait for, starting
     /// one (in the background, at most one at a time) if there is none.
     fn source(&self) -> Source {
-        let pid = std::process::id();
+        let pid = crate::pid::current();
         let mut slot = self.shared.slot.lock();
         if let Some(live) = slot.live.as_ref().filter(|_| slot.live_pid == pid) {
             return Source::Live(live.clone());
@@ -814,7 +814,7 @@ impl Drop for RedisStore {
             pid, task: Some(task), ..
         }) = attempt
         {
-            if pid == std::process::id() {
+            if pid == crate::pid::current() {
                 task.abort();
             }
         }
