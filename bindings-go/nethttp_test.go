@@ -57,8 +57,9 @@ func apiServer(t *testing.T, store string) *httptest.Server {
 
 // apiServer and the limiter its middleware checks through.
 func apiServerAndLimiter(t *testing.T, store string) (*httptest.Server, *Limiter) {
+	// Decisions, not latency: under load a store call past the default 100ms goes to the local fallback.
 	l := newLimiter(t, Options{Policy: &Policy{Name: "api", Rate: "1/s", Burst: 10}, Store: store,
-		Prefix: fmt.Sprintf("go-http-%d", time.Now().UnixNano())})
+		Prefix: fmt.Sprintf("go-http-%d", time.Now().UnixNano()), Timeout: 10 * time.Second})
 	srv := httptest.NewServer(l.Middleware()(hello))
 	t.Cleanup(srv.Close)
 	return srv, l

@@ -26,6 +26,8 @@ fn limiters(p: serde_json::Value, prefix: &str) -> Vec<(&'static str, Limiter)> 
     let mut config = LimiterConfig::new(policy(p)).with_store(REDIS.url());
     config.prefix = prefix.into();
     config.overrides = true;
+    // Admissions, not latency: under load a call past 100ms would go to the local fallback.
+    config.timeout = std::time::Duration::from_secs(10);
     vec![
         ("memory", Limiter::new(memory).unwrap()),
         ("redis", Limiter::new(config).unwrap()),
