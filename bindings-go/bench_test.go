@@ -62,7 +62,7 @@ func cpuTime() time.Duration {
 // processor (each on its own key): both wait for the store, so both come
 // through the completion queue.
 func BenchmarkRedisAcquireRelease(b *testing.B) {
-	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: 1000000}, Store: startRedis(b).url(),
+	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: 100000}, Store: startRedis(b).url(),
 		Timeout: 5 * time.Second, Prefix: "go-bench-lease"})
 	if err != nil {
 		b.Fatal(err)
