@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"runtime/cgo"
+	"sync"
 	"sync/atomic"
 )
 
@@ -33,27 +34,71 @@ type AnomalyEvent struct {
 	Suppressed uint64  `json:"suppressed"` // alerts of the policy dropped by the storm limit since the last one
 }
 
-// anomalySink is what the cgo.Handle given to the core holds: the user's
-// function and the core's counter of failed callbacks (not the limiter, so
-// a forgotten limiter is still collected).
+// anomalySink is where a limiter's alerts go: the user's function and the
+// core's counter of failed deliveries (not the limiter, so a forgotten
+// limiter is still collected). Alerts come from the completion queue
+// (completions.go), or through polylimitGoAnomaly when the queue could not
+// be opened, as JSON; one goroutine at a time decodes and delivers them, in
+// order, and ends when none is left.
 type anomalySink struct {
 	f       func(AnomalyEvent)
 	counter *C.polylimit_counter_t
+
+	mu      sync.Mutex
+	pending []string // alerts' JSON not yet delivered, oldest first
+	running bool     // a goroutine is delivering pending
 }
 
-// polylimitGoAnomaly runs on a polylimit runtime thread, on the deciding
-// task: it decodes the alert and hands it to a goroutine at once.
+// maxPendingAlerts is how many alerts wait for a slow function at most;
+// more are dropped and counted (as the core's alert thread does).
+const maxPendingAlerts = 1024
+
+// enqueue hands one alert's JSON to the sink's goroutine, starting it when
+// none runs. Never blocks on the user's function.
+func (s *anomalySink) enqueue(text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) >= maxPendingAlerts {
+		C.polylimit_counter_add(s.counter)
+		return
+	}
+	s.pending = append(s.pending, text)
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+}
+
+// run delivers the pending alerts in order until none is left.
+func (s *anomalySink) run() {
+	for {
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = nil
+		if len(batch) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		for _, text := range batch {
+			var ev AnomalyEvent
+			if err := json.Unmarshal([]byte(text), &ev); err != nil {
+				C.polylimit_counter_add(s.counter)
+				continue
+			}
+			s.deliver(ev)
+		}
+	}
+}
+
+// polylimitGoAnomaly is the callback path (the queue could not be opened):
+// it runs on the core's alert thread and only enqueues the alert.
 //
 //export polylimitGoAnomaly
 func polylimitGoAnomaly(ctx C.size_t, text *C.char, n C.size_t) {
 	defer func() { _ = recover() }() // a removed handle: the limiter is closed
-	s := cgo.Handle(ctx).Value().(*anomalySink)
-	var ev AnomalyEvent
-	if err := json.Unmarshal([]byte(C.GoStringN(text, C.int(n))), &ev); err != nil {
-		C.polylimit_counter_add(s.counter)
-		return
-	}
-	go s.deliver(ev)
+	cgo.Handle(ctx).Value().(*anomalySink).enqueue(C.GoStringN(text, C.int(n)))
 }
 
 // anomalyDelivered, when set (by tests), runs after each delivery, its
@@ -74,26 +119,38 @@ func (s *anomalySink) deliver(ev AnomalyEvent) {
 	s.f(ev)
 }
 
-// setAnomaly registers f with the core; the handle is deleted by Close.
+// setAnomaly registers f with the core: through the completion queue, or a
+// callback when the queue could not be opened. Close unregisters it.
 func (l *Limiter) setAnomaly(f func(AnomalyEvent)) error {
 	s := &anomalySink{f: f}
-	h := cgo.NewHandle(s)
 	var cerr *C.polylimit_error_t
-	if rc := C.polylimit_limiter_on_anomaly(l.ptr, C.polylimit_go_anomaly(), C.size_t(h), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
-		h.Delete()
-		return takeError(rc, cerr)
+	var drop func()
+	if openCompletions() == nil {
+		id := addAlertSink(s)
+		if rc := C.polylimit_limiter_on_anomaly_queued(l.ptr, C.size_t(id), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
+			dropAlertSink(id)
+			return takeError(rc, cerr)
+		}
+		drop = func() { dropAlertSink(id) }
+	} else {
+		h := cgo.NewHandle(s)
+		if rc := C.polylimit_limiter_on_anomaly(l.ptr, C.polylimit_go_anomaly(), C.size_t(h), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
+			h.Delete()
+			return takeError(rc, cerr)
+		}
+		drop = h.Delete
 	}
 	runtime.SetFinalizer(s, func(s *anomalySink) { C.polylimit_counter_free(s.counter) })
-	l.anomaly = h
+	l.anomaly = drop
 	return nil
 }
 
-// dropAnomaly removes the callback from the core and deletes its handle;
-// alerts already on their way find no handle and are dropped.
+// dropAnomaly removes the sink from the core and unregisters it; alerts
+// already on their way find no sink and are dropped.
 func (l *Limiter) dropAnomaly() {
-	if l.anomaly != 0 {
+	if l.anomaly != nil {
 		C.polylimit_limiter_on_anomaly(l.ptr, nil, 0, nil, nil)
-		l.anomaly.Delete()
-		l.anomaly = 0
+		l.anomaly()
+		l.anomaly = nil
 	}
 }

@@ -1,9 +1,12 @@
 package polylimit
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -53,4 +56,34 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// An Acquire and its Release on a real Redis, from 16 goroutines per
+// processor (each on its own key): both wait for the store, so both come
+// through the completion queue.
+func BenchmarkRedisAcquireRelease(b *testing.B) {
+	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: 100000}, Store: startRedis(b).url(),
+		Timeout: 5 * time.Second, Prefix: "go-bench-lease"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	var workers atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	started := cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		key := fmt.Sprint("k", workers.Add(1))
+		for pb.Next() {
+			d, lease, err := l.Acquire(ctx, key)
+			if err != nil || !d.Allowed || d.Source != SourceStore {
+				b.Fatalf("%+v %v", d, err)
+			}
+			if n, err := lease.Release(ctx); n != 1 || err != nil {
+				b.Fatalf("release: %d %v", n, err)
+			}
+		}
+	})
+	b.ReportMetric(float64(cpuTime()-started)/float64(b.N), "cpu-ns/op")
 }

@@ -10,9 +10,10 @@ import (
 	"runtime/cgo"
 )
 
-// polylimitGoDone is the C callback of every pending operation: it runs on a
-// polylimit runtime thread and hands the result to the waiting goroutine
-// through the buffered channel behind the cgo.Handle.
+// polylimitGoDone is the C callback of a pending operation when the
+// completion queue could not be opened (completions.go; deliverBy=callback):
+// it runs on a polylimit runtime thread and hands the result to the waiting
+// goroutine through the buffered channel behind the cgo.Handle.
 //
 //export polylimitGoDone
 func polylimitGoDone(ctx C.size_t, status C.int32_t, d *C.polylimit_decision_t, text *C.char, n C.size_t, e *C.polylimit_error_t) {

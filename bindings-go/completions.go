@@ -35,7 +35,8 @@ var completions struct {
 
 	mu      sync.Mutex
 	next    uintptr
-	waiters map[uintptr]chan result // by the ctx given to the core
+	waiters map[uintptr]chan result  // by the ctx given to the core
+	alerts  map[uintptr]*anomalySink // OnAnomaly sinks (anomaly.go), same ids
 }
 
 // completionBatch is how many finished operations one take returns at most.
@@ -66,6 +67,7 @@ func openCompletions() error {
 			return
 		}
 		completions.waiters = make(map[uintptr]chan result)
+		completions.alerts = make(map[uintptr]*anomalySink)
 		// Non-blocking: os.NewFile reads it through the network poller.
 		go completionLoop(os.NewFile(uintptr(fds[0]), "polylimit-completions"))
 	})
@@ -76,6 +78,7 @@ func openCompletions() error {
 func completionLoop(wake *os.File) {
 	batch := new([completionBatch]C.polylimit_completion_t)
 	chans := make([]chan result, completionBatch)
+	sinks := make([]*anomalySink, completionBatch)
 	var buf [64]byte
 	for {
 		var n C.size_t
@@ -91,8 +94,13 @@ func completionLoop(wake *os.File) {
 		completions.mu.Lock()
 		for i := range int(n) {
 			id := uintptr(batch[i].ctx)
-			chans[i] = completions.waiters[id]
-			delete(completions.waiters, id)
+			if ch, ok := completions.waiters[id]; ok {
+				chans[i] = ch
+				delete(completions.waiters, id)
+			} else {
+				// An alert: its sink stays registered until Close.
+				sinks[i] = completions.alerts[id]
+			}
 		}
 		completions.mu.Unlock()
 		for i := range int(n) {
@@ -100,6 +108,12 @@ func completionLoop(wake *os.File) {
 			if ch := chans[i]; ch != nil {
 				ch <- completionResult(&batch[i])
 				chans[i] = nil
+			} else if s := sinks[i]; s != nil {
+				// Copied out here, decoded and delivered on the sink's own goroutine.
+				if c := &batch[i]; c.status == C.POLYLIMIT_OK && c.text != nil {
+					s.enqueue(C.GoStringN((*C.char)(unsafe.Pointer(c.text)), C.int(c.text_len)))
+				}
+				sinks[i] = nil
 			}
 		}
 	}
@@ -147,9 +161,32 @@ func startQueued(pending *C.polylimit_pending_t) (chan result, error) {
 	return ch, nil
 }
 
+// addAlertSink registers s under a new ctx for the core; the queue must be open.
+func addAlertSink(s *anomalySink) uintptr {
+	completions.mu.Lock()
+	defer completions.mu.Unlock()
+	completions.next++
+	completions.alerts[completions.next] = s
+	return completions.next
+}
+
+// dropAlertSink unregisters the sink of id: alerts still queued for it are dropped.
+func dropAlertSink(id uintptr) {
+	completions.mu.Lock()
+	delete(completions.alerts, id)
+	completions.mu.Unlock()
+}
+
 // waiting is how many started operations have not delivered their result (tests).
 func waiting() int {
 	completions.mu.Lock()
 	defer completions.mu.Unlock()
 	return len(completions.waiters)
+}
+
+// alertSinks is how many OnAnomaly sinks are registered with the queue (tests).
+func alertSinks() int {
+	completions.mu.Lock()
+	defer completions.mu.Unlock()
+	return len(completions.alerts)
 }

@@ -2,20 +2,12 @@ package polylimit
 
 /*
 #include "polylimit.h"
-
-// Declared by callback.go (//export polylimitGoDone).
-extern void polylimitGoDone(size_t, int32_t, polylimit_decision_t *, char *, size_t, polylimit_error_t *);
-
-static polylimit_callback_t polylimit_lease_done(void) {
-	return (polylimit_callback_t)polylimitGoDone;
-}
 */
 import "C"
 
 import (
 	"context"
 	"runtime"
-	"runtime/cgo"
 	"strconv"
 	"sync"
 )
@@ -65,14 +57,15 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 			C.polylimit_string_free(leases)
 		}
 	case C.POLYLIMIT_PENDING:
-		ch := make(chan result, 1)
-		h := cgo.NewHandle(ch)
-		if rc := C.polylimit_pending_start(pending, C.polylimit_lease_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
-			h.Delete()
-			return Decision{}, nil, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending acquire"}
+		ch, pooled, err := startPending(pending)
+		if err != nil {
+			return Decision{}, nil, err
 		}
 		select {
 		case r := <-ch:
+			if pooled {
+				waiterPool.Put(ch)
+			}
 			if r.err != nil {
 				return Decision{}, nil, r.err
 			}
@@ -81,7 +74,11 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 			// The acquire still completes: give back what it takes, so a
 			// cancelled caller holds no slot until the lease ends.
 			go func() {
-				if r := <-ch; r.err == nil && r.text != "" {
+				r := <-ch
+				if pooled {
+					waiterPool.Put(ch)
+				}
+				if r.err == nil && r.text != "" {
 					_, _ = (&Lease{rel: l.releaser(), leases: r.text}).Release(context.Background())
 				}
 				if settled := cancelledAcquireSettled; settled != nil {

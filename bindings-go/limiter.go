@@ -53,7 +53,7 @@ type Limiter struct {
 	relMu sync.Mutex // guards rel
 	rel   *releaser  // the leases' handle (lease.go), made at the first lease
 
-	anomaly cgo.Handle // Options.OnAnomaly's (anomaly.go), deleted by Close
+	anomaly func() // unregisters Options.OnAnomaly's sink (anomaly.go), run by Close
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
@@ -220,32 +220,42 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	}
 }
 
-// awaitPending starts an operation that waits for the store, with its result
-// coming through the completion queue (completions.go; through a callback
-// that sends it to a channel when the queue cannot be opened), and waits for
-// it or for ctx.
+// awaitPending starts an operation that waits for the store (startPending)
+// and waits for its result or for ctx.
 func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, error) {
-	if openCompletions() == nil {
-		ch, err := startQueued(pending)
-		if err != nil {
-			return result{}, err
-		}
-		select {
-		case r := <-ch:
-			waiterPool.Put(ch)
-			return r, r.err
-		case <-ctx.Done():
-			// The result still comes to ch (buffered), which is not reused.
-			return result{}, ctx.Err()
-		}
+	ch, pooled, err := startPending(pending)
+	if err != nil {
+		return result{}, err
 	}
-	ch := make(chan result, 1)
+	select {
+	case r := <-ch:
+		if pooled {
+			waiterPool.Put(ch)
+		}
+		return r, r.err
+	case <-ctx.Done():
+		// The result still comes to ch (buffered), which is not reused.
+		return result{}, ctx.Err()
+	}
+}
+
+// startPending starts an operation that waits for the store, with its
+// result coming to ch through the completion queue (completions.go; ch is
+// pooled: put it back in waiterPool once the result is read), or through a
+// callback when the queue cannot be opened. ch is buffered: the result
+// never waits for a reader.
+func startPending(pending *C.polylimit_pending_t) (ch chan result, pooled bool, err error) {
+	if openCompletions() == nil {
+		ch, err = startQueued(pending)
+		return ch, err == nil, err
+	}
+	ch = make(chan result, 1)
 	h := cgo.NewHandle(ch)
 	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
 		h.Delete()
-		return result{}, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending check"}
+		return nil, false, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending check"}
 	}
-	return await(ctx, ch)
+	return ch, false, nil
 }
 
 // checkBlocking is Check through polylimit_limiter_check_blocking: the cgo

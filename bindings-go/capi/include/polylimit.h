@@ -237,6 +237,23 @@ int32_t polylimit_limiter_on_anomaly(const struct polylimit_limiter_t *limiter,
                                      struct polylimit_counter_t **out,
                                      struct polylimit_error_t **err);
 
+// Sends the limiter's alerts to the completion queue instead of a callback
+// (replacing any callback or earlier queue sink): each alert is queued, in
+// order, as an entry with `ctx`, status `POLYLIMIT_OK`, no decision, and the
+// alert's JSON in `text`/`text_len` (taken by `polylimit_completions_take`).
+// Queueing never blocks the deciding task and never calls the caller. Remove
+// it with `polylimit_limiter_on_anomaly(limiter, NULL, …)`. When `out` is not
+// NULL, writes a counter of failed deliveries there (free it with
+// `polylimit_counter_free`). Returns `POLYLIMIT_INVALID_ARGUMENT` when the
+// queue was never opened (`polylimit_completions_open`).
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+int32_t polylimit_limiter_on_anomaly_queued(const struct polylimit_limiter_t *limiter,
+                                            size_t ctx,
+                                            struct polylimit_counter_t **out,
+                                            struct polylimit_error_t **err);
+
 // Counts one failed callback. NULL is ignored.
 //
 // # Safety

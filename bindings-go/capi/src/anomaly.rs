@@ -4,8 +4,9 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use polylimit::adaptive::AnomalyEvent;
+use polylimit::adaptive::{AnomalyEvent, AnomalySink};
 
+use crate::completions;
 use crate::errors::{polylimit_error_t, FfiError};
 use crate::limiter::{handle, polylimit_limiter_t};
 use crate::{guard, Status};
@@ -55,6 +56,45 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly(
             }
             None => limiter.on_anomaly(None),
         }
+        if !out.is_null() {
+            let counter = Box::new(polylimit_counter_t {
+                inner: limiter.anomaly_callback_errors(),
+            });
+            // SAFETY: checked above.
+            unsafe { *out = Box::into_raw(counter) };
+        }
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
+/// Sends the limiter's alerts to the completion queue instead of a callback
+/// (replacing any callback or earlier queue sink): each alert is queued, in
+/// order, as an entry with `ctx`, status `POLYLIMIT_OK`, no decision, and the
+/// alert's JSON in `text`/`text_len` (taken by `polylimit_completions_take`).
+/// Queueing never blocks the deciding task and never calls the caller. Remove
+/// it with `polylimit_limiter_on_anomaly(limiter, NULL, …)`. When `out` is not
+/// NULL, writes a counter of failed deliveries there (free it with
+/// `polylimit_counter_free`). Returns `POLYLIMIT_INVALID_ARGUMENT` when the
+/// queue was never opened (`polylimit_completions_open`).
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_on_anomaly_queued(
+    limiter: *const polylimit_limiter_t,
+    ctx: usize,
+    out: *mut *mut polylimit_counter_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?;
+        if !completions::is_open() {
+            return Err(FfiError::invalid("the completion queue is not open"));
+        }
+        let sink: AnomalySink =
+            Arc::new(move |event: &AnomalyEvent| completions::push_text(ctx, event.to_json().to_string()));
+        limiter.on_anomaly(Some(sink));
         if !out.is_null() {
             let counter = Box::new(polylimit_counter_t {
                 inner: limiter.anomaly_callback_errors(),

@@ -147,6 +147,18 @@ fn push(finished: Finished) {
     }
 }
 
+/// Queues `text` as a finished entry with `ctx` (status OK, no decision):
+/// how an adaptive policy's alert reaches a reader that asked for its alerts
+/// through the queue (`polylimit_limiter_on_anomaly_queued`). Never blocks.
+pub(crate) fn push_text(ctx: usize, text: String) {
+    push(Finished::new(ctx, Ok(Done::Text(text))));
+}
+
+/// Whether `polylimit_completions_open` was called.
+pub(crate) fn is_open() -> bool {
+    queue().wake_fd >= 0
+}
+
 /// Makes `wake_fd` (the write end of a pipe the reader waits on; the caller
 /// keeps it open for the life of the process) the queue's wake-up. Call once,
 /// before `polylimit_pending_start_queued`. Returns `POLYLIMIT_OK`, or
