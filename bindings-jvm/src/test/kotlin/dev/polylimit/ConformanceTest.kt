@@ -22,13 +22,13 @@ import org.junit.jupiter.api.fail
  * http/ and concurrency/ directories through the public API, on the memory store and on a real
  * redis-server started for the class. Unknown fields and unreadable files
  * fail; nothing is skipped. The decision vectors go through the blocking
- * `check`/`checkAsync`/`checkFuture` (in turn; each must take the fast native call: no
- * generated-path call is counted) and `peek`, and again through the generated calls they
- * fall back to; the HTTP vectors through the blocking `checkRequest` (fast), `checkPacked`
- * (the Spring filter's) and the suspend `checkRequestAsync`
- * / `completeAsync` the middleware would use (`peekRequest` blocking), so both
- * forms are played; concurrency vectors through `acquireAsync` and the
- * lease's `releaseAsync`.
+ * `check`/`checkAsync`/`checkFuture` and `peek`/`peekAsync`/`peekFuture` (in turn; each
+ * must take the fast native call: no generated-path call is counted), and again through
+ * the generated calls they fall back to; the HTTP vectors through `checkRequest` +
+ * `complete` (blocking), `checkPacked` + `complete` (the Spring filter's), the suspend
+ * `checkRequestAsync` + `completeAsync` and `checkRequestFuture` + `completeFuture`
+ * (`peekRequest` blocking), each on the fast path; concurrency vectors through
+ * `acquireAsync` and the lease's `releaseAsync`.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ConformanceTest {
@@ -87,7 +87,15 @@ class ConformanceTest {
         }
     }
 
-    enum class Http { ASYNC, BLOCKING, PACKED }
+    /** The HTTP vectors through `checkRequestFuture` / `completeFuture` (no generated call made). */
+    @TestFactory
+    fun httpVectorsFuture(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file ->
+            DynamicTest.dynamicTest("future $name: http/${file.name}") { playHttp(file, store, Http.FUTURE) }
+        }
+    }
+
+    enum class Http { ASYNC, FUTURE, BLOCKING, PACKED }
 
     @TestFactory
     fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
@@ -188,8 +196,15 @@ class ConformanceTest {
                     val cost = step["cost"]?.asLong ?: 1L
                     val nowMs = step["now_ms"].asLong
                     // A peek step: the decision a check would get, with nothing charged.
-                    val got = if (step["peek"]?.asBoolean == true) {
-                        limiter.peek(key, cost, nowMs)
+                    val got = if (step["peek"]?.asBoolean == true && generated) {
+                        limiter.generatedPeek(key, cost, nowMs)
+                    } else if (step["peek"]?.asBoolean == true) {
+                        // The standard peeks, in turn: blocking, suspend, CompletableFuture.
+                        when (i % 3) {
+                            0 -> limiter.peek(key, cost, nowMs)
+                            1 -> limiter.peekAsync(key, cost, nowMs)
+                            else -> limiter.peekFuture(key, cost, nowMs).get()
+                        }
                     } else if (generated && i % 2 == 0) {
                         limiter.generatedCheck(key, cost, nowMs)
                     } else if (generated) {
@@ -232,7 +247,7 @@ class ConformanceTest {
         assertTrue(steps > 0, "${file.name}: no steps played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
         if (!generated) {
-            // The checks users call took the fast native path, every one (peek is not routed).
+            // The checks and peeks users call took the fast native path, every one.
             assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
         }
     }
@@ -263,7 +278,7 @@ class ConformanceTest {
                         if (token == null) {
                             failures += "$where step $i: request ${step["of"]} has no completion token"
                         } else {
-                            limiter.completeAsync(token, status(step["complete"]))
+                            complete(limiter, mode, token, status(step["complete"]))
                         }
                         continue
                     }
@@ -276,6 +291,7 @@ class ConformanceTest {
                     } else {
                         when (mode) {
                             Http.ASYNC -> limiter.checkRequestAsync(request)
+                            Http.FUTURE -> limiter.checkRequestFuture(request).get()
                             Http.BLOCKING -> limiter.checkRequest(request)
                             Http.PACKED -> limiter.checkPacked(packed(request))
                         }
@@ -287,7 +303,7 @@ class ConformanceTest {
                         if (token == null) {
                             failures += "$where request $i: no completion token"
                         } else {
-                            limiter.completeAsync(token, status(step["complete"]))
+                            complete(limiter, mode, token, status(step["complete"]))
                         }
                     }
                     val want = listOf(
@@ -310,9 +326,15 @@ class ConformanceTest {
         }
         assertTrue(played > 0, "${file.name}: no requests played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
-        if (mode != Http.ASYNC) {
-            assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
-        }
+        // Every check, peek and completion took the fast native path.
+        assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+    }
+
+    /** A completion in the mode's form: the suspend, future or (as the Spring filter) blocking `complete`. */
+    private suspend fun complete(limiter: Limiter, mode: Http, token: String, status: Int?) = when (mode) {
+        Http.ASYNC -> limiter.completeAsync(token, status)
+        Http.FUTURE -> limiter.completeFuture(token, status).get()
+        Http.BLOCKING, Http.PACKED -> limiter.complete(token, status)
     }
 
     /** The typed request as the Spring filter packs it. */

@@ -1,0 +1,120 @@
+package dev.polylimit
+
+import java.lang.management.ManagementFactory
+import java.util.concurrent.ExecutionException
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertThrows
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/** `peek`, `reset`, `complete`, `peekRequest` and the suspend/future `checkRequest` on the fast path (FastCalls.kt). */
+class FastCallsTest {
+    private val gcra = """{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 2}}"""
+    private val rules = """{"rules": {"policies": {"p": {"rate": "2/h", "burst": 2},
+        "c": {"algorithm": "concurrency", "limit": 1}},
+        "rules": [{"match": {"path": "/api/*"}, "key": ["ip"], "policy": "p"},
+                  {"match": {"path": "/slow"}, "key": ["ip"], "policy": "c"}]}}"""
+
+    @Test
+    fun `fast peek, reset and complete answer as the generated calls, which they reach only on an error`() = runBlocking {
+        Limiter(gcra).use { limiter: Limiter ->
+            val before = GeneratedCalls.count()
+            limiter.check("k", null, 0)
+            val peeks = listOf(limiter.peek("k", null, 0), limiter.peekAsync("k", null, 0), limiter.peekFuture("k", null, 0).get())
+            assertEquals(List(3) { limiter.generatedPeek("k", null, 0) }, peeks)
+            assertEquals(before + 3, GeneratedCalls.count()) // the three generatedPeek above
+            limiter.check("k", null, 0)
+            limiter.reset("k")
+            assertEquals(1L, limiter.check("k", null, 0).remaining, "reset forgot the key")
+            limiter.resetAsync("k")
+            assertEquals(1L, limiter.check("k", null, 0).remaining)
+            limiter.resetFuture("k").get()
+            assertEquals(1L, limiter.check("k", null, 0).remaining)
+            assertEquals(before + 3, GeneratedCalls.count(), "peek or reset took the generated path")
+            // Errors go to the generated call, which throws what it always throws.
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedPeek("k", 0, 0) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.peek("k", 0, 0) }
+            assertEquals(slow.message, fast.message)
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.peekAsync("k", 0, 0) } }
+            val future = assertThrows(ExecutionException::class.java) { limiter.peekFuture("k", 0, 0).get() }
+            assertTrue(future.cause is PolylimitException.Config, "${future.cause}")
+            assertEquals(before + 7, GeneratedCalls.count())
+        }
+        Limiter(rules).use { limiter: Limiter ->
+            val request = HttpRequest(path = "/slow", peer = "203.0.113.9", nowMs = 0)
+            val before = GeneratedCalls.count()
+            val first = limiter.checkRequestAsync(request)
+            assertEquals(null, first.status)
+            assertEquals(429, limiter.checkRequestFuture(request).get().status, "the slot is held")
+            assertEquals(429, limiter.peekRequest(request).status)
+            limiter.complete(first.completion!!, 200)
+            val second = limiter.checkRequestFuture(request).get()
+            assertEquals(null, second.status, "complete gave the slot back")
+            limiter.completeAsync(second.completion!!, null)
+            val third = limiter.checkRequestAsync(request)
+            assertEquals(null, third.status, "completeAsync gave the slot back")
+            limiter.completeFuture(third.completion!!, 500).get()
+            assertEquals(null, limiter.peekRequest(request).status)
+            assertEquals(before, GeneratedCalls.count(), "a standard call took the generated path")
+            // A malformed token, a status that is not one: the generated call's exceptions, counted.
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedComplete("nope", 200) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.complete("nope", 200) }
+            assertEquals(slow.message, fast.message)
+            val status = assertThrows(PolylimitException.Config::class.java) { limiter.complete("nope", 70000) }
+            assertEquals("status", status.field)
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.completeAsync("nope", null) } }
+            val future = assertThrows(ExecutionException::class.java) { limiter.completeFuture("nope").get() }
+            assertTrue(future.cause is PolylimitException.Config, "${future.cause}")
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.checkRequestAsync(request.copy(cost = 0)) } }
+            assertEquals(before + 6, GeneratedCalls.count())
+        }
+        Limiter(rules).use { fast: Limiter ->
+            Limiter(rules).use { slow: Limiter ->
+                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
+                // Byte-identical: status, headers (names, values, order), body, decisions, token.
+                for (i in 0 until 3) {
+                    assertEquals(slow.generatedPeekRequest(request), fast.peekRequest(request), "peek $i")
+                    assertEquals(slow.generatedCheckRequestAsync(request), fast.checkRequestAsync(request), "check $i")
+                }
+            }
+        }
+    }
+
+    /**
+     * Process CPU per call (every thread: the runtime's, GC, JNA's cleaner), fast and generated forms alternating (a measurement: it prints, asserts
+     * nothing about speed). POLYLIMIT_CALL_COST_ROUNDS sets the rounds (default 1, a smoke run).
+     */
+    @Test
+    fun `cpu per call`() = runBlocking {
+        val rounds = System.getenv("POLYLIMIT_CALL_COST_ROUNDS")?.toInt() ?: 1
+        val n = if (rounds > 1) 20_000 else 200
+        val bean = ManagementFactory.getOperatingSystemMXBean() as com.sun.management.OperatingSystemMXBean
+        Limiter(rules).use { limiter: Limiter ->
+            val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", headers = List(8) { Header("x-h$it", "v$it") }, nowMs = 0)
+            val slot = HttpRequest(path = "/slow", peer = "203.0.113.9", nowMs = 0)
+            val token = limiter.checkRequest(slot).completion!!
+            val calls = linkedMapOf<String, suspend (Int) -> Unit>(
+                "peek fast" to { i -> limiter.peek("k$i", null, 0) },
+                "peek generated" to { i -> limiter.generatedPeek("k$i", null, 0) },
+                "reset fast" to { i -> limiter.reset("k$i") },
+                "reset generated" to { i -> limiter.generatedReset("k$i") },
+                "complete fast" to { _ -> limiter.complete(token, 200) },
+                "complete generated" to { _ -> limiter.generatedComplete(token, 200) },
+                "peekRequest fast" to { _ -> limiter.peekRequest(request) },
+                "peekRequest generated" to { _ -> limiter.generatedPeekRequest(request) },
+                "checkRequestAsync fast" to { _ -> limiter.checkRequestAsync(request) },
+                "checkRequestAsync generated" to { _ -> limiter.generatedCheckRequestAsync(request) },
+                "checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request).get() },
+            )
+            repeat(rounds) { round ->
+                for ((name, call) in calls) {
+                    val t0 = bean.processCpuTime
+                    for (i in 0 until n) call(i % 1000)
+                    val ns = (bean.processCpuTime - t0) / n
+                    println("cpu per call, round $round: $name ${ns} ns")
+                }
+            }
+        }
+    }
+}
