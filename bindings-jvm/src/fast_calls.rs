@@ -18,6 +18,8 @@ use crate::fast::{
     arguments, fields, run, CatchUnwind, BAD_OPTIONS, COMPLETION, FAILED, FIELDS, NONE, NO_CALLBACK, OK, PANICKED,
     PENDING,
 };
+use crate::lease::Lease;
+use crate::limiter::check_options;
 use crate::runtime::runtime;
 
 /// What a started call came to on the calling thread.
@@ -194,6 +196,115 @@ pub unsafe extern "C" fn polylimit_jvm_complete(
         code(go(ticket, work, move |completion, result| {
             deliver_code(completion, ticket, result)
         }))
+    };
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(PANICKED)
+}
+
+/// The uniffi handle of a new `Lease` (0: none), as uniffi lowers one.
+fn lease_handle(acquired: crate::lease::Acquired) -> i64 {
+    acquired
+        .lease
+        .map_or(0, |l| uniffi::Handle::from_arc(l).as_raw() as i64)
+}
+
+/// `acquire`: arguments as `polylimit_jvm_check_fast`'s, `ticket` as the
+/// module says, `out` 8 i64: the decision's seven fields, then the uniffi
+/// handle of the `Lease` taken (0: none; the caller owns it). Returns `OK`
+/// (`out` written), `PENDING` (the callback gets `ticket`, a code and the
+/// address of the 8 values, readable during the callback) or an error code.
+///
+/// # Safety
+/// As `polylimit_jvm_check_fast`, with 8 writable i64 at `out`.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_jvm_acquire(
+    handle: u64,
+    key: *const u8,
+    key_len: i32,
+    cost: i64,
+    now_ms: i64,
+    ticket: i64,
+    out: *mut i64,
+) -> i32 {
+    let body = || {
+        // SAFETY: the caller's promises, passed on.
+        let (limiter, key, options) = match unsafe { arguments(handle, key, key_len, cost, now_ms, out) } {
+            Ok(args) => args,
+            Err(code) => return code,
+        };
+        // SAFETY: uniffi's handle of an `Arc<Limiter>` is the Arc's pointer
+        // (`Handle::from_arc`); the caller holds it alive for the call, and
+        // the pending work keeps its own count.
+        let owner = unsafe {
+            let ptr = handle as *const crate::Limiter;
+            std::sync::Arc::increment_strong_count(ptr);
+            std::sync::Arc::from_raw(ptr)
+        };
+        let core = limiter.core().clone();
+        let key = key.to_string();
+        let work = async move {
+            let (d, guard) = core.acquire_with(&key, options).await?;
+            let f = fields(&d);
+            let lease = lease_handle(owner.acquired(d, guard));
+            Ok([f[0], f[1], f[2], f[3], f[4], f[5], f[6], lease])
+        };
+        match go(ticket, work, move |completion, result| match result {
+            Ok(all) => completion(ticket, OK, all.as_ptr() as i64, 0, 0, 0, 0, 0, 0),
+            Err(code) => completion(ticket, code, 0, 0, 0, 0, 0, 0, 0),
+        }) {
+            Started::Ready(all) => {
+                // SAFETY: the caller passes 8 writable i64 at `out`.
+                unsafe { std::ptr::copy_nonoverlapping(all.as_ptr(), out, all.len()) };
+                OK
+            }
+            Started::Failed(code) => code,
+            Started::Pending => PENDING,
+        }
+    };
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(PANICKED)
+}
+
+/// `Lease.release`: gives back the slots of the lease behind the uniffi
+/// handle `lease` at `now_ms` (`i64::MIN`: the store's clock); `ticket` as
+/// the module says. Returns `OK` (`out[0]`: how many were live), `PENDING`
+/// (the callback gets `ticket`, a code and the count) or an error code; on
+/// an error the lease still holds its slots (the generated release throws).
+///
+/// # Safety
+/// `lease` is a live `Lease` handle kept alive by the caller for the call;
+/// `out` points to 1 writable i64.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_jvm_release(lease: u64, now_ms: i64, ticket: i64, out: *mut i64) -> i32 {
+    let body = || {
+        if lease == 0 || out.is_null() {
+            return crate::fast::BAD_ARGUMENT;
+        }
+        let Ok(options) = check_options(None, (now_ms != NONE).then_some(now_ms)) else {
+            return BAD_OPTIONS;
+        };
+        // SAFETY: as `polylimit_jvm_acquire`'s limiter handle.
+        let lease = unsafe {
+            let ptr = lease as *const Lease;
+            std::sync::Arc::increment_strong_count(ptr);
+            std::sync::Arc::from_raw(ptr)
+        };
+        let (limiter, leases) = lease.held();
+        let work = async move {
+            let n = crate::lease::release(limiter, leases, options.now_ms).await?;
+            lease.forget();
+            Ok(n)
+        };
+        match go(ticket, work, move |completion, result| match result {
+            Ok(n) => completion(ticket, OK, n, 0, 0, 0, 0, 0, 0),
+            Err(code) => completion(ticket, code, 0, 0, 0, 0, 0, 0, 0),
+        }) {
+            Started::Ready(n) => {
+                // SAFETY: the caller passes 1 writable i64 at `out`.
+                unsafe { *out = n };
+                OK
+            }
+            Started::Failed(code) => code,
+            Started::Pending => PENDING,
+        }
     };
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(PANICKED)
 }

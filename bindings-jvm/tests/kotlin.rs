@@ -4,8 +4,8 @@
 //! (what `make jvm-kotlin` runs) rewrites it.
 //!
 //! One edit is made to uniffi's output ([`route_fast`]): the standard
-//! `check`, `checkRequest`, `peek`, `peekRequest`, `reset` and `complete`
-//! and their suspend forms try the fast native calls (`FastCheck.kt`,
+//! `check`, `checkRequest`, `peek`, `peekRequest`, `reset`, `complete`,
+//! `acquire` and the lease's `release`, and their suspend forms try the fast native calls (`FastCheck.kt`,
 //! `FastRequest.kt`, `FastCalls.kt`) first and fall back to the generated
 //! body, renamed `generatedCheck`, `generatedCheckAsync`, … which counts its
 //! calls (`GeneratedCalls`).
@@ -86,7 +86,7 @@ struct Route {
     generated: &'static str,
 }
 
-const ROUTES: [Route; 11] = [
+const ROUTES: [Route; 15] = [
     Route {
         header: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n",
         fast: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =\n        fastDecision(`key`, `cost`, `nowMs`) ?: generatedCheck(`key`, `cost`, `nowMs`)\n\n",
@@ -141,6 +141,26 @@ const ROUTES: [Route; 11] = [
         header: "    override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {\n",
         fast: "    override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {\n        if (!fastCompleteAsync(`token`, `status`)) generatedCompleteAsync(`token`, `status`)\n    }\n\n",
         generated: "    /** [completeAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedCompleteAsync(`token`: kotlin.String, `status`: kotlin.Int?) {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {\n",
+        fast: "@Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired =\n        fastAcquire(`key`, `cost`, `nowMs`) ?: generatedAcquire(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [acquire] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedAcquire(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {\n",
+        fast: "    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired =\n        fastAcquireAsync(`key`, `cost`, `nowMs`) ?: generatedAcquireAsync(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [acquireAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedAcquireAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {\n",
+        fast: "@Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long =\n        fastRelease(`nowMs`) ?: generatedRelease(`nowMs`)\n\n",
+        generated: "    /** [release] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedRelease(`nowMs`: kotlin.Long?): kotlin.Long {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {\n",
+        fast: "    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long =\n        fastReleaseAsync(`nowMs`) ?: generatedReleaseAsync(`nowMs`)\n\n",
+        generated: "    /** [releaseAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedReleaseAsync(`nowMs`: kotlin.Long?) : kotlin.Long {\n        GeneratedCalls.record()\n",
     },
 ];
 

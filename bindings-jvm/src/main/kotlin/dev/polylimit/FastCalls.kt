@@ -7,7 +7,8 @@ import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.future.await
 import kotlinx.coroutines.future.future
 
-// `peek`, `reset`, `complete` (blocking, suspend, CompletableFuture), the
+// `peek`, `reset`, `complete`, `acquire` and the lease's `release` (blocking,
+// suspend, CompletableFuture where one exists), the
 // suspend/future `checkRequest` and `peekRequest` through the native calls
 // of fast_calls.rs / fast_request.rs, as FastCheck.kt does for `check`: one
 // direct-mapped JNA call with primitive arguments (a packed request for the
@@ -60,11 +61,29 @@ private inline fun <T> Limiter.startCall(
     pending: Int,
     call: (Long, Long) -> Int,
     ready: (Int) -> T?,
+): CompletableFuture<T>? = startCall(this, FastLib.limiter, waiter, future, pending, call, ready)
+
+private inline fun <T> Lease.startCall(
+    waiter: FastAsync.Waiter,
+    future: CompletableFuture<T>,
+    pending: Int,
+    call: (Long, Long) -> Int,
+    ready: (Int) -> T?,
+): CompletableFuture<T>? = startCall(this, FastLib.lease, waiter, future, pending, call, ready)
+
+private inline fun <T> startCall(
+    obj: Any,
+    fields: RawHandle,
+    waiter: FastAsync.Waiter,
+    future: CompletableFuture<T>,
+    pending: Int,
+    call: (Long, Long) -> Int,
+    ready: (Int) -> T?,
 ): CompletableFuture<T>? {
     FastAsync.ensureInitialized()
     val ticket = FastAsync.tickets.incrementAndGet()
     FastAsync.waiting[ticket] = waiter
-    val code = withRawHandle { call(it, ticket) }
+    val code = withRawHandle(obj, fields) { call(it, ticket) }
     if (code == pending) {
         return future
     }
@@ -141,6 +160,92 @@ internal fun Limiter.startComplete(token: String, status: Int?): CompletableFutu
 
 internal suspend fun Limiter.fastCompleteAsync(token: String, status: Int?): Boolean =
     startComplete(token, status)?.await() != null
+
+/** An `acquire` (its 8 values at the address in f0, read during the callback); on an error, `fallback`. */
+private class AcquireWaiter(private val fallback: () -> CompletableFuture<Acquired>) : FastAsync.Waiter {
+    val future = CompletableFuture<Acquired>()
+
+    override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
+        if (code == 0) {
+            val a = acquired(Pointer(f0).getLongArray(0, 8))
+            FastAsync.executor.execute { future.complete(a) }
+        } else {
+            fallback().whenComplete { v, e -> if (e != null) future.completeExceptionally(e) else future.complete(v) }
+        }
+    }
+}
+
+/** A lease's count; on an error, `fallback`. */
+private class CountWaiter(private val fallback: () -> CompletableFuture<Long>) : FastAsync.Waiter {
+    val future = CompletableFuture<Long>()
+
+    override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
+        if (code == 0) {
+            FastAsync.executor.execute { future.complete(f0) }
+        } else {
+            fallback().whenComplete { v, e -> if (e != null) future.completeExceptionally(e) else future.complete(v) }
+        }
+    }
+}
+
+/** The decision's seven fields and the new lease's handle (0: none), as the generated `Acquired`. */
+private fun acquired(out: LongArray) = Acquired(
+    decision(out[0], out[1], out[2], out[3], out[4], out[5], out[6]),
+    if (out[7] == 0L) null else FfiConverterTypeLease.lift(out[7]),
+)
+
+/** `acquire`'s fast form, or null when the native call decided nothing. */
+internal fun Limiter.fastAcquire(key: String, cost: Long?, nowMs: Long?): Acquired? {
+    if (cost == NONE || nowMs == NONE) {
+        return null
+    }
+    val bytes = utf8(key) ?: return null
+    val out = LongArray(8)
+    val code = withRawHandle {
+        FastLib.polylimit_jvm_acquire(it, bytes, bytes.size, cost ?: NONE, nowMs ?: NONE, 0L, out)
+    }
+    return if (code == 0) acquired(out) else null
+}
+
+/** `acquireAsync`'s fast form, or null when the native call started nothing. */
+internal fun Limiter.startAcquire(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Acquired>? {
+    if (cost == NONE || nowMs == NONE) {
+        return null
+    }
+    val bytes = utf8(key) ?: return null
+    val out = LongArray(8)
+    val waiter = AcquireWaiter { scope.future { generatedAcquireAsync(key, cost, nowMs) } }
+    return startCall(waiter, waiter.future, PENDING, { h, t ->
+        FastLib.polylimit_jvm_acquire(h, bytes, bytes.size, cost ?: NONE, nowMs ?: NONE, t, out)
+    }) { code -> if (code == 0) acquired(out) else null }
+}
+
+internal suspend fun Limiter.fastAcquireAsync(key: String, cost: Long?, nowMs: Long?): Acquired? =
+    startAcquire(key, cost, nowMs)?.await()
+
+/** `Lease.release`'s fast form: how many slots were live, or null when the native call released nothing. */
+internal fun Lease.fastRelease(nowMs: Long?): Long? {
+    if (nowMs == NONE) {
+        return null
+    }
+    val out = LongArray(1)
+    val code = withRawHandle { FastLib.polylimit_jvm_release(it, nowMs ?: NONE, 0L, out) }
+    return if (code == 0) out[0] else null
+}
+
+/** `Lease.releaseAsync`'s fast form, or null when the native call started nothing. */
+internal fun Lease.startRelease(nowMs: Long?): CompletableFuture<Long>? {
+    if (nowMs == NONE) {
+        return null
+    }
+    val out = LongArray(1)
+    val waiter = CountWaiter { scope.future { generatedReleaseAsync(nowMs) } }
+    return startCall(waiter, waiter.future, PENDING, { h, t -> FastLib.polylimit_jvm_release(h, nowMs ?: NONE, t, out) }) { code ->
+        if (code == 0) out[0] else null
+    }
+}
+
+internal suspend fun Lease.fastReleaseAsync(nowMs: Long?): Long? = startRelease(nowMs)?.await()
 
 /** `checkRequestAsync`/`checkRequestFuture`'s fast form, or null when the native call started nothing. */
 internal fun Limiter.startOutcome(request: HttpRequest): CompletableFuture<Outcome>? {

@@ -76,6 +76,14 @@ internal object FastLib {
     external fun polylimit_jvm_complete(handle: Long, token: ByteArray, tokenLen: Int, status: Int, ticket: Long): Int
 
     @JvmStatic
+    external fun polylimit_jvm_acquire(
+        handle: Long, key: ByteArray, keyLen: Int, cost: Long, nowMs: Long, ticket: Long, out: LongArray,
+    ): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_release(lease: Long, nowMs: Long, ticket: Long, out: LongArray): Int
+
+    @JvmStatic
     external fun polylimit_jvm_check_request_start(
         handle: Long, request: ByteArray, requestLen: Int, cost: Long, nowMs: Long, flags: Int, ticket: Long,
         out: ByteArray, outCap: Int,
@@ -88,14 +96,11 @@ internal object FastLib {
         String(buf, Charsets.UTF_8).split(',').toTypedArray()
     }
 
-    // The generated Limiter's handle and call counter: the fast call keeps the
-    // handle alive exactly as the generated `callWithHandle` does, without
-    // its native clone of the handle.
-    private val lookup = MethodHandles.privateLookupIn(Limiter::class.java, MethodHandles.lookup())
-    val handle: VarHandle = lookup.findVarHandle(Limiter::class.java, "handle", Long::class.javaPrimitiveType)
-    val callCounter: VarHandle = lookup.findVarHandle(Limiter::class.java, "callCounter", AtomicLong::class.java)
-    val cleanable: VarHandle =
-        lookup.findVarHandle(Limiter::class.java, "cleanable", UniffiCleaner.Cleanable::class.java)
+    // The generated Limiter's (and Lease's) handle and call counter: the fast
+    // call keeps the handle alive exactly as the generated `callWithHandle`
+    // does, without its native clone of the handle.
+    val limiter = RawHandle(Limiter::class.java)
+    val lease = RawHandle(Lease::class.java)
 }
 
 internal const val NONE = Long.MIN_VALUE
@@ -260,13 +265,26 @@ internal fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?): Completa
     }
 }
 
+/** The private fields of a generated object that `withRawHandle` reads. */
+internal class RawHandle(cls: Class<*>) {
+    private val lookup = MethodHandles.privateLookupIn(cls, MethodHandles.lookup())
+    val handle: VarHandle = lookup.findVarHandle(cls, "handle", Long::class.javaPrimitiveType)
+    val callCounter: VarHandle = lookup.findVarHandle(cls, "callCounter", AtomicLong::class.java)
+    val cleanable: VarHandle = lookup.findVarHandle(cls, "cleanable", UniffiCleaner.Cleanable::class.java)
+}
+
 /**
  * `block` with the limiter's raw handle, kept alive as the generated
  * `callWithHandle` keeps it (its call counter) but without its native clone;
  * null when the limiter is closed.
  */
-internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
-    val counter = FastLib.callCounter.get(this) as AtomicLong
+internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? = withRawHandle(this, FastLib.limiter, block)
+
+/** `block` with the lease's raw handle, as [Limiter.withRawHandle]; null when the lease is closed. */
+internal inline fun <R> Lease.withRawHandle(block: (Long) -> R): R? = withRawHandle(this, FastLib.lease, block)
+
+internal inline fun <R> withRawHandle(obj: Any, fields: RawHandle, block: (Long) -> R): R? {
+    val counter = fields.callCounter.get(obj) as AtomicLong
     while (true) {
         val c = counter.get()
         if (c == 0L || c == Long.MAX_VALUE) {
@@ -277,10 +295,10 @@ internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
         }
     }
     try {
-        return block(FastLib.handle.get(this) as Long)
+        return block(fields.handle.get(obj) as Long)
     } finally {
         if (counter.decrementAndGet() == 0L) {
-            (FastLib.cleanable.get(this) as UniffiCleaner.Cleanable?)?.clean()
+            (fields.cleanable.get(obj) as UniffiCleaner.Cleanable?)?.clean()
         }
     }
 }

@@ -1661,7 +1661,12 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      * Gives the slots back (at `nowMs`, default the store's clock); how many
      * were still live. A second release gives back nothing.
      */
-    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {
+    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long =
+        fastRelease(`nowMs`) ?: generatedRelease(`nowMs`)
+
+    /** [release] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedRelease(`nowMs`: kotlin.Long?): kotlin.Long {
+        GeneratedCalls.record()
             return FfiConverterLong.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -1681,7 +1686,13 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {
+    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long =
+        fastReleaseAsync(`nowMs`) ?: generatedReleaseAsync(`nowMs`)
+
+    /** [releaseAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedReleaseAsync(`nowMs`: kotlin.Long?) : kotlin.Long {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_lease_release_async(
@@ -2080,7 +2091,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * Acquires `key`: a check that, for a concurrency policy, takes `cost`
      * slots until the returned lease is released (blocking).
      */
-    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
+    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired =
+        fastAcquire(`key`, `cost`, `nowMs`) ?: generatedAcquire(`key`, `cost`, `nowMs`)
+
+    /** [acquire] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedAcquire(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
+        GeneratedCalls.record()
             return FfiConverterTypeAcquired.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2102,7 +2118,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
+    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired =
+        fastAcquireAsync(`key`, `cost`, `nowMs`) ?: generatedAcquireAsync(`key`, `cost`, `nowMs`)
+
+    /** [acquireAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedAcquireAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire_async(

@@ -28,7 +28,7 @@ import org.junit.jupiter.api.fail
  * `complete` (blocking), `checkPacked` + `complete` (the Spring filter's), the suspend
  * `checkRequestAsync` + `completeAsync` and `checkRequestFuture` + `completeFuture`
  * (`peekRequest` blocking), each on the fast path; concurrency vectors through
- * `acquireAsync` and the lease's `releaseAsync`.
+ * `acquire`/`acquireAsync` and the lease's `release`/`releaseAsync`, on the fast path too.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ConformanceTest {
@@ -104,10 +104,14 @@ class ConformanceTest {
         }
     }
 
-    /** Acquire steps through `acquireAsync`; a release step releases the lease of the step it names. */
+    /**
+     * Acquire steps through `acquire` and `acquireAsync` in turn; a release step releases the
+     * lease of the step it names (`release` and `releaseAsync` in turn). Every one on the fast path.
+     */
     private fun playConcurrency(file: File, store: String) = runBlocking {
         val failures = mutableListOf<String>()
         var steps = 0
+        val generatedBefore = GeneratedCalls.count()
         for (case in cases(file)) {
             val where = "${file.name}: ${case["name"]}"
             fields(where, case, CASE, setOf("name", "policy", "steps"))
@@ -130,7 +134,7 @@ class ConformanceTest {
                         val j = step["release"].asInt
                         val lease = leases.getOrNull(j)
                         assertTrue(j < i && lease != null, "$at: `release` names an earlier allowed acquire")
-                        val released = lease!!.releaseAsync(nowMs)
+                        val released = if (i % 2 == 0) lease!!.release(nowMs) else lease!!.releaseAsync(nowMs)
                         // `released`: a count, or true/false for one lease (as Python's int() reads it).
                         val expected = step["released"].asJsonPrimitive.let { if (it.isBoolean) (if (it.asBoolean) 1L else 0L) else it.asLong }
                         if (released != expected) failures += "$at: released $released, expected $expected"
@@ -139,7 +143,9 @@ class ConformanceTest {
                     }
                     val expect = step.getAsJsonObject("expect")
                     fields("$at expect", expect, setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit"), EXPECT_REQUIRED)
-                    val (got, lease) = limiter.acquireAsync(step["key"]?.asString ?: "k", step["cost"]?.asLong ?: 1L, nowMs)
+                    val key = step["key"]?.asString ?: "k"
+                    val cost = step["cost"]?.asLong ?: 1L
+                    val (got, lease) = if (i % 2 == 0) limiter.acquire(key, cost, nowMs) else limiter.acquireAsync(key, cost, nowMs)
                     val want = mutableMapOf<String, Any?>(
                         "allowed" to expect["allowed"].asBoolean,
                         "remaining" to expect["remaining"].asLong,
@@ -169,6 +175,7 @@ class ConformanceTest {
         }
         assertTrue(steps > 0, "${file.name}: no steps played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+        assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
     }
 
     private fun playDecisions(file: File, store: String, generated: Boolean = false) = runBlocking {

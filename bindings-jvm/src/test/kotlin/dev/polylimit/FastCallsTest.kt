@@ -11,6 +11,7 @@ import org.junit.jupiter.api.Test
 /** `peek`, `reset`, `complete`, `peekRequest` and the suspend/future `checkRequest` on the fast path (FastCalls.kt). */
 class FastCallsTest {
     private val gcra = """{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 2}}"""
+    private val slots = """{"policy": {"algorithm": "concurrency", "limit": 1}}"""
     private val rules = """{"rules": {"policies": {"p": {"rate": "2/h", "burst": 2},
         "c": {"algorithm": "concurrency", "limit": 1}},
         "rules": [{"match": {"path": "/api/*"}, "key": ["ip"], "policy": "p"},
@@ -69,6 +70,25 @@ class FastCallsTest {
             assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.checkRequestAsync(request.copy(cost = 0)) } }
             assertEquals(before + 6, GeneratedCalls.count())
         }
+        Limiter(slots).use { limiter: Limiter ->
+            val before = GeneratedCalls.count()
+            val (first, lease) = limiter.acquire("k", null, 0)
+            assertEquals(Decision(true, 1, 0, 0, null, 0, "store"), first.copy(resetAfterMs = 0))
+            val (denied, none) = limiter.acquireAsync("k", null, 0)
+            assertEquals(false, denied.allowed)
+            assertEquals(null, none)
+            assertEquals(1L, lease!!.release(0))
+            assertEquals(0L, lease.release(0), "a second release gives back nothing")
+            val (again, second) = limiter.acquireAsync("k", null, 0)
+            assertTrue(again.allowed, "the slot came back")
+            assertEquals(1L, second!!.releaseAsync(0))
+            assertTrue(second.released())
+            assertEquals(before, GeneratedCalls.count(), "acquire or release took the generated path")
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedAcquire("k", 0, 0) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.acquire("k", 0, 0) }
+            assertEquals(slow.message, fast.message)
+            assertEquals(before + 2, GeneratedCalls.count())
+        }
         Limiter(rules).use { fast: Limiter ->
             Limiter(rules).use { slow: Limiter ->
                 val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
@@ -107,6 +127,9 @@ class FastCallsTest {
                 "checkRequestAsync generated" to { _ -> limiter.generatedCheckRequestAsync(request) },
                 "checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request).get() },
             )
+            val slotLimiter = Limiter("""{"policy": {"algorithm": "concurrency", "limit": 100000}}""")
+            calls["acquire+release fast"] = { i -> slotLimiter.acquire("k$i", null, 0).lease!!.release(0) }
+            calls["acquire+release generated"] = { i -> slotLimiter.generatedAcquire("k$i", null, 0).lease!!.generatedRelease(0) }
             repeat(rounds) { round ->
                 for ((name, call) in calls) {
                     val t0 = bean.processCpuTime
@@ -115,6 +138,7 @@ class FastCallsTest {
                     println("cpu per call, round $round: $name ${ns} ns")
                 }
             }
+            slotLimiter.close()
         }
     }
 }
