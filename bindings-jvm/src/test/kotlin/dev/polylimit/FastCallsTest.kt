@@ -45,6 +45,12 @@ class FastCallsTest {
         Limiter(rules).use { limiter: Limiter ->
             val request = HttpRequest(path = "/slow", peer = "203.0.113.9", nowMs = 0)
             val before = GeneratedCalls.count()
+            // The memory store answers on the calling thread: the futures come back completed.
+            val done = listOf(
+                limiter.checkRequestFuture(request.copy(path = "/api/x")), limiter.peekFuture("k", null, 0),
+                limiter.resetFuture("k"), limiter.completeFuture(limiter.checkRequest(request).completion!!, 200),
+            )
+            assertEquals(listOf(true, true, true, true), done.map { it.isDone })
             val first = limiter.checkRequestAsync(request)
             assertEquals(null, first.status)
             assertEquals(429, limiter.checkRequestFuture(request).get().status, "the slot is held")
@@ -123,6 +129,8 @@ class FastCallsTest {
                 "complete generated" to { _ -> limiter.generatedComplete(token, 200) },
                 "peekRequest fast" to { _ -> limiter.peekRequest(request) },
                 "peekRequest generated" to { _ -> limiter.generatedPeekRequest(request) },
+                "checkRequest fast" to { _ -> limiter.checkRequest(request) },
+                "checkRequest generated" to { _ -> limiter.generatedCheckRequest(request) },
                 "checkRequestAsync fast" to { _ -> limiter.checkRequestAsync(request) },
                 "checkRequestAsync generated" to { _ -> limiter.generatedCheckRequestAsync(request) },
                 "checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request).get() },
