@@ -23,29 +23,23 @@ private const val REQUEST_PENDING = -5
 private const val NO_STATUS = Int.MIN_VALUE
 private const val PEEK = 8
 
-/** A call without a value (`reset`, `complete`); on an error, `fallback` completes it. */
-private class UnitWaiter(private val fallback: () -> CompletableFuture<Unit>) : FastAsync.Waiter {
-    val future = CompletableFuture<Unit>()
+/**
+ * A pending call whose result `read` takes from the callback's f0, f1 (an
+ * address is readable only during the callback); on an error, `fallback`
+ * (the generated call) completes it with what it raises.
+ */
+private class ValueWaiter<T>(
+    private val fallback: () -> CompletableFuture<T>,
+    private val read: (Long, Long) -> T,
+) : FastAsync.Waiter {
+    val future = CompletableFuture<T>()
 
     override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
         if (code == 0) {
-            FastAsync.executor.execute { future.complete(Unit) }
+            val value = read(f0, f1)
+            FastAsync.executor.execute { future.complete(value) }
         } else {
-            fallback().whenComplete { _, e -> if (e != null) future.completeExceptionally(e) else future.complete(Unit) }
-        }
-    }
-}
-
-/** A packed outcome (its address and length in f0, f1, read during the callback); on an error, `fallback`. */
-private class OutcomeWaiter(private val fallback: () -> CompletableFuture<Outcome>) : FastAsync.Waiter {
-    val future = CompletableFuture<Outcome>()
-
-    override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
-        if (code == 0) {
-            val bytes = Pointer(f0).getByteArray(0, f1.toInt())
-            FastAsync.executor.execute { future.complete(Unpacker(bytes, bytes.size).outcome()) }
-        } else {
-            fallback().whenComplete { o, e -> if (e != null) future.completeExceptionally(e) else future.complete(o) }
+            fallback().whenComplete { v, e -> if (e != null) future.completeExceptionally(e) else future.complete(v) }
         }
     }
 }
@@ -129,7 +123,7 @@ internal fun Limiter.fastReset(key: String): Boolean {
 /** `resetAsync`/`resetFuture`'s fast form, or null when the native call started nothing. */
 internal fun Limiter.startReset(key: String): CompletableFuture<Unit>? {
     val bytes = utf8(key) ?: return null
-    val waiter = UnitWaiter { scope.future { generatedResetAsync(key) } }
+    val waiter = ValueWaiter({ scope.future { generatedResetAsync(key) } }) { _, _ -> }
     return startCall(waiter, waiter.future, PENDING, { h, t ->
         FastLib.polylimit_jvm_reset(h, bytes, bytes.size, t)
     }) { code -> if (code == 0) Unit else null }
@@ -152,7 +146,7 @@ internal fun Limiter.startComplete(token: String, status: Int?): CompletableFutu
         return null
     }
     val bytes = utf8(token) ?: return null
-    val waiter = UnitWaiter { scope.future { generatedCompleteAsync(token, status) } }
+    val waiter = ValueWaiter({ scope.future { generatedCompleteAsync(token, status) } }) { _, _ -> }
     return startCall(waiter, waiter.future, PENDING, { h, t ->
         FastLib.polylimit_jvm_complete(h, bytes, bytes.size, status ?: NO_STATUS, t)
     }) { code -> if (code == 0) Unit else null }
@@ -160,33 +154,6 @@ internal fun Limiter.startComplete(token: String, status: Int?): CompletableFutu
 
 internal suspend fun Limiter.fastCompleteAsync(token: String, status: Int?): Boolean =
     startComplete(token, status)?.await() != null
-
-/** An `acquire` (its 8 values at the address in f0, read during the callback); on an error, `fallback`. */
-private class AcquireWaiter(private val fallback: () -> CompletableFuture<Acquired>) : FastAsync.Waiter {
-    val future = CompletableFuture<Acquired>()
-
-    override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
-        if (code == 0) {
-            val a = acquired(Pointer(f0).getLongArray(0, 8))
-            FastAsync.executor.execute { future.complete(a) }
-        } else {
-            fallback().whenComplete { v, e -> if (e != null) future.completeExceptionally(e) else future.complete(v) }
-        }
-    }
-}
-
-/** A lease's count; on an error, `fallback`. */
-private class CountWaiter(private val fallback: () -> CompletableFuture<Long>) : FastAsync.Waiter {
-    val future = CompletableFuture<Long>()
-
-    override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
-        if (code == 0) {
-            FastAsync.executor.execute { future.complete(f0) }
-        } else {
-            fallback().whenComplete { v, e -> if (e != null) future.completeExceptionally(e) else future.complete(v) }
-        }
-    }
-}
 
 /** The decision's seven fields and the new lease's handle (0: none), as the generated `Acquired`. */
 private fun acquired(out: LongArray) = Acquired(
@@ -214,7 +181,9 @@ internal fun Limiter.startAcquire(key: String, cost: Long?, nowMs: Long?): Compl
     }
     val bytes = utf8(key) ?: return null
     val out = LongArray(8)
-    val waiter = AcquireWaiter { scope.future { generatedAcquireAsync(key, cost, nowMs) } }
+    val waiter = ValueWaiter({ scope.future { generatedAcquireAsync(key, cost, nowMs) } }) { address, _ ->
+        acquired(Pointer(address).getLongArray(0, 8))
+    }
     return startCall(waiter, waiter.future, PENDING, { h, t ->
         FastLib.polylimit_jvm_acquire(h, bytes, bytes.size, cost ?: NONE, nowMs ?: NONE, t, out)
     }) { code -> if (code == 0) acquired(out) else null }
@@ -239,7 +208,7 @@ internal fun Lease.startRelease(nowMs: Long?): CompletableFuture<Long>? {
         return null
     }
     val out = LongArray(1)
-    val waiter = CountWaiter { scope.future { generatedReleaseAsync(nowMs) } }
+    val waiter = ValueWaiter({ scope.future { generatedReleaseAsync(nowMs) } }) { count, _ -> count }
     return startCall(waiter, waiter.future, PENDING, { h, t -> FastLib.polylimit_jvm_release(h, nowMs ?: NONE, t, out) }) { code ->
         if (code == 0) out[0] else null
     }
@@ -259,7 +228,9 @@ internal fun Limiter.startOutcome(request: HttpRequest): CompletableFuture<Outco
     }
     val flags = WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash)
     var out = ByteArray(2048)
-    val waiter = OutcomeWaiter { scope.future { generatedCheckRequestAsync(request) } }
+    val waiter = ValueWaiter({ scope.future { generatedCheckRequestAsync(request) } }) { address, len ->
+        Pointer(address).getByteArray(0, len.toInt()).let { Unpacker(it, it.size).outcome() }
+    }
     return startCall(waiter, waiter.future, REQUEST_PENDING, { h, t ->
         FastLib.polylimit_jvm_check_request_start(
             h, packer.bytes, packer.size, r.cost ?: NONE, r.nowMs ?: NONE, flags, t, out, out.size,
