@@ -2,6 +2,8 @@ package dev.polylimit
 
 import java.lang.management.ManagementFactory
 import java.util.concurrent.ExecutionException
+import kotlinx.coroutines.DelicateCoroutinesApi
+import kotlinx.coroutines.future.future
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertThrows
@@ -102,6 +104,51 @@ class FastCallsTest {
                 for (i in 0 until 3) {
                     assertEquals(slow.generatedPeekRequest(request), fast.peekRequest(request), "peek $i")
                     assertEquals(slow.generatedCheckRequestAsync(request), fast.checkRequestAsync(request), "check $i")
+                }
+            }
+        }
+    }
+
+    @OptIn(DelicateCoroutinesApi::class)
+    @Test
+    fun `on Redis, many pending fast calls each complete once with their own result`() {
+        RedisServer().use { redis ->
+            val prefix = "jvm-fastcalls-${ProcessHandle.current().pid()}"
+            val options = """{"rules": {"policies": {"p": {"rate": "2/h", "burst": 2}},
+                "rules": [{"match": {"path": "/api/*"}, "key": ["user"], "policy": "p"}]},
+                "store": "${redis.url}", "timeout": "60s", "prefix": "$prefix"}"""
+            val slotOptions = """{"policy": {"algorithm": "concurrency", "limit": 1}, "store": "${redis.url}",
+                "timeout": "60s", "prefix": "$prefix-c"}"""
+            Limiter(options).use { limiter: Limiter ->
+                Limiter(slotOptions).use { slots: Limiter ->
+                    val warm = HttpRequest(path = "/api/x", user = "warm", nowMs = 0)
+                    assertEquals(null, limiter.checkRequest(warm).status) // connected before the stop
+                    slots.acquire("warm", null, 0).lease!!.release(0)
+                    val before = GeneratedCalls.count()
+                    val pid = redis.pid()
+                    assertEquals(0, ProcessBuilder("kill", "-STOP", "$pid").start().waitFor())
+                    val (outcomes, peeks, acquires) = try {
+                        val outcomes = (0 until 200).map { limiter.checkRequestFuture(HttpRequest(path = "/api/x", user = "u${it % 10}", nowMs = 1000)) }
+                        val peeks = (0 until 10).map { limiter.peekFuture("p$it", null, 1000) }
+                        val acquires = (0 until 40).map { i -> kotlinx.coroutines.GlobalScope.future { slots.acquireAsync("s${i % 10}", null, 1000) } }
+                        assertTrue((outcomes + peeks + acquires).none { it.isDone }, "a call completed with the store stopped")
+                        Triple(outcomes, peeks, acquires)
+                    } finally {
+                        assertEquals(0, ProcessBuilder("kill", "-CONT", "$pid").start().waitFor())
+                    }
+                    val got = outcomes.map { it.get(60, java.util.concurrent.TimeUnit.SECONDS) }
+                    assertEquals(20, got.count { it.status == null }, "2 of each user's 20 requests allowed")
+                    for (user in 0 until 10) {
+                        val mine = got.filterIndexed { i, _ -> i % 10 == user }
+                        assertEquals(2, mine.count { it.status == null }, "user u$user")
+                        assertTrue(mine.all { o -> o.decisions.all { it.decision.source == "store" } })
+                    }
+                    assertTrue(peeks.all { it.get(60, java.util.concurrent.TimeUnit.SECONDS).source == "store" })
+                    val acquired = acquires.map { it.get(60, java.util.concurrent.TimeUnit.SECONDS) }
+                    assertEquals(10, acquired.count { it.lease != null }, "one slot per key")
+                    val released = runBlocking { acquired.mapNotNull { it.lease }.map { it.releaseAsync(2000) } }
+                    assertEquals(List(10) { 1L }, released)
+                    assertEquals(before, GeneratedCalls.count(), "a pending call fell back to the generated path")
                 }
             }
         }
