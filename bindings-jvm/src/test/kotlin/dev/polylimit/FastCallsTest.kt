@@ -224,9 +224,11 @@ class FastCallsTest {
                     for ((name, call) in calls) {
                         System.gc() // the previous form's garbage is collected before, not charged to this one
                         val t0 = bean.processCpuTime
+                        val w0 = System.nanoTime()
                         for (i in 0 until n / 4) call(i % 1000)
                         val ns = (bean.processCpuTime - t0) / (n / 4)
-                        println("cpu per call, round $round: $name ${ns} ns")
+                        val wall = (System.nanoTime() - w0) / (n / 4)
+                        println("cpu per call, round $round: $name ${ns} ns (wall ${wall} ns)")
                     }
                 }
             }
