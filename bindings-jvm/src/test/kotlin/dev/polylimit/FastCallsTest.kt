@@ -1,6 +1,7 @@
 package dev.polylimit
 
 import java.lang.management.ManagementFactory
+import java.util.concurrent.CompletableFuture
 import java.util.concurrent.ExecutionException
 import kotlinx.coroutines.DelicateCoroutinesApi
 import kotlinx.coroutines.future.future
@@ -229,6 +230,32 @@ class FastCallsTest {
                         val ns = (bean.processCpuTime - t0) / (n / 4)
                         val wall = (System.nanoTime() - w0) / (n / 4)
                         println("cpu per call, round $round: $name ${ns} ns (wall ${wall} ns)")
+                    }
+                }
+                // 64 in flight: the futures' throughput and process CPU per call.
+                val futures = linkedMapOf<String, (Int) -> CompletableFuture<*>>(
+                    "redis checkRequestFuture generated" to { _ -> scope.future { limiter.generatedCheckRequestAsync(request) } },
+                    "redis checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request) },
+                    "redis peekFuture generated" to { i -> scope.future { keys.generatedPeekAsync("k$i", null, null) } },
+                    "redis peekFuture fast" to { i -> keys.peekFuture("k$i", null, null) },
+                    "redis checkFuture generated" to { i -> keys.generatedCheckFuture("k$i", null, null) },
+                    "redis checkFuture fast" to { i -> keys.checkFuture("k$i", null, null) },
+                )
+                repeat(rounds) { round ->
+                    for ((name, call) in futures) {
+                        System.gc()
+                        val inFlight = java.util.concurrent.Semaphore(64)
+                        val count = n
+                        val t0 = bean.processCpuTime
+                        val w0 = System.nanoTime()
+                        for (i in 0 until count) {
+                            inFlight.acquire()
+                            call(i % 1000).whenComplete { _, _ -> inFlight.release() }
+                        }
+                        inFlight.acquire(64)
+                        val ns = (bean.processCpuTime - t0) / count
+                        val perSecond = count * 1_000_000_000L / (System.nanoTime() - w0)
+                        println("cpu per call, round $round, 64 in flight: $name ${ns} ns, $perSecond calls/s")
                     }
                 }
             }
