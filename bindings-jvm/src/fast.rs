@@ -19,31 +19,31 @@ use crate::limiter::{check_options, Limiter};
 use crate::runtime::runtime;
 
 /// The decision's fields written to `out`, in this order.
-const FIELDS: usize = 7;
+pub(crate) const FIELDS: usize = 7;
 /// An argument left out (`cost`: the default, `now_ms`: the store's
 /// clock), and `retry_after_ms` null.
-const NONE: i64 = i64::MIN;
+pub(crate) const NONE: i64 = i64::MIN;
 
 /// Decided: `out` holds the decision.
-const OK: i32 = 0;
+pub(crate) const OK: i32 = 0;
 /// A null pointer or a key that is not UTF-8: nothing was decided.
-const BAD_ARGUMENT: i32 = 1;
+pub(crate) const BAD_ARGUMENT: i32 = 1;
 /// `cost`/`now_ms` rejected by the core's rule: nothing was decided.
-const BAD_OPTIONS: i32 = 2;
+pub(crate) const BAD_OPTIONS: i32 = 2;
 /// The core returned an error.
-const FAILED: i32 = 3;
+pub(crate) const FAILED: i32 = 3;
 /// A panic was caught.
-const PANICKED: i32 = 4;
+pub(crate) const PANICKED: i32 = 4;
 /// Not decided yet: the completion callback will get the ticket.
-const PENDING: i32 = 5;
+pub(crate) const PENDING: i32 = 5;
 /// No completion callback was registered.
-const NO_CALLBACK: i32 = 6;
+pub(crate) const NO_CALLBACK: i32 = 6;
 
 fn long(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-fn fields(d: &polylimit::Decision) -> [i64; FIELDS] {
+pub(crate) fn fields(d: &polylimit::Decision) -> [i64; FIELDS] {
     [
         i64::from(d.allowed),
         long(d.limit),
@@ -74,7 +74,7 @@ pub(crate) fn run<F: Future>(future: F) -> F::Output {
 ///
 /// # Safety
 /// As `polylimit_jvm_check_fast`'s.
-unsafe fn arguments<'a>(
+pub(crate) unsafe fn arguments<'a>(
     handle: u64,
     key: *const u8,
     key_len: i32,
@@ -160,7 +160,7 @@ pub unsafe extern "C" fn polylimit_jvm_source_names(buf: *mut u8, cap: i32) -> i
 /// fields (zeros unless `OK`).
 pub type Completion = extern "C" fn(i64, i32, i64, i64, i64, i64, i64, i64, i64);
 
-static COMPLETION: OnceLock<Completion> = OnceLock::new();
+pub(crate) static COMPLETION: OnceLock<Completion> = OnceLock::new();
 
 /// Registers the completion callback of `polylimit_jvm_check_start` (the
 /// first registration stays; returns 0 when it is `callback`, else 1).
@@ -170,7 +170,7 @@ pub extern "C" fn polylimit_jvm_fast_completion(callback: Completion) -> i32 {
 }
 
 /// Polls the inner future, a panic becoming `Err`.
-struct CatchUnwind<F>(Pin<Box<F>>);
+pub(crate) struct CatchUnwind<F>(pub(crate) Pin<Box<F>>);
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, ()>;

@@ -14,7 +14,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use polylimit::wire::packed;
 use polylimit::RequestInfo;
 
-use crate::fast::run;
+use crate::fast::PANICKED as PANICKED_START;
+use crate::fast_calls::{go, Started};
 use crate::limiter::{check_options, Limiter};
 
 /// `flags` bit: put every policy's decision in the outcome.
@@ -34,6 +35,10 @@ const BAD_OPTIONS: i32 = -2;
 const FAILED: i32 = -3;
 /// A panic was caught.
 const PANICKED: i32 = -4;
+/// Not decided yet: the completion callback will get the ticket.
+const PENDING: i32 = -5;
+/// `flags` bit: peek (`peekRequest`) instead of checking.
+const PEEK: i32 = 8;
 
 thread_local! {
     /// The last outcome that did not fit the caller's buffer, for
@@ -80,6 +85,32 @@ pub unsafe extern "C" fn polylimit_jvm_check_request_packed(
     out: *mut u8,
     out_cap: i32,
 ) -> i32 {
+    // SAFETY: the caller's promises, passed on.
+    unsafe { polylimit_jvm_check_request_start(handle, request, request_len, cost, now_ms, flags, 0, out, out_cap) }
+}
+
+/// `polylimit_jvm_check_request_packed` with a `ticket` (`fast_calls.rs`):
+/// 0 blocks as it does; otherwise an outcome not ready in the first poll
+/// (a remote store) goes on on the runtime and returns `PENDING`, and the
+/// completion callback gets `ticket`, a code (0: decided) and the packed
+/// outcome's address and length, readable during the callback. The `flags`
+/// bit 8 peeks (`peekRequest`: nothing charged) instead of checking.
+///
+/// # Safety
+/// As `polylimit_jvm_check_request_packed`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the C signature: primitives only
+pub unsafe extern "C" fn polylimit_jvm_check_request_start(
+    handle: u64,
+    request: *const u8,
+    request_len: i32,
+    cost: i64,
+    now_ms: i64,
+    flags: i32,
+    ticket: i64,
+    out: *mut u8,
+    out_cap: i32,
+) -> i32 {
     let body = || {
         // SAFETY: the caller's promise.
         let Some(bytes) = (unsafe { slice(request, request_len) }) else {
@@ -94,7 +125,7 @@ pub unsafe extern "C" fn polylimit_jvm_check_request_packed(
         // SAFETY: uniffi's handle of an `Arc<Limiter>` is the Arc's pointer;
         // the caller holds it alive for the call.
         let limiter = unsafe { &*(handle as *const Limiter) };
-        let core = limiter.core();
+        let core = limiter.core().clone();
         let Ok(req) = packed::read_request_keeping(bytes, |h| core.reads_header(h)) else {
             return BAD_ARGUMENT;
         };
@@ -110,11 +141,25 @@ pub unsafe extern "C" fn polylimit_jvm_check_request_packed(
             ignore_trailing_slash: flags & IGNORE_TRAILING_SLASH != 0,
             ..req
         };
-        let outcome = match run(core.check_request(&req)) {
-            Ok(o) => o,
-            Err(_) => return FAILED,
+        let with_decisions = flags & WITH_DECISIONS != 0;
+        let work = async move {
+            let outcome = if flags & PEEK != 0 {
+                core.peek_request(&req).await
+            } else {
+                core.check_request(&req).await
+            };
+            outcome.map(|o| packed::outcome(&o, with_decisions))
         };
-        let packed = packed::outcome(&outcome, flags & WITH_DECISIONS != 0);
+        let started = go(ticket, work, move |completion, result| match result {
+            Ok(packed) => completion(ticket, 0, packed.as_ptr() as i64, packed.len() as i64, 0, 0, 0, 0, 0),
+            Err(_) => completion(ticket, FAILED, 0, 0, 0, 0, 0, 0, 0),
+        });
+        let packed = match started {
+            Started::Ready(packed) => packed,
+            Started::Failed(PANICKED_START) => return PANICKED,
+            Started::Failed(_) => return FAILED,
+            Started::Pending => return PENDING,
+        };
         let Ok(len) = i32::try_from(packed.len()) else {
             return FAILED;
         };

@@ -15,6 +15,7 @@ mod anomaly;
 mod client;
 mod errors;
 mod fast;
+mod fast_calls;
 mod fast_request;
 mod lease;
 mod limiter;

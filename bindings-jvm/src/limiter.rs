@@ -216,7 +216,7 @@ impl Limiter {
         &self.inner
     }
 
-    fn acquired(&self, decision: polylimit::Decision, guard: Option<polylimit::LeaseGuard>) -> Acquired {
+    pub(crate) fn acquired(&self, decision: polylimit::Decision, guard: Option<polylimit::LeaseGuard>) -> Acquired {
         Acquired {
             decision: decision.into(),
             lease: guard.map(|g| Lease::new(self.inner.clone(), g)),

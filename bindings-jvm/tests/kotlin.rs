@@ -4,10 +4,11 @@
 //! (what `make jvm-kotlin` runs) rewrites it.
 //!
 //! One edit is made to uniffi's output ([`route_fast`]): the standard
-//! `check`, `checkAsync` and `checkRequest` try the fast native calls
-//! (`FastCheck.kt`, `FastRequest.kt`) first and fall back to the generated
-//! body, renamed `generatedCheck`, `generatedCheckAsync` and
-//! `generatedCheckRequest`, which counts its calls (`GeneratedCalls`).
+//! `check`, `checkRequest`, `peek`, `peekRequest`, `reset`, `complete`,
+//! `acquire` and the lease's `release`, and their suspend forms try the fast native calls (`FastCheck.kt`,
+//! `FastRequest.kt`, `FastCalls.kt`) first and fall back to the generated
+//! body, renamed `generatedCheck`, `generatedCheckAsync`, … which counts its
+//! calls (`GeneratedCalls`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,7 +86,7 @@ struct Route {
     generated: &'static str,
 }
 
-const ROUTES: [Route; 3] = [
+const ROUTES: [Route; 15] = [
     Route {
         header: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n",
         fast: "@Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =\n        fastDecision(`key`, `cost`, `nowMs`) ?: generatedCheck(`key`, `cost`, `nowMs`)\n\n",
@@ -101,10 +102,70 @@ const ROUTES: [Route; 3] = [
         fast: "@Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome =\n        fastOutcome(`request`) ?: generatedCheckRequest(`request`)\n\n",
         generated: "    /** [checkRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedCheckRequest(`request`: HttpRequest): Outcome {\n        GeneratedCalls.record()\n",
     },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n",
+        fast: "@Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =\n        fastPeek(`key`, `cost`, `nowMs`) ?: generatedPeek(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [peek] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedPeek(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {\n",
+        fast: "    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =\n        fastPeekAsync(`key`, `cost`, `nowMs`) ?: generatedPeekAsync(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [peekAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedPeekAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome {\n",
+        fast: "@Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome =\n        fastPeekOutcome(`request`) ?: generatedPeekRequest(`request`)\n\n",
+        generated: "    /** [peekRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedPeekRequest(`request`: HttpRequest): Outcome {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome {\n",
+        fast: "    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome =\n        fastOutcomeAsync(`request`) ?: generatedCheckRequestAsync(`request`)\n\n",
+        generated: "    /** [checkRequestAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedCheckRequestAsync(`request`: HttpRequest) : Outcome {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String)\n        = \n",
+        fast: "@Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String) {\n        if (!fastReset(`key`)) generatedReset(`key`)\n    }\n\n",
+        generated: "    /** [reset] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedReset(`key`: kotlin.String)\n        = GeneratedCalls.recorded() ?:\n",
+    },
+    Route {
+        header: "    override suspend fun `resetAsync`(`key`: kotlin.String) {\n",
+        fast: "    override suspend fun `resetAsync`(`key`: kotlin.String) {\n        if (!fastResetAsync(`key`)) generatedResetAsync(`key`)\n    }\n\n",
+        generated: "    /** [resetAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedResetAsync(`key`: kotlin.String) {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?)\n        = \n",
+        fast: "@Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?) {\n        if (!fastComplete(`token`, `status`)) generatedComplete(`token`, `status`)\n    }\n\n",
+        generated: "    /** [complete] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedComplete(`token`: kotlin.String, `status`: kotlin.Int?)\n        = GeneratedCalls.recorded() ?:\n",
+    },
+    Route {
+        header: "    override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {\n",
+        fast: "    override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {\n        if (!fastCompleteAsync(`token`, `status`)) generatedCompleteAsync(`token`, `status`)\n    }\n\n",
+        generated: "    /** [completeAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedCompleteAsync(`token`: kotlin.String, `status`: kotlin.Int?) {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {\n",
+        fast: "@Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired =\n        fastAcquire(`key`, `cost`, `nowMs`) ?: generatedAcquire(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [acquire] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedAcquire(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {\n",
+        fast: "    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired =\n        fastAcquireAsync(`key`, `cost`, `nowMs`) ?: generatedAcquireAsync(`key`, `cost`, `nowMs`)\n\n",
+        generated: "    /** [acquireAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedAcquireAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "@Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {\n",
+        fast: "@Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long =\n        fastRelease(`nowMs`) ?: generatedRelease(`nowMs`)\n\n",
+        generated: "    /** [release] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)internal fun generatedRelease(`nowMs`: kotlin.Long?): kotlin.Long {\n        GeneratedCalls.record()\n",
+    },
+    Route {
+        header: "    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {\n",
+        fast: "    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long =\n        fastReleaseAsync(`nowMs`) ?: generatedReleaseAsync(`nowMs`)\n\n",
+        generated: "    /** [releaseAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */\n    @Throws(PolylimitException::class)\n    internal suspend fun generatedReleaseAsync(`nowMs`: kotlin.Long?) : kotlin.Long {\n        GeneratedCalls.record()\n",
+    },
 ];
 
-/// uniffi's Kotlin with `check`, `checkAsync` and `checkRequest` routed
-/// through the fast native calls first (see the module's doc). Each header
+/// uniffi's Kotlin with the standard calls routed through the fast native
+/// calls first (see the module's doc). Each header
 /// must be found exactly once: a uniffi that writes them otherwise fails
 /// here, never silently leaves the slow path in place.
 fn route_fast(generated: &str) -> String {

@@ -64,6 +64,31 @@ internal object FastLib {
     @JvmStatic
     external fun polylimit_jvm_reads_header(handle: Long, name: ByteArray, nameLen: Int): Int
 
+    @JvmStatic
+    external fun polylimit_jvm_peek(
+        handle: Long, key: ByteArray, keyLen: Int, cost: Long, nowMs: Long, ticket: Long, out: LongArray,
+    ): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_reset(handle: Long, key: ByteArray, keyLen: Int, ticket: Long): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_complete(handle: Long, token: ByteArray, tokenLen: Int, status: Int, ticket: Long): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_acquire(
+        handle: Long, key: ByteArray, keyLen: Int, cost: Long, nowMs: Long, ticket: Long, out: LongArray,
+    ): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_release(lease: Long, nowMs: Long, ticket: Long, out: LongArray): Int
+
+    @JvmStatic
+    external fun polylimit_jvm_check_request_start(
+        handle: Long, request: ByteArray, requestLen: Int, cost: Long, nowMs: Long, flags: Int, ticket: Long,
+        out: ByteArray, outCap: Int,
+    ): Int
+
     /** `polylimit::Source::ALL`'s names, from the library: out[6] indexes it. */
     val sources: Array<String> = run {
         val buf = ByteArray(polylimit_jvm_source_names(null, 0))
@@ -71,14 +96,11 @@ internal object FastLib {
         String(buf, Charsets.UTF_8).split(',').toTypedArray()
     }
 
-    // The generated Limiter's handle and call counter: the fast call keeps the
-    // handle alive exactly as the generated `callWithHandle` does, without
-    // its native clone of the handle.
-    private val lookup = MethodHandles.privateLookupIn(Limiter::class.java, MethodHandles.lookup())
-    val handle: VarHandle = lookup.findVarHandle(Limiter::class.java, "handle", Long::class.javaPrimitiveType)
-    val callCounter: VarHandle = lookup.findVarHandle(Limiter::class.java, "callCounter", AtomicLong::class.java)
-    val cleanable: VarHandle =
-        lookup.findVarHandle(Limiter::class.java, "cleanable", UniffiCleaner.Cleanable::class.java)
+    // The generated Limiter's (and Lease's) handle and call counter: the fast
+    // call keeps the handle alive exactly as the generated `callWithHandle`
+    // does, without its native clone of the handle.
+    val limiter = RawHandle(Limiter::class.java)
+    val lease = RawHandle(Lease::class.java)
 }
 
 internal const val NONE = Long.MIN_VALUE
@@ -103,27 +125,33 @@ internal fun decision(f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long
 // once; the runtime's threads stay attached to the JVM (attaching per call
 // is what costs), and the futures complete on Dispatchers.Default, never on
 // the runtime's threads (as LimiterFutures' do).
-private object FastAsync {
-    val waiting = ConcurrentHashMap<Long, Pending>()
+internal object FastAsync {
+    val waiting = ConcurrentHashMap<Long, Waiter>()
     val tickets = AtomicLong()
-    private val executor = Dispatchers.Default.asExecutor()
+    val executor = Dispatchers.Default.asExecutor()
 
-    class Pending(val limiter: Limiter, val key: String, val cost: Long?, val nowMs: Long?) {
+    /** A call waiting for the store: the callback's code and fields, once. */
+    interface Waiter {
+        fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long)
+    }
+
+    /** A decision; on an error, `fallback` (the generated call) completes it with what it raises. */
+    class Pending(private val fallback: () -> CompletableFuture<Decision>) : Waiter {
         val future = CompletableFuture<Decision>()
+
+        override fun done(code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
+            if (code == 0) {
+                val d = decision(f0, f1, f2, f3, f4, f5, f6)
+                executor.execute { future.complete(d) }
+            } else {
+                fallback().whenComplete { d, e -> if (e != null) future.completeExceptionally(e) else future.complete(d) }
+            }
+        }
     }
 
     private val completion = object : Completion {
         override fun invoke(ticket: Long, code: Int, f0: Long, f1: Long, f2: Long, f3: Long, f4: Long, f5: Long, f6: Long) {
-            val p = waiting.remove(ticket) ?: return
-            if (code == 0) {
-                val d = decision(f0, f1, f2, f3, f4, f5, f6)
-                executor.execute { p.future.complete(d) }
-            } else {
-                // The generated path raises the exception it always raises.
-                p.limiter.generatedCheckFuture(p.key, p.cost, p.nowMs).whenComplete { d, e ->
-                    if (e != null) p.future.completeExceptionally(e) else p.future.complete(d)
-                }
-            }
+            waiting.remove(ticket)?.done(code, f0, f1, f2, f3, f4, f5, f6)
         }
     }
 
@@ -148,6 +176,12 @@ object GeneratedCalls {
     fun count(): Long = calls.sum()
 
     internal fun record() = calls.increment()
+
+    /** [record], then null: `recorded() ?: generatedBody` counts an expression-bodied generated call. */
+    internal fun recorded(): Nothing? {
+        record()
+        return null
+    }
 }
 
 /**
@@ -213,7 +247,7 @@ internal fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?): Completa
     FastAsync.ensureInitialized()
     val out = LongArray(7)
     val ticket = FastAsync.tickets.incrementAndGet()
-    val pending = FastAsync.Pending(this, key, cost, nowMs)
+    val pending = FastAsync.Pending { generatedCheckFuture(key, cost, nowMs) }
     FastAsync.waiting[ticket] = pending
     val code = withRawHandle { handle ->
         FastLib.polylimit_jvm_check_start(handle, bytes, bytes.size, cost ?: NONE, nowMs ?: NONE, ticket, out)
@@ -231,13 +265,26 @@ internal fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?): Completa
     }
 }
 
+/** The private fields of a generated object that `withRawHandle` reads. */
+internal class RawHandle(cls: Class<*>) {
+    private val lookup = MethodHandles.privateLookupIn(cls, MethodHandles.lookup())
+    val handle: VarHandle = lookup.findVarHandle(cls, "handle", Long::class.javaPrimitiveType)
+    val callCounter: VarHandle = lookup.findVarHandle(cls, "callCounter", AtomicLong::class.java)
+    val cleanable: VarHandle = lookup.findVarHandle(cls, "cleanable", UniffiCleaner.Cleanable::class.java)
+}
+
 /**
  * `block` with the limiter's raw handle, kept alive as the generated
  * `callWithHandle` keeps it (its call counter) but without its native clone;
  * null when the limiter is closed.
  */
-internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
-    val counter = FastLib.callCounter.get(this) as AtomicLong
+internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? = withRawHandle(this, FastLib.limiter, block)
+
+/** `block` with the lease's raw handle, as [Limiter.withRawHandle]; null when the lease is closed. */
+internal inline fun <R> Lease.withRawHandle(block: (Long) -> R): R? = withRawHandle(this, FastLib.lease, block)
+
+internal inline fun <R> withRawHandle(obj: Any, fields: RawHandle, block: (Long) -> R): R? {
+    val counter = fields.callCounter.get(obj) as AtomicLong
     while (true) {
         val c = counter.get()
         if (c == 0L || c == Long.MAX_VALUE) {
@@ -248,10 +295,10 @@ internal inline fun <R> Limiter.withRawHandle(block: (Long) -> R): R? {
         }
     }
     try {
-        return block(FastLib.handle.get(this) as Long)
+        return block(fields.handle.get(obj) as Long)
     } finally {
         if (counter.decrementAndGet() == 0L) {
-            (FastLib.cleanable.get(this) as UniffiCleaner.Cleanable?)?.clean()
+            (fields.cleanable.get(obj) as UniffiCleaner.Cleanable?)?.clean()
         }
     }
 }

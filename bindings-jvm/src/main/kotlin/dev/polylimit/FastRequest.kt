@@ -15,7 +15,7 @@ import java.nio.ByteOrder
 // the Spring filter 78 us of CPU per request. Any error goes to the generated
 // `checkRequest`, which throws the exception it always throws.
 
-private const val WITH_DECISIONS = 1
+internal const val WITH_DECISIONS = 1
 private const val CASE_INSENSITIVE = 2
 private const val IGNORE_TRAILING_SLASH = 4
 private const val ABSENT = -1 // 0xFFFFFFFF: an absent string
@@ -121,7 +121,7 @@ internal class Packer {
 }
 
 /** Reads the core's packed outcome (`polylimit::wire::packed::write_outcome`). */
-private class Unpacker(bytes: ByteArray, len: Int) {
+internal class Unpacker(bytes: ByteArray, len: Int) {
     private val buf: ByteBuffer = ByteBuffer.wrap(bytes, 0, len).order(ByteOrder.LITTLE_ENDIAN)
 
     fun u8(): Int = buf.get().toInt() and 0xff
@@ -172,7 +172,7 @@ private class Unpacker(bytes: ByteArray, len: Int) {
 private val outBuffers = ThreadLocal.withInitial { ByteArray(2048) }
 
 /** The native packed check of `packer`'s request, decoded; null when it decided nothing. */
-private fun Limiter.packedOutcome(packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Outcome? {
+internal fun Limiter.packedOutcome(packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Outcome? {
     if (cost == NONE || nowMs == NONE) {
         return null
     }
@@ -203,7 +203,7 @@ internal fun Limiter.fastOutcome(request: HttpRequest): Outcome? {
     return packedOutcome(packer, r.cost, r.nowMs, WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash))
 }
 
-private fun flags(caseInsensitive: Boolean, ignoreTrailingSlash: Boolean): Int =
+internal fun flags(caseInsensitive: Boolean, ignoreTrailingSlash: Boolean): Int =
     (if (caseInsensitive) CASE_INSENSITIVE else 0) or (if (ignoreTrailingSlash) IGNORE_TRAILING_SLASH else 0)
 
 /**

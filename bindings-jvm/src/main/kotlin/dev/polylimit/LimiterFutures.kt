@@ -14,7 +14,7 @@ import kotlinx.coroutines.future.future
 // completes the CompletableFuture, on Dispatchers.Default (never on the
 // native runtime's threads). Type mapping only; the decisions are the core's.
 
-private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
+internal val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
 /**
  * [Limiter.checkAsync] as a CompletableFuture: through the fast native call
@@ -29,19 +29,20 @@ fun Limiter.checkFuture(key: String, cost: Long? = null, nowMs: Long? = null): C
 internal fun Limiter.generatedCheckFuture(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Decision> =
     scope.future { generatedCheckAsync(key, cost, nowMs) }
 
-/** [Limiter.peekAsync] as a CompletableFuture. */
+/** [Limiter.peekAsync] as a CompletableFuture (the fast native call, else the generated one: FastCalls.kt). */
 @JvmOverloads
 fun Limiter.peekFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
-    scope.future { peekAsync(key, cost, nowMs) }
+    startPeek(key, cost, nowMs) ?: scope.future { generatedPeekAsync(key, cost, nowMs) }
 
-/** [Limiter.resetAsync] as a CompletableFuture. */
-fun Limiter.resetFuture(key: String): CompletableFuture<Unit> = scope.future { resetAsync(key) }
+/** [Limiter.resetAsync] as a CompletableFuture (the fast native call, else the generated one). */
+fun Limiter.resetFuture(key: String): CompletableFuture<Unit> =
+    startReset(key) ?: scope.future { generatedResetAsync(key) }
 
-/** [Limiter.checkRequestAsync] as a CompletableFuture. */
+/** [Limiter.checkRequestAsync] as a CompletableFuture (the fast native call, else the generated one). */
 fun Limiter.checkRequestFuture(request: HttpRequest): CompletableFuture<Outcome> =
-    scope.future { checkRequestAsync(request) }
+    startOutcome(request) ?: scope.future { generatedCheckRequestAsync(request) }
 
-/** [Limiter.completeAsync] as a CompletableFuture. */
+/** [Limiter.completeAsync] as a CompletableFuture (the fast native call, else the generated one). */
 @JvmOverloads
 fun Limiter.completeFuture(token: String, status: Int? = null): CompletableFuture<Unit> =
-    scope.future { completeAsync(token, status) }
+    startComplete(token, status) ?: scope.future { generatedCompleteAsync(token, status) }

@@ -1661,7 +1661,12 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      * Gives the slots back (at `nowMs`, default the store's clock); how many
      * were still live. A second release gives back nothing.
      */
-    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {
+    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long =
+        fastRelease(`nowMs`) ?: generatedRelease(`nowMs`)
+
+    /** [release] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedRelease(`nowMs`: kotlin.Long?): kotlin.Long {
+        GeneratedCalls.record()
             return FfiConverterLong.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -1681,7 +1686,13 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {
+    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long =
+        fastReleaseAsync(`nowMs`) ?: generatedReleaseAsync(`nowMs`)
+
+    /** [releaseAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedReleaseAsync(`nowMs`: kotlin.Long?) : kotlin.Long {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_lease_release_async(
@@ -2080,7 +2091,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * Acquires `key`: a check that, for a concurrency policy, takes `cost`
      * slots until the returned lease is released (blocking).
      */
-    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
+    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired =
+        fastAcquire(`key`, `cost`, `nowMs`) ?: generatedAcquire(`key`, `cost`, `nowMs`)
+
+    /** [acquire] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedAcquire(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
+        GeneratedCalls.record()
             return FfiConverterTypeAcquired.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2102,7 +2118,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
+    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired =
+        fastAcquireAsync(`key`, `cost`, `nowMs`) ?: generatedAcquireAsync(`key`, `cost`, `nowMs`)
+
+    /** [acquireAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedAcquireAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire_async(
@@ -2227,7 +2249,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome {
+    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome =
+        fastOutcomeAsync(`request`) ?: generatedCheckRequestAsync(`request`)
+
+    /** [checkRequestAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedCheckRequestAsync(`request`: HttpRequest) : Outcome {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check_request_async(
@@ -2252,8 +2280,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * status (null or 0: no response). Never throws because the store is
      * down; a malformed token throws `Config` naming `token`.
      */
-    @Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?)
-        = 
+    @Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?) {
+        if (!fastComplete(`token`, `status`)) generatedComplete(`token`, `status`)
+    }
+
+    /** [complete] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedComplete(`token`: kotlin.String, `status`: kotlin.Int?)
+        = GeneratedCalls.recorded() ?:
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
     UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_complete(
@@ -2273,6 +2306,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
     override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {
+        if (!fastCompleteAsync(`token`, `status`)) generatedCompleteAsync(`token`, `status`)
+    }
+
+    /** [completeAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedCompleteAsync(`token`: kotlin.String, `status`: kotlin.Int?) {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_complete_async(
@@ -2333,7 +2373,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * The decision `check` would return now, charging nothing.
      */
-    @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
+    @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =
+        fastPeek(`key`, `cost`, `nowMs`) ?: generatedPeek(`key`, `cost`, `nowMs`)
+
+    /** [peek] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedPeek(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
+        GeneratedCalls.record()
             return FfiConverterTypeDecision.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2355,7 +2400,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
+    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =
+        fastPeekAsync(`key`, `cost`, `nowMs`) ?: generatedPeekAsync(`key`, `cost`, `nowMs`)
+
+    /** [peekAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedPeekAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek_async(
@@ -2380,7 +2431,12 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * The outcome `checkRequest` would return now, charging nothing.
      */
-    @Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome {
+    @Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome =
+        fastPeekOutcome(`request`) ?: generatedPeekRequest(`request`)
+
+    /** [peekRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedPeekRequest(`request`: HttpRequest): Outcome {
+        GeneratedCalls.record()
             return FfiConverterTypeOutcome.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2414,8 +2470,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * Forgets every policy's state for `key`.
      */
-    @Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String)
-        = 
+    @Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String) {
+        if (!fastReset(`key`)) generatedReset(`key`)
+    }
+
+    /** [reset] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)internal fun generatedReset(`key`: kotlin.String)
+        = GeneratedCalls.recorded() ?:
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
     UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset(
@@ -2434,6 +2495,13 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
     override suspend fun `resetAsync`(`key`: kotlin.String) {
+        if (!fastResetAsync(`key`)) generatedResetAsync(`key`)
+    }
+
+    /** [resetAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
+    @Throws(PolylimitException::class)
+    internal suspend fun generatedResetAsync(`key`: kotlin.String) {
+        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset_async(

@@ -22,13 +22,13 @@ import org.junit.jupiter.api.fail
  * http/ and concurrency/ directories through the public API, on the memory store and on a real
  * redis-server started for the class. Unknown fields and unreadable files
  * fail; nothing is skipped. The decision vectors go through the blocking
- * `check`/`checkAsync`/`checkFuture` (in turn; each must take the fast native call: no
- * generated-path call is counted) and `peek`, and again through the generated calls they
- * fall back to; the HTTP vectors through the blocking `checkRequest` (fast), `checkPacked`
- * (the Spring filter's) and the suspend `checkRequestAsync`
- * / `completeAsync` the middleware would use (`peekRequest` blocking), so both
- * forms are played; concurrency vectors through `acquireAsync` and the
- * lease's `releaseAsync`.
+ * `check`/`checkAsync`/`checkFuture` and `peek`/`peekAsync`/`peekFuture` (in turn; each
+ * must take the fast native call: no generated-path call is counted), and again through
+ * the generated calls they fall back to; the HTTP vectors through `checkRequest` +
+ * `complete` (blocking), `checkPacked` + `complete` (the Spring filter's), the suspend
+ * `checkRequestAsync` + `completeAsync` and `checkRequestFuture` + `completeFuture`
+ * (`peekRequest` blocking), each on the fast path; concurrency vectors through
+ * `acquire`/`acquireAsync` and the lease's `release`/`releaseAsync`, on the fast path too.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ConformanceTest {
@@ -87,7 +87,15 @@ class ConformanceTest {
         }
     }
 
-    enum class Http { ASYNC, BLOCKING, PACKED }
+    /** The HTTP vectors through `checkRequestFuture` / `completeFuture` (no generated call made). */
+    @TestFactory
+    fun httpVectorsFuture(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file ->
+            DynamicTest.dynamicTest("future $name: http/${file.name}") { playHttp(file, store, Http.FUTURE) }
+        }
+    }
+
+    enum class Http { ASYNC, FUTURE, BLOCKING, PACKED }
 
     @TestFactory
     fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
@@ -96,10 +104,14 @@ class ConformanceTest {
         }
     }
 
-    /** Acquire steps through `acquireAsync`; a release step releases the lease of the step it names. */
+    /**
+     * Acquire steps through `acquire` and `acquireAsync` in turn; a release step releases the
+     * lease of the step it names (`release` and `releaseAsync` in turn). Every one on the fast path.
+     */
     private fun playConcurrency(file: File, store: String) = runBlocking {
         val failures = mutableListOf<String>()
         var steps = 0
+        val generatedBefore = GeneratedCalls.count()
         for (case in cases(file)) {
             val where = "${file.name}: ${case["name"]}"
             fields(where, case, CASE, setOf("name", "policy", "steps"))
@@ -122,7 +134,7 @@ class ConformanceTest {
                         val j = step["release"].asInt
                         val lease = leases.getOrNull(j)
                         assertTrue(j < i && lease != null, "$at: `release` names an earlier allowed acquire")
-                        val released = lease!!.releaseAsync(nowMs)
+                        val released = if (i % 2 == 0) lease!!.release(nowMs) else lease!!.releaseAsync(nowMs)
                         // `released`: a count, or true/false for one lease (as Python's int() reads it).
                         val expected = step["released"].asJsonPrimitive.let { if (it.isBoolean) (if (it.asBoolean) 1L else 0L) else it.asLong }
                         if (released != expected) failures += "$at: released $released, expected $expected"
@@ -131,7 +143,9 @@ class ConformanceTest {
                     }
                     val expect = step.getAsJsonObject("expect")
                     fields("$at expect", expect, setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit"), EXPECT_REQUIRED)
-                    val (got, lease) = limiter.acquireAsync(step["key"]?.asString ?: "k", step["cost"]?.asLong ?: 1L, nowMs)
+                    val key = step["key"]?.asString ?: "k"
+                    val cost = step["cost"]?.asLong ?: 1L
+                    val (got, lease) = if (i % 2 == 0) limiter.acquire(key, cost, nowMs) else limiter.acquireAsync(key, cost, nowMs)
                     val want = mutableMapOf<String, Any?>(
                         "allowed" to expect["allowed"].asBoolean,
                         "remaining" to expect["remaining"].asLong,
@@ -161,6 +175,7 @@ class ConformanceTest {
         }
         assertTrue(steps > 0, "${file.name}: no steps played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
+        assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
     }
 
     private fun playDecisions(file: File, store: String, generated: Boolean = false) = runBlocking {
@@ -188,8 +203,15 @@ class ConformanceTest {
                     val cost = step["cost"]?.asLong ?: 1L
                     val nowMs = step["now_ms"].asLong
                     // A peek step: the decision a check would get, with nothing charged.
-                    val got = if (step["peek"]?.asBoolean == true) {
-                        limiter.peek(key, cost, nowMs)
+                    val got = if (step["peek"]?.asBoolean == true && generated) {
+                        limiter.generatedPeek(key, cost, nowMs)
+                    } else if (step["peek"]?.asBoolean == true) {
+                        // The standard peeks, in turn: blocking, suspend, CompletableFuture.
+                        when (i % 3) {
+                            0 -> limiter.peek(key, cost, nowMs)
+                            1 -> limiter.peekAsync(key, cost, nowMs)
+                            else -> limiter.peekFuture(key, cost, nowMs).get()
+                        }
                     } else if (generated && i % 2 == 0) {
                         limiter.generatedCheck(key, cost, nowMs)
                     } else if (generated) {
@@ -232,7 +254,7 @@ class ConformanceTest {
         assertTrue(steps > 0, "${file.name}: no steps played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
         if (!generated) {
-            // The checks users call took the fast native path, every one (peek is not routed).
+            // The checks and peeks users call took the fast native path, every one.
             assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
         }
     }
@@ -263,7 +285,7 @@ class ConformanceTest {
                         if (token == null) {
                             failures += "$where step $i: request ${step["of"]} has no completion token"
                         } else {
-                            limiter.completeAsync(token, status(step["complete"]))
+                            complete(limiter, mode, token, status(step["complete"]))
                         }
                         continue
                     }
@@ -276,6 +298,7 @@ class ConformanceTest {
                     } else {
                         when (mode) {
                             Http.ASYNC -> limiter.checkRequestAsync(request)
+                            Http.FUTURE -> limiter.checkRequestFuture(request).get()
                             Http.BLOCKING -> limiter.checkRequest(request)
                             Http.PACKED -> limiter.checkPacked(packed(request))
                         }
@@ -287,7 +310,7 @@ class ConformanceTest {
                         if (token == null) {
                             failures += "$where request $i: no completion token"
                         } else {
-                            limiter.completeAsync(token, status(step["complete"]))
+                            complete(limiter, mode, token, status(step["complete"]))
                         }
                     }
                     val want = listOf(
@@ -310,9 +333,15 @@ class ConformanceTest {
         }
         assertTrue(played > 0, "${file.name}: no requests played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
-        if (mode != Http.ASYNC) {
-            assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
-        }
+        // Every check, peek and completion took the fast native path.
+        assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+    }
+
+    /** A completion in the mode's form: the suspend, future or (as the Spring filter) blocking `complete`. */
+    private suspend fun complete(limiter: Limiter, mode: Http, token: String, status: Int?) = when (mode) {
+        Http.ASYNC -> limiter.completeAsync(token, status)
+        Http.FUTURE -> limiter.completeFuture(token, status).get()
+        Http.BLOCKING, Http.PACKED -> limiter.complete(token, status)
     }
 
     /** The typed request as the Spring filter packs it. */

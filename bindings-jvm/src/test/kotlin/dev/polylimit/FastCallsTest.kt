@@ -1,0 +1,265 @@
+package dev.polylimit
+
+import java.lang.management.ManagementFactory
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.ExecutionException
+import kotlinx.coroutines.DelicateCoroutinesApi
+import kotlinx.coroutines.future.future
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertThrows
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+
+/** `peek`, `reset`, `complete`, `peekRequest` and the suspend/future `checkRequest` on the fast path (FastCalls.kt). */
+class FastCallsTest {
+    private val gcra = """{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 2}}"""
+    private val slots = """{"policy": {"algorithm": "concurrency", "limit": 1}}"""
+    private val rules = """{"rules": {"policies": {"p": {"rate": "2/h", "burst": 2},
+        "c": {"algorithm": "concurrency", "limit": 1}},
+        "rules": [{"match": {"path": "/api/*"}, "key": ["ip"], "policy": "p"},
+                  {"match": {"path": "/slow"}, "key": ["ip"], "policy": "c"}]}}"""
+
+    @Test
+    fun `fast peek, reset and complete answer as the generated calls, which they reach only on an error`() = runBlocking {
+        Limiter(gcra).use { limiter: Limiter ->
+            val before = GeneratedCalls.count()
+            limiter.check("k", null, 0)
+            val peeks = listOf(limiter.peek("k", null, 0), limiter.peekAsync("k", null, 0), limiter.peekFuture("k", null, 0).get())
+            assertEquals(List(3) { limiter.generatedPeek("k", null, 0) }, peeks)
+            assertEquals(before + 3, GeneratedCalls.count()) // the three generatedPeek above
+            limiter.check("k", null, 0)
+            limiter.reset("k")
+            assertEquals(1L, limiter.check("k", null, 0).remaining, "reset forgot the key")
+            limiter.resetAsync("k")
+            assertEquals(1L, limiter.check("k", null, 0).remaining)
+            limiter.resetFuture("k").get()
+            assertEquals(1L, limiter.check("k", null, 0).remaining)
+            assertEquals(before + 3, GeneratedCalls.count(), "peek or reset took the generated path")
+            // Errors go to the generated call, which throws what it always throws.
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedPeek("k", 0, 0) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.peek("k", 0, 0) }
+            assertEquals(slow.message, fast.message)
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.peekAsync("k", 0, 0) } }
+            val future = assertThrows(ExecutionException::class.java) { limiter.peekFuture("k", 0, 0).get() }
+            assertTrue(future.cause is PolylimitException.Config, "${future.cause}")
+            assertEquals(before + 7, GeneratedCalls.count())
+        }
+        Limiter(rules).use { limiter: Limiter ->
+            val request = HttpRequest(path = "/slow", peer = "203.0.113.9", nowMs = 0)
+            val before = GeneratedCalls.count()
+            // The memory store answers on the calling thread: the futures come back completed.
+            val done = listOf(
+                limiter.checkRequestFuture(request.copy(path = "/api/x")), limiter.peekFuture("k", null, 0),
+                limiter.resetFuture("k"), limiter.completeFuture(limiter.checkRequest(request).completion!!, 200),
+            )
+            assertEquals(listOf(true, true, true, true), done.map { it.isDone })
+            val first = limiter.checkRequestAsync(request)
+            assertEquals(null, first.status)
+            assertEquals(429, limiter.checkRequestFuture(request).get().status, "the slot is held")
+            assertEquals(429, limiter.peekRequest(request).status)
+            limiter.complete(first.completion!!, 200)
+            val second = limiter.checkRequestFuture(request).get()
+            assertEquals(null, second.status, "complete gave the slot back")
+            limiter.completeAsync(second.completion!!, null)
+            val third = limiter.checkRequestAsync(request)
+            assertEquals(null, third.status, "completeAsync gave the slot back")
+            limiter.completeFuture(third.completion!!, 500).get()
+            assertEquals(null, limiter.peekRequest(request).status)
+            assertEquals(before, GeneratedCalls.count(), "a standard call took the generated path")
+            // A malformed token, a status that is not one: the generated call's exceptions, counted.
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedComplete("nope", 200) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.complete("nope", 200) }
+            assertEquals(slow.message, fast.message)
+            val status = assertThrows(PolylimitException.Config::class.java) { limiter.complete("nope", 70000) }
+            assertEquals("status", status.field)
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.completeAsync("nope", null) } }
+            val future = assertThrows(ExecutionException::class.java) { limiter.completeFuture("nope").get() }
+            assertTrue(future.cause is PolylimitException.Config, "${future.cause}")
+            assertThrows(PolylimitException.Config::class.java) { runBlocking { limiter.checkRequestAsync(request.copy(cost = 0)) } }
+            assertEquals(before + 6, GeneratedCalls.count())
+        }
+        Limiter(slots).use { limiter: Limiter ->
+            val before = GeneratedCalls.count()
+            val (first, lease) = limiter.acquire("k", null, 0)
+            assertEquals(Decision(true, 1, 0, 0, null, 0, "store"), first.copy(resetAfterMs = 0))
+            val (denied, none) = limiter.acquireAsync("k", null, 0)
+            assertEquals(false, denied.allowed)
+            assertEquals(null, none)
+            assertEquals(1L, lease!!.release(0))
+            assertEquals(0L, lease.release(0), "a second release gives back nothing")
+            val (again, second) = limiter.acquireAsync("k", null, 0)
+            assertTrue(again.allowed, "the slot came back")
+            assertEquals(1L, second!!.releaseAsync(0))
+            assertTrue(second.released())
+            assertEquals(before, GeneratedCalls.count(), "acquire or release took the generated path")
+            val slow = assertThrows(PolylimitException.Config::class.java) { limiter.generatedAcquire("k", 0, 0) }
+            val fast = assertThrows(PolylimitException.Config::class.java) { limiter.acquire("k", 0, 0) }
+            assertEquals(slow.message, fast.message)
+            assertEquals(before + 2, GeneratedCalls.count())
+        }
+        Limiter(rules).use { fast: Limiter ->
+            Limiter(rules).use { slow: Limiter ->
+                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
+                // Byte-identical: status, headers (names, values, order), body, decisions, token.
+                for (i in 0 until 3) {
+                    assertEquals(slow.generatedPeekRequest(request), fast.peekRequest(request), "peek $i")
+                    assertEquals(slow.generatedCheckRequestAsync(request), fast.checkRequestAsync(request), "check $i")
+                }
+            }
+        }
+    }
+
+    @OptIn(DelicateCoroutinesApi::class)
+    @Test
+    fun `on Redis, many pending fast calls each complete once with their own result`() {
+        RedisServer().use { redis ->
+            val prefix = "jvm-fastcalls-${ProcessHandle.current().pid()}"
+            val options = """{"rules": {"policies": {"p": {"rate": "2/h", "burst": 2}},
+                "rules": [{"match": {"path": "/api/*"}, "key": ["user"], "policy": "p"}]},
+                "store": "${redis.url}", "timeout": "60s", "prefix": "$prefix"}"""
+            val slotOptions = """{"policy": {"algorithm": "concurrency", "limit": 1}, "store": "${redis.url}",
+                "timeout": "60s", "prefix": "$prefix-c"}"""
+            Limiter(options).use { limiter: Limiter ->
+                Limiter(slotOptions).use { slots: Limiter ->
+                    val warm = HttpRequest(path = "/api/x", user = "warm", nowMs = 0)
+                    assertEquals(null, limiter.checkRequest(warm).status) // connected before the stop
+                    slots.acquire("warm", null, 0).lease!!.release(0)
+                    val before = GeneratedCalls.count()
+                    val pid = redis.pid()
+                    assertEquals(0, ProcessBuilder("kill", "-STOP", "$pid").start().waitFor())
+                    val (outcomes, peeks, acquires) = try {
+                        val outcomes = (0 until 200).map { limiter.checkRequestFuture(HttpRequest(path = "/api/x", user = "u${it % 10}", nowMs = 1000)) }
+                        val peeks = (0 until 10).map { limiter.peekFuture("p$it", null, 1000) }
+                        val acquires = (0 until 40).map { i -> kotlinx.coroutines.GlobalScope.future { slots.acquireAsync("s${i % 10}", null, 1000) } }
+                        assertTrue((outcomes + peeks + acquires).none { it.isDone }, "a call completed with the store stopped")
+                        Triple(outcomes, peeks, acquires)
+                    } finally {
+                        assertEquals(0, ProcessBuilder("kill", "-CONT", "$pid").start().waitFor())
+                    }
+                    val got = outcomes.map { it.get(60, java.util.concurrent.TimeUnit.SECONDS) }
+                    assertEquals(20, got.count { it.status == null }, "2 of each user's 20 requests allowed")
+                    for (user in 0 until 10) {
+                        val mine = got.filterIndexed { i, _ -> i % 10 == user }
+                        assertEquals(2, mine.count { it.status == null }, "user u$user")
+                        assertTrue(mine.all { o -> o.decisions.all { it.decision.source == "store" } })
+                    }
+                    assertTrue(peeks.all { it.get(60, java.util.concurrent.TimeUnit.SECONDS).source == "store" })
+                    val acquired = acquires.map { it.get(60, java.util.concurrent.TimeUnit.SECONDS) }
+                    assertEquals(10, acquired.count { it.lease != null }, "one slot per key")
+                    val released = runBlocking { acquired.mapNotNull { it.lease }.map { it.releaseAsync(2000) } }
+                    assertEquals(List(10) { 1L }, released)
+                    assertEquals(before, GeneratedCalls.count(), "a pending call fell back to the generated path")
+                }
+            }
+        }
+    }
+
+    /**
+     * Process CPU per call (every thread: the runtime's, GC, JNA's cleaner), fast and generated forms alternating (a measurement: it prints, asserts
+     * nothing about speed). POLYLIMIT_CALL_COST_ROUNDS sets the rounds (default 1, a smoke run).
+     */
+    @Test
+    fun `cpu per call`() = runBlocking {
+        val rounds = System.getenv("POLYLIMIT_CALL_COST_ROUNDS")?.toInt() ?: 1
+        val redisOnly = System.getenv("POLYLIMIT_CALL_COST_REDIS_ONLY") != null
+        val n = if (rounds > 1) 20_000 else 200
+        val bean = ManagementFactory.getOperatingSystemMXBean() as com.sun.management.OperatingSystemMXBean
+        Limiter(rules).use { limiter: Limiter ->
+            val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", headers = List(8) { Header("x-h$it", "v$it") }, nowMs = 0)
+            val slot = HttpRequest(path = "/slow", peer = "203.0.113.9", nowMs = 0)
+            val token = limiter.checkRequest(slot).completion!!
+            val calls = linkedMapOf<String, suspend (Int) -> Unit>(
+                "peek fast" to { i -> limiter.peek("k$i", null, 0) },
+                "peek generated" to { i -> limiter.generatedPeek("k$i", null, 0) },
+                "reset fast" to { i -> limiter.reset("k$i") },
+                "reset generated" to { i -> limiter.generatedReset("k$i") },
+                "complete fast" to { _ -> limiter.complete(token, 200) },
+                "complete generated" to { _ -> limiter.generatedComplete(token, 200) },
+                "peekRequest fast" to { _ -> limiter.peekRequest(request) },
+                "peekRequest generated" to { _ -> limiter.generatedPeekRequest(request) },
+                "checkRequest fast" to { _ -> limiter.checkRequest(request) },
+                "checkRequest generated" to { _ -> limiter.generatedCheckRequest(request) },
+                "checkRequestAsync fast" to { _ -> limiter.checkRequestAsync(request) },
+                "checkRequestAsync generated" to { _ -> limiter.generatedCheckRequestAsync(request) },
+                "checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request).get() },
+            )
+            val slotLimiter = Limiter("""{"policy": {"algorithm": "concurrency", "limit": 100000}}""")
+            calls["acquire+release fast"] = { i -> slotLimiter.acquire("k$i", null, 0).lease!!.release(0) }
+            calls["acquire+release generated"] = { i -> slotLimiter.generatedAcquire("k$i", null, 0).lease!!.generatedRelease(0) }
+            repeat(if (redisOnly) 0 else rounds) { round ->
+                for ((name, call) in calls) {
+                    System.gc() // the previous form's garbage is collected before, not charged to this one
+                    val t0 = bean.processCpuTime
+                    for (i in 0 until n) call(i % 1000)
+                    val ns = (bean.processCpuTime - t0) / n
+                    println("cpu per call, round $round: $name ${ns} ns")
+                }
+            }
+            slotLimiter.close()
+        }
+        // On a real redis-server, one call in flight: the fast call completes through the native callback.
+        RedisServer().use { redis ->
+            val options = """{"rules": {"policies": {"p": {"rate": "1000000/s", "burst": 1000000},
+                "c": {"algorithm": "concurrency", "limit": 100000}},
+                "rules": [{"match": {"path": "/api/*"}, "key": ["ip"], "policy": "p"},
+                          {"match": {"path": "/slow"}, "key": ["ip"], "policy": "c"}]},
+                "store": "${redis.url}", "timeout": "10s"}"""
+            val keys = Limiter("""{"policy": {"rate": "1000000/s", "burst": 1000000}, "store": "${redis.url}", "timeout": "10s"}""")
+            Limiter(options).use { limiter: Limiter ->
+                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", headers = List(8) { Header("x-h$it", "v$it") })
+                val slot = HttpRequest(path = "/slow", peer = "203.0.113.9")
+                val calls = linkedMapOf<String, suspend (Int) -> Unit>(
+                    "redis checkRequestAsync generated" to { _ -> limiter.generatedCheckRequestAsync(request) },
+                    "redis checkRequestAsync fast" to { _ -> limiter.checkRequestAsync(request) },
+                    "redis checkRequest+complete generated" to { _ ->
+                        limiter.generatedComplete(limiter.checkRequest(slot).completion!!, 200)
+                    },
+                    "redis checkRequest+complete fast" to { _ -> limiter.complete(limiter.checkRequest(slot).completion!!, 200) },
+                    "redis peekAsync generated" to { i -> keys.generatedPeekAsync("k$i", null, null) },
+                    "redis peekAsync fast" to { i -> keys.peekAsync("k$i", null, null) },
+                    "redis checkAsync generated" to { i -> keys.generatedCheckAsync("k$i", null, null) },
+                    "redis checkAsync fast" to { i -> keys.checkAsync("k$i", null, null) },
+                )
+                repeat(rounds) { round ->
+                    for ((name, call) in calls) {
+                        System.gc() // the previous form's garbage is collected before, not charged to this one
+                        val t0 = bean.processCpuTime
+                        val w0 = System.nanoTime()
+                        for (i in 0 until n / 4) call(i % 1000)
+                        val ns = (bean.processCpuTime - t0) / (n / 4)
+                        val wall = (System.nanoTime() - w0) / (n / 4)
+                        println("cpu per call, round $round: $name ${ns} ns (wall ${wall} ns)")
+                    }
+                }
+                // 64 in flight: the futures' throughput and process CPU per call.
+                val futures = linkedMapOf<String, (Int) -> CompletableFuture<*>>(
+                    "redis checkRequestFuture generated" to { _ -> scope.future { limiter.generatedCheckRequestAsync(request) } },
+                    "redis checkRequestFuture fast" to { _ -> limiter.checkRequestFuture(request) },
+                    "redis peekFuture generated" to { i -> scope.future { keys.generatedPeekAsync("k$i", null, null) } },
+                    "redis peekFuture fast" to { i -> keys.peekFuture("k$i", null, null) },
+                    "redis checkFuture generated" to { i -> keys.generatedCheckFuture("k$i", null, null) },
+                    "redis checkFuture fast" to { i -> keys.checkFuture("k$i", null, null) },
+                )
+                repeat(rounds) { round ->
+                    for ((name, call) in futures) {
+                        System.gc()
+                        val inFlight = java.util.concurrent.Semaphore(64)
+                        val count = n
+                        val t0 = bean.processCpuTime
+                        val w0 = System.nanoTime()
+                        for (i in 0 until count) {
+                            inFlight.acquire()
+                            call(i % 1000).whenComplete { _, _ -> inFlight.release() }
+                        }
+                        inFlight.acquire(64)
+                        val ns = (bean.processCpuTime - t0) / count
+                        val perSecond = count * 1_000_000_000L / (System.nanoTime() - w0)
+                        println("cpu per call, round $round, 64 in flight: $name ${ns} ns, $perSecond calls/s")
+                    }
+                }
+            }
+            keys.close()
+        }
+    }
+}
