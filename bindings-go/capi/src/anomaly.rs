@@ -56,13 +56,8 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly(
             }
             None => limiter.on_anomaly(None),
         }
-        if !out.is_null() {
-            let counter = Box::new(polylimit_counter_t {
-                inner: limiter.anomaly_callback_errors(),
-            });
-            // SAFETY: checked above.
-            unsafe { *out = Box::into_raw(counter) };
-        }
+        // SAFETY: the caller passes NULL or a writable `out`.
+        unsafe { write_error_counter(limiter, out) };
         Ok(Status::POLYLIMIT_OK as i32)
     })
 }
@@ -95,15 +90,25 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly_queued(
         let sink: AnomalySink =
             Arc::new(move |event: &AnomalyEvent| completions::push_text(ctx, event.to_json().to_string()));
         limiter.on_anomaly(Some(sink));
-        if !out.is_null() {
-            let counter = Box::new(polylimit_counter_t {
-                inner: limiter.anomaly_callback_errors(),
-            });
-            // SAFETY: checked above.
-            unsafe { *out = Box::into_raw(counter) };
-        }
+        // SAFETY: the caller passes NULL or a writable `out`.
+        unsafe { write_error_counter(limiter, out) };
         Ok(Status::POLYLIMIT_OK as i32)
     })
+}
+
+/// Writes a new handle on `limiter`'s counter of failed alert deliveries to
+/// `out`, unless `out` is NULL.
+///
+/// # Safety
+/// `out` is NULL or writable.
+unsafe fn write_error_counter(limiter: &polylimit::Limiter, out: *mut *mut polylimit_counter_t) {
+    if !out.is_null() {
+        let counter = Box::new(polylimit_counter_t {
+            inner: limiter.anomaly_callback_errors(),
+        });
+        // SAFETY: checked above; the caller promises it is writable.
+        unsafe { *out = Box::into_raw(counter) };
+    }
 }
 
 /// Counts one failed callback. NULL is ignored.
