@@ -19,6 +19,8 @@ const LAYERS: &[&str] = &[
     "document",
     // The tokio runtime the bindings run checks on.
     "runtime",
+    // This process's id, cached and forgotten in a forked child.
+    "pid",
     // The option names of each language.
     "options",
     // The client helper's Retry-After rules, for outgoing calls (errors under each language's names).
