@@ -100,7 +100,7 @@ class FastCallsTest {
         }
         Limiter(rules).use { fast: Limiter ->
             Limiter(rules).use { slow: Limiter ->
-                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
+                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = FIXED_NOW_MS)
                 // Byte-identical: status, headers (names, values, order), body, decisions, token.
                 for (i in 0 until 3) {
                     assertEquals(slow.generatedPeekRequest(request), fast.peekRequest(request), "peek $i")

@@ -11,6 +11,13 @@ import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 
 /**
+ * A fixed clock for outcomes compared byte for byte: at `nowMs = 0` the
+ * `X-RateLimit-Reset` header is taken from the wall clock, which may tick to
+ * the next second between the two calls compared.
+ */
+internal const val FIXED_NOW_MS = 1_700_000_000_000L
+
+/**
  * The standard `check`, `checkAsync`, `checkFuture` and `checkRequest`
  * (FastCheck.kt, FastRequest.kt): decided by the native fast calls, the same
  * decisions and exceptions as the uniffi-generated calls they fall back to.
@@ -115,7 +122,7 @@ class FastCheckTest {
             assertEquals(before + 3, GeneratedCalls.count())
         }
         Limiter(rules).use { limiter: Limiter ->
-            val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
+            val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = FIXED_NOW_MS)
             val before = GeneratedCalls.count()
             val fast = (0 until 3).map { limiter.checkRequest(request) }
             assertEquals(before, GeneratedCalls.count(), "checkRequest took the generated path")
@@ -154,7 +161,7 @@ class FastCheckTest {
             "rules": [${names.joinToString(",") { "{\"match\": {\"path\": \"/api/*\"}, \"key\": [\"ip\"], \"policy\": \"$it\"}" }}]}}"""
         Limiter(long).use { fast: Limiter ->
             Limiter(long).use { slow: Limiter ->
-                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = 0)
+                val request = HttpRequest(path = "/api/x", peer = "203.0.113.9", nowMs = FIXED_NOW_MS)
                 val before = GeneratedCalls.count()
                 val got = fast.checkRequest(request)
                 assertEquals(before, GeneratedCalls.count())
