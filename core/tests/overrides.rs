@@ -13,7 +13,7 @@ use polylimit::{CheckOptions, Error, Limiter, LimiterConfig, OverrideSpec, Polic
 use serde_json::json;
 
 /// One Redis for this file's tests; each test uses its own prefix.
-static REDIS: LazyLock<support::RedisServer> = LazyLock::new(support::RedisServer::start);
+static REDIS: LazyLock<support::RedisServer> = LazyLock::new(support::RedisServer::shared);
 
 fn policy(v: serde_json::Value) -> Policy {
     Policy::from_value(&v, "").unwrap()

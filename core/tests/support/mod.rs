@@ -26,6 +26,25 @@ impl RedisServer {
         server
     }
 
+    /// A server for a test binary's tests to share from a `static`. Statics
+    /// are never dropped, so its pid is killed when the test process exits
+    /// (an `atexit` handler), never left behind.
+    pub fn shared() -> RedisServer {
+        static PIDS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        extern "C" fn kill_shared() {
+            for pid in PIDS.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                // SAFETY: kill(2) on a pid this process started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let server = RedisServer::start();
+        PIDS.lock().unwrap_or_else(|e| e.into_inner()).push(server.pid() as i32);
+        // SAFETY: registers a plain function that only calls kill(2).
+        AT_EXIT.call_once(|| assert_eq!(unsafe { libc::atexit(kill_shared) }, 0));
+        server
+    }
+
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
             .args([
