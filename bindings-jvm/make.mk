@@ -8,7 +8,7 @@ MVN ?= mvn
 JVM_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native
 JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE)),release,debug)
 
-.PHONY: jvm-deps jvm-native jvm-kotlin jvm-install jvm-test jvm-bench
+.PHONY: jvm-deps jvm-native jvm-kotlin jvm-install jvm-test jvm-bench jvm-call-cost
 
 ## Java 17+ and Maven must be there (Maven downloads the plugins and
 ## dependencies once into ~/.m2, then builds offline).
@@ -85,3 +85,12 @@ jvm-dist: jvm-deps
 	cp $(JVM_DIR)/spring/target/polylimit-spring-$(POLYLIMIT_VERSION).jar $(JVM_DIR)/spring/pom.xml $(DIST)/ && mv $(DIST)/pom.xml $(DIST)/polylimit-spring-$(POLYLIMIT_VERSION).pom
 
 BINDING_DISTS += jvm-dist
+
+## Process CPU per call of each fast native call beside the generated call it
+## replaces, on memory and on a real redis-server (CallCostBench, a JUnit
+## class tagged `bench` that `make test` leaves out; it prints, asserts
+## nothing). On the release build of the library, like jvm-bench.
+## POLYLIMIT_CALL_COST_ROUNDS sets the rounds.
+jvm-call-cost: jvm-deps redis-server
+	$(MAKE) --no-print-directory jvm-native POLYLIMIT_PROFILE=release JVM_NATIVE_DIR=$(JVM_BENCH_NATIVE_DIR)
+	cd $(JVM_DIR) && $(MVN) -q -B test -Dpolylimit.native.dir=$(JVM_BENCH_NATIVE_DIR) -Dpolylimit.excludedGroups= -Dgroups=bench -Dtest=CallCostBench -Dsurefire.failIfNoSpecifiedTests=false
