@@ -448,28 +448,9 @@ pub unsafe extern "C" fn polylimit_limiter_try_peek(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller passes NULL or a live handle.
-        let limiter = unsafe { handle(limiter) }?.clone();
-        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
-        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
-        if out.is_null() || pending.is_null() {
-            return Err(FfiError::invalid("out or pending is NULL"));
-        }
-        let work: Work = Box::pin(async move {
-            let d = limiter.peek_with(&key, options(cost, now_ms)).await?;
-            Ok(Done::Decision((&d).into()))
-        });
-        let write = |done: Done| match done {
-            Done::Decision(d) => {
-                // SAFETY: checked above.
-                unsafe { *out = d };
-                Ok(())
-            }
-            _ => Err(FfiError::Core(polylimit::Error::Internal("text for a peek".into()))),
-        };
-        // SAFETY: `pending` was checked above.
-        unsafe { now_or_pending(work, pending, write) }
+    // SAFETY: the caller keeps `polylimit_limiter_try_check`'s contract.
+    guard(err, || unsafe {
+        try_decision(limiter, key, key_len, cost, now_ms, true, out, pending)
     })
 }
 
@@ -494,29 +475,53 @@ pub unsafe extern "C" fn polylimit_limiter_try_check(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller passes NULL or a live handle.
-        let limiter = unsafe { handle(limiter) }?.clone();
-        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
-        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
-        if out.is_null() || pending.is_null() {
-            return Err(FfiError::invalid("out or pending is NULL"));
-        }
-        let work: Work = Box::pin(async move {
-            let d = limiter.check_with(&key, options(cost, now_ms)).await?;
-            Ok(Done::Decision((&d).into()))
-        });
-        let write = |done: Done| match done {
-            Done::Decision(d) => {
-                // SAFETY: checked above.
-                unsafe { *out = d };
-                Ok(())
-            }
-            _ => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
-        };
-        // SAFETY: `pending` was checked above.
-        unsafe { now_or_pending(work, pending, write) }
+    // SAFETY: the caller keeps this function's contract.
+    guard(err, || unsafe {
+        try_decision(limiter, key, key_len, cost, now_ms, false, out, pending)
     })
+}
+
+/// `polylimit_limiter_try_check` (`peek` false) and `_try_peek` (true).
+///
+/// # Safety
+/// As `polylimit_limiter_try_check`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn try_decision(
+    limiter: *const polylimit_limiter_t,
+    key: *const u8,
+    key_len: usize,
+    cost: u64,
+    now_ms: i64,
+    peek: bool,
+    out: *mut polylimit_decision_t,
+    pending: *mut *mut polylimit_pending_t,
+) -> Result<i32, FfiError> {
+    // SAFETY: the caller passes NULL or a live handle.
+    let limiter = unsafe { handle(limiter) }?.clone();
+    // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
+    let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
+    if out.is_null() || pending.is_null() {
+        return Err(FfiError::invalid("out or pending is NULL"));
+    }
+    let work: Work = Box::pin(async move {
+        let options = options(cost, now_ms);
+        let d = if peek {
+            limiter.peek_with(&key, options).await?
+        } else {
+            limiter.check_with(&key, options).await?
+        };
+        Ok(Done::Decision((&d).into()))
+    });
+    let write = |done: Done| match done {
+        Done::Decision(d) => {
+            // SAFETY: checked above.
+            unsafe { *out = d };
+            Ok(())
+        }
+        _ => Err(FfiError::Core(polylimit::Error::Internal("not a decision".into()))),
+    };
+    // SAFETY: `pending` was checked above.
+    unsafe { now_or_pending(work, pending, write) }
 }
 
 /// Decides an HTTP request by the limiter's rules, in the compact binary
