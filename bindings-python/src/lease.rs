@@ -9,7 +9,6 @@ use polylimit::{Lease, LeaseGuard, Limiter};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::errors::IntoPyResult;
 use crate::limiter::check_options;
 use crate::{future, runtime};
 
@@ -64,8 +63,7 @@ impl PyLease {
     fn release_sync(&self, py: Python<'_>, now_ms: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let now_ms = check_options(None, now_ms)?.now_ms;
         let (limiter, leases) = (self.limiter.clone(), self.take());
-        py.detach(|| runtime::runtime().block_on(release(limiter, leases, now_ms)))
-            .into_py_result()
+        runtime::block_on(py, release(limiter, leases, now_ms))
     }
 
     /// Whether the lease was released (by this object; it also ends by itself after the policy's `lease`).

@@ -175,9 +175,7 @@ impl PyLimiter {
     ) -> PyResult<PyDecision> {
         let options = check_options(cost, now_ms)?;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.check_with(&key, options)))
-            .map(PyDecision)
-            .into_py_result()
+        runtime::block_on(py, inner.check_with(&key, options)).map(PyDecision)
     }
 
     /// Acquires `key` (a check that, for a concurrency policy, takes `cost`
@@ -210,9 +208,7 @@ impl PyLimiter {
     ) -> PyResult<(PyDecision, Option<PyLease>)> {
         let options = check_options(cost, now_ms)?;
         let inner = &self.inner;
-        let (decision, guard) = py
-            .detach(|| runtime::runtime().block_on(inner.acquire_with(&key, options)))
-            .into_py_result()?;
+        let (decision, guard) = runtime::block_on(py, inner.acquire_with(&key, options))?;
         Ok((PyDecision(decision), guard.map(|g| PyLease::new(inner.clone(), g))))
     }
 
@@ -246,9 +242,7 @@ impl PyLimiter {
     fn check_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<PyOutcome> {
         let req = request_info(request)?;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.check_request(&req)))
-            .map(PyOutcome)
-            .into_py_result()
+        runtime::block_on(py, inner.check_request(&req)).map(PyOutcome)
     }
 
     /// A rule for one route (what `limit` and `depends` check): `key` is a list
@@ -303,9 +297,7 @@ impl PyLimiter {
         let req = request_info(request)?;
         let rule = &rule.get().0;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.check_route(&req, rule)))
-            .map(PyOutcome)
-            .into_py_result()
+        runtime::block_on(py, inner.check_route(&req, rule)).map(PyOutcome)
     }
 
     /// The decision `check` would return now, charging nothing and recording
@@ -334,9 +326,7 @@ impl PyLimiter {
     ) -> PyResult<PyDecision> {
         let options = check_options(cost, now_ms)?;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.peek_with(&key, options)))
-            .map(PyDecision)
-            .into_py_result()
+        runtime::block_on(py, inner.peek_with(&key, options)).map(PyDecision)
     }
 
     /// The `Outcome` `check_request` would return for `request` now,
@@ -351,9 +341,7 @@ impl PyLimiter {
     fn peek_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<PyOutcome> {
         let req = request_info(request)?;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.peek_request(&req)))
-            .map(PyOutcome)
-            .into_py_result()
+        runtime::block_on(py, inner.peek_request(&req)).map(PyOutcome)
     }
 
     /// Forgets every (policy, key) `check_request` would charge for
@@ -368,8 +356,7 @@ impl PyLimiter {
     fn reset_request_sync(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<usize> {
         let req = request_info(request)?;
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.reset_request(&req)))
-            .into_py_result()
+        runtime::block_on(py, inner.reset_request(&req))
     }
 
     /// Settles a request after its response (`Outcome.completion`): gives
@@ -386,9 +373,7 @@ impl PyLimiter {
     #[pyo3(signature = (token, status=None))]
     fn complete_sync(&self, py: Python<'_>, token: String, status: Option<u16>) -> PyResult<()> {
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.complete(&token, status)))
-            .map(|_| ())
-            .into_py_result()
+        runtime::block_on(py, inner.complete(&token, status)).map(|_| ())
     }
 
     /// Forgets every policy's state for `key`; an awaitable.
@@ -400,8 +385,7 @@ impl PyLimiter {
     /// `reset`, blocking with the GIL released.
     fn reset_sync(&self, py: Python<'_>, key: String) -> PyResult<()> {
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.reset(&key)))
-            .into_py_result()
+        runtime::block_on(py, inner.reset(&key))
     }
 
     /// Sets a per-key override (rate, burst, optional TTL) in the store;
@@ -440,10 +424,7 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
         let inner = &self.inner;
-        let value = py
-            .detach(|| runtime::runtime().block_on(inner.set_override(&key, &spec)))
-            .into_py_result()?
-            .to_value();
+        let value = runtime::block_on(py, inner.set_override(&key, &spec))?.to_value();
         to_py(py, &value)
     }
 
@@ -473,9 +454,7 @@ impl PyLimiter {
         now_ms: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let inner = &self.inner;
-        let found = py
-            .detach(|| runtime::runtime().block_on(inner.get_override(&key, policy.as_deref(), now_ms)))
-            .into_py_result()?;
+        let found = runtime::block_on(py, inner.get_override(&key, policy.as_deref(), now_ms))?;
         to_py(py, &found.map_or(Value::Null, |o| o.to_value()))
     }
 
@@ -498,8 +477,7 @@ impl PyLimiter {
     #[pyo3(signature = (key, policy=None))]
     fn remove_override_sync(&self, py: Python<'_>, key: String, policy: Option<String>) -> PyResult<bool> {
         let inner = &self.inner;
-        py.detach(|| runtime::runtime().block_on(inner.remove_override(&key, policy.as_deref())))
-            .into_py_result()
+        runtime::block_on(py, inner.remove_override(&key, policy.as_deref()))
     }
 
     /// Prometheus text exposition of this limiter's metrics.

@@ -32,6 +32,16 @@ pub(crate) fn runtime() -> &'static Runtime {
     built
 }
 
+/// Runs `work` on the shared runtime and blocks until it is done, with the
+/// GIL released: the body of every `_sync` method.
+pub(crate) fn block_on<T: Send>(
+    py: pyo3::Python<'_>,
+    work: impl std::future::Future<Output = polylimit::Result<T>> + Send,
+) -> pyo3::PyResult<T> {
+    use crate::errors::IntoPyResult;
+    py.detach(|| runtime().block_on(work)).into_py_result()
+}
+
 /// In a forked child: leave the parent's runtime behind (its threads are
 /// gone; dropping it would wait for them) and build a new one on next use.
 pub(crate) fn forget_after_fork() {
