@@ -1,12 +1,13 @@
--- fixed_window: cells {window_start_ms, count}
+-- fixed_window: cells {window_start_ms, count, created_ms} (fixed_window.rs)
 local function fixed_window(keys, k, now, cost, count, period, limit)
   local start = now - now % period
-  local window, used = start, 0
-  local w, u = cells_of(keys[k])
-  if w then window, used = w, u end
+  local window, used, created = start, 0, now
+  local w, u, c = cells_of(keys[k])
+  if w then window, used, created = w, u, c end
   if start > window then
     window = start
     used = 0
+    created = start
   end
   local window_end = window + period - now
   local reset = 0
@@ -16,7 +17,7 @@ local function fixed_window(keys, k, now, cost, count, period, limit)
   end
   if used + cost <= limit then
     used = used + cost
-    return true, limit - used, window_end, false, 0, window, used, 0, window_end
+    return true, limit - used, window_end, false, 0, window, used, created, window_end
   end
   return false, limit - used, reset, window_end, 0
 end

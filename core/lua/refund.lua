@@ -5,10 +5,15 @@
 -- burst (or limit), flags (4 = overrides). KEYS: per policy its keys
 -- (sliding_window_log takes two), then with flags 4 its override record and
 -- the override's state keys: an override in force at now is refunded on its
--- own keys with its own numbers, as the decision charged it.
+-- own keys with its own numbers, as the decision charged it. Flags 8: the
+-- admission charged an override's state (nothing is given back when no
+-- override is in force any more); 16: it charged the policy's own state
+-- (given back there even if an override was set since); neither: the state
+-- in force at now (a refund in the decision's own pass).
 -- Returns how many policies' charges were given back. A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
--- back (a window moved on, the log entry is gone, a TAT far ahead, and for
+-- back (a window moved on or its state was created after the admission's
+-- ms, the log entry is gone, a TAT far ahead, and for
 -- the buckets an admission at a later ms since: their cells keep the latest
 -- time admitted; a refill, drain or idle TAT capped in between would
 -- make giving back admit more than the state without the admission).
@@ -58,30 +63,33 @@ local function leaky_bucket_refund(c, now, cost, count, period)
   return {level, c[2], now}, c[2] - now + ceil_div(level, count)
 end
 
--- Cells {window_start_ms, count}: the count goes down if the stored window
--- is now's (the one the admission charged).
+-- Cells {window_start_ms, count, created_ms}: the count goes down if the
+-- stored window is now's (the one the admission charged) and the state was
+-- created no later than the admission (a state created after it, by
+-- admissions after a reset, never held its charge).
 local function fixed_window_refund(c, now, cost, count, period)
-  if c[1] ~= now - now % period then
+  if c[1] ~= now - now % period or c[3] > now then
     return nil
   end
   local used = math.max(c[2] - cost, 0)
   local reset = 0
   if used > 0 then reset = c[1] + period - now end
-  return {c[1], used, 0}, reset
+  return {c[1], used, c[3]}, reset
 end
 
--- Cells {window_start_ms, previous, current}: the current count goes down
--- if the stored window is now's.
+-- Cells {created_ms, previous, current}: the current count goes down if the
+-- state's window is now's and it was created no later than the admission.
 local function sliding_window_counter_refund(c, now, cost, count, period)
-  if c[1] ~= now - now % period then
+  local window = c[1] - c[1] % period
+  if window ~= now - now % period or c[1] > now then
     return nil
   end
   local current = math.max(c[3] - cost, 0)
   local reset = 0
   if current > 0 then
-    reset = c[1] + 2 * period - now
+    reset = window + 2 * period - now
   elseif c[2] > 0 then
-    reset = c[1] + period - now
+    reset = window + period - now
   end
   return {c[1], c[2], current}, reset
 end
@@ -121,17 +129,23 @@ for b = 3, #ARGV, 5 do
   local kind = tonumber(ARGV[b])
   local count, period, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local keys_at = k
-  if tonumber(ARGV[b + 4]) >= 4 then
+  local flags = tonumber(ARGV[b + 4])
+  local gone = false
+  if flags % 8 >= 4 then
     local at = k + KEY_COUNT[kind]
-    local o = read_override(KEYS[at], kind, now)
+    local o = nil
+    if flags < 16 then o = read_override(KEYS[at], kind, now) end
     if o then
       keys_at = at + 1
       count, period, burst = o[1], o[2], o[3]
+    elseif flags % 16 >= 8 then
+      gone = true -- charged under an override that is no longer in force
     end
     k = at + 1 -- past the record: the override state keys are skipped below
   end
   local key = KEYS[keys_at]
-  local c = read_cells(key)
+  local c = nil
+  if not gone then c = read_cells(key) end
   if c and kind == SLIDING_WINDOW_LOG then
     if sliding_window_log_refund(key, KEYS[keys_at + 1], c, now, cost, period) then refunded = refunded + 1 end
   elseif c then

@@ -1,13 +1,15 @@
--- sliding_window_counter: cells {window_start_ms, previous, current}
+-- sliding_window_counter: cells {created_ms, previous, current}; the
+-- window's start is created_ms - created_ms % period (sliding_window_counter.rs)
 local function sliding_window_counter(keys, k, now, cost, count, period, limit)
   local start = now - now % period
-  local window, previous, current = start, 0, 0
+  local window, previous, current, created = start, 0, 0, now
   local w, p, c = cells_of(keys[k])
-  if w then window, previous, current = w, p, c end
+  if w then window, previous, current, created = w - w % period, p, c, w end
   if start > window then
     if start == window + period then previous = current else previous = 0 end
     current = 0
     window = start
+    created = start
   end
   local elapsed = now - window
   if elapsed < 0 then elapsed = 0 end
@@ -26,7 +28,7 @@ local function sliding_window_counter(keys, k, now, cost, count, period, limit)
   if weighted_previous + (current + cost) * period <= limit * period then
     current = current + cost
     local ttl = reset(current)
-    return true, remaining(current), ttl, false, 0, window, previous, current, ttl
+    return true, remaining(current), ttl, false, 0, created, previous, current, ttl
   end
   local room = limit - current - cost
   local retry

@@ -19,7 +19,8 @@ use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
-use crate::store::redis::{RedisCheck, RedisStore, Timeouts};
+use crate::store::overrides::Charged;
+use crate::store::redis::{KeyLayout, RedisCheck, RedisStore, Timeouts};
 use block_cache::{BlockCache, Now};
 
 pub(crate) mod block_cache;
@@ -638,30 +639,13 @@ impl Engine {
             .collect()
     }
 
-    /// The policy's keys for `key`: its state (and log), then its penalty
-    /// record, then its override record and the override's state keys.
+    /// The policy's keys for `key`, in the order [`KeyLayout`] names: its
+    /// state (and log), its penalty record, its override record and the
+    /// override's state keys, its adaptive record.
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
         let compiled = &self.inner.policies[i];
         let main = store_key(&compiled.key_head, key);
-        let mut keys = Vec::with_capacity(6);
-        if compiled.params.key_count() == 2 {
-            keys.push(format!("{main}:log"));
-        }
-        if compiled.penalty.is_some() {
-            keys.push(format!("{main}:penalty"));
-        }
-        if self.inner.overrides {
-            keys.extend(
-                crate::store::overrides::redis_keys(&main, &compiled.params)
-                    .into_iter()
-                    .flatten(),
-            );
-        }
-        if compiled.params.adaptive.is_some() {
-            keys.push(format!("{main}:adaptive"));
-        }
-        keys.insert(0, main);
-        keys
+        KeyLayout::new(&compiled.params, compiled.penalty.is_some(), self.inner.overrides).keys(main, &compiled.params)
     }
 
     /// The override record of `key` under policy `i`, then the override's state keys.
@@ -819,29 +803,42 @@ impl Engine {
     /// targets, as a cross-slot decision does when a later slot denies.
     /// Returns how many targets' charges were given back.
     pub(crate) async fn refund(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> Result<usize> {
+        let targets: Vec<(usize, &str, Charged)> = targets.iter().map(|&(i, key)| (i, key, Charged::Now)).collect();
+        self.refund_charged(&targets, now, cost).await
+    }
+
+    /// [`Engine::refund`] of admissions that charged the state each target names.
+    pub(crate) async fn refund_charged(
+        &self,
+        targets: &[(usize, &str, Charged)],
+        now: i64,
+        cost: i64,
+    ) -> Result<usize> {
         let inner = &*self.inner;
-        if let Some(&(i, _)) = targets.iter().find(|(i, _)| *i >= inner.policies.len()) {
+        if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
         match &inner.backend {
             Backend::Memory => Ok(self.refund_memory(targets, now, cost)),
             Backend::Redis(redis) => {
-                let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key)| self.store_keys(i, key)).collect();
+                let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
                     .zip(&keys)
-                    .map(|(&(i, _), keys)| RedisCheck {
+                    .map(|(&(i, _, _), keys)| RedisCheck {
                         params: &inner.policies[i].params,
                         keys,
                         shadow: false,
-                        penalty: None,
+                        // Its record is among the keys (the refund skips it).
+                        penalty: inner.policies[i].penalty.as_ref(),
                         lease: None,
                         overrides: inner.overrides,
                     })
                     .collect();
-                let given = redis.refund(&checks, now, cost).await;
+                let charged: Vec<Charged> = targets.iter().map(|t| t.2).collect();
+                let given = redis.refund(&checks, &charged, now, cost).await;
                 // After the store's change: a check sent before it is not remembered.
-                for &(i, key) in targets {
+                for &(i, key, _) in targets {
                     self.block_cache_forget(i, key);
                 }
                 given
@@ -919,26 +916,32 @@ impl Engine {
 
     /// [`Engine::refund`] on the memory store (for Redis, the local
     /// fallback's): what a `local` decision charged.
-    pub(crate) fn refund_memory(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+    pub(crate) fn refund_memory(&self, targets: &[(usize, &str, Charged)], now: i64, cost: i64) -> usize {
         let inner = &*self.inner;
         // The numbers and state the decision used: an override's when one is in force.
         let view = inner.memory.overrides.any().then(|| inner.memory.overrides.view());
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
-            .filter(|(i, _)| *i < inner.policies.len())
-            .map(|&(i, key)| {
-                let (slot, params) = match view.as_ref().and_then(|v| v.params(i as u32, key, now)) {
-                    Some(params) => (i as u32 | OVERRIDE_SLOT, params),
-                    None => (i as u32, &inner.policies[i].params),
+            .filter(|(i, _, _)| *i < inner.policies.len())
+            .filter_map(|&(i, key, charged)| {
+                let overridden = match charged {
+                    Charged::Base => None,
+                    Charged::Now | Charged::Override => view.as_ref().and_then(|v| v.params(i as u32, key, now)),
                 };
-                MemoryCheck {
+                let (slot, params) = match (overridden, charged) {
+                    (Some(params), _) => (i as u32 | OVERRIDE_SLOT, params),
+                    // Charged under an override that is gone: nothing to give back.
+                    (None, Charged::Override) => return None,
+                    (None, _) => (i as u32, &inner.policies[i].params),
+                };
+                Some(MemoryCheck {
                     slot,
                     params,
                     key,
                     shadow: false,
                     penalty: None,
                     lease: None,
-                }
+                })
             })
             .collect();
         inner.memory.refund(&checks, now, cost)
@@ -948,16 +951,25 @@ impl Engine {
     /// not fail (after a response): a store that cannot answer keeps the
     /// charges (a spurious denial later, never an over-admission), and the
     /// failure is metered.
-    pub(crate) async fn refund_guarded(&self, targets: &[(usize, &str)], now: i64, cost: i64) -> usize {
+    pub(crate) async fn refund_guarded(&self, targets: &[(usize, &str, Charged)], now: i64, cost: i64) -> usize {
         let inner = &*self.inner;
         if let Backend::Memory = inner.backend {
             return self.refund_memory(targets, now, cost);
         }
         if let Some(regions) = &inner.regions {
-            // A borrowed admission is given back to its lender.
-            return Box::pin(regions.refund(self, targets, now, cost)).await;
+            // A borrowed admission is given back to its lender (regions
+            // take no overrides: every charge is the policy's own).
+            let pairs: Vec<(usize, &str)> = targets.iter().map(|&(i, key, _)| (i, key)).collect();
+            return Box::pin(regions.refund(self, &pairs, now, cost)).await;
         }
-        self.refund_store(targets, now, cost).await
+        match inner
+            .resilience
+            .call(&inner.metrics, || self.refund_charged(targets, now, cost))
+            .await
+        {
+            Ok(Some(given)) => given,
+            Ok(None) | Err(_) => 0,
+        }
     }
 
     /// [`Engine::refund_guarded`] in this region's store.
@@ -1125,6 +1137,11 @@ impl RefundProbe {
     /// Gives back admissions of `cost` at `now_ms`; how many were given back.
     pub async fn refund(&self, targets: &[(usize, &str)], cost: u64, now_ms: i64) -> Result<usize> {
         self.engine.refund(targets, now_ms, cost as i64).await
+    }
+
+    /// Forgets `key` under every policy ([`crate::Limiter::reset`]).
+    pub async fn reset(&self, key: &str) -> Result<()> {
+        self.engine.reset(key).await
     }
 
     /// Runs `hook` between the peek and the charge pass of every cross-slot

@@ -381,6 +381,11 @@ impl RefundProbe {
     pub async fn set_override(&self, key: &str, spec: &OverrideSpec) -> Result<Override> {
         self.engine().set_override(key, spec).await
     }
+
+    /// Removes the override of `key` on the limiter's one policy.
+    pub async fn remove_override(&self, key: &str) -> Result<bool> {
+        self.engine().remove_override(key, None).await
+    }
 }
 
 fn now_arg(now_ms: Option<i64>) -> String {

@@ -158,3 +158,193 @@ async fn completing_while_redis_is_down_keeps_the_charge_and_raises_nothing() {
     let metrics = limiter.metrics_text();
     assert!(!metrics.contains("polylimit_store_errors_total 0\n"), "{metrics}");
 }
+
+/// One Redis for the refund tests below; each uses its own prefix.
+static REDIS: std::sync::LazyLock<support::RedisServer> = std::sync::LazyLock::new(support::RedisServer::shared);
+
+/// An hour's start: every check below falls in one window.
+const HOUR: i64 = 1_699_999_200_000;
+
+/// The same rules on the memory store and on Redis: `policy` on POST /login
+/// per user, `count: failed`, per-key overrides on.
+fn login_limiters(policy: serde_json::Value, prefix: &str) -> Vec<(&'static str, Limiter)> {
+    let rules = |store: String| {
+        json!({
+            "store": store,
+            "prefix": prefix,
+            "timeout": "10s",
+            "overrides": true,
+            "headers": "none",
+            "policies": {"login": policy},
+            "rules": [{"match": {"path": "/login"}, "key": ["user"], "policy": "login", "count": "failed"}],
+        })
+    };
+    vec![
+        ("memory", Limiter::from_document(&rules("memory".into())).unwrap()),
+        ("redis", Limiter::from_document(&rules(REDIS.url())).unwrap()),
+    ]
+}
+
+fn alice(now_ms: i64) -> RequestInfo {
+    RequestInfo {
+        user: Some("alice".into()),
+        ..login(now_ms)
+    }
+}
+
+/// Checks a failing login of alice and completes it with 401: whether it was let through.
+async fn fail(limiter: &Limiter, now_ms: i64) -> bool {
+    let o = limiter.check_request(&alice(now_ms)).await.unwrap();
+    if let Some(token) = &o.completion {
+        assert_eq!(
+            limiter.complete(token, Some(401)).await.unwrap(),
+            0,
+            "a failure is charged"
+        );
+    }
+    o.status.is_none()
+}
+
+/// Deletes the override records under `prefix`, as their Redis TTL does when it ends.
+fn expire_override_records(prefix: &str) {
+    let reply = REDIS.command(&format!("KEYS {prefix}:*:override")).unwrap();
+    let keys: Vec<&str> = reply.lines().filter(|l| l.ends_with(":override")).collect();
+    assert_eq!(keys.len(), 1, "{reply}");
+    assert!(REDIS.command(&format!("DEL {}", keys[0])).unwrap().starts_with(":1"));
+}
+
+// Issue 32, item 1: a request in flight, a failure counted, then the first
+// request completed with 200 twice. The second completion gives nothing
+// back (and is no error): two failures fill 2/min, a third is refused.
+#[tokio::test]
+async fn a_token_completes_once() {
+    for (store, limiter) in login_limiters(json!({"algorithm": "fixed_window", "rate": "2/min"}), "once") {
+        let a = limiter.check_request(&alice(HOUR)).await.unwrap();
+        let token = a.completion.expect("a token");
+        assert!(fail(&limiter, HOUR + 1).await, "{store}");
+        assert_eq!(
+            limiter.complete(&token, Some(200)).await.unwrap(),
+            1,
+            "{store}: given back"
+        );
+        assert_eq!(limiter.complete(&token, Some(200)).await.unwrap(), 0, "{store}: once");
+        assert_eq!(
+            limiter.complete(&token, None).await.unwrap(),
+            0,
+            "{store}: once, whatever the status"
+        );
+        assert!(fail(&limiter, HOUR + 2).await, "{store}: the second failure");
+        assert!(!fail(&limiter, HOUR + 3).await, "{store}: a third failure is refused");
+    }
+}
+
+// Issue 32, item 2: a request admitted under an override whose TTL ends
+// (on Redis its record expires; here deleted, as the expiry does) or that
+// is removed before the request completes. Its charge went to the
+// override's state: nothing goes back to the policy's own, which two
+// failures filled (2/1h), so a third failure is refused on both stores.
+#[tokio::test]
+async fn a_refund_under_an_override_that_is_gone_gives_nothing_back() {
+    for ending in ["ttl", "removed"] {
+        let prefix = format!("ovgone-{ending}");
+        for (store, limiter) in login_limiters(json!({"algorithm": "fixed_window", "rate": "2/1h"}), &prefix) {
+            assert!(fail(&limiter, HOUR).await && fail(&limiter, HOUR + 1).await);
+            let spec = polylimit::OverrideSpec {
+                policy: Some("login".into()),
+                rate: "5/1h".into(),
+                burst: None,
+                ttl: Some(std::time::Duration::from_secs(600)),
+                now_ms: Some(HOUR + 2),
+            };
+            limiter.set_override("user=alice", &spec).await.unwrap();
+            let a = limiter.check_request(&alice(HOUR + 3)).await.unwrap();
+            assert_eq!(a.status, None, "{store}: admitted under the override");
+            let later = match ending {
+                "ttl" => {
+                    if store == "redis" {
+                        expire_override_records(&prefix);
+                    }
+                    HOUR + 600_002
+                }
+                _ => {
+                    // (Whether it was in force: on the memory store's clock, not the test's.)
+                    limiter.remove_override("user=alice", Some("login")).await.unwrap();
+                    HOUR + 4
+                }
+            };
+            let given = limiter.complete(&a.completion.unwrap(), Some(200)).await.unwrap();
+            if ending == "removed" || store == "redis" {
+                assert_eq!(given, 0, "{store} {ending}: the override's state is gone");
+            }
+            assert!(
+                !fail(&limiter, later).await,
+                "{store} {ending}: the policy's 2/1h stays full"
+            );
+        }
+    }
+}
+
+// Issue 32, item 2: a request admitted under the policy, then an override
+// set before it completes: its charge goes back to the policy's state (the
+// one it went to), not to the override's.
+#[tokio::test]
+async fn a_refund_goes_to_the_policys_state_when_an_override_came_since() {
+    for (store, limiter) in login_limiters(json!({"algorithm": "fixed_window", "rate": "2/1h"}), "ovsince") {
+        let a = limiter.check_request(&alice(HOUR)).await.unwrap();
+        assert!(fail(&limiter, HOUR + 1).await);
+        let spec = polylimit::OverrideSpec {
+            policy: Some("login".into()),
+            rate: "1/1h".into(),
+            burst: None,
+            ttl: None,
+            now_ms: Some(HOUR + 2),
+        };
+        limiter.set_override("user=alice", &spec).await.unwrap();
+        assert!(fail(&limiter, HOUR + 3).await, "{store}: the override's 1/1h");
+        assert_eq!(
+            limiter.complete(&a.completion.unwrap(), Some(200)).await.unwrap(),
+            1,
+            "{store}"
+        );
+        assert!(
+            !fail(&limiter, HOUR + 4).await,
+            "{store}: the override's state kept its charge"
+        );
+        assert!(limiter.remove_override("user=alice", Some("login")).await.unwrap());
+        assert!(
+            fail(&limiter, HOUR + 5).await,
+            "{store}: the policy's state got its charge back"
+        );
+        assert!(!fail(&limiter, HOUR + 6).await, "{store}: 2/1h");
+    }
+}
+
+// Issue 32, item 2: a request admitted, the key reset (`reset_request`),
+// the fresh state filled again, then the first request completes with 200:
+// the fresh state never held its charge and gets nothing; a third failure
+// is refused, for every algorithm.
+#[tokio::test]
+async fn a_refund_after_a_reset_gives_nothing_to_the_fresh_state() {
+    for algorithm in [
+        "fixed_window",
+        "sliding_window_counter",
+        "sliding_window_log",
+        "token_bucket",
+        "gcra",
+        "leaky_bucket",
+    ] {
+        let policy = json!({"algorithm": algorithm, "rate": "2/1h"});
+        for (store, limiter) in login_limiters(policy, &format!("reset-{algorithm}")) {
+            let at = format!("{store} {algorithm}");
+            let a = limiter.check_request(&alice(HOUR)).await.unwrap();
+            assert_eq!(limiter.reset_request(&alice(HOUR + 1)).await.unwrap(), 1, "{at}");
+            assert!(fail(&limiter, HOUR + 2).await && fail(&limiter, HOUR + 3).await, "{at}");
+            assert_eq!(
+                limiter.complete(&a.completion.unwrap(), Some(200)).await.unwrap(),
+                0,
+                "{at}"
+            );
+            assert!(!fail(&limiter, HOUR + 4).await, "{at}: a third failure is refused");
+        }
+    }
+}

@@ -485,3 +485,48 @@ async fn a_concurrency_policy_takes_no_override() {
     let e = limiter.get_override("k", None, Some(NOW)).await.unwrap_err();
     assert!(e.to_string().starts_with("policy: \"default\""), "{e}");
 }
+
+// Issue 32, item 3: with an adaptive policy the adaptive record's key comes
+// after the override keys. A refund of a request admitted under an
+// override goes to the override's state, not to the policy's (where it
+// let a 4th request through a 3/1h window).
+#[tokio::test]
+async fn a_refund_under_an_override_of_an_adaptive_policy_goes_to_the_override() {
+    let p = json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h",
+        "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "1000/s"}});
+    let hour = 1_699_999_200_000;
+    // The refund path of a completion and of a cross-slot decision (both
+    // pick the refund's keys from one layout), on one server and a cluster.
+    for url in ["memory".to_string(), REDIS.url(), CLUSTER.url.clone()] {
+        let mut config = LimiterConfig::new(policy(p.clone())).with_store(url.clone());
+        config.prefix = "ovadaptive-refund".into();
+        config.overrides = true;
+        config.timeout = Duration::from_secs(10);
+        let probe = RefundProbe::new(config).unwrap();
+        let at = |now_ms| CheckOptions {
+            cost: 1,
+            now_ms: Some(now_ms),
+        };
+        for n in 0..3 {
+            assert!(probe.check(&[(0, "k")], at(hour + n)).await.unwrap().allowed, "{url}");
+        }
+        probe
+            .set_override("k", &spec("10/1h", None, None, hour + 3))
+            .await
+            .unwrap();
+        let under = probe.check(&[(0, "k")], at(hour + 4)).await.unwrap();
+        assert_eq!(under.decisions[0].limit, 10, "{url}");
+        assert_eq!(probe.refund(&[(0, "k")], 1, hour + 4).await.unwrap(), 1, "{url}");
+        let again = probe.check(&[(0, "k")], at(hour + 5)).await.unwrap();
+        assert_eq!(
+            (again.decisions[0].limit, again.decisions[0].remaining),
+            (10, 9),
+            "{url}: the override's count went back"
+        );
+        probe.remove_override("k").await.unwrap();
+        assert!(
+            !probe.check(&[(0, "k")], at(hour + 6)).await.unwrap().allowed,
+            "{url}: 3/1h stays full"
+        );
+    }
+}

@@ -29,6 +29,9 @@ struct Step {
     /// Refund steps: whether the store gave anything back.
     #[serde(default)]
     refunded: Option<bool>,
+    /// A reset of the key (`reset`) at this point.
+    #[serde(default)]
+    reset: bool,
     /// Check steps.
     #[serde(default)]
     expect: Option<Expect>,
@@ -59,24 +62,37 @@ fn load() -> Vec<(String, File)> {
     files
 }
 
-/// A refund step follows the allowed check it undoes (same key, now and
-/// cost); a check has an expect, a refund says whether it gave back.
+/// A refund step that gives back follows the allowed check it undoes (same
+/// key, now and cost); one that gives nothing back names an earlier
+/// admission (e.g. before a reset). A check has an expect, a refund says
+/// whether it gave back, a reset has neither.
 fn validate(file: &str, case: &Case) {
     assert!(!case.steps.is_empty(), "{file}: {:?} has no steps", case.name);
+    let admission = |s: &Step| !s.refund && !s.reset && s.expect.as_ref().is_some_and(|e| e.allowed);
     for (i, step) in case.steps.iter().enumerate() {
-        if step.refund {
+        if step.reset {
+            assert!(
+                !step.refund && step.expect.is_none() && step.refunded.is_none(),
+                "{file}: {:?} step {i}: a reset has no `expect`, `refund` or `refunded`",
+                case.name
+            );
+        } else if step.refund {
             assert!(
                 step.expect.is_none() && step.refunded.is_some(),
                 "{file}: {:?} step {i}: a refund has `refunded` and no `expect`",
                 case.name
             );
-            let undone = i
-                .checked_sub(1)
-                .map(|j| &case.steps[j])
-                .filter(|s| !s.refund && s.expect.as_ref().is_some_and(|e| e.allowed));
+            let same = |s: &Step| (s.now_ms, &s.key, s.cost) == (step.now_ms, &step.key, step.cost);
+            let undone = match step.refunded {
+                Some(true) => i
+                    .checked_sub(1)
+                    .map(|j| &case.steps[j])
+                    .filter(|s| admission(s) && same(s)),
+                _ => case.steps[..i].iter().find(|s| admission(s) && same(s)),
+            };
             assert!(
-                undone.is_some_and(|s| (s.now_ms, &s.key, s.cost) == (step.now_ms, &step.key, step.cost)),
-                "{file}: {:?} step {i}: a refund follows the admission it undoes",
+                undone.is_some(),
+                "{file}: {:?} step {i}: a refund that gives back follows the admission it undoes; one that does not names an earlier one",
                 case.name
             );
         } else {
@@ -134,6 +150,12 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                         "{store}: {file}: {:?} ({variant}) step {i} (now_ms {})",
                         case.name, step.now_ms
                     );
+                    if step.reset {
+                        if let Err(e) = probe.reset(&step.key).await {
+                            failures.push(format!("{at}: reset error {e}"));
+                        }
+                        continue;
+                    }
                     if step.refund {
                         match probe.refund(&[(0, &step.key)], step.cost, step.now_ms).await {
                             Ok(n) if Some(n == 1) == step.refunded => {}

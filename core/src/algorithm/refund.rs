@@ -7,7 +7,9 @@
 //! reset of the refunded state, as a decision would compute it), or `None`
 //! when there is nothing to give back: the charge is then kept (a spurious
 //! denial later, never an over-admission). That is the case when a window
-//! algorithm's window moved on (the charge was in an earlier window), when
+//! algorithm's window moved on (the charge was in an earlier window) or its
+//! state was created after the admission's ms (the key was reset, or
+//! expired, and admitted again: that state never held the charge), when
 //! the sliding log no longer holds the entry, when a TAT lies far ahead, and
 //! for the buckets (token bucket, GCRA, leaky bucket) when an admission at
 //! a later ms came since (their cells keep the latest time admitted):
@@ -16,6 +18,7 @@
 //! more than that state. Admissions at the same ms cap nothing.
 
 use super::gcra::{far_ahead, tat_cells, wait_scaled};
+use super::sliding_window_counter::window_of;
 use super::sliding_window_log::Log;
 use super::{ceil_div, Kind, Params, State};
 
@@ -87,28 +90,32 @@ fn leaky_bucket(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 
     Some(([level, c[1], now], c[1] - now + ceil_div(level, p.count)))
 }
 
-/// Cells `[window_start_ms, count]`: the count goes down if the stored
-/// window is now's (the one the admission charged).
+/// Cells `[window_start_ms, count, created_ms]`: the count goes down if the
+/// stored window is now's (the one the admission charged) and the state
+/// was created no later than the admission (a state created after it, by
+/// admissions after a reset, never held its charge).
 fn fixed_window(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
-    if c[0] != now - now.rem_euclid(p.period) {
+    if c[0] != now - now.rem_euclid(p.period) || c[2] > now {
         return None;
     }
     let used = (c[1] - cost).max(0);
     let reset = if used > 0 { c[0] + p.period - now } else { 0 };
-    Some(([c[0], used, 0], reset))
+    Some(([c[0], used, c[2]], reset))
 }
 
-/// Cells `[window_start_ms, previous, current]`: the current count goes
-/// down if the stored window is now's.
+/// Cells `[created_ms, previous, current]`: the current count goes down if
+/// the state's window is now's and it was created no later than the
+/// admission (as for the fixed window).
 fn sliding_window_counter(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Option<([i64; 3], i64)> {
-    if c[0] != now - now.rem_euclid(p.period) {
+    let window = window_of(c[0], p.period);
+    if window != now - now.rem_euclid(p.period) || c[0] > now {
         return None;
     }
     let current = (c[2] - cost).max(0);
     let reset = if current > 0 {
-        c[0] + 2 * p.period - now
+        window + 2 * p.period - now
     } else if c[1] > 0 {
-        c[0] + p.period - now
+        window + p.period - now
     } else {
         0
     };
@@ -236,5 +243,33 @@ mod tests {
         // Guarded: nothing is given back, and 2 do not fit.
         assert_eq!(refund(&p, &mut state, 0, 1), None, "nothing given back");
         assert!(!decide(&p, Some(&state), 100, 2).0.allowed);
+    }
+
+    // The windows keep when their state was created: a state created after
+    // the admission's ms (a reset, then admissions) never held its charge.
+    // States written before that cell existed (fixed window: 0; sliding
+    // counter: the window's start) read as created before every admission.
+    #[test]
+    fn windows_give_back_only_to_a_state_created_no_later_than_the_admission() {
+        for p in every_kind()
+            .into_iter()
+            .filter(|p| matches!(p.kind, Kind::FixedWindow | Kind::SlidingWindowCounter))
+        {
+            let fresh = admit(&p, None, 1_050, 1);
+            assert_eq!(refund(&p, &mut fresh.clone(), 1_000, 1), None, "{:?}", p.kind);
+            assert!(refund(&p, &mut fresh.clone(), 1_050, 1).is_some(), "{:?}", p.kind);
+            let old = match p.kind {
+                Kind::FixedWindow => State::Cells([1_000, 2, 0]),
+                _ => State::Cells([1_000, 0, 2]),
+            };
+            let mut given = old.clone();
+            assert!(refund(&p, &mut given, 1_000, 1).is_some(), "{:?}: an old state", p.kind);
+            assert_eq!(
+                decide(&p, Some(&given), 1_060, 1).0.remaining,
+                decide(&p, Some(&old), 1_060, 1).0.remaining + 1,
+                "{:?}",
+                p.kind
+            );
+        }
     }
 }

@@ -10,11 +10,39 @@
 //! (`algorithm/refund.rs`, `lua/refund.lua`), the charge of every target
 //! whose rule does not count that status, at the decision's own time and cost.
 //!
-//! The refund is exact for the window algorithms (fixed window, sliding
-//! window counter and log: the charge comes off the window it went into,
-//! while that window lasts). For the buckets (token bucket, GCRA, leaky
-//! bucket) it is best-effort and never over-admits: the charge comes back
-//! only if no admission at a later millisecond came since (see `refund.rs`).
+//! # What a completion gives back
+//!
+//! - **Once.** A token completes once: the limiter keeps the tokens it gave
+//!   out and not completed yet ([`Tokens`], in this process, at most
+//!   [`MAX_OUTSTANDING`]); the first completion takes the token out, a later
+//!   one (or one of a token forgotten because more than that many were
+//!   outstanding, oldest first) gives nothing back and is no error. The
+//!   leases a token carries are released by every completion (a release is
+//!   idempotent), so a forgotten token never holds a slot.
+//! - **Only to the state that was charged.** The token says whether each
+//!   charge went to a per-key override's state (`o` in its record) or to the
+//!   policy's own. An override's charge comes back only while an override is
+//!   in force for that key (removing or replacing one clears its state; on
+//!   Redis the record ends with its TTL); a policy's own charge comes back
+//!   to the policy's state even if an override was set since. The window
+//!   algorithms keep when their state was created (`fixed_window.rs`,
+//!   `sliding_window_counter.rs`): a state created after the admission's ms
+//!   (the key was reset or expired, then admitted again) never held the
+//!   charge and gives nothing back; a window that moved on neither. The
+//!   buckets (token bucket, GCRA, leaky bucket) give back only while no
+//!   admission at a later ms touched the key, and the sliding log only an
+//!   entry logged at the admission's ms (`algorithm/refund.rs`).
+//!
+//! What remains inexact (never more than one request's cost, and only in
+//! these cases): a reset (or an override removed and set again) and a new
+//! admission of the same key in the same millisecond as the refunded
+//! admission are not told apart from it; an override whose TTL ended while
+//! the request ran is still "in force" for the memory store, which reads
+//! overrides on the decision's clock (that state is no longer read by any
+//! decision, so nothing is admitted by it, but `complete` counts it as given
+//! back, where Redis, whose record expired, counts nothing); tokens live in
+//! the process that gave them out (a token completed by another process, or
+//! after a restart, gives nothing back).
 //!
 //! # The token
 //!
@@ -23,8 +51,10 @@
 //! added as a new kind:
 //!
 //! ```text
-//! token  = "pl1" ";n" now_ms ";c" cost 1*( ";r" target )
-//! target = ("s" / "l") policy_index "," count "," key   ; s: the store decided, l: the local fallback
+//! token  = "pl1" ";n" now_ms ";c" cost ";t" nonce *( ";r" target )
+//! nonce  = the token's number in its limiter's registry of outstanding tokens
+//! target = ("s" / "l") ["o"] policy_index "," count "," key
+//!          ; s: the store decided, l: the local fallback; o: under a per-key override
 //! count  = "failed" / "successful" / item *( "+" item ) ; item: "4xx" or "401"
 //! ```
 //!
@@ -38,11 +68,16 @@
 //!
 //! `key` is the target's key with `%` and `;` percent-escaped.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::Limiter;
 use crate::decision::{Lease, Source};
 use crate::error::{Error, Result};
+use crate::store::overrides::Charged;
 
 /// Which responses a rule charges (`count` of a rule or a route's shorthand).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -171,6 +206,8 @@ pub(crate) struct Charge {
     pub local: bool,
     /// Which responses its rule charges.
     pub count: Count,
+    /// Decided under a per-key override (its state was charged).
+    pub overridden: bool,
 }
 
 /// What a completion token holds.
@@ -180,6 +217,8 @@ pub(crate) struct Completion {
     pub now_ms: i64,
     /// The request's cost.
     pub cost: u64,
+    /// Its number in the limiter's [`Tokens`] (0 until it is given out).
+    pub nonce: u64,
     /// The charges that depend on the status.
     pub charges: Vec<Charge>,
     /// The concurrency leases to release, whatever the status.
@@ -201,15 +240,17 @@ impl Completion {
     /// targets that were charged (allowed, decided by the store or the local
     /// fallback) whose rule does not count every status. `None` when there
     /// are none, and no concurrency lease to release.
+    /// Each target: its policy index, key, rule's count, decision, and
+    /// whether a per-key override decided it.
     pub(crate) fn of<'a>(
         now_ms: i64,
         cost: u64,
-        targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision)>,
+        targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision, bool)>,
         leases: Vec<Lease>,
     ) -> Option<Completion> {
         let charges: Vec<Charge> = targets
-            .filter(|(_, _, count, d)| **count != Count::All && d.allowed)
-            .filter_map(|(policy, key, count, d)| {
+            .filter(|(_, _, count, d, _)| **count != Count::All && d.allowed)
+            .filter_map(|(policy, key, count, d, overridden)| {
                 let local = match d.source {
                     Source::Store => false,
                     Source::Local => true,
@@ -221,23 +262,26 @@ impl Completion {
                     key: key.to_string(),
                     local,
                     count: count.clone(),
+                    overridden,
                 })
             })
             .collect();
         (!charges.is_empty() || !leases.is_empty()).then_some(Completion {
             now_ms,
             cost,
+            nonce: 0,
             charges,
             leases,
         })
     }
 
     pub(crate) fn encode(&self) -> String {
-        let mut out = format!("{TOKEN_VERSION};n{};c{}", self.now_ms, self.cost);
+        let mut out = format!("{TOKEN_VERSION};n{};c{};t{}", self.now_ms, self.cost, self.nonce);
         for c in &self.charges {
             out.push_str(&format!(
-                ";r{}{},{},{}",
+                ";r{}{}{},{},{}",
                 if c.local { 'l' } else { 's' },
+                if c.overridden { "o" } else { "" },
                 c.policy,
                 c.count.token_text(),
                 escape(&c.key)
@@ -262,12 +306,13 @@ impl Completion {
         if records.next() != Some(TOKEN_VERSION) {
             return Err(bad("unknown version"));
         }
-        let (mut now_ms, mut cost, mut charges, mut leases) = (None, None, Vec::new(), Vec::new());
+        let (mut now_ms, mut cost, mut nonce, mut charges, mut leases) = (None, None, None, Vec::new(), Vec::new());
         for record in records {
             let (kind, rest) = record.split_at(record.chars().next().map_or(0, char::len_utf8));
             match kind {
                 "n" => now_ms = Some(rest.parse::<i64>().map_err(|_| bad("bad time"))?),
                 "c" => cost = Some(rest.parse::<u64>().map_err(|_| bad("bad cost"))?),
+                "t" => nonce = Some(rest.parse::<u64>().map_err(|_| bad("bad nonce"))?),
                 "r" => {
                     let mut parts = rest.splitn(3, ',');
                     let (head, count, key) = match (parts.next(), parts.next(), parts.next()) {
@@ -279,13 +324,18 @@ impl Completion {
                         Some('l') => true,
                         _ => return Err(bad("bad source")),
                     };
-                    let policy = head[1..].parse::<usize>().map_err(|_| bad("bad policy"))?;
+                    let (overridden, index) = match head[1..].strip_prefix('o') {
+                        Some(index) => (true, index),
+                        None => (false, &head[1..]),
+                    };
+                    let policy = index.parse::<usize>().map_err(|_| bad("bad policy"))?;
                     let count = Count::from_token_text(count).ok_or_else(|| bad("bad count"))?;
                     charges.push(Charge {
                         policy,
                         key: unescape(key),
                         local,
                         count,
+                        overridden,
                     });
                 }
                 "e" => {
@@ -303,25 +353,94 @@ impl Completion {
                 _ => return Err(bad("unknown record")),
             }
         }
-        match (now_ms, cost) {
-            (Some(now_ms), Some(cost)) if cost > 0 => Ok(Completion {
+        match (now_ms, cost, nonce) {
+            (Some(now_ms), Some(cost), Some(nonce)) if cost > 0 => Ok(Completion {
                 now_ms,
                 cost,
+                nonce,
                 charges,
                 leases,
             }),
-            _ => Err(bad("no time or cost")),
+            _ => Err(bad("no time, cost or nonce")),
         }
     }
 }
 
+/// Most completion tokens a limiter keeps outstanding (given out, not
+/// completed yet); past it the oldest are forgotten. A request in flight
+/// holds one, so this bounds the requests in flight whose refund is kept.
+pub(crate) const MAX_OUTSTANDING: usize = 1 << 17;
+const TOKEN_SHARDS: usize = 16;
+
+/// The completion tokens a limiter gave out and that were not completed
+/// yet, by nonce: a token completes once. Nonces count up from a random
+/// start (below 2^62, so they never wrap), so another limiter's tokens are
+/// not this one's. Sharded by nonce (consecutive nonces in turn), each shard
+/// bounded, forgetting its lowest (oldest) nonce when full: a caller that
+/// never completes cannot grow memory, and a forgotten token only loses its
+/// refund (the charge stays: never an over-admission).
+pub(crate) struct Tokens {
+    next: AtomicU64,
+    shards: [Mutex<BTreeSet<u64>>; TOKEN_SHARDS],
+}
+
+impl Default for Tokens {
+    fn default() -> Tokens {
+        let mut seed = [0u8; 8];
+        if getrandom::getrandom(&mut seed).is_err() {
+            // No OS randomness: the time still separates limiters.
+            seed = (crate::limiter::process_now_ms() as u64).to_le_bytes();
+        }
+        Tokens {
+            next: AtomicU64::new(u64::from_le_bytes(seed) >> 2),
+            shards: std::array::from_fn(|_| Mutex::new(BTreeSet::new())),
+        }
+    }
+}
+
+impl Tokens {
+    /// A new outstanding token's nonce.
+    pub(crate) fn issue(&self) -> u64 {
+        let nonce = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut shard = self.shards[nonce as usize % TOKEN_SHARDS].lock();
+        if shard.len() >= MAX_OUTSTANDING / TOKEN_SHARDS {
+            shard.pop_first();
+        }
+        shard.insert(nonce);
+        nonce
+    }
+
+    /// Takes the token `nonce` out: true if it was outstanding (its first
+    /// completion), false otherwise (completed, forgotten, or not ours).
+    pub(crate) fn take(&self, nonce: u64) -> bool {
+        self.shards[nonce as usize % TOKEN_SHARDS].lock().remove(&nonce)
+    }
+
+    /// How many are outstanding (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+}
+
 impl Limiter {
+    /// The token of an allowed request's outcome ([`Completion::of`]),
+    /// registered as outstanding; `None` when it has nothing to complete.
+    pub(crate) fn completion_token(&self, completion: Option<Completion>) -> Option<String> {
+        let mut completion = completion?;
+        completion.nonce = self.tokens.issue();
+        Some(completion.encode())
+    }
+
     /// Completes a request whose [`Outcome`](super::Outcome) carried a
     /// `completion` token, once its response `status` is known (`None` or 0:
     /// no response at all — a handler error, a client that went away — which
     /// counts as failed): gives back the charge of every target whose rule's
     /// `count` does not count that status, and releases the concurrency
     /// leases the request took. Returns how many charges were given back.
+    /// A token completes once: a later completion gives nothing back and
+    /// returns 0 (its leases are released again, which changes nothing).
+    /// A charge goes back only to the state it went to (see the module).
     /// Never fails because the store is down (the charge is then kept, a
     /// lease ends by its TTL, and the error is metered); fails on a token
     /// that is not one, or one naming a policy this limiter does not have.
@@ -340,17 +459,25 @@ impl Limiter {
                 "names a policy this limiter does not have (a token of another limiter?)",
             ));
         }
-        let refund = |local: bool| -> Vec<(usize, &str)> {
+        // The first completion takes the token; a later one gives nothing back.
+        let first = self.tokens.take(completion.nonce);
+        let refund = |local: bool| -> Vec<(usize, &str, Charged)> {
             completion
                 .charges
                 .iter()
-                .filter(|c| c.local == local && !c.count.counts(status))
-                .map(|c| (c.policy, c.key.as_str()))
+                .filter(|c| first && c.local == local && !c.count.counts(status))
+                .map(|c| {
+                    let charged = if c.overridden { Charged::Override } else { Charged::Base };
+                    (c.policy, c.key.as_str(), charged)
+                })
                 .collect()
         };
         let (store, local) = (refund(false), refund(true));
         let cost = completion.cost as i64;
-        let mut given = self.engine.refund_memory(&local, completion.now_ms, cost);
+        let mut given = 0;
+        if !local.is_empty() {
+            given += self.engine.refund_memory(&local, completion.now_ms, cost);
+        }
         if !store.is_empty() {
             given += self.engine.refund_guarded(&store, completion.now_ms, cost).await;
         }
@@ -416,18 +543,21 @@ mod tests {
         let c = Completion {
             now_ms: 1_700_000_000_123,
             cost: 2,
+            nonce: 42,
             charges: vec![
                 Charge {
                     policy: 0,
                     key: "ip=1.2.3.4|header:x-user=a;b%3B,c".into(),
                     local: false,
                     count: Count::Failed,
+                    overridden: false,
                 },
                 Charge {
                     policy: 3,
                     key: String::new(),
                     local: true,
                     count: Count::Statuses(vec![4, 503]),
+                    overridden: true,
                 },
             ],
             leases: vec![Lease {
@@ -441,23 +571,48 @@ mod tests {
             token.ends_with(";e1,0123456789abcdef0123456789abcdef*2,user=a%3Bb,c"),
             "{token}"
         );
-        assert!(token.starts_with("pl1;n1700000000123;c2;rs0,failed,"), "{token}");
+        assert!(token.starts_with("pl1;n1700000000123;c2;t42;rs0,failed,"), "{token}");
+        assert!(token.contains(";rlo3,4xx+503,;"), "{token}");
         assert_eq!(Completion::decode(&token).unwrap(), c);
         for bad in [
             "",
-            "pl2;n1;c1",
+            "pl2;n1;c1;t1",
             "pl1;n1",
-            "pl1;n1;c0",
-            "pl1;n1;c1;x",
-            "pl1;n1;c1;rq0,failed,k",
-            "pl1;n1;c1;rs0,never,k",
-            "pl1;n1;c1;ex,id,k",
-            "pl1;n1;c1;e0,id",
+            "pl1;n1;c1",
+            "pl1;n1;c0;t1",
+            "pl1;n1;c1;tx",
+            "pl1;n1;c1;t1;x",
+            "pl1;n1;c1;t1;rq0,failed,k",
+            "pl1;n1;c1;t1;rs0,never,k",
+            "pl1;n1;c1;t1;rsx0,failed,k",
+            "pl1;n1;c1;t1;ex,id,k",
+            "pl1;n1;c1;t1;e0,id",
         ] {
             assert!(
                 matches!(Completion::decode(bad), Err(Error::Config { ref field, .. }) if field == "token"),
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_token_is_taken_once_and_the_oldest_are_forgotten() {
+        let tokens = Tokens::default();
+        let (a, b) = (tokens.issue(), tokens.issue());
+        assert_eq!(b, a + 1);
+        assert!(tokens.take(b) && !tokens.take(b), "once");
+        assert!(!tokens.take(b + 1), "never given out");
+        assert!(tokens.take(a));
+        let first = tokens.issue();
+        for _ in 0..MAX_OUTSTANDING {
+            tokens.issue();
+        }
+        assert_eq!(tokens.len(), MAX_OUTSTANDING, "bounded");
+        assert!(!tokens.take(first), "the oldest was forgotten");
+        assert!(tokens.take(first + 1 + TOKEN_SHARDS as u64), "younger ones are kept");
+        assert!(
+            Tokens::default().issue() != first,
+            "another limiter counts from elsewhere"
+        );
     }
 }

@@ -417,6 +417,8 @@ enum Plan<'r> {
 pub struct Limiter {
     engine: Engine,
     rules: Option<Arc<HttpRules>>,
+    /// The completion tokens given out and not completed yet.
+    tokens: Arc<completion::Tokens>,
 }
 
 impl Limiter {
@@ -432,6 +434,7 @@ impl Limiter {
         Ok(Limiter {
             engine: Engine::new(config)?,
             rules: rules.map(Arc::new),
+            tokens: Arc::default(),
         })
     }
 
@@ -899,13 +902,19 @@ impl Limiter {
             outcome.delay_ms = result.decisions.iter().map(|d| d.delay_ms).max().unwrap_or(0);
         }
         if result.allowed && !blocked && record {
+            let overridden = |n: usize| result.overridden.get(n).is_some_and(Option::is_some);
             let charges = targets
                 .iter()
                 .zip(owners)
                 .zip(&result.decisions)
-                .map(|(((p, k), (rule, _)), d)| (*p, k.as_str(), &rule.count, *d));
-            outcome.completion =
-                completion::Completion::of(result.now_ms, cost, charges, result.leases.clone()).map(|c| c.encode());
+                .enumerate()
+                .map(|(n, (((p, k), (rule, _)), d))| (*p, k.as_str(), &rule.count, *d, overridden(n)));
+            outcome.completion = self.completion_token(completion::Completion::of(
+                result.now_ms,
+                cost,
+                charges,
+                result.leases.clone(),
+            ));
         }
         outcome.decisions = decisions;
         outcome.leases = result.leases;

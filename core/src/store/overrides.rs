@@ -13,6 +13,20 @@ use crate::error::{Error, Result};
 use crate::policy::{MAX_LOG_ENTRIES, MAX_SCALED};
 use crate::store::keys::stored_key;
 
+/// Which state an admission charged, for its refund: a refund goes only to
+/// that state, and to nothing when it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Charged {
+    /// The state in force at the admission's time (a refund right after
+    /// the admission, in the same pass: a cross-slot decision's).
+    Now,
+    /// The policy's own state: refunded there even if an override was set since.
+    Base,
+    /// An override's state: refunded only while an override is in force
+    /// (removing, replacing or ending it clears or abandons that state).
+    Override,
+}
+
 /// The Redis record of an override.
 pub(crate) fn record(params: &Params, until: i64) -> [String; 5] {
     [

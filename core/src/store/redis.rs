@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::{Kind, Params, Verdict};
 use crate::error::{Error, Result};
+use crate::store::overrides::Charged;
 
 /// The algorithm functions of the decision code.
 macro_rules! algorithms {
@@ -105,6 +106,76 @@ pub(crate) struct RedisCheck<'a> {
     pub lease: Option<&'a str>,
     /// The keys end with the override record and its state keys.
     pub overrides: bool,
+}
+
+/// Where each of a policy's keys stands in [`RedisCheck::keys`], in the
+/// order the decision script reads them: the state keys (a sliding log has
+/// two), the penalty record, the override record and the override's state
+/// keys, the adaptive record. Named once: the keys are built
+/// ([`KeyLayout::keys`]) and picked for a refund ([`KeyLayout::refund_keys`])
+/// from it, never by counting from either end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyLayout {
+    /// How many state keys (`Params::key_count`).
+    state: usize,
+    penalty: bool,
+    overrides: bool,
+    adaptive: bool,
+}
+
+impl KeyLayout {
+    /// The layout of a policy's keys: `penalty` when it has one,
+    /// `overrides` when the limiter reads per-key overrides.
+    pub(crate) fn new(params: &Params, penalty: bool, overrides: bool) -> KeyLayout {
+        KeyLayout {
+            state: params.key_count(),
+            penalty,
+            overrides,
+            adaptive: params.adaptive.is_some(),
+        }
+    }
+
+    /// The layout of a check's keys.
+    fn of(check: &RedisCheck<'_>) -> KeyLayout {
+        KeyLayout::new(check.params, check.penalty.is_some(), check.overrides)
+    }
+
+    /// The position of the override record; the override's state keys follow it.
+    fn override_record(&self) -> Option<usize> {
+        self.overrides.then(|| self.state + self.penalty as usize)
+    }
+
+    /// How many keys.
+    fn len(&self) -> usize {
+        self.state + self.penalty as usize + self.overrides as usize * (1 + self.state) + self.adaptive as usize
+    }
+
+    /// The keys of `main` (a policy's main store key), in this layout.
+    pub(crate) fn keys(&self, main: String, params: &Params) -> Vec<String> {
+        let mut keys = Vec::with_capacity(self.len());
+        if self.state == 2 {
+            keys.push(format!("{main}:log"));
+        }
+        if self.penalty {
+            keys.push(format!("{main}:penalty"));
+        }
+        if self.overrides {
+            keys.extend(crate::store::overrides::redis_keys(&main, params).into_iter().flatten());
+        }
+        if self.adaptive {
+            keys.push(format!("{main}:adaptive"));
+        }
+        keys.insert(0, main);
+        debug_assert_eq!(keys.len(), self.len());
+        keys
+    }
+
+    /// The keys a refund reads: the state keys, then (with overrides) the
+    /// override record and the override's state keys.
+    fn refund_keys<'k>(&self, keys: &'k [String]) -> impl Iterator<Item = &'k String> {
+        let overrides = self.override_record().map_or(0..0, |at| at..at + 1 + self.state);
+        keys[..self.state].iter().chain(&keys[overrides])
+    }
 }
 
 #[derive(Clone)]
@@ -554,17 +625,23 @@ impl RedisStore {
     }
 
     /// Gives back admissions of `cost` at `now` for `checks`, one call per
-    /// slot on a cluster. Returns how many checks' charges were given back.
-    pub async fn refund(&self, checks: &[RedisCheck<'_>], now: i64, cost: i64) -> Result<usize> {
+    /// slot on a cluster; `charged[n]`: which state the admission of
+    /// `checks[n]` charged. Returns how many checks' charges were given back.
+    pub async fn refund(&self, checks: &[RedisCheck<'_>], charged: &[Charged], now: i64, cost: i64) -> Result<usize> {
         self.with_connection(|generation, mut connection| async move {
             let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
             tags.sort_unstable();
             tags.dedup();
             let mut refunded = 0;
             for tag in tags {
-                let group: Vec<RedisCheck<'_>> = checks.iter().filter(|c| hash_tag(c) == tag).copied().collect();
+                let (group, charged): (Vec<RedisCheck<'_>>, Vec<Charged>) = checks
+                    .iter()
+                    .zip(charged.iter().copied().chain(std::iter::repeat(Charged::Now)))
+                    .filter(|(c, _)| hash_tag(c) == tag)
+                    .map(|(c, charged)| (*c, charged))
+                    .unzip();
                 refunded += self
-                    .refund_in_one_slot(generation, &mut connection, &group, now, cost)
+                    .refund_charged(generation, &mut connection, &group, &charged, now, cost)
                     .await?;
             }
             Ok(refunded)
@@ -573,7 +650,8 @@ impl RedisStore {
     }
 
     /// EVALSHA of the refund script (EVAL when the server lost it) for
-    /// checks whose keys share one slot.
+    /// checks whose keys share one slot, right after their admission: each
+    /// goes back to the state in force at `now`.
     async fn refund_in_one_slot(
         &self,
         generation: u64,
@@ -582,11 +660,36 @@ impl RedisStore {
         now: i64,
         cost: i64,
     ) -> Result<usize> {
+        self.refund_charged(generation, connection, checks, &[], now, cost)
+            .await
+    }
+
+    /// [`RedisStore::refund_in_one_slot`], each check's admission having
+    /// charged the state `charged` names.
+    async fn refund_charged(
+        &self,
+        generation: u64,
+        connection: &mut Connection,
+        checks: &[RedisCheck<'_>],
+        charged: &[Charged],
+        now: i64,
+        cost: i64,
+    ) -> Result<usize> {
         // A lease is given back by releasing it (and a concurrency key holds
         // no cells for the refund script to read).
-        let (leases, checks): (Vec<RedisCheck<'_>>, Vec<RedisCheck<'_>>) =
-            checks.iter().copied().partition(|c| c.params.kind == Kind::Concurrency);
-        let leases: Vec<RedisCheck<'_>> = leases.into_iter().filter(|c| c.lease.is_some()).collect();
+        let charged_of = |n: usize| charged.get(n).copied().unwrap_or(Charged::Now);
+        let concurrency = |c: &RedisCheck<'_>| c.params.kind == Kind::Concurrency;
+        let leases: Vec<RedisCheck<'_>> = checks
+            .iter()
+            .filter(|c| concurrency(c) && c.lease.is_some())
+            .copied()
+            .collect();
+        let (checks, charged): (Vec<RedisCheck<'_>>, Vec<Charged>) = checks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !concurrency(c))
+            .map(|(n, c)| (*c, charged_of(n)))
+            .unzip();
         let mut refunded = 0;
         if !leases.is_empty() {
             refunded += self
@@ -597,7 +700,7 @@ impl RedisStore {
             return Ok(refunded);
         }
         let reply: Result<i64, RedisError> = Self::eval(connection, &self.refund_sha, REFUND_SCRIPT, |cmd| {
-            push_refund_args(cmd, &checks, now, cost)
+            push_refund_args(cmd, &checks, &charged, now, cost)
         })
         .await;
         reply
@@ -1020,28 +1123,35 @@ fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i
 }
 
 /// `numkeys key... now cost (kind count period burst flags)...`: the refund
-/// script's arguments; a policy's keys without its penalty record.
-fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: i64, cost: i64) {
-    fn keys<'k>(c: &RedisCheck<'k>) -> impl Iterator<Item = &'k String> {
-        let state = c.params.key_count();
-        let overrides = if c.overrides { state + 1 } else { 0 };
-        let from = c.keys.len() - overrides;
-        c.keys[..state].iter().chain(&c.keys[from..])
-    }
-    cmd.arg(checks.iter().map(|c| keys(c).count()).sum::<usize>());
+/// script's arguments; a policy's state keys and, with overrides, its
+/// override keys ([`KeyLayout::refund_keys`]). Flags: 4 overrides, then
+/// which state the admission charged ([`Charged`]): 8 an override's, 16 the
+/// policy's own (neither: whichever is in force at `now`).
+fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], charged: &[Charged], now: i64, cost: i64) {
+    let keys = |c: &RedisCheck<'_>| {
+        let layout = KeyLayout::of(c);
+        debug_assert_eq!(c.keys.len(), layout.len(), "the keys of a check follow its layout");
+        layout.refund_keys(c.keys).count()
+    };
+    cmd.arg(checks.iter().map(keys).sum::<usize>());
     for check in checks {
-        for key in keys(check) {
+        for key in KeyLayout::of(check).refund_keys(check.keys) {
             cmd.arg(key.as_str());
         }
     }
     cmd.arg(now).arg(cost);
-    for check in checks {
+    for (n, check) in checks.iter().enumerate() {
         let p = check.params;
+        let charged = match charged.get(n).copied().unwrap_or(Charged::Now) {
+            Charged::Now => 0,
+            Charged::Override => 8,
+            Charged::Base => 16,
+        };
         cmd.arg(p.kind as i64)
             .arg(p.count)
             .arg(p.period)
             .arg(p.burst)
-            .arg((check.overrides as i64) << 2);
+            .arg((check.overrides as i64) << 2 | charged);
     }
 }
 
