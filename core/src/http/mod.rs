@@ -289,6 +289,12 @@ impl Rule {
     }
 }
 
+/// A request's user, API key, key or header value, `None` when missing or
+/// empty: the one place every language's empty string becomes absent.
+fn present(value: Option<&str>) -> Option<&str> {
+    value.filter(|v| !v.is_empty())
+}
+
 struct Resolved<'a> {
     req: &'a RequestInfo,
     /// The client address key, or `unknown`.
@@ -312,10 +318,12 @@ impl Resolved<'_> {
                     Cow::Borrowed(method)
                 })
             }
-            Dimension::User => req.user.as_deref().map(Cow::Borrowed),
-            Dimension::ApiKey => req.api_key.as_deref().map(Cow::Borrowed),
-            Dimension::Header(name) => req.header(name).map(Cow::Borrowed),
-            Dimension::Key => req.key.as_deref().map(Cow::Borrowed),
+            // An empty value is absent, exactly like a missing one (SPEC §6):
+            // anonymous requests must not share one `user=` bucket.
+            Dimension::User => present(req.user.as_deref()).map(Cow::Borrowed),
+            Dimension::ApiKey => present(req.api_key.as_deref()).map(Cow::Borrowed),
+            Dimension::Header(name) => present(req.header(name)).map(Cow::Borrowed),
+            Dimension::Key => present(req.key.as_deref()).map(Cow::Borrowed),
             Dimension::Global => Some(Cow::Borrowed("")),
         }
     }
@@ -738,7 +746,7 @@ impl Limiter {
         if self.engine.is_closed() {
             return Err(Error::Closed);
         }
-        if req.key.is_some() && !candidates.iter().any(Rule::reads_key) && !rules.reads_key() {
+        if present(req.key.as_deref()).is_some() && !candidates.iter().any(Rule::reads_key) && !rules.reads_key() {
             // A key function whose result nothing reads: say so, rather than key by something else.
             return Err(Error::config(
                 "key",
