@@ -350,6 +350,11 @@ impl Policy {
             // A penalty counts denials in the store; a synced denial never reaches it.
             return Err(Error::config(at("sync"), "", "does not combine with penalty"));
         }
+        if sync.is_some() && adaptive.is_some() {
+            // Adaptive counts every attempt in the store; a synced check reaches
+            // it once per share, so a burst would never look anomalous.
+            return Err(Error::config(at("sync"), "", "does not combine with adaptive"));
+        }
 
         let policy = Policy {
             name,

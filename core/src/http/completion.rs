@@ -145,6 +145,48 @@ impl Count {
         }
     }
 
+    /// What counts for a (policy, key) pair that several rules name: every
+    /// status `self` or `other` counts. `all` absorbs everything, `failed`
+    /// with `successful` is `all`; otherwise `failed` is the classes 4xx and
+    /// 5xx and `successful` 1xx to 3xx (a status outside 100..=599 then
+    /// counts only by a list's code), unless the list adds nothing to `failed`.
+    pub(crate) fn union(&self, other: &Count) -> Count {
+        use Count::{All, Failed, Statuses, Successful};
+        match (self, other) {
+            (All, _) | (_, All) | (Failed, Successful) | (Successful, Failed) => All,
+            (a, b) if a == b => a.clone(),
+            // Every listed status is >= 400, and `failed` counts no response too.
+            (Failed, Statuses(items)) | (Statuses(items), Failed)
+                if items.iter().all(|&i| i == 4 || i == 5 || i >= 400) =>
+            {
+                Failed
+            }
+            _ => {
+                let mut items: Vec<u16> = Vec::new();
+                for count in [self, other] {
+                    match count {
+                        Failed => items.extend([4, 5]),
+                        Successful => items.extend([1, 2, 3]),
+                        Statuses(listed) => items.extend(listed),
+                        All => {}
+                    }
+                }
+                let mut out: Vec<u16> = Vec::with_capacity(items.len());
+                for &i in &items {
+                    // A code its class already covers, or a repeat, adds nothing.
+                    if !out.contains(&i) && (i < 10 || !items.contains(&(i / 100))) {
+                        out.push(i);
+                    }
+                }
+                if (1..=5).all(|class| out.contains(&class)) {
+                    All
+                } else {
+                    Statuses(out)
+                }
+            }
+        }
+    }
+
     /// The token's spelling.
     fn token_text(&self) -> String {
         match self {
@@ -536,6 +578,51 @@ mod tests {
         let list = Count::Statuses(vec![4, 503]);
         assert!(list.counts(Some(404)) && list.counts(Some(503)) && list.counts(None));
         assert!(!list.counts(Some(500)) && !list.counts(Some(200)));
+    }
+
+    #[test]
+    fn unions_count_what_either_counts() {
+        let list = |items: &[u16]| Count::Statuses(items.to_vec());
+        for (a, b, want) in [
+            (Count::Failed, Count::All, Count::All),
+            (Count::All, list(&[401]), Count::All),
+            (Count::Failed, Count::Successful, Count::All),
+            (Count::Failed, Count::Failed, Count::Failed),
+            (Count::Failed, list(&[401, 5]), Count::Failed),
+            (Count::Failed, list(&[2]), list(&[4, 5, 2])),
+            (Count::Successful, list(&[401]), list(&[1, 2, 3, 401])),
+            (list(&[4, 503]), list(&[503, 401, 2]), list(&[4, 503, 2])),
+            (list(&[1, 2, 3]), list(&[4, 5]), Count::All),
+        ] {
+            for (x, y) in [(&a, &b), (&b, &a)] {
+                let u = x.union(y);
+                for status in [
+                    None,
+                    Some(100),
+                    Some(200),
+                    Some(302),
+                    Some(401),
+                    Some(404),
+                    Some(500),
+                    Some(503),
+                ] {
+                    assert_eq!(
+                        u.counts(status),
+                        x.counts(status) || y.counts(status),
+                        "{x:?} with {y:?} at {status:?}"
+                    );
+                }
+            }
+            let u = a.union(&b);
+            match (&u, &want) {
+                // The order of a list's items follows the operands.
+                (Count::Statuses(have), Count::Statuses(items)) => {
+                    assert_eq!(have.len(), items.len(), "{a:?} with {b:?}: {u:?}");
+                    assert!(items.iter().all(|i| have.contains(i)), "{a:?} with {b:?}: {u:?}");
+                }
+                _ => assert_eq!(u, want, "{a:?} with {b:?}"),
+            }
+        }
     }
 
     #[test]

@@ -212,18 +212,24 @@ pub(crate) fn rate_limit_headers(
     now_ms: i64,
 ) -> Vec<(String, String)> {
     let (policy, decision) = (shown.policy, shown.decision);
+    // Requests in flight have no window and no reset time (SPEC §6, §10): in
+    // every mode a concurrency policy's headers leave out the window (`w`)
+    // and the reset (`X-RateLimit-Reset`, `t`, `reset`, `RateLimit-Reset`),
+    // and keep its limit and what remains.
+    let in_flight = policy.algorithm() == Algorithm::Concurrency;
     let mut headers = Vec::with_capacity(5);
     if mode.legacy() {
-        let reset_epoch = (now_ms.max(0) as u64 + decision.reset_after_ms).div_ceil(1000);
         headers.push(("X-RateLimit-Limit".into(), decimal(decision.limit)));
         headers.push(("X-RateLimit-Remaining".into(), decimal(decision.remaining)));
-        headers.push(("X-RateLimit-Reset".into(), decimal(reset_epoch)));
+        if !in_flight {
+            let reset_epoch = (now_ms.max(0) as u64 + decision.reset_after_ms).div_ceil(1000);
+            headers.push(("X-RateLimit-Reset".into(), decimal(reset_epoch)));
+        }
     }
     if matches!(mode, HeaderMode::Ietf | HeaderMode::Both) {
         let name = quoted_name(policy.name());
-        if policy.algorithm() == Algorithm::Concurrency {
-            // Requests in flight have no window and no reset time: the
-            // draft's quota unit says what `q` counts; `t` is left out.
+        if in_flight {
+            // The draft's quota unit says what `q` counts; no `w`, no `t`.
             headers.push((
                 "RateLimit-Policy".into(),
                 format!("\"{name}\";q={};qu=\"concurrent-requests\"", decision.limit),
@@ -257,6 +263,16 @@ pub(crate) fn rate_limit_headers(
         let (limit, remaining) = (decision.limit, decision.remaining);
         let (w, reset) = (window_ms(policy).div_ceil(1000), ceil_secs(decision.reset_after_ms));
         match draft {
+            // draft-6 and draft-7 have no quota unit: the limit alone, no window, no reset.
+            HeaderDraft::Draft6 if in_flight => {
+                headers.push(("RateLimit-Policy".into(), limit.to_string()));
+                headers.push(("RateLimit-Limit".into(), limit.to_string()));
+                headers.push(("RateLimit-Remaining".into(), remaining.to_string()));
+            }
+            HeaderDraft::Draft7 if in_flight => {
+                headers.push(("RateLimit-Policy".into(), limit.to_string()));
+                headers.push(("RateLimit".into(), format!("limit={limit}, remaining={remaining}")));
+            }
             HeaderDraft::Draft6 => {
                 headers.push(("RateLimit-Policy".into(), format!("{limit};w={w}")));
                 headers.push(("RateLimit-Limit".into(), limit.to_string()));

@@ -289,6 +289,12 @@ impl Rule {
     }
 }
 
+/// A request's user, API key, key or header value, `None` when missing or
+/// empty: the one place every language's empty string becomes absent.
+fn present(value: Option<&str>) -> Option<&str> {
+    value.filter(|v| !v.is_empty())
+}
+
 struct Resolved<'a> {
     req: &'a RequestInfo,
     /// The client address key, or `unknown`.
@@ -312,10 +318,12 @@ impl Resolved<'_> {
                     Cow::Borrowed(method)
                 })
             }
-            Dimension::User => req.user.as_deref().map(Cow::Borrowed),
-            Dimension::ApiKey => req.api_key.as_deref().map(Cow::Borrowed),
-            Dimension::Header(name) => req.header(name).map(Cow::Borrowed),
-            Dimension::Key => req.key.as_deref().map(Cow::Borrowed),
+            // An empty value is absent, exactly like a missing one (SPEC §6):
+            // anonymous requests must not share one `user=` bucket.
+            Dimension::User => present(req.user.as_deref()).map(Cow::Borrowed),
+            Dimension::ApiKey => present(req.api_key.as_deref()).map(Cow::Borrowed),
+            Dimension::Header(name) => present(req.header(name)).map(Cow::Borrowed),
+            Dimension::Key => present(req.key.as_deref()).map(Cow::Borrowed),
             Dimension::Global => Some(Cow::Borrowed("")),
         }
     }
@@ -402,12 +410,23 @@ pub struct RouteShorthand {
 enum Plan<'r> {
     /// Answered without the store: denylisted, allowlisted, or not limited.
     Answer(Outcome),
-    /// The (policy index, key) pairs to decide, and each one's rule and
-    /// shadow flag.
+    /// The (policy index, key) pairs to decide, and each one's [`Owner`].
     Decide {
         targets: Vec<(usize, String)>,
-        owners: Vec<(&'r Rule, bool)>,
+        owners: Vec<Owner<'r>>,
     },
+}
+
+/// What the matching rules that name one (policy, key) pair make of it
+/// together: the pair is one limit, charged once (SPEC §6).
+struct Owner<'r> {
+    /// The first of those rules: its label names the decision and the metrics.
+    rule: &'r Rule,
+    /// Only observes: every one of those rules is `shadow` (or the file is).
+    /// One enforced rule enforces the pair, whatever the order.
+    shadow: bool,
+    /// The statuses that are charged: those any of the rules counts.
+    count: Cow<'r, completion::Count>,
 }
 
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
@@ -703,7 +722,7 @@ impl Limiter {
         let pairs: Vec<Check<'_>> = targets
             .iter()
             .zip(&owners)
-            .map(|((p, k), (_, shadow))| (*p, k.as_str(), *shadow))
+            .map(|((p, k), owner)| (*p, k.as_str(), owner.shadow))
             .collect();
         let decided = if charge {
             self.engine.decide(&pairs, options).await
@@ -730,7 +749,7 @@ impl Limiter {
         if self.engine.is_closed() {
             return Err(Error::Closed);
         }
-        if req.key.is_some() && !candidates.iter().any(Rule::reads_key) && !rules.reads_key() {
+        if present(req.key.as_deref()).is_some() && !candidates.iter().any(Rule::reads_key) && !rules.reads_key() {
             // A key function whose result nothing reads: say so, rather than key by something else.
             return Err(Error::config(
                 "key",
@@ -763,7 +782,7 @@ impl Limiter {
         };
         let path = normalize_path(&req.path, req.case_insensitive, req.ignore_trailing_slash);
         let mut targets: Vec<(usize, String)> = Vec::new();
-        let mut owners: Vec<(&Rule, bool)> = Vec::new();
+        let mut owners: Vec<Owner<'r>> = Vec::new();
         for rule in candidates
             .iter()
             .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
@@ -784,10 +803,18 @@ impl Limiter {
             let Some(mut key) = resolved.key(&rule.key) else {
                 continue;
             };
+            let shadow = rule.shadow || rules.shadow;
             for (n, &p) in policies.iter().enumerate() {
                 // The same policy on the same key is one limit, charged once
-                // (a request has a few targets: a scan, no set).
-                if targets.iter().any(|(q, k)| *q == p && *k == key) {
+                // (a request has a few targets: a scan, no set): enforced if
+                // any of its rules enforces it, a status charged if any of
+                // them counts it, whatever the rules' order.
+                if let Some(i) = targets.iter().position(|(q, k)| *q == p && *k == key) {
+                    let owner = &mut owners[i];
+                    owner.shadow &= shadow;
+                    if *owner.count != rule.count {
+                        owner.count = Cow::Owned(owner.count.union(&rule.count));
+                    }
                     continue;
                 }
                 let key = if n + 1 == policies.len() {
@@ -796,7 +823,11 @@ impl Limiter {
                     key.clone()
                 };
                 targets.push((p, key));
-                owners.push((rule, rule.shadow || rules.shadow));
+                owners.push(Owner {
+                    rule,
+                    shadow,
+                    count: Cow::Borrowed(&rule.count),
+                });
             }
         }
         if targets.is_empty() {
@@ -811,7 +842,7 @@ impl Limiter {
         &self,
         rules: &HttpRules,
         targets: &[(usize, String)],
-        owners: &[(&Rule, bool)],
+        owners: &[Owner<'_>],
         result: CheckResult,
         record: bool,
         cost: u64,
@@ -820,11 +851,11 @@ impl Limiter {
             .iter()
             .zip(owners)
             .zip(&result.decisions)
-            .map(|(((p, _), (rule, shadow)), d)| RuleDecision {
-                rule: rule.label.clone(),
+            .map(|(((p, _), owner), d)| RuleDecision {
+                rule: owner.rule.label.clone(),
                 policy: self.engine.policy_at(*p).name().to_string(),
                 decision: *d,
-                shadow: *shadow,
+                shadow: owner.shadow,
             })
             .collect();
         let blocking = |d: &RuleDecision| !d.decision.allowed && !d.shadow;
@@ -908,7 +939,7 @@ impl Limiter {
                 .zip(owners)
                 .zip(&result.decisions)
                 .enumerate()
-                .map(|(n, (((p, k), (rule, _)), d))| (*p, k.as_str(), &rule.count, *d, overridden(n)));
+                .map(|(n, (((p, k), owner), d))| (*p, k.as_str(), &*owner.count, *d, overridden(n)));
             outcome.completion = self.completion_token(completion::Completion::of(
                 result.now_ms,
                 cost,

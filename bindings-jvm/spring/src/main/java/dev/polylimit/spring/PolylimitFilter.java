@@ -132,8 +132,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private PackedRequest toRequest(HttpServletRequest request) {
         String path = request.getRequestURI().substring(request.getContextPath().length());
         PackedRequest packed = new PackedRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
-                request.getRemoteAddr(), present(user.apply(request)), present(apiKey.apply(request)),
-                present(key.apply(request)));
+                request.getRemoteAddr(), user.apply(request), apiKey.apply(request), key.apply(request));
         Enumeration<String> names = request.getHeaderNames();
         while (names.hasMoreElements()) {
             String name = names.nextElement();
@@ -158,10 +157,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
             }
         }
         return reads;
-    }
-
-    private static String present(String value) {
-        return value == null || value.isEmpty() ? null : value;
     }
 
     /** Spring MVC's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found as the dispatcher will. */

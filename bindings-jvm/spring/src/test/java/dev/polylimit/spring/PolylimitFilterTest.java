@@ -119,6 +119,8 @@ class PolylimitFilterTest {
         // Anonymous (no user): the rule keyed by user skips the request.
         assertEquals(List.of(200, 200, 200, 200), statuses(4, "/me"));
         assertTrue(get("/me").headers().firstValue("X-RateLimit-Limit").isEmpty());
+        // An empty user is no user (the core's rule, as in every language): skipped, no shared bucket.
+        assertEquals(List.of(200, 200, 200, 200), statuses(4, "/me", "X-User", ""));
         // The api_key rule reads the API key hook, not the user.
         assertEquals(List.of(200, 200, 429), statuses(3, "/keyed", "X-Api-Key", "k1", "X-User", "carol"));
         assertEquals(List.of(200, 200), statuses(2, "/keyed", "X-Api-Key", "k2", "X-User", "carol"));
