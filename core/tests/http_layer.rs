@@ -172,3 +172,24 @@ rules:
     .unwrap();
     assert!(!plain.reads_header("X-Forwarded-For"));
 }
+
+#[tokio::test]
+async fn rules_naming_one_pair_merge_their_count_and_shadow() {
+    // A failed rule and an all rule on the same (policy, key): every status
+    // counts, so nothing is settled after the response (no completion token),
+    // and the pair is enforced although the first rule is shadow.
+    let limiter = Limiter::from_rules(
+        "policies:\n  login: { algorithm: fixed_window, rate: 1/h }\n\
+         rules:\n  - { match: { path: /login }, key: [ip], policy: login, count: failed, shadow: true }\n\
+         \x20 - { match: { path: /login }, key: [ip], policy: login }\n",
+    )
+    .unwrap();
+    let mut req = request("/login", "203.0.113.7");
+    req.now_ms = Some(1_700_000_000_000);
+    let first = limiter.check_request(&req).await.unwrap();
+    assert_eq!(first.status, None);
+    assert_eq!(first.completion, None, "all absorbs failed: nothing to settle");
+    assert_eq!(first.decisions.len(), 1, "one limit, charged once");
+    assert!(!first.decisions[0].shadow, "enforced by the second rule");
+    assert_eq!(limiter.check_request(&req).await.unwrap().status, Some(429));
+}
