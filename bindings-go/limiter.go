@@ -31,6 +31,7 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_release
 #cgo noescape polylimit_limiter_clone
 #cgo nocallback polylimit_limiter_clone
+#cgo nocallback polylimit_ended_status
 */
 import "C"
 
@@ -38,6 +39,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"runtime"
 	"runtime/cgo"
 	"sync"
@@ -490,6 +492,26 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 	default:
 		return takeError(rc, cerr)
 	}
+}
+
+// endedStatus is the status a request served by the middleware ends with,
+// by the core's rule (polylimit_ended_status, SPEC §6): written is the
+// status the handler wrote (0: none), panicked whether it panicked, gone
+// whether the client left. 0 is "no response"; a client that left after
+// the handler answered is charged as that answer.
+func endedStatus(written int, panicked, gone bool) int {
+	status := written
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	return int(C.polylimit_ended_status(C.uint16_t(status), cbool(written != 0), cbool(panicked), cbool(gone)))
+}
+
+func cbool(b bool) C.uint8_t {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Reset forgets key under every policy.
