@@ -95,3 +95,64 @@ for (const framework of ['express', 'fastify']) {
     });
   }
 }
+
+// Issue 32 item 5: a client that hangs up while its check waits for Redis (paused) must not
+// keep its concurrency slot until the lease ends. Node runs the handler once the check answers
+// (its response ends on a socket nobody reads) and settles it then: the slot comes back.
+async function slotApp(framework, limiter) {
+  if (framework === 'express') {
+    const app = express();
+    app.get('/', rateLimit({ limiter, key: ['ip'] }), (req, res) => res.send('ok'));
+    const server = http.createServer(app);
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { server, url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+  }
+  const app = Fastify();
+  await app.register(polylimitFastify, { limiter, global: false });
+  app.get('/', { config: { rateLimit: { key: ['ip'] } } }, async () => 'ok');
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  return { server: app.server, url: `http://127.0.0.1:${app.server.address().port}`, close: () => app.close() };
+}
+
+function getStatus(url) {
+  return new Promise((resolve, reject) => {
+    http.get(url, { agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    }).on('error', reject);
+  });
+}
+
+for (const framework of ['express', 'fastify']) {
+  test(`${framework}: a client that hangs up while its check waits for Redis frees its slot`, async () => {
+    const limiter = new Limiter({
+      policy: { algorithm: 'concurrency', limit: 1, lease: '30s' },
+      store: redis.url,
+      timeout: '10s',
+      prefix: `node-hangup-slot-${process.pid}-${seq++}`,
+    });
+    const settled = new EventEmitter();
+    const complete = limiter.complete.bind(limiter);
+    limiter.complete = (token, status) => complete(token, status).finally(() => settled.emit('settled'));
+    const s = await slotApp(framework, limiter);
+    const pid = redis.child.pid;
+    try {
+      assert.equal(await getStatus(s.url), 200);
+      process.kill(pid, 'SIGSTOP');
+      const arrived = once(s.server, 'request');
+      const done = once(settled, 'settled');
+      const req = http.get(s.url, { agent: false });
+      req.on('error', () => {}); // the hang-up below
+      await arrived;
+      await new Promise((r) => setTimeout(r, 50)); // the check is sent to the paused Redis
+      req.destroy();
+      process.kill(pid, 'SIGCONT');
+      await done;
+      assert.deepEqual([await getStatus(s.url), await getStatus(s.url)], [200, 200]);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+      await s.close();
+      limiter.close();
+    }
+  });
+}
