@@ -235,7 +235,10 @@ impl PyLimiter {
     fn check_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.check_request(&req).await })
+        future::spawn(py, async move {
+            let outcome = inner.check_request(&req).await?;
+            Ok(Done::Request(outcome, inner))
+        })
     }
 
     /// `check_request`, blocking with the GIL released.
@@ -284,7 +287,10 @@ impl PyLimiter {
         let req = request_info(request)?;
         let rule = rule.get().0.clone();
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.check_route(&req, &rule).await })
+        future::spawn(py, async move {
+            let outcome = inner.check_route(&req, &rule).await?;
+            Ok(Done::Request(outcome, inner))
+        })
     }
 
     /// `check_route`, blocking with the GIL released.
