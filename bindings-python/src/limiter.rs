@@ -64,6 +64,18 @@ pub(crate) fn options_value(
     Ok(Value::Object(map))
 }
 
+/// The status a middleware's request ends with (`polylimit::ended_status`,
+/// SPEC §6), from what the middleware saw; `None`: no response.
+#[pyfunction]
+pub(crate) fn ended_status(
+    status: u16,
+    handler_answered: bool,
+    handler_failed: bool,
+    client_gone: bool,
+) -> Option<u16> {
+    polylimit::ended_status(status, handler_answered, handler_failed, client_gone)
+}
+
 /// `polylimit.effective_config(**options)`: the configuration `Limiter(...)`
 /// would be built from, in canonical form, as a plain dict.
 #[pyfunction]
