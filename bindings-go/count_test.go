@@ -22,6 +22,11 @@ func countHandler() http.Handler {
 		switch q := r.URL.Query(); {
 		case q.Has("panic"):
 			panic("the handler failed")
+		case q.Has("writepanic"):
+			// Answers 200 (sent at once), then fails.
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			panic("the handler failed after answering")
 		case q.Has("hang"):
 			<-r.Context().Done()
 		case q.Has("flush"):
@@ -120,6 +125,26 @@ func TestMiddlewareCountsOnlyFailures(t *testing.T) {
 				t.Fatalf("3 failures later: %d", status)
 			}
 		})
+	}
+}
+
+// The status a request ends with is the core's rule (SPEC §6): a handler
+// that answered 200 and then panicked is charged as 200 (it was "no
+// response", so free under count: successful), while one that panicked
+// with nothing written is no response.
+func TestMiddlewareChargesTheAnswerOfAHandlerThatPanickedAfterWriting(t *testing.T) {
+	srv, _ := countServer(t, Options{
+		Policy: &Policy{Algorithm: "fixed_window", Rate: "2/h"},
+		Count:  []string{"successful"}, Prefix: fmt.Sprintf("go-count-ended-%d", time.Now().UnixNano()),
+	})
+	for i := 0; i < 3; i++ {
+		countGet(t, srv, "panic") // no response: free under successful
+	}
+	for i := 0; i < 2; i++ {
+		countGet(t, srv, "writepanic")
+	}
+	if status, _ := countGet(t, srv, "status=200"); status != 429 {
+		t.Fatalf("after two answered 200s on 2/h: %d", status)
 	}
 }
 

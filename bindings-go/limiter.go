@@ -31,6 +31,7 @@ static polylimit_callback_t polylimit_go_done(void) {
 #cgo nocallback polylimit_limiter_try_release
 #cgo noescape polylimit_limiter_clone
 #cgo nocallback polylimit_limiter_clone
+#cgo nocallback polylimit_ended_status
 */
 import "C"
 
@@ -38,6 +39,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"runtime"
 	"runtime/cgo"
 	"sync"
@@ -395,11 +397,69 @@ func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs 
 		}
 		return string(p.out[:outLen]), nil
 	case C.POLYLIMIT_PENDING:
-		r, err := awaitPending(ctx, pending)
-		return r.text, err
+		return l.awaitOutcome(ctx, pending)
 	default:
 		return "", takeError(rc, cerr)
 	}
+}
+
+// awaitOutcome waits for a request's packed outcome or for ctx. When ctx
+// ends first the decision still completes, and may have charged and taken
+// a concurrency slot: its completion token is then settled as "no response"
+// (status 0), so a caller that hung up holds no slot until the lease ends
+// (as Acquire gives back a cancelled acquire's lease).
+func (l *Limiter) awaitOutcome(ctx context.Context, pending *C.polylimit_pending_t) (string, error) {
+	ch, pooled, err := startPending(pending)
+	if err != nil {
+		return "", err
+	}
+	select {
+	case r := <-ch:
+		if pooled {
+			waiterPool.Put(ch)
+		}
+		return r.text, r.err
+	case <-ctx.Done():
+		go func() {
+			r := <-ch
+			if pooled {
+				waiterPool.Put(ch)
+			}
+			if r.err == nil {
+				if token := completionOf(r.text); token != "" {
+					_ = l.Complete(context.Background(), token, 0)
+				}
+			}
+			if settled := cancelledRequestSettled; settled != nil {
+				settled()
+			}
+		}()
+		return "", ctx.Err()
+	}
+}
+
+// cancelledRequestSettled, set by tests only, runs once the decision of a
+// request whose ctx ended has completed and its token (if any) is settled.
+var cancelledRequestSettled func()
+
+// completionOf is the completion token of a packed outcome ("" for none or
+// a malformed outcome).
+func completionOf(packed string) string {
+	r := reader{s: packed}
+	head := r.head()
+	for n := r.count(8); n > 0 && !r.bad; n-- {
+		r.str()
+		r.str()
+	}
+	if head.hasBody {
+		r.str()
+	}
+	r.skipDecisions()
+	token := r.optStr()
+	if r.bad {
+		return ""
+	}
+	return token
 }
 
 // Complete settles a request after its response: token is its Outcome's
@@ -432,6 +492,26 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 	default:
 		return takeError(rc, cerr)
 	}
+}
+
+// endedStatus is the status a request served by the middleware ends with,
+// by the core's rule (polylimit_ended_status, SPEC §6): written is the
+// status the handler wrote (0: none), panicked whether it panicked, gone
+// whether the client left. 0 is "no response"; a client that left after
+// the handler answered is charged as that answer.
+func endedStatus(written int, panicked, gone bool) int {
+	status := written
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	return int(C.polylimit_ended_status(C.uint16_t(status), cbool(written != 0), cbool(panicked), cbool(gone)))
+}
+
+func cbool(b bool) C.uint8_t {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Reset forgets key under every policy.

@@ -117,20 +117,16 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 }
 
 // serveAndSettle serves a request whose charge depends on its status (a
-// rule's count), then settles it once: with the status written (200 when
-// the handler wrote nothing), or as failed (no response) when the handler
-// panicked (the panic goes on) or the client went away before an answer.
+// rule's count), then settles it once with the core's rule (endedStatus):
+// the status the handler wrote, also when the client left since or it
+// panicked after writing (the panic goes on); 200 when it wrote nothing to
+// a client still there; no response when it wrote nothing and panicked or
+// its client went away.
 func (l *Limiter) serveAndSettle(next http.Handler, w http.ResponseWriter, r *http.Request, token string) {
 	rec := &statusRecorder{ResponseWriter: w}
 	defer func() {
 		p := recover()
-		status := rec.status
-		switch {
-		case p != nil:
-			status = 0
-		case status == 0 && r.Context().Err() == nil:
-			status = http.StatusOK
-		}
+		status := endedStatus(rec.status, p != nil, r.Context().Err() != nil)
 		// A refund that must happen even when the client is gone; the core bounds it by its timeout.
 		_ = l.Complete(context.WithoutCancel(r.Context()), token, status)
 		if p != nil {

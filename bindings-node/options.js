@@ -2,6 +2,7 @@
 // Middleware options → a Limiter built from rules. Only option translation
 // lives here: keys, headers, bodies and client IPs are decided by the core.
 const { Limiter } = require('./index');
+const native = require('./native');
 
 // The middleware's own options: the rest go to the core as they are (its one options list).
 const MIDDLEWARE_ONLY = ['limiter', 'keyGenerator', 'user', 'apiKey', 'skip', 'handler', 'requestPropertyName', 'perRoute'];
@@ -55,10 +56,11 @@ function routeRuleFor(limiter, options, perRoute) {
  * concurrency lease) as its response ends: when the handler calls `res.end()` (Express and
  * Fastify do), `limiter.complete(token, status)` runs first and the response ends once it has
  * answered, so the same client's next request sees the charge given back or the slot free (on
- * 'finish' it raced the next request). A client that went away before the handler ended the
- * response counts as failed, settled only once the handler is done with it, so a concurrency
- * slot is not given to the next request while this handler still runs; a handler that never
- * ends the response keeps it until its lease ends. Never throws into the app.
+ * 'finish' it raced the next request). The status comes from the core's rule
+ * (`polylimit::ended_status`): a client that went away before the response was done is charged
+ * as the status the handler answered with, settled only once the handler is done with it, so a
+ * concurrency slot is not given to the next request while this handler still runs; a handler
+ * that never ends the response keeps it until its lease ends. Never throws into the app.
  */
 function settleAfterResponse(limiter, outcome, res) {
   const token = outcome.completion;
@@ -66,7 +68,9 @@ function settleAfterResponse(limiter, outcome, res) {
   const end = res.end;
   res.end = function endAfterSettling(...args) {
     res.end = end;
-    const status = res.destroyed && !res.writableFinished ? null : res.statusCode;
+    // The handler (or the framework for it) answered: the core's rule charges a client that
+    // left since as that answer's status, never as "no response".
+    const status = native.endedStatus(res.statusCode, true, false, res.destroyed && !res.writableFinished);
     let settled;
     try {
       settled = limiter.complete(token, status);

@@ -410,6 +410,15 @@ pub fn effective_config(env: Env, options: Value) -> Result<Value> {
     })
 }
 
+/// The status a middleware's request ends with (`polylimit::ended_status`,
+/// SPEC §6), from the facts the middleware saw; null: no response.
+#[napi]
+#[cfg_attr(test, allow(dead_code))] // called from JavaScript only
+pub fn ended_status(status: u32, handler_answered: bool, handler_failed: bool, client_gone: bool) -> Option<u32> {
+    let status = u16::try_from(status).unwrap_or(0);
+    polylimit::ended_status(status, handler_answered, handler_failed, client_gone).map(u32::from)
+}
+
 /// Counts `onAnomaly` callbacks that threw or rejected, in the limiter's
 /// `polylimit_anomaly_callback_errors_total`, without holding the limiter.
 #[napi]

@@ -42,6 +42,9 @@ pub(crate) enum Done {
     Acquired(Decision, Option<crate::lease::PyLease>),
     /// A plain value (a dict, a bool, None): per-key overrides.
     Value(serde_json::Value),
+    /// A request's outcome, with the limiter to settle its completion token
+    /// (charges, concurrency leases) as "no response" when nobody awaits it.
+    Request(Outcome, polylimit::Limiter),
 }
 
 impl From<Decision> for Done {
@@ -88,6 +91,21 @@ impl Done {
                 (PyDecision(d), lease).into_py_any(py)
             }
             Done::Value(v) => Ok(crate::convert::to_py(py, &v)?.unbind()),
+            Done::Request(o, _) => PyOutcome(o).into_py_any(py),
+        }
+    }
+
+    /// The caller went away (its future was cancelled while the core ran):
+    /// a request that was admitted and holds a completion token is settled
+    /// as "no response", so it keeps no concurrency slot until its lease
+    /// ends and no charge its `count` would not make.
+    fn abandon(self) {
+        if let Done::Request(outcome, limiter) = self {
+            if let Some(token) = outcome.completion {
+                runtime().spawn(async move {
+                    let _ = limiter.complete(&token, None).await;
+                });
+            }
         }
     }
 }
@@ -162,7 +180,11 @@ impl Drain {
 fn resolve(future: &Bound<'_, PyAny>, result: polylimit::Result<Done>) -> PyResult<()> {
     let py = future.py();
     if future.call_method0(intern!(py, "done"))?.is_truthy()? {
-        return Ok(()); // cancelled while the check ran
+        // Cancelled while the check ran: nobody gets the result.
+        if let Ok(done) = result {
+            done.abandon();
+        }
+        return Ok(());
     }
     match result.map_err(to_py_err).and_then(|done| done.into_py(py)) {
         Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,

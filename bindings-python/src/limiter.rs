@@ -64,6 +64,18 @@ pub(crate) fn options_value(
     Ok(Value::Object(map))
 }
 
+/// The status a middleware's request ends with (`polylimit::ended_status`,
+/// SPEC §6), from what the middleware saw; `None`: no response.
+#[pyfunction]
+pub(crate) fn ended_status(
+    status: u16,
+    handler_answered: bool,
+    handler_failed: bool,
+    client_gone: bool,
+) -> Option<u16> {
+    polylimit::ended_status(status, handler_answered, handler_failed, client_gone)
+}
+
 /// `polylimit.effective_config(**options)`: the configuration `Limiter(...)`
 /// would be built from, in canonical form, as a plain dict.
 #[pyfunction]
@@ -235,7 +247,10 @@ impl PyLimiter {
     fn check_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.check_request(&req).await })
+        future::spawn(py, async move {
+            let outcome = inner.check_request(&req).await?;
+            Ok(Done::Request(outcome, inner))
+        })
     }
 
     /// `check_request`, blocking with the GIL released.
@@ -284,7 +299,10 @@ impl PyLimiter {
         let req = request_info(request)?;
         let rule = rule.get().0.clone();
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.check_route(&req, &rule).await })
+        future::spawn(py, async move {
+            let outcome = inner.check_route(&req, &rule).await?;
+            Ok(Done::Request(outcome, inner))
+        })
     }
 
     /// `check_route`, blocking with the GIL released.

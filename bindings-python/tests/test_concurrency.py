@@ -181,3 +181,37 @@ def test_a_collected_lease_gives_its_slot_back(store: str) -> None:
     while not limiter.acquire_sync("k")[0].allowed:
         assert time.monotonic() < deadline, "a collected lease kept its slot"
         time.sleep(0.01)
+
+
+def test_cancelled_check_request_gives_its_slot_back() -> None:
+    """Issue 32 item 5: a ``check_request`` cancelled while Redis has not answered (a client that
+    hung up, a ``wait_for``) takes a concurrency slot once Redis answers; the outcome nobody
+    awaits is settled as "no response", so the slot is free again rather than held for the
+    whole 30s lease."""
+    server = RedisServer()
+    try:
+        limiter = make(server.url, policy={"algorithm": "concurrency", "limit": 1, "lease": "30s"}, timeout="10s")
+        request = {"method": "GET", "path": "/", "peer": "10.0.0.1"}
+
+        async def admitted() -> bool:
+            outcome = await limiter.check_request(request)
+            if outcome.completion is not None:
+                await limiter.complete(outcome.completion, 200)
+            return outcome.status is None
+
+        async def main():
+            assert await admitted()
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(limiter.check_request(request), 0.05)
+            finally:
+                os.kill(server.proc.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 5
+            while not await admitted():
+                assert time.monotonic() < deadline, "the cancelled check_request kept its slot"
+                await asyncio.sleep(0.01)
+
+        asyncio.run(main())
+    finally:
+        server.kill()

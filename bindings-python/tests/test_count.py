@@ -207,3 +207,16 @@ def test_the_asgi_middleware_settles_before_the_last_byte(store: str) -> None:
         assert await remaining_as_the_last_byte_goes("wrong") == "1"
 
     asyncio.run(main())
+
+
+def test_ended_status_is_the_core_rule() -> None:
+    """The status the FastAPI middlewares settle with comes from the core (SPEC §6): a client that
+    left after the app answered is charged as that answer; nothing written is no response."""
+    from polylimit import _polylimit
+
+    assert _polylimit.ended_status(200, True, False, True) == 200
+    assert _polylimit.ended_status(500, True, True, False) == 500
+    assert _polylimit.ended_status(200, False, True, False) is None
+    assert _polylimit.ended_status(200, False, False, True) is None
+    assert _polylimit.ended_status(200, False, False, False) == 200
+    assert _polylimit.ended_status(0, True, False, False) is None

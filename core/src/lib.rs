@@ -48,7 +48,8 @@ pub use document::{parse as parse_document, parse_rules};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{
-    HeaderDraft, HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision,
+    ended_status, HeaderDraft, HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand,
+    RuleDecision,
 };
 #[doc(hidden)]
 pub use limiter::RefundProbe;

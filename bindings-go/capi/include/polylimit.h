@@ -647,6 +647,19 @@ int32_t polylimit_limiter_try_complete(const struct polylimit_limiter_t *limiter
                                        struct polylimit_pending_t **pending,
                                        struct polylimit_error_t **err);
 
+// The status a middleware's request ends with, to pass to
+// `polylimit_limiter_try_complete` (the core's `ended_status`, SPEC §6),
+// from what the middleware saw: `status` the response's status (0: none),
+// `handler_answered` nonzero when the handler wrote a status, `handler_failed`
+// when it panicked, `client_gone` when the client left before the response
+// was done. 0 is "no response": the handler wrote nothing and failed, or
+// its client left; a client that left after the handler answered is charged
+// as that status.
+uint16_t polylimit_ended_status(uint16_t status,
+                                uint8_t handler_answered,
+                                uint8_t handler_failed,
+                                uint8_t client_gone);
+
 // Frees `len` bytes this library returned (`out_owned` of
 // `polylimit_limiter_try_check_request`). NULL is ignored.
 //

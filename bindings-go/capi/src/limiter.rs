@@ -651,6 +651,24 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
     })
 }
 
+/// The status a middleware's request ends with, to pass to
+/// `polylimit_limiter_try_complete` (the core's `ended_status`, SPEC §6),
+/// from what the middleware saw: `status` the response's status (0: none),
+/// `handler_answered` nonzero when the handler wrote a status, `handler_failed`
+/// when it panicked, `client_gone` when the client left before the response
+/// was done. 0 is "no response": the handler wrote nothing and failed, or
+/// its client left; a client that left after the handler answered is charged
+/// as that status.
+#[no_mangle]
+pub extern "C" fn polylimit_ended_status(
+    status: u16,
+    handler_answered: u8,
+    handler_failed: u8,
+    client_gone: u8,
+) -> u16 {
+    polylimit::ended_status(status, handler_answered != 0, handler_failed != 0, client_gone != 0).unwrap_or(0)
+}
+
 /// Frees `len` bytes this library returned (`out_owned` of
 /// `polylimit_limiter_try_check_request`). NULL is ignored.
 ///

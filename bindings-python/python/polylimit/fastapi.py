@@ -61,7 +61,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule
+from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule, ended_status as _ended_status
 
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
 
@@ -96,6 +96,13 @@ def _settle_soon(limiter: Any, token: str, status: Optional[int]) -> None:
         return
     _settling.add(task)
     task.add_done_callback(_settling.discard)
+
+
+def _ended(seen: List[int], failed: bool = False, gone: bool = False) -> Optional[int]:
+    """The status a request ends with, by the core's rule (``ended_status``, SPEC §6): the status
+    the app started its response with (``seen``), also when the client left since; no response
+    (``None``) when it started none."""
+    return _ended_status(seen[0] if seen else 0, bool(seen), failed, gone)
 
 
 def _route_status(scope: Scope) -> int:
@@ -372,7 +379,7 @@ async def _send_capturing(send: Send, seen: List[int], pending: List[Tuple[Any, 
         settling = list(pending)
         pending.clear()
         for limiter, token in settling:
-            await _settle(limiter, token, seen[0] if seen else None)
+            await _settle(limiter, token, _ended(seen))
     await send(message)
 
 
@@ -393,12 +400,17 @@ class _SettleMiddleware:
             await self.app(scope, receive, functools.partial(_send_capturing, send, seen, pending))
         except asyncio.CancelledError:
             for limiter, token in pending:
-                _settle_soon(limiter, token, seen[0] if seen else None)
+                _settle_soon(limiter, token, _ended(seen, gone=True))
+            pending.clear()
+            raise
+        except Exception:
+            for limiter, token in pending:
+                await _settle(limiter, token, _ended(seen, failed=True))
             pending.clear()
             raise
         finally:
             for limiter, token in pending:
-                await _settle(limiter, token, seen[0] if seen else None)
+                await _settle(limiter, token, _ended(seen))
 
 
 def _route_template(scope: Scope) -> Optional[str]:
@@ -498,15 +510,20 @@ class PolylimitMiddleware:
                 message["headers"] = list(message.get("headers", ())) + headers
             elif token and _is_last_body(message):
                 settling, token = token, ""
-                await _settle(self.limiter, settling, seen[0] if seen else None)
+                await _settle(self.limiter, settling, _ended(seen))
             await send(message)
 
         try:
             await self.app(scope, receive, send_capturing)
         except asyncio.CancelledError:
-            _settle_soon(self.limiter, token, seen[0] if seen else None)
+            _settle_soon(self.limiter, token, _ended(seen, gone=True))
             token = ""
+            raise
+        except Exception:
+            settling, token = token, ""
+            if settling:
+                await _settle(self.limiter, settling, _ended(seen, failed=True))
             raise
         finally:
             if token:
-                await _settle(self.limiter, token, seen[0] if seen else None)
+                await _settle(self.limiter, token, _ended(seen))

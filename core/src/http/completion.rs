@@ -703,3 +703,48 @@ mod tests {
         );
     }
 }
+
+/// The status a request ends with, to pass to [`Limiter::complete`] (SPEC
+/// §6), from what the middleware saw rather than its own verdict:
+///
+/// - `status`: the response's status as the framework holds it (0: none);
+/// - `handler_answered`: the handler wrote a status or ended the response
+///   (headers written, `res.end()` called), even if the client had already
+///   left;
+/// - `handler_failed`: the handler raised or panicked;
+/// - `client_gone`: the client went away before the response was done.
+///
+/// `None` is "no response": the handler wrote nothing, and either failed or
+/// the client left (nothing is ever sent). A client that left after the
+/// handler answered is charged as that answer's status, so a hang-up never
+/// makes a request free under `count: successful`. A handler that returned
+/// without writing, to a client still there, ends with the framework's
+/// default `status` (200 for most).
+pub fn ended_status(status: u16, handler_answered: bool, handler_failed: bool, client_gone: bool) -> Option<u16> {
+    match status {
+        0 => None,
+        _ if handler_answered => Some(status),
+        _ if handler_failed || client_gone => None,
+        _ => Some(status),
+    }
+}
+
+#[cfg(test)]
+mod ended_status_tests {
+    use super::ended_status;
+
+    #[test]
+    fn a_client_gone_after_the_handler_answered_is_charged_as_the_answer() {
+        assert_eq!(ended_status(200, true, false, true), Some(200));
+        assert_eq!(ended_status(500, true, true, true), Some(500));
+        assert_eq!(ended_status(401, true, false, false), Some(401));
+    }
+
+    #[test]
+    fn nothing_written_is_no_response_unless_the_framework_answers() {
+        assert_eq!(ended_status(200, false, true, false), None);
+        assert_eq!(ended_status(200, false, false, true), None);
+        assert_eq!(ended_status(200, false, false, false), Some(200));
+        assert_eq!(ended_status(0, true, false, false), None);
+    }
+}

@@ -6,6 +6,7 @@ pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
 pub(crate) mod completion;
+pub use completion::ended_status;
 mod concurrency;
 pub(crate) mod headers;
 pub(crate) mod route;
