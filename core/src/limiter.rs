@@ -171,6 +171,8 @@ struct Inner {
     alerts: Arc<crate::anomaly::Alerts>,
     /// The budget of one check's store calls (`timeout`).
     timeout: std::time::Duration,
+    /// Without `overrides: true`, on Redis: the overrides it ignores, said once.
+    ignored_overrides: Option<crate::overrides::IgnoredOverrides>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -309,6 +311,8 @@ impl Engine {
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
         let block_cache = (config.block_cache > 0 && matches!(backend, Backend::Redis(_)))
             .then(|| BlockCache::new(policies.len(), config.block_cache));
+        let ignored_overrides = (!config.overrides && matches!(backend, Backend::Redis(_)))
+            .then(|| crate::overrides::IgnoredOverrides::new(policies.len()));
         Ok(Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -321,6 +325,7 @@ impl Engine {
                 block_cache,
                 sync: synced::SyncCache::new(config.max_keys),
                 regions,
+                ignored_overrides,
                 alerts,
                 timeout: config.timeout,
             }),
@@ -441,6 +446,9 @@ impl Engine {
     async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
         if let Backend::Memory = self.inner.backend {
             return self.decide_local(targets, options, charge).await;
+        }
+        if let Some(notice) = &self.inner.ignored_overrides {
+            self.notice_overrides(notice, targets);
         }
         // One budget for every store call of this check (SPEC §5).
         crate::resilience::within_budget(self.inner.timeout, self.decide_budgeted(targets, options, charge)).await
@@ -696,6 +704,17 @@ impl Engine {
             .into_iter()
             .flatten()
             .collect()
+    }
+
+    /// The store key marking that policy `i` has per-key overrides (`%` is
+    /// escaped in every user key, so none is `{%overrides}`).
+    pub(crate) fn override_marker(&self, i: usize) -> String {
+        format!("{}:{{%overrides}}", self.inner.policies[i].key_head)
+    }
+
+    /// The overrides this limiter ignores (no `overrides: true`, on Redis).
+    pub(crate) fn ignored_overrides(&self) -> Option<&crate::overrides::IgnoredOverrides> {
+        self.inner.ignored_overrides.as_ref()
     }
 
     /// Whether checks read per-key overrides ([`LimiterConfig::overrides`]).
@@ -1100,6 +1119,9 @@ impl Engine {
         }
         if let Some(regions) = &self.inner.regions {
             regions.render(&mut text);
+        }
+        if let Some(notice) = &self.inner.ignored_overrides {
+            notice.render(self.policies().map(|p| p.name().to_string()), &mut text);
         }
         if self.inner.policies.iter().any(|c| c.params.adaptive.is_some()) {
             self.inner.alerts.render(&mut text);
