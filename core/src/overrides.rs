@@ -389,54 +389,6 @@ fn now_arg(now_ms: Option<i64>) -> String {
     now_ms.map(|n| n.to_string()).unwrap_or_default()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_read_back_and_foreign_ones_are_none() {
-        let policy = Policy::from_value(&json!({"rate": "10/s"}), "").unwrap();
-        let params = override_params(&policy, "100/m", Some(500)).unwrap();
-        let [c, p, b, d, u] = record(&params, 1234);
-        let raw = format!("o1 {c} {p} {b} {d} {u}");
-        assert_eq!(parse_record(&raw, params.kind), Some(([100, 60_000, 500, 0], 1234)));
-        for foreign in [
-            "",
-            "o1",
-            "o1 1 2 3 4",
-            "o1 0 1 1 0 0",
-            "o1 1 1 1 0 0 0",
-            "x1 1 1 1 0 0",
-            "o1 -1 1 1 0 0",
-        ] {
-            assert_eq!(parse_record(foreign, params.kind), None, "{foreign:?}");
-        }
-        assert_eq!(rate_text(100, 60_000), "100/1m");
-        assert_eq!(rate_text(7, 1500), "7/1500ms");
-    }
-
-    #[test]
-    fn bad_limits_name_their_field() {
-        let window = Policy::from_value(&json!({"algorithm": "fixed_window", "rate": "10/s"}), "").unwrap();
-        let e = override_params(&window, "ten/s", None).unwrap_err().to_string();
-        assert!(e.starts_with("rate: \"ten/s\""), "{e}");
-        let e = override_params(&window, "10/s", Some(5)).unwrap_err().to_string();
-        assert!(e.starts_with("burst"), "{e}");
-        let e = OverrideSpec::from_value(&json!({"rate": "1/s", "ttl": -1}), Naming::Snake)
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("ttl"), "{e}");
-        let e = OverrideSpec::from_value(&json!({"rate": "1/s", "limit": 3}), Naming::Snake)
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("limit"), "{e}");
-        let spec = OverrideSpec::from_value(&json!({"rate": "1/s", "ttl": 2.5}), Naming::Snake).unwrap();
-        assert_eq!(spec.ttl, Some(Duration::from_millis(2500)));
-        let spec = OverrideSpec::from_value(&json!({"Rate": "1/s", "TTL": 2_000_000, "Burst": 0}), Naming::Go).unwrap();
-        assert_eq!((spec.ttl, spec.burst), (Some(Duration::from_millis(2)), None));
-    }
-}
-
 /// Marks that policy `KEYS[1]`'s overrides exist: the marker lives as long
 /// as the longest override set (`ARGV[1]` ms, 0: no end).
 const MARK_SCRIPT: &str = r#"
@@ -556,5 +508,53 @@ impl Engine {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_read_back_and_foreign_ones_are_none() {
+        let policy = Policy::from_value(&json!({"rate": "10/s"}), "").unwrap();
+        let params = override_params(&policy, "100/m", Some(500)).unwrap();
+        let [c, p, b, d, u] = record(&params, 1234);
+        let raw = format!("o1 {c} {p} {b} {d} {u}");
+        assert_eq!(parse_record(&raw, params.kind), Some(([100, 60_000, 500, 0], 1234)));
+        for foreign in [
+            "",
+            "o1",
+            "o1 1 2 3 4",
+            "o1 0 1 1 0 0",
+            "o1 1 1 1 0 0 0",
+            "x1 1 1 1 0 0",
+            "o1 -1 1 1 0 0",
+        ] {
+            assert_eq!(parse_record(foreign, params.kind), None, "{foreign:?}");
+        }
+        assert_eq!(rate_text(100, 60_000), "100/1m");
+        assert_eq!(rate_text(7, 1500), "7/1500ms");
+    }
+
+    #[test]
+    fn bad_limits_name_their_field() {
+        let window = Policy::from_value(&json!({"algorithm": "fixed_window", "rate": "10/s"}), "").unwrap();
+        let e = override_params(&window, "ten/s", None).unwrap_err().to_string();
+        assert!(e.starts_with("rate: \"ten/s\""), "{e}");
+        let e = override_params(&window, "10/s", Some(5)).unwrap_err().to_string();
+        assert!(e.starts_with("burst"), "{e}");
+        let e = OverrideSpec::from_value(&json!({"rate": "1/s", "ttl": -1}), Naming::Snake)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("ttl"), "{e}");
+        let e = OverrideSpec::from_value(&json!({"rate": "1/s", "limit": 3}), Naming::Snake)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("limit"), "{e}");
+        let spec = OverrideSpec::from_value(&json!({"rate": "1/s", "ttl": 2.5}), Naming::Snake).unwrap();
+        assert_eq!(spec.ttl, Some(Duration::from_millis(2500)));
+        let spec = OverrideSpec::from_value(&json!({"Rate": "1/s", "TTL": 2_000_000, "Burst": 0}), Naming::Go).unwrap();
+        assert_eq!((spec.ttl, spec.burst), (Some(Duration::from_millis(2)), None));
     }
 }
