@@ -11,6 +11,12 @@ export interface RetryOptions {
   jitter?: number;
   /** Statuses retried (default [429, 503]). */
   statuses?: number[];
+  /**
+   * Retry a status other than 429 for a method that is not idempotent (POST,
+   * PATCH, …) too (default false: a 503 may come after the app processed the
+   * request; 429 is retried for every method).
+   */
+  retryNonIdempotent?: boolean;
   /** Waits `ms`, rejecting when `signal` aborts (default: a timer). */
   sleep?: (ms: number, signal?: unknown) => Promise<void>;
   /** The wall clock in ms (default Date.now). */
@@ -38,7 +44,7 @@ export declare function parseRetryAfter(value: string | null | undefined, nowMs:
 /** The wait (ms) retryFetch makes after such a response, or null when it returns it. */
 export declare function retryWait(
   options: RetryOptions,
-  response: { status: number; retryAfter?: string | null; retries?: number; startedMs?: number },
+  response: { method?: string; status: number; retryAfter?: string | null; retries?: number; startedMs?: number },
 ): number | null;
-export declare const DEFAULTS: Readonly<Required<Pick<RetryOptions, 'maxRetries' | 'maxWaitMs' | 'budgetMs' | 'jitter' | 'statuses'>>>;
+export declare const DEFAULTS: Readonly<Required<Pick<RetryOptions, 'maxRetries' | 'maxWaitMs' | 'budgetMs' | 'jitter' | 'statuses' | 'retryNonIdempotent'>>>;
 export default retryFetch;

@@ -5,7 +5,9 @@
 // them; this file keeps only the fetch, the sleep and the clock.
 //
 // On a response whose status is in `statuses` (429 and 503 by default) the
-// request is sent again after the response's Retry-After (whole seconds, or an
+// request is sent again (a status other than 429, which may come after the app
+// processed the request, only for an idempotent method: GET, HEAD, OPTIONS,
+// PUT, DELETE, unless `retryNonIdempotent: true`) after the response's Retry-After (whole seconds, or an
 // HTTP-date), plus a random jitter of up to `jitter` times that wait (never
 // earlier than the server asked). It gives up and returns the last response
 // when the response has no readable Retry-After (the server did not say when:
@@ -22,6 +24,7 @@ const DEFAULTS = Object.freeze({
   budgetMs: 120_000,
   jitter: 0.1,
   statuses: [429, 503],
+  retryNonIdempotent: false,
 });
 
 /**
@@ -41,6 +44,7 @@ function check(options) {
   try {
     o.native = new native.NativeRetryOptions({
       maxRetries: o.maxRetries, maxWaitMs: o.maxWaitMs, budgetMs: o.budgetMs, jitter: o.jitter, statuses: o.statuses,
+      retryNonIdempotent: o.retryNonIdempotent,
     });
   } catch (e) {
     throw Object.assign(new RangeError(e.message), { field: e.field, value: e.value });
@@ -49,8 +53,8 @@ function check(options) {
 }
 
 /** Milliseconds to wait before retrying, or null to give up (see the file comment). */
-function waitFor(o, status, headers, retries, startedMs) {
-  return o.native.waitMs(status, headers.get('retry-after') ?? null, retries, startedMs, o.now(), o.random());
+function waitFor(o, method, status, headers, retries, startedMs) {
+  return o.native.waitMs(String(method ?? 'GET'), status, headers.get('retry-after') ?? null, retries, startedMs, o.now(), o.random());
 }
 
 function abortError(signal) {
@@ -82,7 +86,7 @@ function replayable(init) {
 }
 
 /**
- * `retryFetch(fetch, { maxRetries, maxWaitMs, budgetMs, jitter, statuses })`:
+ * `retryFetch(fetch, { maxRetries, maxWaitMs, budgetMs, jitter, statuses, retryNonIdempotent })`:
  * a fetch-compatible function honouring Retry-After. `fetchFn` defaults to
  * the global fetch; `sleep(ms, signal)`, `now()` and `random()` can be given
  * (tests).
@@ -97,11 +101,12 @@ function retryFetch(fetchFn, options) {
     const isRequest = typeof Request !== 'undefined' && input instanceof Request;
     const signal = init?.signal ?? (isRequest ? input.signal : undefined);
     const canReplay = replayable(init);
+    const method = init?.method ?? (isRequest ? input.method : 'GET');
     const started = o.now();
     for (let retries = 0; ; retries += 1) {
       // A Request's body is read by fetch: send a copy, keep the original.
       const response = await fetchFn(isRequest ? input.clone() : input, init);
-      const wait = canReplay ? waitFor(o, response.status, response.headers, retries, started) : null;
+      const wait = canReplay ? waitFor(o, method, response.status, response.headers, retries, started) : null;
       if (wait === null) return response;
       await response.body?.cancel().catch(() => {});
       await o.sleep(wait, signal);
@@ -114,10 +119,10 @@ function retryFetch(fetchFn, options) {
  * Retry-After value `retryAfter`, `retries` retries into a request begun at
  * `startedMs`; null when it would give up and return the response.
  */
-function retryWait(options, { status, retryAfter = null, retries = 0, startedMs }) {
+function retryWait(options, { method = 'GET', status, retryAfter = null, retries = 0, startedMs }) {
   const o = check({ now: Date.now, random: Math.random, ...options });
   const headers = { get: (name) => (name.toLowerCase() === 'retry-after' ? retryAfter : null) };
-  return waitFor(o, status, headers, retries, startedMs ?? o.now());
+  return waitFor(o, method, status, headers, retries, startedMs ?? o.now());
 }
 
 module.exports = { retryFetch, retryWait, parseRetryAfter, DEFAULTS };

@@ -7,7 +7,9 @@
 // and the clock.
 //
 // On a response whose status is in Statuses (429 and 503 by default) the
-// request is sent again after the response's Retry-After (whole seconds, or an
+// request is sent again (a status other than 429, which may come after the
+// app processed the request, only for an idempotent method: GET, HEAD,
+// OPTIONS, PUT, DELETE, unless RetryNonIdempotent is set) after the response's Retry-After (whole seconds, or an
 // HTTP-date), plus a random jitter of up to Jitter times that wait (never
 // earlier than the server asked). It gives up and returns the last response
 // when the response has no readable Retry-After (the server did not say when:
@@ -50,6 +52,9 @@ type RetryTransport struct {
 	Budget     time.Duration     // no wait ends later than this after the first attempt; 0 = DefaultBudget
 	Jitter     float64           // up to this fraction of the wait is added (0 to 1); 0 = DefaultJitter, <0 = none
 	Statuses   []int             // retried statuses; nil = DefaultStatuses
+	// RetryNonIdempotent retries a status other than 429 for a method that
+	// is not idempotent (POST, PATCH, …) too; by default only 429 is.
+	RetryNonIdempotent bool
 
 	// Sleep waits d or until ctx is done (tests inject one); default a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -81,12 +86,12 @@ func (t *RetryTransport) now() time.Time {
 }
 
 // wait is how long to wait before the next attempt, or false to give up.
-func (t *RetryTransport) wait(resp *http.Response, retries int, started time.Time) (time.Duration, bool) {
+func (t *RetryTransport) wait(method string, resp *http.Response, retries int, started time.Time) (time.Duration, bool) {
 	random := rand.Float64
 	if t.Rand != nil {
 		random = t.Rand
 	}
-	wait, ok, err := t.coreWait(resp.StatusCode, resp.Header.Get("Retry-After"), retries, started, t.now(), random())
+	wait, ok, err := t.coreWait(method, resp.StatusCode, resp.Header.Get("Retry-After"), retries, started, t.now(), random())
 	return wait, ok && err == nil
 }
 
@@ -118,7 +123,7 @@ func (t *RetryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil || !replayable {
 			return resp, err
 		}
-		wait, retry := t.wait(resp, retries, started)
+		wait, retry := t.wait(req.Method, resp, retries, started)
 		if !retry {
 			return resp, nil
 		}

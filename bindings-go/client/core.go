@@ -30,6 +30,8 @@ func (t *RetryTransport) coreOptions() *coreOptions {
 		max_wait_ns: C.int64_t(t.MaxWait),
 		budget_ns:   C.int64_t(t.Budget),
 		jitter:      C.double(t.Jitter),
+
+		retry_non_idempotent: C.bool(t.RetryNonIdempotent),
 	}}
 	if t.Statuses != nil {
 		o.c.statuses_set = true
@@ -95,14 +97,15 @@ func msDuration(ms uint64) time.Duration {
 }
 
 // coreWait is the core's wait before the next attempt, or false to give up.
-func (t *RetryTransport) coreWait(status int, retryAfter string, retries int, started, now time.Time, random float64) (time.Duration, bool, error) {
+func (t *RetryTransport) coreWait(method string, status int, retryAfter string, retries int, started, now time.Time, random float64) (time.Duration, bool, error) {
 	o := t.coreOptions()
 	defer o.release()
 	ptr, n := header(retryAfter)
+	mptr, mn := header(method)
 	var retry C.bool
 	var ms C.uint64_t
 	var cerr *C.polylimit_error_t
-	status32 := C.polylimit_retry_wait(&o.c, C.int64_t(status), ptr, n, C.bool(retryAfter != ""), C.int64_t(retries),
+	status32 := C.polylimit_retry_wait(&o.c, mptr, mn, C.int64_t(status), ptr, n, C.bool(retryAfter != ""), C.int64_t(retries),
 		C.int64_t(started.UnixMilli()), C.int64_t(now.UnixMilli()), C.double(random), &retry, &ms, &cerr)
 	if err := coreError(status32, cerr); err != nil {
 		return 0, false, err

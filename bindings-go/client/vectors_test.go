@@ -33,7 +33,10 @@ func TestSharedVectors(t *testing.T) {
 				BudgetMs   int64   `json:"budget_ms"`
 				Jitter     float64 `json:"jitter"`
 				Statuses   []int   `json:"statuses"`
+
+				RetryNonIdempotent bool `json:"retry_non_idempotent"`
 			} `json:"options"`
+			Method     string   `json:"method"`
 			Status     int      `json:"status"`
 			RetryAfter *string  `json:"retry_after"`
 			Retries    int      `json:"retries"`
@@ -65,14 +68,14 @@ func TestSharedVectors(t *testing.T) {
 		}
 		rt := &RetryTransport{
 			MaxRetries: o.MaxRetries, MaxWait: time.Duration(o.MaxWaitMs) * time.Millisecond,
-			Budget: time.Duration(o.BudgetMs) * time.Millisecond, Jitter: jitter, Statuses: o.Statuses,
+			Budget: time.Duration(o.BudgetMs) * time.Millisecond, Jitter: jitter, Statuses: o.Statuses, RetryNonIdempotent: o.RetryNonIdempotent,
 			Now: func() time.Time { return now }, Rand: func() float64 { return c.Random },
 		}
 		resp := &http.Response{StatusCode: c.Status, Header: http.Header{}}
 		if c.RetryAfter != nil {
 			resp.Header.Set("Retry-After", *c.RetryAfter)
 		}
-		got, ok := rt.wait(resp, c.Retries, now.Add(-time.Duration(c.ElapsedMs)*time.Millisecond))
+		got, ok := rt.wait(c.Method, resp, c.Retries, now.Add(-time.Duration(c.ElapsedMs)*time.Millisecond))
 		if ok != (c.WaitMs != nil) ||
 			(ok && math.Abs(float64(got)/float64(time.Millisecond)-*c.WaitMs) > 1e-3) {
 			t.Errorf("%s: got %v %v, want %s", c.Name, got, ok, wantMs(c.WaitMs))

@@ -76,7 +76,7 @@ pub(crate) fn install(
     listener: Option<Box<dyn AnomalyListener>>,
 ) -> Result<(), PolylimitError> {
     let Some(listener) = listener else {
-        limiter.on_anomaly(None);
+        limiter.set_anomaly_sink(None);
         return Ok(());
     };
     // The counter, not the limiter: the alert thread must not keep it alive.
@@ -93,6 +93,6 @@ pub(crate) fn install(
             "cannot start the alert thread: {e}"
         )))
     })?;
-    limiter.on_anomaly(Some(sink));
+    limiter.set_anomaly_sink(Some(sink));
     Ok(())
 }

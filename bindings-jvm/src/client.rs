@@ -26,6 +26,12 @@ pub struct RetryPolicy {
     /// The statuses retried (null: 429 and 503).
     #[uniffi(default = None)]
     pub statuses: Option<Vec<i32>>,
+    /// Retry a status other than 429 for a method that is not idempotent
+    /// (POST, PATCH, …) too; by default a 503 (which may come after the app
+    /// processed the request) is retried for GET, HEAD, OPTIONS, PUT and
+    /// DELETE only.
+    #[uniffi(default = false)]
+    pub retry_non_idempotent: bool,
 }
 
 impl RetryPolicy {
@@ -41,6 +47,7 @@ impl RetryPolicy {
                 .statuses
                 .as_ref()
                 .map(|list| list.iter().map(|s| i64::from(*s)).collect()),
+            retry_non_idempotent: Some(self.retry_non_idempotent),
         };
         Ok(RetryOptions::from_naming(Naming::Camel, &input)?)
     }
@@ -54,13 +61,15 @@ pub fn parse_retry_after(value: Option<String>, now_ms: i64) -> Option<i64> {
 }
 
 /// The wait in ms before retrying a response with `status` and
-/// `retryAfter` (its Retry-After value), after `retries` retries and
+/// `retryAfter` (its Retry-After value) to a `method` request, after `retries` retries and
 /// `elapsedMs` since the first attempt, with the random draw `random` in
 /// [0, 1); null to give up and return the response. A bad policy field
 /// throws `Config` naming it.
 #[uniffi::export]
+#[allow(clippy::too_many_arguments)]
 pub fn retry_wait(
     policy: RetryPolicy,
+    method: String,
     status: i32,
     retry_after: Option<String>,
     retries: i32,
@@ -75,7 +84,15 @@ pub fn retry_wait(
         };
         let elapsed = u64::try_from(elapsed_ms).unwrap_or(0);
         Ok(options
-            .wait_ms(status, retry_after.as_deref(), retries, elapsed, now_ms, random)
+            .wait_ms(
+                &method,
+                status,
+                retry_after.as_deref(),
+                retries,
+                elapsed,
+                now_ms,
+                random,
+            )
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
     })
 }

@@ -26,7 +26,7 @@ pub struct Limiter {
 impl Drop for Limiter {
     fn drop(&mut self) {
         // The alert thread ends once it has delivered what is queued.
-        self.inner.on_anomaly(None);
+        self.inner.set_anomaly_sink(None);
         self.inner.close();
     }
 }

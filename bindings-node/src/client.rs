@@ -15,7 +15,7 @@ pub struct NativeRetryOptions(RetryOptions);
 
 #[napi]
 impl NativeRetryOptions {
-    /// `{ maxRetries, maxWaitMs, budgetMs, jitter, statuses }` (missing or
+    /// `{ maxRetries, maxWaitMs, budgetMs, jitter, statuses, retryNonIdempotent }` (missing or
     /// null: the default); a config error naming the field and value when
     /// one is wrong (the core's text).
     #[napi(constructor)]
@@ -40,7 +40,20 @@ impl NativeRetryOptions {
                 ),
                 Some(other) => return Err(errors::config(&env, "statuses", other, "is not a list")),
             };
+            let retry_non_idempotent = match options.get("retryNonIdempotent") {
+                None | Some(Value::Null) => None,
+                Some(Value::Bool(b)) => Some(*b),
+                Some(other) => {
+                    return Err(errors::config(
+                        &env,
+                        "retryNonIdempotent",
+                        other,
+                        "is not true or false",
+                    ))
+                }
+            };
             let input = RetryInput {
+                retry_non_idempotent,
                 max_retries: field("maxRetries")?,
                 max_wait: field("maxWaitMs")?,
                 budget: field("budgetMs")?,
@@ -53,11 +66,14 @@ impl NativeRetryOptions {
         })
     }
 
-    /// The wait in ms before the next attempt (`startedMs`: the first
-    /// attempt's clock, `nowMs`: the clock now), or null to give up.
+    /// The wait in ms before the next attempt after a response with
+    /// `status` to a `method` request (`startedMs`: the first attempt's
+    /// clock, `nowMs`: the clock now), or null to give up.
     #[napi]
+    #[allow(clippy::too_many_arguments)]
     pub fn wait_ms(
         &self,
+        method: String,
         status: f64,
         retry_after: Option<String>,
         retries: f64,
@@ -71,7 +87,15 @@ impl NativeRetryOptions {
         let retries = retries.min(u32::MAX as f64) as u32;
         let (started, now) = (started_ms.round() as i64, now_ms.round() as i64);
         self.0
-            .wait_since(status as u16, retry_after.as_deref(), retries, started, now, random)
+            .wait_since(
+                &method,
+                status as u16,
+                retry_after.as_deref(),
+                retries,
+                started,
+                now,
+                random,
+            )
             .map(|ms| ms as f64)
     }
 }

@@ -447,7 +447,7 @@ impl NativeLimiter {
             .weak::<true>()
             .build_callback(|ctx| Ok(ctx.value))?;
         let tsfn = std::sync::Arc::new(tsfn);
-        self.inner.on_anomaly(Some(std::sync::Arc::new(
+        self.inner.set_anomaly_sink(Some(std::sync::Arc::new(
             move |event: &polylimit::adaptive::AnomalyEvent| {
                 tsfn.call(event.to_json().to_string(), ThreadsafeFunctionCallMode::NonBlocking);
             },

@@ -60,8 +60,8 @@ test('client: the shared vectors (tests/conformance/client/retry_after.json)', (
   for (const c of v.decide) {
     const o = c.options;
     const options = { maxRetries: o.max_retries, maxWaitMs: o.max_wait_ms, budgetMs: o.budget_ms, jitter: o.jitter,
-      statuses: o.statuses, now: () => v.now_ms, random: () => c.random };
-    const got = retryWait(options, { status: c.status, retryAfter: c.retry_after, retries: c.retries,
+      statuses: o.statuses, retryNonIdempotent: o.retry_non_idempotent, now: () => v.now_ms, random: () => c.random };
+    const got = retryWait(options, { method: c.method ?? 'GET', status: c.status, retryAfter: c.retry_after, retries: c.retries,
       startedMs: v.now_ms - c.elapsed_ms });
     if (c.wait_ms === null) assert.equal(got, null, c.name);
     else assert.ok(got !== null && Math.abs(got - c.wait_ms) < 1e-6, `${c.name}: ${got}`);

@@ -53,6 +53,6 @@ pub(crate) fn install(py: Python<'_>, limiter: &Limiter, callback: Py<PyAny>) ->
     };
     let sink = polylimit::adaptive::on_a_thread("polylimit-alerts", deliver_one, limiter.anomaly_callback_errors())
         .map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
-    limiter.on_anomaly(Some(sink));
+    limiter.set_anomaly_sink(Some(sink));
     Ok(())
 }

@@ -15,24 +15,35 @@ impl PyRetryOptions {
     /// Checks the options; a `ValueError` naming the field and value (the
     /// core's text) when one is wrong.
     #[new]
-    #[pyo3(signature = (max_retries, max_wait, budget, jitter, statuses))]
-    fn new(max_retries: f64, max_wait: f64, budget: f64, jitter: f64, statuses: Vec<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (max_retries, max_wait, budget, jitter, statuses, retry_non_idempotent=false))]
+    fn new(
+        max_retries: f64,
+        max_wait: f64,
+        budget: f64,
+        jitter: f64,
+        statuses: Vec<i64>,
+        retry_non_idempotent: bool,
+    ) -> PyResult<Self> {
         let input = RetryInput {
             max_retries: Some(max_retries),
             max_wait: Some(max_wait),
             budget: Some(budget),
             jitter: Some(jitter),
             statuses: Some(statuses),
+            retry_non_idempotent: Some(retry_non_idempotent),
         };
         RetryOptions::from_naming(Naming::Snake, &input)
             .map(PyRetryOptions)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
-    /// The wait in ms before the next attempt (`started_ms`: the first
-    /// attempt's clock, `now_ms`: the clock now), or None to give up.
+    /// The wait in ms before the next attempt after a response with
+    /// `status` to a `method` request (`started_ms`: the first attempt's
+    /// clock, `now_ms`: the clock now), or None to give up.
+    #[allow(clippy::too_many_arguments)]
     fn wait_ms(
         &self,
+        method: &str,
         status: i64,
         retry_after: Option<&str>,
         retries: i64,
@@ -44,7 +55,7 @@ impl PyRetryOptions {
             return None;
         };
         self.0
-            .wait_since(status, retry_after, retries, started_ms, now_ms, random)
+            .wait_since(method, status, retry_after, retries, started_ms, now_ms, random)
     }
 }
 

@@ -84,9 +84,11 @@ def test_shared_vectors() -> None:
         o = c["options"]
         policy = RetryPolicy(max_retries=o["max_retries"], max_wait=o["max_wait_ms"] / 1000,
                              budget=o["budget_ms"] / 1000, jitter=o["jitter"], statuses=o["statuses"],
+                             retry_non_idempotent=o.get("retry_non_idempotent", False),
                              clock=lambda: now, random=lambda c=c: c["random"])
         headers = {} if c["retry_after"] is None else {"retry-after": c["retry_after"]}
-        got = policy.wait(c["status"], headers, c["retries"], now - c["elapsed_ms"] / 1000)
+        got = policy.wait(c["status"], headers, c["retries"], now - c["elapsed_ms"] / 1000,
+                          c.get("method", "GET"))
         want = c["wait_ms"]
         assert (got is None) if want is None else got * 1000 == pytest.approx(want), c["name"]
 

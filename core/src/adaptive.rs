@@ -237,8 +237,9 @@ impl AnomalyEvent {
     }
 }
 
-/// Receives alerts; runs on the deciding task, so it must not block. A
-/// panic in it is caught and counted, never reaching the request.
+/// Receives alerts. `Limiter::on_anomaly` runs it on a thread of its own
+/// ([`on_a_thread`]); a panic in it is caught and counted, never reaching
+/// the request.
 pub type AnomalySink = Arc<dyn Fn(&AnomalyEvent) + Send + Sync>;
 
 /// A sink that hands each alert to `deliver` on a thread of its own, in

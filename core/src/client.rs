@@ -27,7 +27,8 @@ pub fn parse_retry_after(value: Option<&str>, now_ms: i64) -> Option<u64> {
 }
 
 /// When to retry a response: the defaults are the other languages' (3
-/// retries, 60 s longest wait, 120 s budget, 10 % jitter, 429 and 503).
+/// retries, 60 s longest wait, 120 s budget, 10 % jitter, 429 and 503; a
+/// status other than 429 only for an idempotent method).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryOptions {
     /// Retries after the first attempt.
@@ -40,6 +41,10 @@ pub struct RetryOptions {
     pub jitter: f64,
     /// The statuses retried.
     pub statuses: Vec<u16>,
+    /// Whether a status other than 429 (a 503 from the app may mean the
+    /// request was processed) is retried for a method that is not
+    /// idempotent (POST, PATCH, …) too. Off by default.
+    pub retry_non_idempotent: bool,
 }
 
 impl Default for RetryOptions {
@@ -50,8 +55,18 @@ impl Default for RetryOptions {
             budget_ms: 120_000,
             jitter: 0.1,
             statuses: vec![429, 503],
+            retry_non_idempotent: false,
         }
     }
+}
+
+/// Methods a repeat of which changes nothing more (RFC 9110 §9.2.2), so a
+/// response that may come after the handler ran can be retried.
+const IDEMPOTENT: [&str; 5] = ["GET", "HEAD", "OPTIONS", "PUT", "DELETE"];
+
+/// Whether `method` is idempotent (any case; `TRACE` too).
+pub fn is_idempotent(method: &str) -> bool {
+    IDEMPOTENT.iter().any(|m| m.eq_ignore_ascii_case(method)) || method.eq_ignore_ascii_case("TRACE")
 }
 
 /// A helper's options as its language gives them, before any check: the
@@ -69,6 +84,8 @@ pub struct RetryInput {
     pub jitter: Option<f64>,
     /// `statuses` / `statuses` / `Statuses`.
     pub statuses: Option<Vec<i64>>,
+    /// `retry_non_idempotent` / `retryNonIdempotent` / `RetryNonIdempotent`.
+    pub retry_non_idempotent: Option<bool>,
 }
 
 /// The names and the ms per unit of the durations of a naming.
@@ -123,6 +140,7 @@ impl RetryOptions {
                     .map(|s| u16::try_from(*s).map_err(|_| Error::config(statuses_name, s, "is not an HTTP status")))
                     .collect::<Result<_>>()?,
             },
+            retry_non_idempotent: input.retry_non_idempotent.unwrap_or(default.retry_non_idempotent),
         };
         // validate names the fields in snake_case: the language's spelling instead.
         options.validate().map_err(|e| match e {
@@ -144,11 +162,21 @@ impl RetryOptions {
         Ok(())
     }
 
+    /// Whether a response with `status` to a `method` request is retried
+    /// at all: `status` is one of `statuses`, and it is 429 (the limiter
+    /// refused before the handler ran) or the method is idempotent or
+    /// `retry_non_idempotent` is set.
+    pub fn retries(&self, method: &str, status: u16) -> bool {
+        self.statuses.contains(&status) && (status == 429 || self.retry_non_idempotent || is_idempotent(method))
+    }
+
     /// [`Self::wait_ms`] from the first attempt's clock reading
     /// `started_ms` and the current one `now_ms` (a clock that went back
     /// counts as no time elapsed).
+    #[allow(clippy::too_many_arguments)]
     pub fn wait_since(
         &self,
+        method: &str,
         status: u16,
         retry_after: Option<&str>,
         retries: u32,
@@ -157,18 +185,21 @@ impl RetryOptions {
         random: f64,
     ) -> Option<u64> {
         let elapsed = u64::try_from(now_ms.saturating_sub(started_ms)).unwrap_or(0);
-        self.wait_ms(status, retry_after, retries, elapsed, now_ms, random)
+        self.wait_ms(method, status, retry_after, retries, elapsed, now_ms, random)
     }
 
     /// The wait in ms before the next attempt after a response with
-    /// `status` and `retry_after` (its Retry-After value), after `retries`
+    /// `status` and `retry_after` (its Retry-After value) to a `method`
+    /// request ([`Self::retries`]), after `retries`
     /// retries, `elapsed_ms` after the first attempt, with the random draw
     /// `random` in [0, 1); `None` to give up and return the response:
     /// `min(delay * (1 + jitter * random), max_wait)`, given up when the
     /// status is not retried, there is no readable delay, `delay > max_wait`,
     /// `retries >= max_retries`, or `elapsed + wait > budget`.
+    #[allow(clippy::too_many_arguments)]
     pub fn wait_ms(
         &self,
+        method: &str,
         status: u16,
         retry_after: Option<&str>,
         retries: u32,
@@ -176,7 +207,7 @@ impl RetryOptions {
         now_ms: i64,
         random: f64,
     ) -> Option<u64> {
-        if !self.statuses.contains(&status) || retries >= self.max_retries {
+        if !self.retries(method, status) || retries >= self.max_retries {
             return None;
         }
         let delay = parse_retry_after(retry_after, now_ms)?;

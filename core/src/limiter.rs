@@ -20,7 +20,7 @@ pub(crate) use crate::resilience::Target;
 use crate::store::keys::{key_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::overrides::Charged;
-use crate::store::redis::{KeyLayout, RedisCheck, RedisStore, Timeouts};
+use crate::store::redis::{ChargedGroups, KeyLayout, RedisCheck, RedisStore, Timeouts};
 use block_cache::{BlockCache, Now};
 
 pub(crate) mod block_cache;
@@ -167,8 +167,13 @@ struct Inner {
     sync: synced::SyncCache,
     /// The other regions, to borrow from (multi-region quotas).
     regions: Option<region::Regions>,
-    /// Alerts of adaptive policies.
-    alerts: crate::anomaly::Alerts,
+    /// Alerts of adaptive policies, shared with the limiters this one builds
+    /// for itself (its regional lenders): one callback, one log setting.
+    alerts: Arc<crate::anomaly::Alerts>,
+    /// The budget of one check's store calls (`timeout`).
+    timeout: std::time::Duration,
+    /// Without `overrides: true`, on Redis: the overrides it ignores, said once.
+    ignored_overrides: Option<crate::overrides::IgnoredOverrides>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -221,12 +226,19 @@ fn lease_at(leases: &[Option<String>], n: usize) -> Option<&str> {
 impl Engine {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
-    pub(crate) fn new(mut config: LimiterConfig) -> Result<Engine> {
+    pub(crate) fn new(config: LimiterConfig) -> Result<Engine> {
+        let alerts = Arc::new(crate::anomaly::Alerts::logging(config.anomaly_log));
+        Engine::with_alerts(config, alerts)
+    }
+
+    /// [`Engine::new`] sending its alerts to `alerts` (a lender: its
+    /// borrower's sinks, SPEC §13).
+    pub(crate) fn with_alerts(mut config: LimiterConfig, alerts: Arc<crate::anomaly::Alerts>) -> Result<Engine> {
         if config.policies.is_empty() {
             return Err(Error::config("policies", "[]", "is empty"));
         }
         // With regions: the local region's store, each policy run on its share.
-        let (regions, mut shares) = match region::Regions::build(&mut config)? {
+        let (regions, mut shares) = match region::Regions::build(&mut config, &alerts)? {
             Some((regions, shares)) => (Some(regions), shares.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
@@ -300,6 +312,8 @@ impl Engine {
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
         let block_cache = (config.block_cache > 0 && matches!(backend, Backend::Redis(_)))
             .then(|| BlockCache::new(policies.len(), config.block_cache));
+        let ignored_overrides = (!config.overrides && matches!(backend, Backend::Redis(_)))
+            .then(|| crate::overrides::IgnoredOverrides::new(policies.len()));
         Ok(Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -312,7 +326,9 @@ impl Engine {
                 block_cache,
                 sync: synced::SyncCache::new(config.max_keys),
                 regions,
-                alerts: crate::anomaly::Alerts::logging(config.anomaly_log),
+                ignored_overrides,
+                alerts,
+                timeout: config.timeout,
             }),
         })
     }
@@ -429,6 +445,22 @@ impl Engine {
     }
 
     async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
+        if let Backend::Memory = self.inner.backend {
+            return self.decide_local(targets, options, charge).await;
+        }
+        if let Some(notice) = &self.inner.ignored_overrides {
+            self.notice_overrides(notice, targets);
+        }
+        // One budget for every store call of this check (SPEC §5).
+        crate::resilience::within_budget(self.inner.timeout, self.decide_budgeted(targets, options, charge)).await
+    }
+
+    async fn decide_budgeted(
+        &self,
+        targets: &[Target<'_>],
+        options: CheckOptions,
+        charge: bool,
+    ) -> Result<CheckResult> {
         let result = self.decide_local(targets, options, charge).await?;
         match (&self.inner.regions, charge) {
             (Some(regions), true) => {
@@ -658,6 +690,17 @@ impl Engine {
             .collect()
     }
 
+    /// The store key marking that policy `i` has per-key overrides (`%` is
+    /// escaped in every user key, so none is `{%overrides}`).
+    pub(crate) fn override_marker(&self, i: usize) -> String {
+        format!("{}:{{%overrides}}", self.inner.policies[i].key_head)
+    }
+
+    /// The overrides this limiter ignores (no `overrides: true`, on Redis).
+    pub(crate) fn ignored_overrides(&self) -> Option<&crate::overrides::IgnoredOverrides> {
+        self.inner.ignored_overrides.as_ref()
+    }
+
     /// Whether checks read per-key overrides ([`LimiterConfig::overrides`]).
     pub(crate) fn overrides_enabled(&self) -> bool {
         self.inner.overrides
@@ -709,6 +752,15 @@ impl Engine {
         }
         let leases = self.lease_ids(targets, cost);
         let lease_ids = &leases;
+        // What a cross-slot decision charged, given back if it stops half-way.
+        let give_back = GiveBack {
+            engine: self,
+            targets,
+            leases: lease_ids,
+            cost,
+            charged: ChargedGroups::default(),
+        };
+        let charged = &give_back.charged;
         let answer = inner
             .resilience
             .call(&inner.metrics, || async move {
@@ -730,7 +782,7 @@ impl Engine {
                     })
                     .collect();
                 if charge {
-                    redis.decide(&checks, now, cost).await
+                    redis.decide(&checks, now, cost, Some(charged)).await
                 } else {
                     redis.peek(&checks, now, cost).await
                 }
@@ -776,7 +828,7 @@ impl Engine {
                     lease: None,
                     overrides: inner.overrides,
                 };
-                async move { redis.decide(&[check], now, cost).await }
+                async move { redis.decide(&[check], now, cost, None).await }
             })
             .await?;
         Ok(answer.map(|(store_now, mut verdicts)| (store_now, verdicts.remove(0))))
@@ -1080,6 +1132,9 @@ impl Engine {
         if let Some(regions) = &self.inner.regions {
             regions.render(&mut text);
         }
+        if let Some(notice) = &self.inner.ignored_overrides {
+            notice.render(self.policies().map(|p| p.name().to_string()), &mut text);
+        }
         if self.inner.policies.iter().any(|c| c.params.adaptive.is_some()) {
             self.inner.alerts.render(&mut text);
         }
@@ -1105,6 +1160,76 @@ impl Engine {
     }
 }
 
+/// The charges of a cross-slot decision that stopped half-way (its deadline
+/// passed, a call failed, its caller gave up: [`ChargedGroups`]), given back when
+/// it is dropped, in a task of their own: off the request's path, which has
+/// no budget left, and whole even when the request's future is gone. The
+/// refund has the store's own `timeout`; a store that cannot answer keeps
+/// the charge (an under-admission, never an over-admission).
+/// Tries of a [`GiveBack`] refund before the charge is left in place.
+const GIVE_BACK_TRIES: u32 = 5;
+
+struct GiveBack<'a> {
+    engine: &'a Engine,
+    targets: &'a [Target<'a>],
+    leases: &'a [Option<String>],
+    cost: i64,
+    charged: ChargedGroups,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        let Some((now, indices)) = self.charged.get_mut().take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = &*self.engine.inner;
+        let mut refunds: Vec<(usize, String)> = Vec::new();
+        let mut leases: Vec<Lease> = Vec::new();
+        for n in indices {
+            let Some(&(i, key, _)) = self.targets.get(n) else {
+                continue;
+            };
+            match lease_at(self.leases, n) {
+                // A lease is given back by releasing it.
+                Some(id) if inner.policies[i].params.kind == Kind::Concurrency => leases.push(Lease {
+                    policy: i,
+                    key: key.to_string(),
+                    id: id.to_string(),
+                }),
+                _ => refunds.push((i, key.to_string())),
+            }
+        }
+        let (engine, cost) = (self.engine.clone(), self.cost);
+        runtime.spawn(async move {
+            let targets: Vec<(usize, &str)> = refunds.iter().map(|(i, key)| (*i, key.as_str())).collect();
+            // The store may still be reconnecting (the cut dropped its
+            // connection): a few tries over about 1.5 s.
+            let mut pause = Duration::from_millis(100);
+            for attempt in 0..GIVE_BACK_TRIES {
+                if attempt > 0 {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                let refunded = targets.is_empty() || {
+                    match engine.refund(&targets, now, cost).await {
+                        Ok(_) | Err(Error::Store { .. }) => true,
+                        Err(_) => false,
+                    }
+                };
+                // A release is idempotent: sent again with the refund.
+                let released = leases.is_empty() || engine.release(&leases, Some(now)).await.is_ok_and(|_| true);
+                if refunded && released {
+                    return;
+                }
+                engine.inner.metrics.store_error();
+            }
+        });
+    }
+}
+
 /// Test support for refunds (issue 17): decides and refunds `(policy index,
 /// key)` targets directly, and hooks the gap between the two passes of a
 /// cross-slot decision. Not part of the API.
@@ -1127,6 +1252,12 @@ impl RefundProbe {
     pub async fn check(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
         let targets: Vec<Target<'_>> = targets.iter().map(|&(i, key)| (i, key, false)).collect();
         self.engine.decide(&targets, options).await
+    }
+
+    /// The decision [`RefundProbe::check`] would make, charging nothing.
+    pub async fn peek(&self, targets: &[(usize, &str)], options: CheckOptions) -> Result<CheckResult> {
+        let targets: Vec<Target<'_>> = targets.iter().map(|&(i, key)| (i, key, false)).collect();
+        self.engine.peek(&targets, options).await
     }
 
     /// The engine (per-key overrides set through it in tests).

@@ -306,6 +306,8 @@ impl Engine {
                 args.push(ttl_ms.to_string());
                 let (_, now): (i64, i64) = redis.script(script_sha(), SCRIPT, &keys, &args).await?;
                 self.block_cache_forget(i, key);
+                // For the limiters that ignore overrides to say so: best effort.
+                let _ = self.mark_overrides(redis, i, ttl_ms).await;
                 let until = (ttl_ms > 0).then(|| now + ttl_ms);
                 Ok(self.override_of(i, key, &params, until))
             }
@@ -390,6 +392,128 @@ impl RefundProbe {
 
 fn now_arg(now_ms: Option<i64>) -> String {
     now_ms.map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// Marks that policy `KEYS[1]`'s overrides exist: the marker lives as long
+/// as the longest override set (`ARGV[1]` ms, 0: no end).
+const MARK_SCRIPT: &str = r#"
+local ttl = tonumber(ARGV[1])
+local left = redis.call('PTTL', KEYS[1])
+if ttl == 0 then
+  redis.call('SET', KEYS[1], '1')
+elseif left ~= -1 and left < ttl then
+  redis.call('SET', KEYS[1], '1', 'PX', ttl)
+end
+return 1
+"#;
+
+/// Whether the marker `KEYS[1]` exists.
+const MARKED_SCRIPT: &str = "return redis.call('EXISTS', KEYS[1])";
+
+fn sha_of(script: &'static str, cell: &'static std::sync::OnceLock<String>) -> &'static str {
+    cell.get_or_init(|| redis::Script::new(script).get_hash().to_string())
+}
+
+/// How often a limiter without `overrides: true` looks for overrides of a
+/// policy that it has not reported yet, at most (SPEC §11).
+const NOTICE_EVERY_MS: i64 = 60_000;
+
+/// A limiter without `overrides: true` on a Redis store, and the overrides
+/// others set in that store, which it ignores (SPEC §11: it says so once).
+/// `set_override` marks the policy in the store (one key per policy, living
+/// as long as its longest override); such a limiter looks for the mark once
+/// per policy per minute at most, in a task of its own started by a check
+/// (never on the request's path: the check pays one atomic read), and logs
+/// one line on stderr (and `polylimit_overrides_ignored{policy}` 1) the
+/// first time it finds it, then never looks again.
+pub(crate) struct IgnoredOverrides {
+    /// Per policy: the process clock (ms) of the next look; `i64::MAX`: found.
+    next: Vec<std::sync::atomic::AtomicI64>,
+}
+
+impl IgnoredOverrides {
+    pub(crate) fn new(policies: usize) -> IgnoredOverrides {
+        IgnoredOverrides {
+            next: (0..policies).map(|_| std::sync::atomic::AtomicI64::new(0)).collect(),
+        }
+    }
+
+    /// `polylimit_overrides_ignored{policy}` of the policies found.
+    pub(crate) fn render(&self, names: impl Iterator<Item = String>, out: &mut String) {
+        use std::fmt::Write;
+        let found: Vec<String> = names
+            .zip(&self.next)
+            .filter(|(_, n)| n.load(std::sync::atomic::Ordering::Relaxed) == i64::MAX)
+            .map(|(name, _)| name)
+            .collect();
+        if found.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "# HELP polylimit_overrides_ignored Policies with per-key overrides in the store, which this limiter (without overrides: true) ignores.\n# TYPE polylimit_overrides_ignored gauge"
+        );
+        for name in found {
+            let name = name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let _ = writeln!(out, "polylimit_overrides_ignored{{policy=\"{name}\"}} 1");
+        }
+    }
+}
+
+impl Engine {
+    /// Marks policy `i` as having overrides in the store, for `ttl_ms` (0: no end).
+    async fn mark_overrides(&self, redis: &crate::store::redis::RedisStore, i: usize, ttl_ms: i64) -> Result<()> {
+        static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let keys = [self.override_marker(i)];
+        let _: i64 = redis
+            .script(sha_of(MARK_SCRIPT, &SHA), MARK_SCRIPT, &keys, &[ttl_ms.to_string()])
+            .await?;
+        Ok(())
+    }
+
+    /// Called by a check of `targets` on a limiter that ignores overrides:
+    /// starts a look for the policies due one ([`IgnoredOverrides`]).
+    pub(crate) fn notice_overrides(&self, notice: &IgnoredOverrides, targets: &[crate::limiter::Target<'_>]) {
+        use std::sync::atomic::Ordering;
+        let now = process_now_ms();
+        for &(i, _, _) in targets {
+            let Some(next) = notice.next.get(i) else { continue };
+            let due = next.load(Ordering::Relaxed);
+            if now < due
+                || next
+                    .compare_exchange(due, now + NOTICE_EVERY_MS, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_err()
+            {
+                continue;
+            }
+            if self.params_at(i).kind == crate::algorithm::Kind::Concurrency {
+                next.store(i64::MAX - 1, Ordering::Relaxed); // takes no override: never looked for
+                continue;
+            }
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                continue;
+            };
+            let engine = self.clone();
+            runtime.spawn(async move {
+                static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+                let Some(redis) = engine.redis_store() else { return };
+                let keys = [engine.override_marker(i)];
+                let found: Result<i64> = redis.script(sha_of(MARKED_SCRIPT, &SHA), MARKED_SCRIPT, &keys, &[]).await;
+                if found.is_ok_and(|n| n > 0) {
+                    if let Some(next) = engine.ignored_overrides().and_then(|n| n.next.get(i)) {
+                        next.store(i64::MAX, Ordering::Relaxed);
+                    }
+                    let line = json!({
+                        "event": "polylimit.override_ignored",
+                        "policy": engine.policy_at(i).name(),
+                        "message": "per-key overrides of this policy are set in the store; this limiter was built without overrides: true and ignores them",
+                    });
+                    use std::io::Write;
+                    let _ = writeln!(std::io::stderr().lock(), "{line}");
+                }
+            });
+        }
+    }
 }
 
 #[cfg(test)]

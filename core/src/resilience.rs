@@ -3,7 +3,7 @@
 //! `on_store_error` fallback while the store cannot answer.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
@@ -12,6 +12,28 @@ use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policy::OnStoreError;
+
+tokio::task_local! {
+    /// The deadline of the check this task is deciding: every store call
+    /// it makes (its own, a sync's second one, a regional lender's, each
+    /// slot group's on a cluster) ends by then. Set by [`within_budget`].
+    static DEADLINE: tokio::time::Instant;
+}
+
+/// The deadline of the check running on this task, if one is.
+pub(crate) fn deadline() -> Option<tokio::time::Instant> {
+    DEADLINE.try_with(|d| *d).ok()
+}
+
+/// Runs a check's `decide` with one budget of `timeout` for all of its
+/// store calls (SPEC §5): a call made later gets what is left. A check
+/// inside another (a lender's, decided for a borrow) keeps the outer budget.
+pub(crate) async fn within_budget<F: Future>(timeout: Duration, decide: F) -> F::Output {
+    if deadline().is_some() {
+        return decide.await;
+    }
+    DEADLINE.scope(tokio::time::Instant::now() + timeout, decide).await
+}
 
 /// One policy on one key: (policy index, key, `true` for a shadow check,
 /// whose denial blocks nothing).
@@ -48,10 +70,16 @@ impl Resilience {
     where
         Fut: Future<Output = Result<T>>,
     {
+        // The check's budget is spent: the store is not asked (and its
+        // breaker not charged with a failure that is not the store's).
+        if deadline().is_some_and(|d| d <= tokio::time::Instant::now()) {
+            return Ok(None);
+        }
         let Some(permit) = self.breaker.acquire() else {
             return Ok(None);
         };
-        // The store bounds the call by `timeout`, a connect included. If
+        // The store bounds the call by `timeout` (or what is left of the
+        // check's budget), a connect included. If
         // this future is dropped first, the permit reports a failure.
         let started = Instant::now();
         let outcome = call().await;

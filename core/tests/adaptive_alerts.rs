@@ -19,7 +19,9 @@ fn limiter(store: &str, prefix: &str, events: Arc<Mutex<Vec<AnomalyEvent>>>) -> 
     config.prefix = prefix.into();
     let limiter = Limiter::new(config).unwrap();
     limiter.set_anomaly_log(false);
-    limiter.on_anomaly(Some(Arc::new(move |e: &AnomalyEvent| {
+    // The sink as it is, on the deciding task: the events are there when a
+    // check returns (`on_anomaly` delivers on a thread, tested below).
+    limiter.set_anomaly_sink(Some(Arc::new(move |e: &AnomalyEvent| {
         events.lock().unwrap().push(e.clone())
     })));
     limiter
@@ -109,7 +111,59 @@ async fn a_panicking_callback_is_counted() {
         v
     };
     assert_eq!(sources, ["store", "store", "store", "store", "adaptive", "adaptive"]);
-    assert!(l.metrics_text().contains("polylimit_anomaly_callback_errors_total 1\n"));
+    // Counted on the alert thread, once it ran the callback.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !l.metrics_text().contains("polylimit_anomaly_callback_errors_total 1\n") {
+        assert!(std::time::Instant::now() < deadline, "{}", l.metrics_text());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// `on_anomaly`'s callback runs on the alert thread, never on the task that
+/// decided (issue 32 item 9: Rust's ran on the deciding task), in order.
+#[test]
+fn the_rust_callback_runs_off_the_request_path() {
+    let policy = Policy::from_value(
+        &json!({"rate": "1000/s", "adaptive": {"window": "1s", "horizon": "4s", "factor": 3, "floor": "4/s"}}),
+        "policy",
+    )
+    .unwrap();
+    let l = Limiter::new(LimiterConfig::new(policy)).unwrap();
+    l.set_anomaly_log(false);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    l.on_anomaly(Some(Arc::new(move |e: &AnomalyEvent| {
+        let thread = std::thread::current();
+        let _ = tx
+            .lock()
+            .unwrap()
+            .send((e.kind, thread.id(), thread.name().map(str::to_string)));
+    })));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for t in (0..4000).step_by(500) {
+            check(&l, "k", t).await;
+        }
+        for _ in 0..6 {
+            check(&l, "k", 4000).await;
+        }
+        for _ in 0..2 {
+            check(&l, "k", 9000).await;
+        }
+    });
+    let timeout = std::time::Duration::from_secs(5);
+    let (kind, thread, name) = rx.recv_timeout(timeout).expect("the anomaly alert");
+    assert_eq!(kind, polylimit::adaptive::AnomalyKind::Anomalous);
+    assert_ne!(thread, std::thread::current().id(), "not on the deciding thread");
+    assert_eq!(name.as_deref(), Some("polylimit-alerts"));
+    let (kind, recovered_on, _) = rx.recv_timeout(timeout).expect("the recovery alert");
+    assert_eq!(
+        (kind, recovered_on),
+        (polylimit::adaptive::AnomalyKind::Recovered, thread)
+    );
 }
 
 /// The log line of an alert when stderr cannot take it (run as a child

@@ -89,7 +89,9 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
             let limiter = Limiter::new(config).unwrap();
             let events: Arc<Mutex<Vec<ExpectEvent>>> = Arc::default();
             let sink = events.clone();
-            limiter.on_anomaly(Some(Arc::new(move |e: &AnomalyEvent| {
+            // The sink as it is, on the deciding task: each step's events
+            // are there when it returns (`on_anomaly` delivers on a thread).
+            limiter.set_anomaly_sink(Some(Arc::new(move |e: &AnomalyEvent| {
                 sink.lock().unwrap().push(seen(e))
             })));
             limiter.set_anomaly_log(false);

@@ -38,9 +38,11 @@ fn retry_after_vectors() {
                 .iter()
                 .map(|s| s.as_u64().unwrap() as u16)
                 .collect(),
+            retry_non_idempotent: o["retry_non_idempotent"].as_bool().unwrap_or(false),
         };
         options.validate().unwrap();
         let got = options.wait_since(
+            c["method"].as_str().unwrap_or("GET"),
             c["status"].as_u64().unwrap() as u16,
             c["retry_after"].as_str(),
             c["retries"].as_u64().unwrap() as u32,
@@ -90,6 +92,7 @@ fn retry_options_vectors() {
             budget: number(2).map(|n| n.as_f64().unwrap()),
             jitter: number(3).map(|n| n.as_f64().unwrap()),
             statuses: number(4).map(|l| l.as_array().unwrap().iter().map(|s| s.as_i64().unwrap()).collect()),
+            retry_non_idempotent: None,
         };
         let got = RetryOptions::from_naming(naming, &input).map_err(|e| e.to_string());
         assert_eq!(got.err().as_deref(), c["error"].as_str(), "{c}");

@@ -158,6 +158,9 @@ typedef struct polylimit_retry_options_t {
   size_t statuses_len;
   // Whether `Statuses` is non-nil (an empty list retries nothing).
   bool statuses_set;
+  // `RetryNonIdempotent`: a status other than 429 is retried for a
+  // method that is not idempotent too.
+  bool retry_non_idempotent;
 } polylimit_retry_options_t;
 
 // The decision for one key (SPEC §3).
@@ -332,7 +335,8 @@ int32_t polylimit_parse_retry_after(const uint8_t *value,
                                     struct polylimit_error_t **err);
 
 // The wait in ms before the next attempt after a response with `status`
-// and its Retry-After value (as in `polylimit_parse_retry_after`), after
+// to a request of `method` (`method_len` bytes; empty is GET) and its
+// Retry-After value (as in `polylimit_parse_retry_after`), after
 // `retries` retries, the first attempt at `started_ms` and the clock at
 // `now_ms`, with the random draw `random` in [0, 1): `*retry` false to give
 // up and return the response. A bad option is `POLYLIMIT_CONFIG`.
@@ -341,6 +345,8 @@ int32_t polylimit_parse_retry_after(const uint8_t *value,
 // As `polylimit_retry_check` and `polylimit_parse_retry_after`; `retry`
 // is writable.
 int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
+                             const uint8_t *method,
+                             size_t method_len,
                              int64_t status,
                              const uint8_t *retry_after,
                              size_t retry_after_len,

@@ -52,9 +52,9 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly(
                 let sink =
                     polylimit::adaptive::on_a_thread("polylimit-alerts", deliver, limiter.anomaly_callback_errors())
                         .map_err(|e| FfiError::invalid(format!("cannot start the alert thread: {e}")))?;
-                limiter.on_anomaly(Some(sink));
+                limiter.set_anomaly_sink(Some(sink));
             }
-            None => limiter.on_anomaly(None),
+            None => limiter.set_anomaly_sink(None),
         }
         // SAFETY: the caller passes NULL or a writable `out`.
         unsafe { write_error_counter(limiter, out) };
@@ -89,7 +89,7 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly_queued(
         }
         let sink: AnomalySink =
             Arc::new(move |event: &AnomalyEvent| completions::push_text(ctx, event.to_json().to_string()));
-        limiter.on_anomaly(Some(sink));
+        limiter.set_anomaly_sink(Some(sink));
         // SAFETY: the caller passes NULL or a writable `out`.
         unsafe { write_error_counter(limiter, out) };
         Ok(Status::POLYLIMIT_OK as i32)

@@ -25,6 +25,9 @@ pub struct polylimit_retry_options_t {
     pub statuses_len: usize,
     /// Whether `Statuses` is non-nil (an empty list retries nothing).
     pub statuses_set: bool,
+    /// `RetryNonIdempotent`: a status other than 429 is retried for a
+    /// method that is not idempotent too.
+    pub retry_non_idempotent: bool,
 }
 
 /// # Safety
@@ -49,6 +52,7 @@ unsafe fn options(o: *const polylimit_retry_options_t) -> Result<RetryOptions, F
         budget: Some(o.budget_ns as f64),
         jitter: Some(o.jitter),
         statuses,
+        retry_non_idempotent: Some(o.retry_non_idempotent),
     };
     Ok(RetryOptions::from_naming(Naming::Go, &input)?)
 }
@@ -125,7 +129,8 @@ pub unsafe extern "C" fn polylimit_parse_retry_after(
 }
 
 /// The wait in ms before the next attempt after a response with `status`
-/// and its Retry-After value (as in `polylimit_parse_retry_after`), after
+/// to a request of `method` (`method_len` bytes; empty is GET) and its
+/// Retry-After value (as in `polylimit_parse_retry_after`), after
 /// `retries` retries, the first attempt at `started_ms` and the clock at
 /// `now_ms`, with the random draw `random` in [0, 1): `*retry` false to give
 /// up and return the response. A bad option is `POLYLIMIT_CONFIG`.
@@ -137,6 +142,8 @@ pub unsafe extern "C" fn polylimit_parse_retry_after(
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn polylimit_retry_wait(
     options: *const polylimit_retry_options_t,
+    method: *const u8,
+    method_len: usize,
     status: i64,
     retry_after: *const u8,
     retry_after_len: usize,
@@ -157,8 +164,12 @@ pub unsafe extern "C" fn polylimit_retry_wait(
         let options = unsafe { self::options(options) }?;
         // SAFETY: the caller promises `retry_after_len` readable bytes.
         let text = unsafe { header(retry_after, retry_after_len, retry_after_present) }?;
+        // SAFETY: the caller promises `method_len` readable bytes.
+        let method = unsafe { header(method, method_len, method_len > 0) }?
+            .filter(|m| !m.is_empty())
+            .unwrap_or("GET");
         let got = match (u16::try_from(status), u32::try_from(retries)) {
-            (Ok(status), Ok(retries)) => options.wait_since(status, text, retries, started_ms, now_ms, random),
+            (Ok(status), Ok(retries)) => options.wait_since(method, status, text, retries, started_ms, now_ms, random),
             _ => None,
         };
         // SAFETY: checked non-NULL; the caller promises writable pointers.

@@ -5,7 +5,9 @@
     client = httpx.Client(transport=RetryTransport(max_retries=3, max_wait=30))
 
 On a response whose status is in ``statuses`` (429 and 503 by default) the
-request is sent again after the response's ``Retry-After`` (whole seconds, or
+request is sent again (a status other than 429, which may come after the app
+processed the request, only for an idempotent method: GET, HEAD, OPTIONS, PUT,
+DELETE, unless ``retry_non_idempotent=True``) after the response's ``Retry-After`` (whole seconds, or
 an HTTP-date), plus a random jitter of up to ``jitter`` times that wait (never
 earlier than the server asked). It gives up and returns the last response when:
 
@@ -61,6 +63,7 @@ class RetryPolicy:
     budget: float = 120.0
     jitter: float = 0.1
     statuses: Tuple[int, ...] = DEFAULT_STATUSES
+    retry_non_idempotent: bool = False
     clock: Callable[[], float] = field(default=time.time, repr=False)
     random: Callable[[], float] = field(default=_random.random, repr=False)
 
@@ -70,7 +73,7 @@ class RetryPolicy:
 
     def _check(self) -> None:
         self._options = _polylimit.RetryOptions(self.max_retries, self.max_wait, self.budget, self.jitter,
-                                                list(self.statuses))
+                                                list(self.statuses), bool(self.retry_non_idempotent))
 
     def __setattr__(self, name: str, value: Any) -> None:
         # An option changed after construction is checked (and used) at once, as it was read live before.
@@ -84,15 +87,17 @@ class RetryPolicy:
             super().__setattr__(name, before)  # a refused value is not kept
             raise
 
-    def wait(self, status: int, headers: Mapping[str, str], retries: int, started: float) -> Optional[float]:
+    def wait(self, status: int, headers: Mapping[str, str], retries: int, started: float,
+             method: str = "GET") -> Optional[float]:
         """Seconds to wait before the next attempt, or None to give up and return the response.
-        ``retries``: retries made so far; ``started``: the first attempt's ``clock()``."""
-        ms = self._options.wait_ms(status, headers.get("retry-after"), retries, _ms(started), _ms(self.clock()),
+        ``retries``: retries made so far; ``started``: the first attempt's ``clock()``;
+        ``method``: the request's (a 503 is retried only for an idempotent one by default)."""
+        ms = self._options.wait_ms(method, status, headers.get("retry-after"), retries, _ms(started), _ms(self.clock()),
                                    self.random())
         return None if ms is None else ms / 1000
 
 
-_OPTION_FIELDS = frozenset({"max_retries", "max_wait", "budget", "jitter", "statuses"})
+_OPTION_FIELDS = frozenset({"max_retries", "max_wait", "budget", "jitter", "statuses", "retry_non_idempotent"})
 
 
 def _policy(policy: Optional[RetryPolicy], options: Any) -> RetryPolicy:
@@ -135,7 +140,7 @@ class RetryTransport(httpx.BaseTransport if httpx else object):  # type: ignore[
         retries = 0
         while True:
             response = self.transport.handle_request(request)
-            delay = self.policy.wait(response.status_code, response.headers, retries, started)
+            delay = self.policy.wait(response.status_code, response.headers, retries, started, request.method)
             if delay is None or not replayable:
                 return response
             response.close()
@@ -163,7 +168,7 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport if httpx else object):  # typ
         retries = 0
         while True:
             response = await self.transport.handle_async_request(request)
-            delay = self.policy.wait(response.status_code, response.headers, retries, started)
+            delay = self.policy.wait(response.status_code, response.headers, retries, started, request.method)
             if delay is None or not replayable:
                 return response
             await response.aclose()

@@ -529,9 +529,37 @@ impl Limiter {
     }
 
     /// Sends every alert of the adaptive policies (a key became anomalous or
-    /// recovered) to `sink`, or to nobody with `None`. The sink runs on the
-    /// deciding task: it must not block; a panic in it is caught and counted.
+    /// recovered) to `sink`, or to nobody with `None`. The sink runs on a
+    /// thread of its own (`polylimit-alerts`), in order, never on the
+    /// deciding task, as in every language; a panic in it is caught and
+    /// counted, as are alerts dropped when 1024 are waiting.
     pub fn on_anomaly(&self, sink: Option<crate::adaptive::AnomalySink>) {
+        let Some(sink) = sink else {
+            return self.engine.alerts().set_sink(None);
+        };
+        let errors = self.engine.alerts().sink_error_counter();
+        let counted = errors.clone();
+        let deliver = move |event: crate::adaptive::AnomalyEvent| {
+            let call = std::panic::AssertUnwindSafe(|| sink(&event));
+            if std::panic::catch_unwind(call).is_err() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        match crate::adaptive::on_a_thread("polylimit-alerts", deliver, errors) {
+            Ok(threaded) => self.engine.alerts().set_sink(Some(threaded)),
+            // No thread to be had: no callback rather than one on the request's path.
+            Err(_) => {
+                self.engine.alerts().count_sink_error();
+                self.engine.alerts().set_sink(None)
+            }
+        }
+    }
+
+    /// Sets the sink every alert goes to as it is, on the deciding task: for
+    /// a binding whose sink already hands the alert to its own thread or
+    /// queue ([`crate::adaptive::on_a_thread`]) and never blocks.
+    #[doc(hidden)]
+    pub fn set_anomaly_sink(&self, sink: Option<crate::adaptive::AnomalySink>) {
         self.engine.alerts().set_sink(sink);
     }
 

@@ -328,7 +328,11 @@ impl Regions {
     /// each on its share, without penalties, a failure lending nothing) and
     /// the local region's share of each policy. Sets the limiter's store to
     /// the local region's, refusing another.
-    pub(crate) fn build(config: &mut LimiterConfig) -> Result<Option<(Regions, Vec<Policy>)>> {
+    /// The lenders send their alerts to `alerts`, the limiter's own.
+    pub(crate) fn build(
+        config: &mut LimiterConfig,
+        alerts: &std::sync::Arc<crate::anomaly::Alerts>,
+    ) -> Result<Option<(Regions, Vec<Policy>)>> {
         let Some(rc) = config.regions.clone() else {
             return Ok(None);
         };
@@ -384,7 +388,8 @@ impl Regions {
             lender.connect_timeout = config.connect_timeout;
             lender.breaker = config.breaker;
             lender.tls_ca = config.tls_ca.clone();
-            let engine = Engine::new(lender).map_err(|e| match e {
+            lender.anomaly_log = config.anomaly_log;
+            let engine = Engine::with_alerts(lender, alerts.clone()).map_err(|e| match e {
                 Error::Config { field, value, message } if field == "store" => Error::Config {
                     field: format!("regions.{}.store", spec.name),
                     value,
@@ -560,5 +565,62 @@ impl Regions {
         for lender in &self.lenders {
             lender.engine.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+    use serde_json::json;
+
+    use super::RegionConfig;
+    use crate::algorithm::adaptive::{AdaptiveReport, Transition};
+    use crate::limiter::{Engine, LimiterConfig};
+    use crate::policy::Policy;
+
+    /// A lender's alerts go to its borrower's sinks (issue 32 item 9): its
+    /// callback, and not the stderr line `anomaly_log: false` turned off.
+    /// Before, a lender had a default configuration of its own.
+    #[test]
+    fn a_lenders_alerts_reach_its_borrowers_sinks() {
+        let policy = Policy::from_value(&json!({"rate": "100/s", "adaptive": {}}), "policy").unwrap();
+        let mut config = LimiterConfig::new(policy);
+        // Connected lazily: no server is needed to build the lenders.
+        let regions = json!({ "eu": "redis://127.0.0.1:1", "us": "redis://127.0.0.1:2" });
+        config.regions = Some(RegionConfig::from_values(&regions, Some(&json!("eu"))).unwrap());
+        config.anomaly_log = false;
+        let engine = Engine::new(config).unwrap();
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let sink = seen.clone();
+        engine
+            .alerts()
+            .set_sink(Some(Arc::new(move |e: &crate::adaptive::AnomalyEvent| {
+                sink.lock().push(e.policy.clone())
+            })));
+        let lenders = &engine.inner.regions.as_ref().expect("regions").lenders;
+        assert_eq!(lenders.len(), 1);
+        let lender = &lenders[0].engine;
+        let report = AdaptiveReport {
+            anomalous: true,
+            transition: Transition::Anomalous,
+            window_requests: 500,
+            baseline_milli: 10_000,
+            denied: false,
+        };
+        let policy = lender.policy_at(0);
+        lender
+            .alerts()
+            .transition(policy.name(), policy.adaptive().unwrap(), "k", &report, 1_000);
+        assert_eq!(
+            *seen.lock(),
+            ["default"],
+            "the borrower's callback got the lender's alert"
+        );
+        assert!(
+            std::ptr::eq(lender.alerts(), engine.alerts()),
+            "one log setting, one set of metrics"
+        );
     }
 }

@@ -197,6 +197,13 @@ enum Target {
 /// decision, to make a group deny in the charge pass deterministically.
 pub(crate) type BetweenPasses = Arc<dyn Fn() + Send + Sync>;
 
+/// What a cross-slot decision has charged and not given back yet: the time
+/// it decided at and its checks' indices. When the decision ends without
+/// finishing (the check's deadline passed, a call failed, its caller gave
+/// up), these are charges of a request that is not admitted: the caller
+/// gives them back off the request's path (`Engine::decide_redis`).
+pub(crate) type ChargedGroups = Mutex<Option<(i64, Vec<usize>)>>;
+
 /// A connection and its generation (a failed call forgets only its own).
 type Live = (u64, Connection);
 
@@ -458,7 +465,9 @@ impl RedisStore {
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        let deadline = tokio::time::Instant::now() + self.timeout;
+        // Its own timeout, or what is left of the check's budget when sooner.
+        let own = tokio::time::Instant::now() + self.timeout;
+        let deadline = crate::resilience::deadline().map_or(own, |budget| budget.min(own));
         let (generation, connection) = self.connection(deadline).await?;
         match tokio::time::timeout_at(deadline, call(generation, connection)).await {
             Ok(result) => result,
@@ -476,9 +485,19 @@ impl RedisStore {
     /// Atomic across all checks on a single server and within a slot on a
     /// cluster; checks whose keys live in different slots are decided as in
     /// [`RedisStore::decide_across_slots`].
-    pub async fn decide(&self, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) -> Result<(i64, Vec<Verdict>)> {
-        self.with_connection(|generation, connection| self.decide_on(generation, connection, checks, now, cost))
-            .await
+    /// `charged`: where a cross-slot decision records the groups it charged
+    /// until it has finished ([`ChargedGroups`]).
+    pub async fn decide(
+        &self,
+        checks: &[RedisCheck<'_>],
+        now: Option<i64>,
+        cost: i64,
+        charged: Option<&ChargedGroups>,
+    ) -> Result<(i64, Vec<Verdict>)> {
+        self.with_connection(|generation, connection| {
+            self.decide_on(generation, connection, checks, now, cost, charged)
+        })
+        .await
     }
 
     async fn decide_on(
@@ -488,10 +507,19 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
+        charged: Option<&ChargedGroups>,
     ) -> Result<(i64, Vec<Verdict>)> {
         if matches!(*self.target, Target::Cluster(_)) && checks.iter().any(|c| hash_tag(c) != hash_tag(&checks[0])) {
+            let unrecorded = ChargedGroups::default();
             return self
-                .decide_across_slots(generation, &mut connection, checks, now, cost)
+                .decide_across_slots(
+                    generation,
+                    &mut connection,
+                    checks,
+                    now,
+                    cost,
+                    charged.unwrap_or(&unrecorded),
+                )
                 .await;
         }
         self.decide_in_one_slot(generation, &mut connection, checks, now, cost, false)
@@ -550,6 +578,12 @@ impl RedisStore {
     /// denying group may allow when decided again (freed in between): it is
     /// refunded at once and keeps its peek verdicts, so the request stays
     /// denied, and concurrency leases are released, never left behind.
+    ///
+    /// Every pass runs within the check's one deadline. The groups charged
+    /// so far are kept in `record` until the decision finishes: when it
+    /// stops half-way (the deadline passed, a call failed), the caller gives
+    /// them back. Only the one call in flight at that moment stays unknown
+    /// (a paused server may still run it when it resumes).
     async fn decide_across_slots(
         &self,
         generation: u64,
@@ -557,6 +591,7 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
         cost: i64,
+        record: &ChargedGroups,
     ) -> Result<(i64, Vec<Verdict>)> {
         let mut groups: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
         for (i, check) in checks.iter().enumerate() {
@@ -607,16 +642,25 @@ impl RedisStore {
                     Pass::Charge if denying.is_empty() && denied => {
                         // Taken between the passes: give back what the
                         // earlier groups were charged, charge no later one.
+                        // Forgotten first: a refund cut short is not sent
+                        // twice (never more given back than was charged).
+                        *record.lock() = None;
                         for group in &charged {
                             self.refund_in_one_slot(generation, connection, group, at, cost).await?;
                         }
                         break;
                     }
-                    Pass::Charge if denying.is_empty() => charged.push(group),
+                    Pass::Charge if denying.is_empty() => {
+                        let mut record = record.lock();
+                        record.get_or_insert_with(|| (at, Vec::new())).1.extend(members);
+                        charged.push(group);
+                    }
                     _ => {}
                 }
             }
         }
+        // Finished: what stays charged is the admitted request's.
+        *record.lock() = None;
         let verdicts = verdicts
             .into_iter()
             .collect::<Option<Vec<_>>>()

@@ -6,7 +6,9 @@ import java.util.concurrent.ThreadLocalRandom
 
 /**
  * Sends a request through a `java.net.http.HttpClient` and again after each
- * retried response's `Retry-After` (429 and 503 by default), as Python's
+ * retried response's `Retry-After` (429 and 503 by default; a status other
+ * than 429 only for an idempotent method, GET, HEAD, OPTIONS, PUT, DELETE,
+ * unless [RetryPolicy.retryNonIdempotent]), as Python's
  * `polylimit.client`, Node's `polylimit/client` and Go's `client.RetryTransport`
  * do: whole seconds or an HTTP-date, plus up to `jitter` of that wait (never
  * earlier than the server asked). It returns the last response when it has no
@@ -34,7 +36,7 @@ class RetryAfterClient @JvmOverloads constructor(
             val response = client.send(request, handler)
             val now = clock()
             val retryAfter = response.headers().firstValue("retry-after").orElse(null)
-            val wait = retryWait(policy, response.statusCode(), retryAfter, retries, now - started, now, random())
+            val wait = retryWait(policy, request.method(), response.statusCode(), retryAfter, retries, now - started, now, random())
                 ?: return response
             (response.body() as? AutoCloseable)?.close()
             sleep(wait)

@@ -847,7 +847,7 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_parse_retry_after(`value`: RustBuffer.ByValue,`nowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_func_retry_wait(`policy`: RustBuffer.ByValue,`status`: Int,`retryAfter`: RustBuffer.ByValue,`retries`: Int,`elapsedMs`: Long,`nowMs`: Long,`random`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_func_retry_wait(`policy`: RustBuffer.ByValue,`method`: RustBuffer.ByValue,`status`: Int,`retryAfter`: RustBuffer.ByValue,`retries`: Int,`elapsedMs`: Long,`nowMs`: Long,`random`: Double,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -977,7 +977,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_func_parse_retry_after() and 0xFFFF) != 52586) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_func_retry_wait() and 0xFFFF) != 1033) {
+    if ((lib.uniffi_polylimit_jvm_checksum_func_retry_wait() and 0xFFFF) != 22638) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release() and 0xFFFF) != 35848) {
@@ -3147,6 +3147,14 @@ data class RetryPolicy (
      * The statuses retried (null: 429 and 503).
      */
     var `statuses`: List<kotlin.Int>? = null 
+    , 
+    /**
+     * Retry a status other than 429 for a method that is not idempotent
+     * (POST, PATCH, …) too; by default a 503 (which may come after the app
+     * processed the request) is retried for GET, HEAD, OPTIONS, PUT and
+     * DELETE only.
+     */
+    var `retryNonIdempotent`: kotlin.Boolean = false 
     
 ){
     
@@ -3168,6 +3176,7 @@ public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
             FfiConverterLong.read(buf),
             FfiConverterDouble.read(buf),
             FfiConverterOptionalSequenceInt.read(buf),
+            FfiConverterBoolean.read(buf),
         )
     }
 
@@ -3176,7 +3185,8 @@ public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
             FfiConverterLong.allocationSize(value.`maxWaitMs`) +
             FfiConverterLong.allocationSize(value.`budgetMs`) +
             FfiConverterDouble.allocationSize(value.`jitter`) +
-            FfiConverterOptionalSequenceInt.allocationSize(value.`statuses`)
+            FfiConverterOptionalSequenceInt.allocationSize(value.`statuses`) +
+            FfiConverterBoolean.allocationSize(value.`retryNonIdempotent`)
     )
 
     override fun write(value: RetryPolicy, buf: ByteBuffer) {
@@ -3185,6 +3195,7 @@ public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
             FfiConverterLong.write(value.`budgetMs`, buf)
             FfiConverterDouble.write(value.`jitter`, buf)
             FfiConverterOptionalSequenceInt.write(value.`statuses`, buf)
+            FfiConverterBoolean.write(value.`retryNonIdempotent`, buf)
     }
 }
 
@@ -3890,18 +3901,19 @@ public object FfiConverterSequenceTypeRuleDecision: FfiConverterRustBuffer<List<
 
         /**
          * The wait in ms before retrying a response with `status` and
-         * `retryAfter` (its Retry-After value), after `retries` retries and
+         * `retryAfter` (its Retry-After value) to a `method` request, after `retries` retries and
          * `elapsedMs` since the first attempt, with the random draw `random` in
          * [0, 1); null to give up and return the response. A bad policy field
          * throws `Config` naming it.
          */
-    @Throws(PolylimitException::class) fun `retryWait`(`policy`: RetryPolicy, `status`: kotlin.Int, `retryAfter`: kotlin.String?, `retries`: kotlin.Int, `elapsedMs`: kotlin.Long, `nowMs`: kotlin.Long, `random`: kotlin.Double): kotlin.Long? {
+    @Throws(PolylimitException::class) fun `retryWait`(`policy`: RetryPolicy, `method`: kotlin.String, `status`: kotlin.Int, `retryAfter`: kotlin.String?, `retries`: kotlin.Int, `elapsedMs`: kotlin.Long, `nowMs`: kotlin.Long, `random`: kotlin.Double): kotlin.Long? {
             return FfiConverterOptionalLong.lift(
     uniffiRustCallWithError(PolylimitException) { _status ->
     UniffiLib.uniffi_polylimit_jvm_fn_func_retry_wait(
     
         
         FfiConverterTypeRetryPolicy.lower(`policy`),
+        FfiConverterString.lower(`method`),
         FfiConverterInt.lower(`status`),
         FfiConverterOptionalString.lower(`retryAfter`),
         FfiConverterInt.lower(`retries`),

@@ -57,9 +57,9 @@ class JavaUseTest {
             assertTrue(both.await(5, TimeUnit.SECONDS), seen.toString());
             assertEquals(List.of("limit", "restore"), List.of(seen.get(0).getAction(), seen.get(1).getAction()));
         }
-        RetryPolicy policy = new RetryPolicy(3, 60000L, 120000L, 0.1, null);
-        assertEquals(2100L, Polylimit_jvmKt.retryWait(policy, 429, "2", 0, 0L, 0L, 0.5));
-        assertEquals(null, Polylimit_jvmKt.retryWait(policy, 500, "2", 0, 0L, 0L, 0.5));
+        RetryPolicy policy = new RetryPolicy(3, 60000L, 120000L, 0.1, null, false);
+        assertEquals(2100L, Polylimit_jvmKt.retryWait(policy, "GET", 429, "2", 0, 0L, 0L, 0.5));
+        assertEquals(null, Polylimit_jvmKt.retryWait(policy, "GET", 500, "2", 0, 0L, 0L, 0.5));
     }
 
     @Test

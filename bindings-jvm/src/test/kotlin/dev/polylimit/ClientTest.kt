@@ -39,18 +39,19 @@ class ClientTest {
             if (got != want) failures += "parse ${c["value"]}: got $got, want $want"
             played++
         }
-        val decideFields = setOf("name", "options", "status", "retry_after", "retries", "elapsed_ms", "random", "wait_ms")
+        val decideRequired = setOf("name", "options", "status", "retry_after", "retries", "elapsed_ms", "random", "wait_ms")
         for (c in v.getAsJsonArray("decide").map { it.asJsonObject }) {
-            ConformanceTest.fields("decide", c, decideFields, decideFields)
+            ConformanceTest.fields("decide", c, decideRequired + "method", decideRequired)
             val o = c.getAsJsonObject("options")
             val optionFields = setOf("max_retries", "max_wait_ms", "budget_ms", "jitter", "statuses")
-            ConformanceTest.fields("decide ${c["name"]} options", o, optionFields, optionFields)
+            ConformanceTest.fields("decide ${c["name"]} options", o, optionFields + "retry_non_idempotent", optionFields)
             val policy = RetryPolicy(
                 maxRetries = o["max_retries"].asInt, maxWaitMs = o["max_wait_ms"].asLong, budgetMs = o["budget_ms"].asLong,
                 jitter = o["jitter"].asDouble, statuses = o.getAsJsonArray("statuses").map { it.asInt },
+                retryNonIdempotent = o["retry_non_idempotent"]?.asBoolean ?: false,
             )
             val got = retryWait(
-                policy, c["status"].asInt, text(c["retry_after"]), c["retries"].asInt, c["elapsed_ms"].asLong, now,
+                policy, c["method"]?.asString ?: "GET", c["status"].asInt, text(c["retry_after"]), c["retries"].asInt, c["elapsed_ms"].asLong, now,
                 c["random"].asDouble,
             )
             val want = c["wait_ms"].takeUnless { it.isJsonNull }?.asDouble
@@ -63,9 +64,9 @@ class ClientTest {
 
     @Test
     fun `a bad policy field throws Config naming it`() {
-        val e = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(jitter = 2.0), 429, "1", 0, 0, 0, 0.5) }
+        val e = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(jitter = 2.0), "GET", 429, "1", 0, 0, 0, 0.5) }
         assertEquals("jitter", e.field)
-        val max = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(maxWaitMs = -1), 429, "1", 0, 0, 0, 0.5) }
+        val max = assertThrows(PolylimitException.Config::class.java) { retryWait(RetryPolicy(maxWaitMs = -1), "GET", 429, "1", 0, 0, 0, 0.5) }
         assertEquals("maxWaitMs", max.field)
     }
 
@@ -82,7 +83,7 @@ class ClientTest {
                 budgetMs = o["budgetMs"]?.asLong ?: 120000, jitter = o["jitter"]?.asDouble ?: 0.1,
                 statuses = o["statuses"]?.asJsonArray?.map { it.asInt },
             )
-            val e = assertThrows(PolylimitException.Config::class.java) { retryWait(policy, 429, "1", 0, 0, 0, 0.5) }
+            val e = assertThrows(PolylimitException.Config::class.java) { retryWait(policy, "GET", 429, "1", 0, 0, 0, 0.5) }
             assertEquals(c["error"].asString, e.text, "$o")
         }
     }
