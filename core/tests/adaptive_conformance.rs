@@ -143,3 +143,12 @@ async fn adaptive_vectors_on_memory_and_redis() {
     println!("{memory_steps} steps on memory, {redis_steps} on redis");
     support::assert_no_mismatches(&failures);
 }
+
+#[tokio::test]
+async fn adaptive_vectors_on_a_redis_cluster() {
+    let files: Vec<(String, File)> = support::vector_files("adaptive");
+    let cluster = support::Topology::cluster();
+    let (steps, failures) = play(&cluster.url, &files).await;
+    println!("{steps} steps on {}", cluster.url);
+    support::assert_no_mismatches(&failures);
+}

@@ -19,6 +19,12 @@ starts a primary, its replica and 3 sentinels watching them as the service
 sentinel knows the primary and its replica, and prints
 `{"url": "redis+sentinel://127.0.0.1:s1,…/polylimit", "nodes": […]}`.
 
+`POLYLIMIT_SERVER` names another server binary than `redis-server` (a path
+or a command on PATH) for every node, sentinels included: `make valkey-test`
+starts Valkey's this way. `redis-cli` stays the client that builds the
+cluster and watches it (Valkey speaks the same protocol and the same
+CLUSTER commands).
+
 With `--tls` every node serves TLS only, the URL is `rediss+…` and the
 output names the CA (`"ca": path`). With `--password PW` every data node requires that password and the URL
 carries it (`redis+cluster://:PW@…`, `redis+sentinel://:PW@…`).
@@ -39,6 +45,7 @@ import tempfile
 import time
 
 NODE_TIMEOUT_MS = 1000
+SERVER = os.environ.get("POLYLIMIT_SERVER") or "redis-server"
 
 
 def free_ports(count, bus_offset=0):
@@ -133,7 +140,7 @@ class Topology:
         self.dir = tempfile.mkdtemp(prefix="polylimit-topology-")
         self.processes = []
 
-    def server(self, port, *extra, binary="redis-server"):
+    def server(self, port, *extra, binary=SERVER):
         password = ["--requirepass", PASSWORD, "--masterauth", PASSWORD] if PASSWORD else []
         ports = ["--port", "0", "--tls-port", str(port), *tls_args()] if TLS else ["--port", str(port)]
         process = subprocess.Popen(
@@ -237,7 +244,7 @@ def sentinel(topology):
                 + (f"sentinel auth-pass {SERVICE} {PASSWORD}\n" if PASSWORD else "")
             )
         process = subprocess.Popen(
-            ["redis-server", conf, "--sentinel"],
+            [SERVER, conf, "--sentinel"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,

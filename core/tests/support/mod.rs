@@ -1,5 +1,11 @@
 //! A real `redis-server` for tests: started on a free loopback port with no
 //! persistence, waited for with PING, stopped by pid when dropped.
+//!
+//! `POLYLIMIT_SERVER` names another server binary (a path or a command on
+//! PATH) for every server these tests start, the topologies' too:
+//! `make valkey-test` runs the vector runners on Valkey this way, with
+//! `POLYLIMIT_SERVER_NAME=valkey` so that every server started is checked to
+//! be one (its `INFO server`), never a `redis-server` found instead.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -10,6 +16,51 @@ use std::time::{Duration, Instant};
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
+}
+
+/// The server binary: `$POLYLIMIT_SERVER`, else `redis-server`.
+pub fn server_binary() -> String {
+    std::env::var("POLYLIMIT_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The server on `port` as `INFO server` names it: `valkey 9.1.2`,
+/// `redis 7.0.15`.
+fn server_name(port: u16) -> String {
+    let info = raw_command(port, "INFO server").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string())
+    };
+    match field("valkey_version") {
+        Some(version) => format!("valkey {version}"),
+        None => format!("redis {}", field("redis_version").unwrap_or_else(|| "?".into())),
+    }
+}
+
+/// With `$POLYLIMIT_SERVER_NAME` set, fails unless the server on `port`
+/// names itself so (`valkey`, `redis`).
+fn check_server_name(port: u16) {
+    if let Some(expected) = std::env::var("POLYLIMIT_SERVER_NAME").ok().filter(|s| !s.is_empty()) {
+        let name = server_name(port);
+        assert!(
+            name.split(' ').next() == Some(expected.as_str()),
+            "the server on port {port} is {name}, not {expected} (POLYLIMIT_SERVER_NAME)"
+        );
+    }
+}
+
+/// Sends one inline command to `127.0.0.1:port` and returns the raw reply.
+fn raw_command(port: u16, line: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("{line}\r\n").as_bytes()).ok()?;
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
 fn free_port() -> u16 {
@@ -46,7 +97,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let binary = server_binary();
+        let child = Command::new(&binary)
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -62,16 +114,17 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (make test installs it)");
+            .unwrap_or_else(|e| panic!("{binary} must be installed (make test installs it): {e}"));
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if self.command("PING").as_deref() == Some("+PONG\r\n") {
+                check_server_name(self.port);
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer PING", self.port);
+        panic!("{binary} on port {} did not answer PING", self.port);
     }
 
     pub fn url(&self) -> String {
@@ -84,12 +137,7 @@ impl RedisServer {
 
     /// Sends one inline command and returns the raw reply.
     pub fn command(&self, line: &str) -> Option<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        stream.write_all(format!("{line}\r\n").as_bytes()).ok()?;
-        let mut buf = [0u8; 4096];
-        let n = stream.read(&mut buf).ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+        raw_command(self.port, line)
     }
 
     /// `calls=` of one command in INFO commandstats (0 when never called).
@@ -393,12 +441,19 @@ impl Topology {
             .expect("the harness describes the topology");
         let described: serde_json::Value =
             serde_json::from_str(&line).unwrap_or_else(|e| panic!("the {kind} harness failed to start: {e}: {line:?}"));
-        Topology {
+        let topology = Topology {
             child,
             url: described["url"].as_str().expect("a url").to_string(),
             nodes: described["nodes"].as_array().cloned().unwrap_or_default(),
             ca: described["ca"].as_str().map(str::to_string),
+        };
+        // Data nodes without TLS or a password answer a plain INFO.
+        if args.is_empty() {
+            for node in topology.nodes.iter().filter(|n| n["role"] != "sentinel") {
+                check_server_name(node["port"].as_u64().expect("a port") as u16);
+            }
         }
+        topology
     }
 }
 
