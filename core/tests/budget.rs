@@ -165,3 +165,41 @@ async fn a_cross_slot_check_cut_by_its_deadline_gives_back_what_it_charged() {
     };
     assert_eq!(remaining, 1, "a's charge by the cut check was given back");
 }
+
+/// Two checks of one synced key while the store is paused: one sync is in
+/// flight per key, so the second waits behind the first's call, then has
+/// no budget left for a call of its own and is decided by the fallback at
+/// once. Before the budget it made its own call: two `timeout`s in all.
+#[tokio::test]
+async fn a_check_waiting_behind_a_sync_shares_its_budget() {
+    let redis = RedisServer::start();
+    let limiter = Arc::new(
+        Limiter::from_value(&json!({
+            "policy": { "algorithm": "fixed_window", "rate": "100/s",
+                        "sync": { "interval": "1s", "share": 10 } },
+            "store": redis.url(),
+            "timeout": format!("{TIMEOUT_MS}ms"),
+            "connect_timeout": "1s",
+        }))
+        .unwrap(),
+    );
+    // A live connection, and a credit that ends before the paused checks.
+    assert!(limiter.check_with("warm", at(NOW)).await.unwrap().allowed);
+
+    redis.pause();
+    let started = Instant::now();
+    let (first, second) = tokio::join!(
+        limiter.check_with("k", at(NOW + 10)),
+        limiter.check_with("k", at(NOW + 10)),
+    );
+    let waited = started.elapsed();
+    redis.resume();
+
+    for d in [first.unwrap(), second.unwrap()] {
+        assert_eq!(d.source.as_str(), "local", "the store cannot answer: {d:?}");
+    }
+    assert!(
+        waited < Duration::from_millis(TIMEOUT_MS + MARGIN_MS),
+        "the two checks waited {waited:?}, more than one {TIMEOUT_MS} ms timeout"
+    );
+}
