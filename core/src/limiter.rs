@@ -173,7 +173,7 @@ struct Inner {
     /// The budget of one check's store calls (`timeout`).
     timeout: std::time::Duration,
     /// Without `overrides: true`, on Redis: the overrides it ignores, said once.
-    ignored_overrides: Option<crate::overrides::IgnoredOverrides>,
+    ignored_overrides: Option<crate::store::overrides::IgnoredOverrides>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -313,7 +313,7 @@ impl Engine {
         let block_cache = (config.block_cache > 0 && matches!(backend, Backend::Redis(_)))
             .then(|| BlockCache::new(policies.len(), config.block_cache));
         let ignored_overrides = (!config.overrides && matches!(backend, Backend::Redis(_)))
-            .then(|| crate::overrides::IgnoredOverrides::new(policies.len()));
+            .then(|| crate::store::overrides::IgnoredOverrides::new(policies.len()));
         Ok(Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -452,7 +452,7 @@ impl Engine {
             self.notice_overrides(notice, targets);
         }
         // One budget for every store call of this check (SPEC §5).
-        crate::resilience::within_budget(self.inner.timeout, self.decide_budgeted(targets, options, charge)).await
+        crate::store::budget::within_budget(self.inner.timeout, self.decide_budgeted(targets, options, charge)).await
     }
 
     async fn decide_budgeted(
@@ -697,7 +697,7 @@ impl Engine {
     }
 
     /// The overrides this limiter ignores (no `overrides: true`, on Redis).
-    pub(crate) fn ignored_overrides(&self) -> Option<&crate::overrides::IgnoredOverrides> {
+    pub(crate) fn ignored_overrides(&self) -> Option<&crate::store::overrides::IgnoredOverrides> {
         self.inner.ignored_overrides.as_ref()
     }
 

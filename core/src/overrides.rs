@@ -418,48 +418,6 @@ fn sha_of(script: &'static str, cell: &'static std::sync::OnceLock<String>) -> &
 /// policy that it has not reported yet, at most (SPEC §11).
 const NOTICE_EVERY_MS: i64 = 60_000;
 
-/// A limiter without `overrides: true` on a Redis store, and the overrides
-/// others set in that store, which it ignores (SPEC §11: it says so once).
-/// `set_override` marks the policy in the store (one key per policy, living
-/// as long as its longest override); such a limiter looks for the mark once
-/// per policy per minute at most, in a task of its own started by a check
-/// (never on the request's path: the check pays one atomic read), and logs
-/// one line on stderr (and `polylimit_overrides_ignored{policy}` 1) the
-/// first time it finds it, then never looks again.
-pub(crate) struct IgnoredOverrides {
-    /// Per policy: the process clock (ms) of the next look; `i64::MAX`: found.
-    next: Vec<std::sync::atomic::AtomicI64>,
-}
-
-impl IgnoredOverrides {
-    pub(crate) fn new(policies: usize) -> IgnoredOverrides {
-        IgnoredOverrides {
-            next: (0..policies).map(|_| std::sync::atomic::AtomicI64::new(0)).collect(),
-        }
-    }
-
-    /// `polylimit_overrides_ignored{policy}` of the policies found.
-    pub(crate) fn render(&self, names: impl Iterator<Item = String>, out: &mut String) {
-        use std::fmt::Write;
-        let found: Vec<String> = names
-            .zip(&self.next)
-            .filter(|(_, n)| n.load(std::sync::atomic::Ordering::Relaxed) == i64::MAX)
-            .map(|(name, _)| name)
-            .collect();
-        if found.is_empty() {
-            return;
-        }
-        let _ = writeln!(
-            out,
-            "# HELP polylimit_overrides_ignored Policies with per-key overrides in the store, which this limiter (without overrides: true) ignores.\n# TYPE polylimit_overrides_ignored gauge"
-        );
-        for name in found {
-            let name = name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-            let _ = writeln!(out, "polylimit_overrides_ignored{{policy=\"{name}\"}} 1");
-        }
-    }
-}
-
 impl Engine {
     /// Marks policy `i` as having overrides in the store, for `ttl_ms` (0: no end).
     async fn mark_overrides(&self, redis: &crate::store::redis::RedisStore, i: usize, ttl_ms: i64) -> Result<()> {
@@ -472,8 +430,12 @@ impl Engine {
     }
 
     /// Called by a check of `targets` on a limiter that ignores overrides:
-    /// starts a look for the policies due one ([`IgnoredOverrides`]).
-    pub(crate) fn notice_overrides(&self, notice: &IgnoredOverrides, targets: &[crate::limiter::Target<'_>]) {
+    /// starts a look for the policies due one ([`IgnoredOverrides`](crate::store::overrides::IgnoredOverrides)).
+    pub(crate) fn notice_overrides(
+        &self,
+        notice: &crate::store::overrides::IgnoredOverrides,
+        targets: &[crate::limiter::Target<'_>],
+    ) {
         use std::sync::atomic::Ordering;
         let now = process_now_ms();
         for &(i, _, _) in targets {

@@ -3,7 +3,7 @@
 //! `on_store_error` fallback while the store cannot answer.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use std::sync::Arc;
 
@@ -12,28 +12,7 @@ use crate::decision::{CheckResult, Decision, Source};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::policy::OnStoreError;
-
-tokio::task_local! {
-    /// The deadline of the check this task is deciding: every store call
-    /// it makes (its own, a sync's second one, a regional lender's, each
-    /// slot group's on a cluster) ends by then. Set by [`within_budget`].
-    static DEADLINE: tokio::time::Instant;
-}
-
-/// The deadline of the check running on this task, if one is.
-pub(crate) fn deadline() -> Option<tokio::time::Instant> {
-    DEADLINE.try_with(|d| *d).ok()
-}
-
-/// Runs a check's `decide` with one budget of `timeout` for all of its
-/// store calls (SPEC §5): a call made later gets what is left. A check
-/// inside another (a lender's, decided for a borrow) keeps the outer budget.
-pub(crate) async fn within_budget<F: Future>(timeout: Duration, decide: F) -> F::Output {
-    if deadline().is_some() {
-        return decide.await;
-    }
-    DEADLINE.scope(tokio::time::Instant::now() + timeout, decide).await
-}
+use crate::store::budget::deadline;
 
 /// One policy on one key: (policy index, key, `true` for a shadow check,
 /// whose denial blocks nothing).

@@ -467,7 +467,7 @@ impl RedisStore {
     {
         // Its own timeout, or what is left of the check's budget when sooner.
         let own = tokio::time::Instant::now() + self.timeout;
-        let deadline = crate::resilience::deadline().map_or(own, |budget| budget.min(own));
+        let deadline = crate::store::budget::deadline().map_or(own, |budget| budget.min(own));
         let (generation, connection) = self.connection(deadline).await?;
         match tokio::time::timeout_at(deadline, call(generation, connection)).await {
             Ok(result) => result,
