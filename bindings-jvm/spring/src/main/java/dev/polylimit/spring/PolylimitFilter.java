@@ -104,17 +104,19 @@ public class PolylimitFilter extends OncePerRequestFilter {
             response.getOutputStream().write(body.getBytes(StandardCharsets.UTF_8));
             return;
         }
-        if (outcome.getDelayMs() > 0) {
-            try {
-                Thread.sleep(outcome.getDelayMs());
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                throw new ServletException("polylimit: interrupted while shaping", e);
-            }
-        }
         String token = outcome.getCompletion();
         boolean served = false;
         try {
+            // Inside the try: a request interrupted while it is held is settled
+            // as no response, so the slots it holds are released at once.
+            if (outcome.getDelayMs() > 0) {
+                try {
+                    Thread.sleep(outcome.getDelayMs());
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new ServletException("polylimit: interrupted while shaping", e);
+                }
+            }
             chain.doFilter(request, response);
             served = true;
         } finally {
