@@ -407,9 +407,6 @@ end
 return 1
 "#;
 
-/// Whether the marker `KEYS[1]` exists.
-const MARKED_SCRIPT: &str = "return redis.call('EXISTS', KEYS[1])";
-
 fn sha_of(script: &'static str, cell: &'static std::sync::OnceLock<String>) -> &'static str {
     cell.get_or_init(|| redis::Script::new(script).get_hash().to_string())
 }
@@ -457,11 +454,8 @@ impl Engine {
             };
             let engine = self.clone();
             runtime.spawn(async move {
-                static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
                 let Some(redis) = engine.redis_store() else { return };
-                let keys = [engine.override_marker(i)];
-                let found: Result<i64> = redis.script(sha_of(MARKED_SCRIPT, &SHA), MARKED_SCRIPT, &keys, &[]).await;
-                if found.is_ok_and(|n| n > 0) {
+                if redis.exists(&engine.override_marker(i)).await.unwrap_or(false) {
                     if let Some(next) = engine.ignored_overrides().and_then(|n| n.next.get(i)) {
                         next.store(i64::MAX, Ordering::Relaxed);
                     }

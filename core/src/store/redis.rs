@@ -906,6 +906,21 @@ impl RedisStore {
         .await
     }
 
+    /// Whether `key` exists: a plain `EXISTS`, not a script, so it never
+    /// counts as a decision's call.
+    pub(crate) async fn exists(&self, key: &str) -> Result<bool> {
+        self.with_connection(|generation, mut connection| async move {
+            let mut cmd = redis::cmd("EXISTS");
+            cmd.arg(key);
+            let reply: Result<i64, RedisError> = Self::query(&mut connection, &cmd).await;
+            reply.map(|n| n > 0).map_err(|e| {
+                self.forget(generation);
+                unavailable(e)
+            })
+        })
+        .await
+    }
+
     /// Runs a script over `keys` (of one slot) and `args`: EVALSHA, EVAL
     /// when the server lost it. Per-key overrides use it.
     pub(crate) async fn script<T: FromRedisValue>(
