@@ -134,17 +134,23 @@ for (const framework of ['express', 'fastify']) {
     const settled = new EventEmitter();
     const complete = limiter.complete.bind(limiter);
     limiter.complete = (token, status) => complete(token, status).finally(() => settled.emit('settled'));
+    // Told when the middleware has handed its check to the core (then waiting on the paused Redis).
+    const checkHttp = limiter._checkHttp.bind(limiter);
+    limiter._checkHttp = (...args) => {
+      const pending = checkHttp(...args);
+      settled.emit('sent');
+      return pending;
+    };
     const s = await slotApp(framework, limiter);
     const pid = redis.child.pid;
     try {
       assert.equal(await getStatus(s.url), 200);
       process.kill(pid, 'SIGSTOP');
-      const arrived = once(s.server, 'request');
+      const sent = once(settled, 'sent');
       const done = once(settled, 'settled');
       const req = http.get(s.url, { agent: false });
       req.on('error', () => {}); // the hang-up below
-      await arrived;
-      await new Promise((r) => setTimeout(r, 50)); // the check is sent to the paused Redis
+      await sent;
       req.destroy();
       process.kill(pid, 'SIGCONT');
       await done;
