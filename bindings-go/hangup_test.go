@@ -27,6 +27,25 @@ func waitSettled(t *testing.T) chan struct{} {
 	return settled
 }
 
+// waitSeen makes cancelledRequestSeen signal on the returned channel: the
+// server has noticed the hang-up (it does so on a goroutine of its own, so a
+// store resumed before that would answer the check first).
+func waitSeen(t *testing.T) chan struct{} {
+	seen := make(chan struct{}, 4)
+	cancelledRequestSeen = func() { seen <- struct{}{} }
+	t.Cleanup(func() { cancelledRequestSeen = nil })
+	return seen
+}
+
+func awaitSignal(t *testing.T, ch chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+	}
+}
+
 // untilPending waits until a decision waits for the (paused) store.
 func untilPending(t *testing.T) {
 	t.Helper()
@@ -41,11 +60,7 @@ func untilPending(t *testing.T) {
 
 func awaitSettled(t *testing.T, settled chan struct{}) {
 	t.Helper()
-	select {
-	case <-settled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hung-up request's decision never completed")
-	}
+	awaitSignal(t, settled, "the hung-up request's decision never completed")
 }
 
 // A client that hangs up while the middleware's check waits for Redis: the
@@ -61,6 +76,7 @@ func TestMiddlewareHangUpDuringCheckFreesTheSlot(t *testing.T) {
 		t.Fatalf("warm-up: %d", got)
 	}
 	settled := waitSettled(t)
+	seen := waitSeen(t)
 	redis.pause()
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
@@ -76,6 +92,7 @@ func TestMiddlewareHangUpDuringCheckFreesTheSlot(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the hung-up request: %v", err)
 	}
+	awaitSignal(t, seen, "the server never saw the client hang up")
 	redis.signal(syscall.SIGCONT)
 	awaitSettled(t, settled)
 	if got := statuses(t, srv.URL, 3); fmt.Sprint(got) != "[200 200 200]" {

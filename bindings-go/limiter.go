@@ -420,6 +420,9 @@ func (l *Limiter) awaitOutcome(ctx context.Context, pending *C.polylimit_pending
 		}
 		return r.text, r.err
 	case <-ctx.Done():
+		if seen := cancelledRequestSeen; seen != nil {
+			seen()
+		}
 		go func() {
 			r := <-ch
 			if pooled {
@@ -441,6 +444,10 @@ func (l *Limiter) awaitOutcome(ctx context.Context, pending *C.polylimit_pending
 // cancelledRequestSettled, set by tests only, runs once the decision of a
 // request whose ctx ended has completed and its token (if any) is settled.
 var cancelledRequestSettled func()
+
+// cancelledRequestSeen, set by tests only, runs when a request's ctx ends
+// before its decision has completed.
+var cancelledRequestSeen func()
 
 // completionOf is the completion token of a packed outcome ("" for none or
 // a malformed outcome).
