@@ -9,12 +9,12 @@ use serde_json::{Map, Value};
 
 use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
+use crate::engine::LimiterConfig;
 use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
 use crate::http::completion::Count;
 use crate::http::rules::{middleware_key, strings, HttpRules, HTTP_FIELDS};
 use crate::http::Limiter;
-use crate::limiter::LimiterConfig;
 use crate::options::{canonical, field_as_written, Naming};
 use crate::policy::{check_name, Policy};
 
@@ -126,7 +126,7 @@ impl LimiterConfig {
         }
         match obj.get("block_cache") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => config.block_cache = crate::limiter::block_cache::DEFAULT_KEYS,
+            Some(Value::Bool(true)) => config.block_cache = crate::engine::block_cache::DEFAULT_KEYS,
             Some(v) => {
                 config.block_cache =
                     v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| {
@@ -177,7 +177,7 @@ impl LimiterConfig {
             (None, None) => {}
             (None, Some(r)) => return Err(Error::config("region", r, "is set without regions")),
             (Some(regions), region) => {
-                let rc = crate::limiter::region::RegionConfig::from_values(regions, region)?;
+                let rc = crate::engine::region::RegionConfig::from_values(regions, region)?;
                 let local = rc.local_spec();
                 if obj.contains_key("store") && config.store != local.store {
                     return Err(Error::config(

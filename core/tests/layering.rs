@@ -39,7 +39,7 @@ const LAYERS: &[&str] = &[
     // The alerts the limiter records transitions into.
     "anomaly",
     "resilience",
-    "limiter",
+    "engine",
     // Per-key overrides: the limiter's set/get/remove (their storage is the store's).
     "overrides",
     "http",

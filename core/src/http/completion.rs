@@ -431,7 +431,7 @@ impl Default for Tokens {
         let mut seed = [0u8; 8];
         if getrandom::getrandom(&mut seed).is_err() {
             // No OS randomness: the time still separates limiters.
-            seed = (crate::limiter::process_now_ms() as u64).to_le_bytes();
+            seed = (crate::engine::process_now_ms() as u64).to_le_bytes();
         }
         Tokens {
             next: AtomicU64::new(u64::from_le_bytes(seed) >> 2),

@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use crate::breaker::{BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Lease, Source};
+use crate::engine::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
 use crate::error::{Error, Result};
-use crate::limiter::{process_now_ms, CheckOptions, Engine, LimiterConfig, Target as Check};
 use crate::overrides::{Override, OverrideSpec};
 use crate::policy::Policy;
 use client_ip::{client_ip, ip_key, parse_peer};
