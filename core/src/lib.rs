@@ -27,6 +27,7 @@ mod engine;
 mod env;
 mod error;
 mod http;
+mod limiter;
 mod metrics;
 pub mod options;
 mod overrides;
@@ -50,10 +51,8 @@ pub use engine::RefundProbe;
 pub use engine::{CheckOptions, LimiterConfig};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{
-    ended_status, HeaderDraft, HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand,
-    RuleDecision,
-};
+pub use http::{ended_status, HeaderDraft, HeaderMode, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+pub use limiter::{LeaseGuard, Limiter};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
