@@ -57,6 +57,14 @@ impl Outcome {
             completion: None,
         }
     }
+
+    /// The answer to a denylisted request.
+    pub(super) fn forbidden() -> Outcome {
+        let mut outcome = Outcome::pass();
+        outcome.status = Some(403);
+        outcome.body = Some(headers::forbidden_body());
+        outcome
+    }
 }
 
 /// The answer to a decided request; `record`: it was charged (not a

@@ -1,14 +1,12 @@
 //! What a request's matching rules make of it before the store is asked
-//! ([`Plan`]): an answer (denylisted, allowlisted, not limited), or the
-//! (policy, key) pairs to decide, each with the rules that own it.
+//! ([`Plan`]): refused (denylisted), let through (allowlisted, not limited),
+//! or the (policy, key) pairs to decide, each with the rules that own it.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
 
 use super::client_ip::{client_ip, ip_key, parse_peer};
 use super::completion;
-use super::headers;
-use super::outcome::Outcome;
 use super::request::RequestInfo;
 use super::route::{self, normalize_path};
 use super::rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
@@ -17,8 +15,10 @@ use crate::error::{Error, Result};
 
 /// What a request's matching rules make of it before the store is asked.
 pub(super) enum Plan<'r> {
-    /// Answered without the store: denylisted, allowlisted, or not limited.
-    Answer(Outcome),
+    /// Denylisted: refused without the store.
+    Forbidden,
+    /// Allowlisted, or no rule limits it: let through without the store.
+    Pass,
     /// The pairs to decide.
     Decide(Targets<'r>),
 }
@@ -212,13 +212,10 @@ pub(super) fn plan<'r>(
     }
 
     if in_list(&rules.denylist, ip, req) {
-        let mut outcome = Outcome::pass();
-        outcome.status = Some(403);
-        outcome.body = Some(headers::forbidden_body());
-        return Ok(Plan::Answer(outcome));
+        return Ok(Plan::Forbidden);
     }
     if in_list(&rules.allowlist, ip, req) {
-        return Ok(Plan::Answer(Outcome::pass()));
+        return Ok(Plan::Pass);
     }
 
     let resolved = Resolved {
@@ -277,7 +274,7 @@ pub(super) fn plan<'r>(
         }
     }
     if targets.is_empty() {
-        return Ok(Plan::Answer(Outcome::pass()));
+        return Ok(Plan::Pass);
     }
     Ok(Plan::Decide(Targets { targets, owners }))
 }

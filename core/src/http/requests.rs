@@ -48,7 +48,7 @@ impl Requests {
     pub(crate) async fn reset(&self, engine: &Engine, req: &RequestInfo) -> Result<usize> {
         let rules = self.rules_file()?;
         match plan(engine, rules, &rules.rules, req)? {
-            Plan::Answer(_) => Ok(0),
+            Plan::Forbidden | Plan::Pass => Ok(0),
             Plan::Decide(planned) => {
                 let pairs: Vec<(usize, &str)> = planned.targets.iter().map(|(p, k)| (*p, k.as_str())).collect();
                 engine.forget(&pairs).await?;
@@ -104,7 +104,8 @@ impl Requests {
         charge: bool,
     ) -> Result<Outcome> {
         let planned = match plan(engine, rules, candidates, req)? {
-            Plan::Answer(outcome) => return Ok(outcome),
+            Plan::Forbidden => return Ok(Outcome::forbidden()),
+            Plan::Pass => return Ok(Outcome::pass()),
             Plan::Decide(planned) => planned,
         };
         let options = CheckOptions {

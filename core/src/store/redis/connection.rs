@@ -13,7 +13,6 @@ use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, IntoConnectionInfo, Redi
 use tokio::sync::watch;
 
 use super::reply::unavailable;
-use super::scripts::{script_sha, REFUND_SCRIPT, RELEASE_SCRIPT};
 use super::{RedisStore, Timeouts};
 use crate::error::{Error, Result};
 
@@ -161,9 +160,6 @@ impl RedisStore {
         };
         Ok(RedisStore {
             shared: Arc::new(Shared::default()),
-            sha: script_sha(),
-            refund_sha: redis::Script::new(REFUND_SCRIPT).get_hash().to_string(),
-            release_sha: redis::Script::new(RELEASE_SCRIPT).get_hash().to_string(),
             between_passes: Mutex::new(None),
             // Cluster decisions stay scripts: a library would have to be
             // loaded on every primary, and re-loaded on each after failover.

@@ -48,9 +48,6 @@ pub(crate) struct RedisCheck<'a> {
 pub(crate) struct RedisStore {
     target: Arc<Target>,
     shared: Arc<Shared>,
-    sha: String,
-    refund_sha: String,
-    release_sha: String,
     between_passes: Mutex<Option<BetweenPasses>>,
     /// Whether decisions go through the function library: until the server
     /// shows it has no functions (Redis < 7) or may not use them (ACL).

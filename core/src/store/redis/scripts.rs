@@ -63,6 +63,11 @@ pub fn script_sha() -> String {
     redis::Script::new(SCRIPT).get_hash().to_string()
 }
 
+/// The SHA1s EVALSHA calls the scripts by, computed once.
+static CHECK_SHA: LazyLock<String> = LazyLock::new(script_sha);
+static REFUND_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(REFUND_SCRIPT).get_hash().to_string());
+static RELEASE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT).get_hash().to_string());
+
 /// The decision code as a Redis 7 function library. Its top level (every
 /// algorithm's function) runs once, when the library loads; a script runs
 /// it on every call. Library and function are named after the script's
@@ -147,7 +152,7 @@ impl RedisStore {
         if checks.is_empty() {
             return Ok(refunded);
         }
-        let reply: Result<i64, RedisError> = Self::eval(connection, &self.refund_sha, REFUND_SCRIPT, |cmd| {
+        let reply: Result<i64, RedisError> = Self::eval(connection, &REFUND_SHA, REFUND_SCRIPT, |cmd| {
             push_refund_args(cmd, &checks, &charged, now, cost)
         })
         .await;
@@ -165,7 +170,7 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now: Option<i64>,
     ) -> Result<usize> {
-        let reply: Result<i64, RedisError> = Self::eval(connection, &self.release_sha, RELEASE_SCRIPT, |cmd| {
+        let reply: Result<i64, RedisError> = Self::eval(connection, &RELEASE_SHA, RELEASE_SCRIPT, |cmd| {
             cmd.arg(checks.len());
             for check in checks {
                 cmd.arg(check.keys[0].as_str());
@@ -239,7 +244,7 @@ impl RedisStore {
         cost: i64,
         peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
-        Self::eval(connection, &self.sha, SCRIPT, |cmd| {
+        Self::eval(connection, &CHECK_SHA, SCRIPT, |cmd| {
             push_args(cmd, checks, now, cost, peek)
         })
         .await
