@@ -1,11 +1,26 @@
-//! Argument packing: where each of a policy's keys stands ([`KeyLayout`])
-//! and the arguments of the decision and refund scripts.
+//! Argument packing: a policy's part of a decision ([`RedisCheck`]), where
+//! each of its keys stands ([`KeyLayout`]), and the scripts' arguments.
 
 use redis::Cmd;
 
-use super::RedisCheck;
+use crate::algorithm::penalty::PenaltyParams;
 use crate::algorithm::Params;
 use crate::store::overrides::Charged;
+
+/// One policy's part of a decision: its store keys (the penalty record's
+/// after its state keys, when it has a penalty; then, with `overrides`, its
+/// override record and the override's state keys) and its script arguments.
+#[derive(Clone, Copy)]
+pub(crate) struct RedisCheck<'a> {
+    pub params: &'a Params,
+    pub keys: &'a [String],
+    pub shadow: bool,
+    pub penalty: Option<&'a PenaltyParams>,
+    /// Concurrency: the id of the lease an admission takes.
+    pub lease: Option<&'a str>,
+    /// The keys end with the override record and its state keys.
+    pub overrides: bool,
+}
 
 /// Where each of a policy's keys stands in [`RedisCheck::keys`], in the
 /// order the decision script reads them: the state keys (a sliding log has

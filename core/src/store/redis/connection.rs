@@ -1,7 +1,7 @@
 //! Connection and topology: a standalone server, a cluster or the primary
 //! sentinels name, over TCP or TLS, connected lazily in the background.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -12,9 +12,27 @@ use redis::io::tcp::{socket2::TcpKeepalive, TcpSettings};
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, IntoConnectionInfo, RedisError};
 use tokio::sync::watch;
 
-use super::reply::unavailable;
-use super::{RedisStore, Timeouts};
 use crate::error::{Error, Result};
+
+/// Timeouts of a store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// Every call, waiting for a connection included.
+    pub call: Duration,
+    /// Opening a connection: TCP, TLS and the handshake.
+    pub connect: Duration,
+}
+
+/// A Redis deployment's one shared connection, opened in the background.
+pub(super) struct Connector {
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+    /// Deadline of every call, waiting for a connect included.
+    timeout: Duration,
+    /// Deadline of opening a connection (TCP, TLS and the handshake), which
+    /// runs in the background and outlives the calls that gave up on it.
+    connect_timeout: Duration,
+}
 
 #[derive(Clone)]
 pub(super) enum Connection {
@@ -23,7 +41,7 @@ pub(super) enum Connection {
 }
 
 #[allow(clippy::large_enum_variant)] // built once per store
-pub(super) enum Target {
+enum Target {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
     /// The primary the sentinels name, asked again on every connect, so a
@@ -64,7 +82,7 @@ struct Slot {
 /// The state connect tasks report to; they hold it weakly, so a dropped
 /// store is not kept alive (a task ends within `connect_timeout` anyway).
 #[derive(Default)]
-pub(super) struct Shared {
+struct Shared {
     slot: Mutex<Slot>,
     generation: AtomicU64,
     attempts: AtomicU64,
@@ -94,10 +112,10 @@ enum Source {
     Failed(String),
 }
 
-impl RedisStore {
-    /// Parses the store URL; connects lazily, on the first decision. With
+impl Connector {
+    /// Parses the store URL; connects lazily, on the first call. With
     /// `tls_ca` (PEM), TLS connections trust that CA instead of the public web CAs.
-    pub fn open(url: &str, timeouts: Timeouts, tls_ca: Option<Vec<u8>>) -> Result<RedisStore> {
+    pub(super) fn open(url: &str, timeouts: Timeouts, tls_ca: Option<Vec<u8>>) -> Result<Connector> {
         // rustls picks no crypto provider by itself: without one every TLS
         // connect would panic in its task. Another library may have installed
         // one already, which serves as well.
@@ -158,16 +176,17 @@ impl RedisStore {
                 None => redis::Client::open(info).map_err(bad)?,
             })
         };
-        Ok(RedisStore {
+        Ok(Connector {
             shared: Arc::new(Shared::default()),
-            between_passes: Mutex::new(None),
-            // Cluster decisions stay scripts: a library would have to be
-            // loaded on every primary, and re-loaded on each after failover.
-            functions: AtomicBool::new(!matches!(target, Target::Cluster(_))),
             target: Arc::new(target),
             timeout: timeouts.call,
             connect_timeout: timeouts.connect,
         })
+    }
+
+    /// Whether the deployment is a cluster (its keys spread over slots).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(*self.target, Target::Cluster(_))
     }
 
     /// The live connection, else the attempt in flight to wait for, starting
@@ -279,7 +298,7 @@ impl RedisStore {
     }
 }
 
-impl Drop for RedisStore {
+impl Drop for Connector {
     /// Cancels a connect in flight: nothing of the store outlives it. (Not
     /// one a forked child inherited: its runtime is the parent's.)
     fn drop(&mut self) {
@@ -292,6 +311,14 @@ impl Drop for RedisStore {
                 task.abort();
             }
         }
+    }
+}
+
+/// A failed call or connect: the store cannot answer.
+pub(super) fn unavailable(e: RedisError) -> Error {
+    Error::StoreUnavailable {
+        message: e.to_string(),
+        source: Some(Box::new(e)),
     }
 }
 
@@ -441,18 +468,24 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::super::{RedisStore, Timeouts};
+    use super::{Connector, Timeouts};
+    use crate::error::Error;
 
     /// A store on a listener that never answers: calls give up after 20 ms,
     /// a connect would go on for 30 s.
-    fn silent_store() -> (std::net::TcpListener, RedisStore) {
+    fn silent_store() -> (std::net::TcpListener, Connector) {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("redis://127.0.0.1:{}", silent.local_addr().unwrap().port());
         let timeouts = Timeouts {
             call: Duration::from_millis(20),
             connect: Duration::from_secs(30),
         };
-        (silent, RedisStore::open(&url, timeouts, None).unwrap())
+        (silent, Connector::open(&url, timeouts, None).unwrap())
+    }
+
+    /// A call on the connection, which waits for a connect (and gives up).
+    async fn call(store: &Connector) -> Result<(), Error> {
+        store.with_connection(|_, _| async { Ok(()) }).await
     }
 
     // A listener that never accepts: the kernel completes the TCP handshake,
@@ -461,7 +494,7 @@ mod tests {
     #[tokio::test]
     async fn a_connect_in_flight_ends_with_its_store() {
         let (_silent, store) = silent_store();
-        assert!(store.delete(&["k".to_string()]).await.is_err());
+        assert!(call(&store).await.is_err());
         assert!(store.shared.slot.lock().attempt.is_some(), "the connect goes on");
         let (shared, target) = (Arc::downgrade(&store.shared), Arc::downgrade(&store.target));
         drop(store);
@@ -490,10 +523,10 @@ mod tests {
                 .build()
                 .unwrap()
         };
-        let attempt = |store: &RedisStore| store.shared.slot.lock().attempt.as_ref().map(|a| a.id);
-        assert!(runtime().block_on(store.delete(&["k".to_string()])).is_err());
+        let attempt = |store: &Connector| store.shared.slot.lock().attempt.as_ref().map(|a| a.id);
+        assert!(runtime().block_on(call(&store)).is_err());
         assert_eq!(attempt(&store), Some(1));
-        assert!(runtime().block_on(store.delete(&["k".to_string()])).is_err());
+        assert!(runtime().block_on(call(&store)).is_err());
         assert_eq!(attempt(&store), Some(2), "a new attempt on the new runtime");
     }
 }

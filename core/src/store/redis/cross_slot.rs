@@ -2,18 +2,13 @@
 //! slots are decided group by group, peeked first and charged after, with
 //! what was charged given back when a later group denies.
 
-use std::sync::Arc;
-
 use parking_lot::Mutex;
 
+use super::args::RedisCheck;
 use super::connection::Connection;
-use super::{RedisCheck, RedisStore};
+use super::state::{BetweenPasses, RedisStore};
 use crate::algorithm::Verdict;
 use crate::error::{Error, Result};
-
-/// A test hook run between the peek and the charge pass of a cross-slot
-/// decision, to make a group deny in the charge pass deterministically.
-pub(crate) type BetweenPasses = Arc<dyn Fn() + Send + Sync>;
 
 /// What a cross-slot decision has charged and not given back yet: the time
 /// it decided at and its checks' indices. When the decision ends without

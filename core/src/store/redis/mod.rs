@@ -10,63 +10,20 @@ mod connection;
 mod cross_slot;
 mod reply;
 mod scripts;
+mod state;
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-use std::time::Duration;
-
-use parking_lot::Mutex;
 use redis::RedisError;
 
-use crate::algorithm::penalty::PenaltyParams;
-use crate::algorithm::{Params, Verdict};
+use crate::algorithm::Verdict;
 use crate::error::{Error, Result};
 use crate::store::overrides::Charged;
-pub(crate) use args::KeyLayout;
-use connection::{Connection, Shared, Target};
+pub(crate) use args::{KeyLayout, RedisCheck};
+pub(crate) use connection::Timeouts;
+use connection::{unavailable, Connection, Connector};
 use cross_slot::hash_tag;
-pub(crate) use cross_slot::{BetweenPasses, ChargedGroups};
-use reply::unavailable;
+pub(crate) use cross_slot::ChargedGroups;
 pub use scripts::{library, script_sha, Library, SCRIPT};
-
-/// One policy's part of a decision: its store keys (the penalty record's
-/// after its state keys, when it has a penalty; then, with `overrides`, its
-/// override record and the override's state keys) and its script arguments.
-#[derive(Clone, Copy)]
-pub(crate) struct RedisCheck<'a> {
-    pub params: &'a Params,
-    pub keys: &'a [String],
-    pub shadow: bool,
-    pub penalty: Option<&'a PenaltyParams>,
-    /// Concurrency: the id of the lease an admission takes.
-    pub lease: Option<&'a str>,
-    /// The keys end with the override record and its state keys.
-    pub overrides: bool,
-}
-
-/// A Redis deployment reached through one shared connection.
-pub(crate) struct RedisStore {
-    target: Arc<Target>,
-    shared: Arc<Shared>,
-    between_passes: Mutex<Option<BetweenPasses>>,
-    /// Whether decisions go through the function library: until the server
-    /// shows it has no functions (Redis < 7) or may not use them (ACL).
-    functions: AtomicBool,
-    /// Deadline of every call, waiting for a connect included.
-    timeout: Duration,
-    /// Deadline of opening a connection (TCP, TLS and the handshake), which
-    /// runs in the background and outlives the calls that gave up on it.
-    connect_timeout: Duration,
-}
-
-/// Timeouts of a store.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    /// Every call, waiting for a connection included.
-    pub call: Duration,
-    /// Opening a connection: TCP, TLS and the handshake.
-    pub connect: Duration,
-}
+pub(crate) use state::RedisStore;
 
 impl RedisStore {
     /// Runs one decision. Returns the store's `now` and a verdict per check.
@@ -82,10 +39,11 @@ impl RedisStore {
         cost: i64,
         charged: Option<&ChargedGroups>,
     ) -> Result<(i64, Vec<Verdict>)> {
-        self.with_connection(|generation, connection| {
-            self.decide_on(generation, connection, checks, now, cost, charged)
-        })
-        .await
+        self.link
+            .with_connection(|generation, connection| {
+                self.decide_on(generation, connection, checks, now, cost, charged)
+            })
+            .await
     }
 
     async fn decide_on(
@@ -97,7 +55,7 @@ impl RedisStore {
         cost: i64,
         charged: Option<&ChargedGroups>,
     ) -> Result<(i64, Vec<Verdict>)> {
-        if matches!(*self.target, Target::Cluster(_)) && checks.iter().any(|c| hash_tag(c) != hash_tag(&checks[0])) {
+        if self.link.is_cluster() && checks.iter().any(|c| hash_tag(c) != hash_tag(&checks[0])) {
             let unrecorded = ChargedGroups::default();
             return self
                 .decide_across_slots(
@@ -118,103 +76,109 @@ impl RedisStore {
     /// recording no penalty: one peek per slot group on a cluster, all at
     /// the first group's `now`.
     pub async fn peek(&self, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64) -> Result<(i64, Vec<Verdict>)> {
-        self.with_connection(|generation, mut connection| async move {
-            let mut tags: Vec<Option<&str>> = match *self.target {
-                Target::Cluster(_) => checks.iter().map(hash_tag).collect(),
-                _ => vec![None],
-            };
-            tags.sort_unstable();
-            tags.dedup();
-            if let [_] = tags.as_slice() {
-                return self
-                    .decide_in_one_slot(generation, &mut connection, checks, now, cost, true)
-                    .await;
-            }
-            let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
-            let mut store_now = now;
-            for tag in tags {
-                let members: Vec<usize> = (0..checks.len()).filter(|&i| hash_tag(&checks[i]) == tag).collect();
-                let group: Vec<RedisCheck<'_>> = members.iter().map(|&i| checks[i]).collect();
-                let (n, decided) = self
-                    .decide_in_one_slot(generation, &mut connection, &group, store_now, cost, true)
-                    .await?;
-                store_now.get_or_insert(n);
-                for (&i, verdict) in members.iter().zip(decided) {
-                    verdicts[i] = Some(verdict);
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let mut tags: Vec<Option<&str>> = if self.link.is_cluster() {
+                    checks.iter().map(hash_tag).collect()
+                } else {
+                    vec![None]
+                };
+                tags.sort_unstable();
+                tags.dedup();
+                if let [_] = tags.as_slice() {
+                    return self
+                        .decide_in_one_slot(generation, &mut connection, checks, now, cost, true)
+                        .await;
                 }
-            }
-            let verdicts = verdicts
-                .into_iter()
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| Error::Internal("a check was left out of every slot group".into()))?;
-            Ok((store_now.unwrap_or_default(), verdicts))
-        })
-        .await
+                let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
+                let mut store_now = now;
+                for tag in tags {
+                    let members: Vec<usize> = (0..checks.len()).filter(|&i| hash_tag(&checks[i]) == tag).collect();
+                    let group: Vec<RedisCheck<'_>> = members.iter().map(|&i| checks[i]).collect();
+                    let (n, decided) = self
+                        .decide_in_one_slot(generation, &mut connection, &group, store_now, cost, true)
+                        .await?;
+                    store_now.get_or_insert(n);
+                    for (&i, verdict) in members.iter().zip(decided) {
+                        verdicts[i] = Some(verdict);
+                    }
+                }
+                let verdicts = verdicts
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| Error::Internal("a check was left out of every slot group".into()))?;
+                Ok((store_now.unwrap_or_default(), verdicts))
+            })
+            .await
     }
 
     /// Gives back admissions of `cost` at `now` for `checks`, one call per
     /// slot on a cluster; `charged[n]`: which state the admission of
     /// `checks[n]` charged. Returns how many checks' charges were given back.
     pub async fn refund(&self, checks: &[RedisCheck<'_>], charged: &[Charged], now: i64, cost: i64) -> Result<usize> {
-        self.with_connection(|generation, mut connection| async move {
-            let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
-            tags.sort_unstable();
-            tags.dedup();
-            let mut refunded = 0;
-            for tag in tags {
-                let (group, charged): (Vec<RedisCheck<'_>>, Vec<Charged>) = checks
-                    .iter()
-                    .zip(charged.iter().copied().chain(std::iter::repeat(Charged::Now)))
-                    .filter(|(c, _)| hash_tag(c) == tag)
-                    .map(|(c, charged)| (*c, charged))
-                    .unzip();
-                refunded += self
-                    .refund_charged(generation, &mut connection, &group, &charged, now, cost)
-                    .await?;
-            }
-            Ok(refunded)
-        })
-        .await
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
+                tags.sort_unstable();
+                tags.dedup();
+                let mut refunded = 0;
+                for tag in tags {
+                    let (group, charged): (Vec<RedisCheck<'_>>, Vec<Charged>) = checks
+                        .iter()
+                        .zip(charged.iter().copied().chain(std::iter::repeat(Charged::Now)))
+                        .filter(|(c, _)| hash_tag(c) == tag)
+                        .map(|(c, charged)| (*c, charged))
+                        .unzip();
+                    refunded += self
+                        .refund_charged(generation, &mut connection, &group, &charged, now, cost)
+                        .await?;
+                }
+                Ok(refunded)
+            })
+            .await
     }
 
     /// Releases the leases of `checks` (their `lease`), one call per slot on
     /// a cluster. Returns how many were live at `now` (the server's `TIME`
     /// when `None`).
     pub async fn release(&self, checks: &[RedisCheck<'_>], now: Option<i64>) -> Result<usize> {
-        self.with_connection(|generation, mut connection| async move {
-            let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
-            tags.sort_unstable();
-            tags.dedup();
-            let mut released = 0;
-            for tag in tags {
-                let group: Vec<RedisCheck<'_>> = checks.iter().filter(|c| hash_tag(c) == tag).copied().collect();
-                released += self
-                    .release_in_one_slot(generation, &mut connection, &group, now)
-                    .await?;
-            }
-            Ok(released)
-        })
-        .await
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let mut tags: Vec<Option<&str>> = checks.iter().map(hash_tag).collect();
+                tags.sort_unstable();
+                tags.dedup();
+                let mut released = 0;
+                for tag in tags {
+                    let group: Vec<RedisCheck<'_>> = checks.iter().filter(|c| hash_tag(c) == tag).copied().collect();
+                    released += self
+                        .release_in_one_slot(generation, &mut connection, &group, now)
+                        .await?;
+                }
+                Ok(released)
+            })
+            .await
     }
 
     /// Whether `key` exists: a plain `EXISTS`, not a script, so it never
     /// counts as a decision's call.
     pub(crate) async fn exists(&self, key: &str) -> Result<bool> {
-        self.with_connection(|generation, mut connection| async move {
-            let mut cmd = redis::cmd("EXISTS");
-            cmd.arg(key);
-            let reply: Result<i64, RedisError> = Self::query(&mut connection, &cmd).await;
-            reply.map(|n| n > 0).map_err(|e| {
-                self.forget(generation);
-                unavailable(e)
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let mut cmd = redis::cmd("EXISTS");
+                cmd.arg(key);
+                let reply: Result<i64, RedisError> = Connector::query(&mut connection, &cmd).await;
+                reply.map(|n| n > 0).map_err(|e| {
+                    self.link.forget(generation);
+                    unavailable(e)
+                })
             })
-        })
-        .await
+            .await
     }
 
     /// Deletes keys.
     pub async fn delete(&self, keys: &[String]) -> Result<()> {
-        self.with_connection(|generation, connection| self.delete_on(generation, connection, keys))
+        self.link
+            .with_connection(|generation, connection| self.delete_on(generation, connection, keys))
             .await
     }
 
@@ -228,7 +192,7 @@ impl RedisStore {
                 Connection::Cluster(c) => cmd.query_async(c).await,
             };
             reply.map_err(|e| {
-                self.forget(generation);
+                self.link.forget(generation);
                 unavailable(e)
             })?;
         }

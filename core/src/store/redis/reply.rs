@@ -3,7 +3,9 @@
 
 use redis::RedisError;
 
-use super::{RedisCheck, RedisStore};
+use super::args::RedisCheck;
+use super::connection::unavailable;
+use super::state::RedisStore;
 use crate::algorithm::Verdict;
 use crate::error::{Error, Result};
 
@@ -19,7 +21,7 @@ impl RedisStore {
                 message: e.to_string(),
             }
         } else {
-            self.forget(generation);
+            self.link.forget(generation);
             unavailable(e)
         }
     }
@@ -61,13 +63,6 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     }
     let inner = rest.trim_start_matches('-').split_whitespace().next().unwrap_or("");
     KEY_CODES.contains(&inner)
-}
-
-pub(super) fn unavailable(e: RedisError) -> Error {
-    Error::StoreUnavailable {
-        message: e.to_string(),
-        source: Some(Box::new(e)),
-    }
 }
 
 pub(super) fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {

@@ -9,9 +9,10 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 
 use super::args::push_args;
 use super::args::push_refund_args;
-use super::connection::Connection;
-use super::reply::{parse_reply, unavailable};
-use super::{RedisCheck, RedisStore};
+use super::args::RedisCheck;
+use super::connection::{unavailable, Connection, Connector};
+use super::reply::parse_reply;
+use super::state::RedisStore;
 use crate::algorithm::{Kind, Verdict};
 use crate::error::Result;
 use crate::store::overrides::Charged;
@@ -200,14 +201,14 @@ impl RedisStore {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(sha);
         args(&mut cmd);
-        let reply = Self::query(connection, &cmd).await;
+        let reply = Connector::query(connection, &cmd).await;
         if !matches!(&reply, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             return reply;
         }
         let mut eval = redis::cmd("EVAL");
         eval.arg(source);
         args(&mut eval);
-        Self::query(connection, &eval).await
+        Connector::query(connection, &eval).await
     }
 
     /// FCALL of the library's function, loading the library when the server
@@ -224,15 +225,15 @@ impl RedisStore {
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(&library.function);
         push_args(&mut cmd, checks, now, cost, peek);
-        let reply = Self::query(connection, &cmd).await;
+        let reply = Connector::query(connection, &cmd).await;
         if !matches!(&reply, Err(e) if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("Function not found")))
         {
             return reply;
         }
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg("REPLACE").arg(&library.code);
-        Self::query::<String>(connection, &load).await?;
-        Self::query(connection, &cmd).await
+        Connector::query::<String>(connection, &load).await?;
+        Connector::query(connection, &cmd).await
     }
 
     /// EVALSHA of the script, EVAL when the server lost its script cache.
@@ -259,17 +260,18 @@ impl RedisStore {
         keys: &[String],
         args: &[String],
     ) -> Result<T> {
-        self.with_connection(|generation, mut connection| async move {
-            let reply: Result<T, RedisError> = Self::eval(&mut connection, sha, source, |cmd| {
-                cmd.arg(keys.len()).arg(keys).arg(args);
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let reply: Result<T, RedisError> = Self::eval(&mut connection, sha, source, |cmd| {
+                    cmd.arg(keys.len()).arg(keys).arg(args);
+                })
+                .await;
+                reply.map_err(|e| {
+                    self.link.forget(generation);
+                    unavailable(e)
+                })
             })
-            .await;
-            reply.map_err(|e| {
-                self.forget(generation);
-                unavailable(e)
-            })
-        })
-        .await
+            .await
     }
 }
 
