@@ -9,12 +9,11 @@ use serde_json::{Map, Value};
 
 use crate::document::parse_rules_with;
 use crate::duration::parse_duration_ms;
+use crate::engine::{Engine, LimiterConfig};
 use crate::env::{expand_with, process_env, Lookup};
 use crate::error::{Error, Result};
 use crate::http::completion::Count;
 use crate::http::rules::{middleware_key, strings, HttpRules, HTTP_FIELDS};
-use crate::http::Limiter;
-use crate::limiter::LimiterConfig;
 use crate::options::{canonical, field_as_written, Naming};
 use crate::policy::{check_name, Policy};
 
@@ -126,7 +125,7 @@ impl LimiterConfig {
         }
         match obj.get("block_cache") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-            Some(Value::Bool(true)) => config.block_cache = crate::limiter::block_cache::DEFAULT_KEYS,
+            Some(Value::Bool(true)) => config.block_cache = crate::engine::block_cache::DEFAULT_KEYS,
             Some(v) => {
                 config.block_cache =
                     v.as_u64().filter(|n| *n > 0 && *n <= 1 << 32).ok_or_else(|| {
@@ -177,7 +176,7 @@ impl LimiterConfig {
             (None, None) => {}
             (None, Some(r)) => return Err(Error::config("region", r, "is set without regions")),
             (Some(regions), region) => {
-                let rc = crate::limiter::region::RegionConfig::from_values(regions, region)?;
+                let rc = crate::engine::region::RegionConfig::from_values(regions, region)?;
                 let local = rc.local_spec();
                 if obj.contains_key("store") && config.store != local.store {
                     return Err(Error::config(
@@ -197,58 +196,31 @@ impl LimiterConfig {
     }
 }
 
-impl Limiter {
-    /// A limiter from the options object of a binding, in that language's
-    /// [`Naming`]: `policy`/`policies` with `key` (one rule on those
-    /// dimensions, default `["ip"]`), or `rules` (YAML/JSON text or a map) /
-    /// `rules_file` (a path), each with limiter and HTTP options that
-    /// override the document's. The options are listed in
-    /// [`crate::options::OPTIONS`].
-    pub fn build(naming: Naming, options: &Value) -> Result<Limiter> {
-        as_written(naming, options, || {
-            let resolved = Resolved::resolve(naming, options, &process_env)?;
-            Limiter::with_rules(resolved.config, Some(resolved.rules))
-        })
-    }
+/// The engine and the HTTP rules of a binding's options object, in that
+/// language's [`Naming`] ([`Limiter::build`](crate::Limiter::build)).
+pub(crate) fn build(naming: Naming, options: &Value) -> Result<(Engine, HttpRules)> {
+    as_written(naming, options, || {
+        let resolved = Resolved::resolve(naming, options, &process_env)?;
+        Ok((Engine::new(resolved.config)?, resolved.rules))
+    })
+}
 
-    /// [`Limiter::build`] with Rust's names: the options object of
-    /// [`LimiterConfig::from_value`] plus the HTTP options and `rules`.
-    pub fn from_value(options: &Value) -> Result<Limiter> {
-        Limiter::build(Naming::Snake, options)
-    }
-
-    /// A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded
-    /// from the environment): limiter options, `policies`
-    /// (a map of name → policy), `rules`, `trusted_proxies`, `ipv6_subnet`,
-    /// `headers`, `shadow`, `allowlist`, `denylist`.
-    pub fn from_file(path: impl AsRef<std::path::Path>) -> Result<Limiter> {
-        let path = path.as_ref().to_string_lossy().into_owned();
-        Limiter::build(Naming::Snake, &serde_json::json!({ "rules_file": path }))
-    }
-
-    /// A limiter from the text of a rules file. `${NAME}` and
-    /// `${NAME:-default}` are replaced by environment variables, one value at
-    /// a time, after parsing.
-    pub fn from_rules(text: &str) -> Result<Limiter> {
-        Limiter::build(Naming::Snake, &serde_json::json!({ "rules": text }))
-    }
-
-    /// A limiter from a parsed rules document whose variables are already
-    /// expanded ([`crate::parse_rules`] or [`crate::expand_document`]).
-    pub fn from_document(value: &Value) -> Result<Limiter> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
-        let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
-        Limiter::with_rules(resolved.config, Some(resolved.rules))
-    }
+/// The engine and the HTTP rules of a parsed rules document
+/// ([`Limiter::from_document`](crate::Limiter::from_document)).
+pub(crate) fn from_document(value: &Value) -> Result<(Engine, HttpRules)> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
+    let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
+    Ok((Engine::new(resolved.config)?, resolved.rules))
 }
 
 /// The configuration a limiter would be built from, in canonical form: every
 /// option under its rules-file name with its effective value (defaults
 /// included), each policy with every field, and the rules. Errors are the
-/// ones [`Limiter::build`] gives. Conformance vectors compare this across
-/// languages; loading it back as a rules document gives the same limiter.
+/// ones [`Limiter::build`](crate::Limiter::build) gives. Conformance vectors
+/// compare this across languages; loading it back as a rules document gives
+/// the same limiter.
 pub fn effective_config(naming: Naming, options: &Value) -> Result<Value> {
     effective_config_with(naming, options, &process_env)
 }
@@ -265,7 +237,7 @@ pub fn effective_config_with(
         let resolved = Resolved::resolve(naming, options, lookup)?;
         let described = resolved.describe();
         // Building validates what parsing alone does not (store URL, policy names).
-        Limiter::with_rules(resolved.config, Some(resolved.rules))?.close();
+        Engine::new(resolved.config)?.close();
         Ok(described)
     })
 }

@@ -23,6 +23,7 @@ mod config;
 mod decision;
 mod document;
 pub mod duration;
+mod engine;
 mod env;
 mod error;
 mod http;
@@ -45,15 +46,13 @@ pub use config::effective_config;
 pub use config::effective_config_with;
 pub use decision::{CheckResult, Decision, Lease, Source};
 pub use document::{parse as parse_document, parse_rules};
+#[doc(hidden)]
+pub use engine::RefundProbe;
+pub use engine::{CheckOptions, LimiterConfig};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{
-    ended_status, HeaderDraft, HeaderMode, LeaseGuard, Limiter, Outcome, RequestInfo, RouteRule, RouteShorthand,
-    RuleDecision,
-};
-#[doc(hidden)]
-pub use limiter::RefundProbe;
-pub use limiter::{CheckOptions, LimiterConfig};
+pub use http::{ended_status, HeaderDraft, HeaderMode, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+pub use limiter::{LeaseGuard, Limiter};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};

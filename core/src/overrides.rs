@@ -29,8 +29,8 @@ use serde_json::{json, Map, Value};
 
 use crate::algorithm::Params;
 use crate::duration::parse_duration_ms;
+use crate::engine::{process_now_ms, Engine, RefundProbe};
 use crate::error::{Error, Result};
-use crate::limiter::{process_now_ms, Engine, RefundProbe};
 use crate::options::Naming;
 use crate::policy::Policy;
 use crate::store::memory::OVERRIDE_SLOT;
@@ -431,7 +431,7 @@ impl Engine {
     pub(crate) fn notice_overrides(
         &self,
         notice: &crate::store::overrides::IgnoredOverrides,
-        targets: &[crate::limiter::Target<'_>],
+        targets: &[crate::engine::Target<'_>],
     ) {
         use std::sync::atomic::Ordering;
         let now = process_now_ms();

@@ -1,5 +1,5 @@
 //! The guarded store call: a circuit breaker around the store (whose call is
-//! bounded by the limiter's `timeout` in `store/redis.rs`), and each policy's
+//! bounded by the limiter's `timeout` in `store/redis/`), and each policy's
 //! `on_store_error` fallback while the store cannot answer.
 
 use std::future::Future;

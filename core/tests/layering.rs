@@ -1,8 +1,8 @@
 //! The core's modules form layers, and a lower module never imports a higher
-//! one: policy → algorithm → store → resilience → limiter → http, with config
-//! and wire on top. `metrics` (the counters and their text form) sits below
-//! `resilience` and `limiter`, which record into it; above them it would have
-//! to be called back from below. The timeout of a store call lives in the
+//! one: policy → algorithm → store → resilience → engine → http, with config,
+//! the public `Limiter` (`limiter`) and wire on top. `metrics` (the counters
+//! and their text form) sits below `resilience` and `engine`, which record
+//! into it; above them it would have to be called back from below. The timeout of a store call lives in the
 //! Redis store, because a timeout must also drop that store's connection.
 //! This reads the sources and fails on any `crate::<module>` path (or a root
 //! re-export of one) that points up.
@@ -32,18 +32,20 @@ const LAYERS: &[&str] = &[
     // The result of a check, built from the algorithms' verdicts.
     "decision",
     "store",
-    // The parts `resilience` and `limiter` are made of: the breaker and the
+    // The parts `resilience` and `engine` are made of: the breaker and the
     // counters the limiter records into.
     "breaker",
     "metrics",
     // The alerts the limiter records transitions into.
     "anomaly",
     "resilience",
-    "limiter",
+    "engine",
     // Per-key overrides: the limiter's set/get/remove (their storage is the store's).
     "overrides",
     "http",
     "config",
+    // The public `Limiter`: the front door over the engine, the HTTP layer and the configuration.
+    "limiter",
     "wire",
 ];
 

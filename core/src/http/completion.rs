@@ -5,9 +5,9 @@
 //! (so concurrent attempts cannot all pass on a budget already spent). When
 //! it was allowed and some rule of it does not count every status, its
 //! [`Outcome`](super::Outcome) carries a completion token; after the response
-//! the middleware calls [`Limiter::complete`] with the status, and the core
-//! gives back, with the exact inverse of each algorithm
-//! (`algorithm/refund.rs`, `lua/refund.lua`), the charge of every target
+//! the middleware calls [`Limiter::complete`](crate::Limiter::complete)
+//! with the status, and the core gives back, with the exact inverse of each
+//! algorithm (`algorithm/refund.rs`, `lua/refund.lua`), the charge of every target
 //! whose rule does not count that status, at the decision's own time and cost.
 //!
 //! # What a completion gives back
@@ -74,8 +74,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::Limiter;
 use crate::decision::{Lease, Source};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::store::overrides::Charged;
 
@@ -431,7 +431,7 @@ impl Default for Tokens {
         let mut seed = [0u8; 8];
         if getrandom::getrandom(&mut seed).is_err() {
             // No OS randomness: the time still separates limiters.
-            seed = (crate::limiter::process_now_ms() as u64).to_le_bytes();
+            seed = (crate::engine::process_now_ms() as u64).to_le_bytes();
         }
         Tokens {
             next: AtomicU64::new(u64::from_le_bytes(seed) >> 2),
@@ -463,33 +463,21 @@ impl Tokens {
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
-}
 
-impl Limiter {
     /// The token of an allowed request's outcome ([`Completion::of`]),
     /// registered as outstanding; `None` when it has nothing to complete.
-    pub(crate) fn completion_token(&self, completion: Option<Completion>) -> Option<String> {
+    pub(crate) fn token(&self, completion: Option<Completion>) -> Option<String> {
         let mut completion = completion?;
-        completion.nonce = self.tokens.issue();
+        completion.nonce = self.issue();
         Some(completion.encode())
     }
 
-    /// Completes a request whose [`Outcome`](super::Outcome) carried a
-    /// `completion` token, once its response `status` is known (`None` or 0:
-    /// no response at all — a handler error, a client that went away — which
-    /// counts as failed): gives back the charge of every target whose rule's
-    /// `count` does not count that status, and releases the concurrency
-    /// leases the request took. Returns how many charges were given back.
-    /// A token completes once: a later completion gives nothing back and
-    /// returns 0 (its leases are released again, which changes nothing).
-    /// A charge goes back only to the state it went to (see the module).
-    /// Never fails because the store is down (the charge is then kept, a
-    /// lease ends by its TTL, and the error is metered); fails on a token
-    /// that is not one, or one naming a policy this limiter does not have.
-    pub async fn complete(&self, token: &str, status: Option<u16>) -> Result<usize> {
+    /// [`Limiter::complete`](crate::Limiter::complete) of a token this
+    /// registry gave out, on `engine`.
+    pub(crate) async fn complete(&self, engine: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
         let completion = Completion::decode(token)?;
         let status = status.filter(|&s| s != 0);
-        let policies = self.engine.policies().count();
+        let policies = engine.policies().count();
         let named = completion.charges.iter().map(|c| c.policy);
         if let Some(policy) = named
             .chain(completion.leases.iter().map(|l| l.policy))
@@ -502,7 +490,7 @@ impl Limiter {
             ));
         }
         // The first completion takes the token; a later one gives nothing back.
-        let first = self.tokens.take(completion.nonce);
+        let first = self.take(completion.nonce);
         let refund = |local: bool| -> Vec<(usize, &str, Charged)> {
             completion
                 .charges
@@ -518,14 +506,14 @@ impl Limiter {
         let cost = completion.cost as i64;
         let mut given = 0;
         if !local.is_empty() {
-            given += self.engine.refund_memory(&local, completion.now_ms, cost);
+            given += engine.refund_memory(&local, completion.now_ms, cost);
         }
         if !store.is_empty() {
-            given += self.engine.refund_guarded(&store, completion.now_ms, cost).await;
+            given += engine.refund_guarded(&store, completion.now_ms, cost).await;
         }
         if !completion.leases.is_empty() {
             // At the decision's time, like the refunds: a lease is live then.
-            self.engine.release(&completion.leases, Some(completion.now_ms)).await?;
+            engine.release(&completion.leases, Some(completion.now_ms)).await?;
         }
         Ok(given)
     }
@@ -704,7 +692,7 @@ mod tests {
     }
 }
 
-/// The status a request ends with, to pass to [`Limiter::complete`] (SPEC
+/// The status a request ends with, to pass to [`Limiter::complete`](crate::Limiter::complete) (SPEC
 /// §6), from what the middleware saw rather than its own verdict:
 ///
 /// - `status`: the response's status as the framework holds it (0: none);

@@ -1,6 +1,7 @@
 //! Rate-limit response headers and bodies, identical in every language.
 
 use crate::decision::Decision;
+use crate::error::{Error, Result};
 use crate::policy::{Algorithm, Policy};
 
 /// Which rate-limit headers a response carries.
@@ -115,7 +116,7 @@ impl HeaderMode {
     }
 
     /// The `headers` option: a name, a comma-separated list, or a list of names.
-    pub(crate) fn from_value(value: &serde_json::Value) -> crate::Result<HeaderMode> {
+    pub(crate) fn from_value(value: &serde_json::Value) -> Result<HeaderMode> {
         let mode = match value {
             serde_json::Value::String(s) => HeaderMode::parse(s.trim()),
             serde_json::Value::Array(items) => items
@@ -125,7 +126,7 @@ impl HeaderMode {
                 .and_then(|names| HeaderMode::combine(names.into_iter().map(str::trim))),
             _ => None,
         };
-        mode.ok_or_else(|| crate::Error::config("headers", value, HEADERS_EXPECTED))
+        mode.ok_or_else(|| Error::config("headers", value, HEADERS_EXPECTED))
     }
 
     /// The option's canonical value: a name, or `["legacy", "draft-N"]`.

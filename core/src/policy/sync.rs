@@ -1,5 +1,5 @@
 //! A policy's `sync` (issue 19): `{ interval: 100ms, share: N }`, parsed with
-//! the policy. What a synced check does is `crate::limiter::synced`.
+//! the policy. What a synced check does is `crate::engine::synced`.
 
 use serde_json::{Map, Value};
 

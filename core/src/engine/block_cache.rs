@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::decision::{CheckResult, Decision, Source};
-use crate::limiter::Target;
+use crate::engine::Target;
 
 /// Keys held when `block_cache: true` gives no number.
 pub(crate) const DEFAULT_KEYS: usize = 10_000;
@@ -159,7 +159,7 @@ impl BlockCache {
             .collect();
         let now_ms = match now {
             Now::Ms(ms) => ms,
-            Now::Mono(_) => crate::limiter::process_now_ms(),
+            Now::Mono(_) => crate::engine::process_now_ms(),
         };
         let result = CheckResult {
             allowed: false,

@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
 use crate::decision::{CheckResult, Source};
+use crate::engine::{CheckOptions, Engine, LimiterConfig, Target};
 use crate::error::{Error, Result};
-use crate::limiter::{CheckOptions, Engine, LimiterConfig, Target};
 use crate::policy::{check_name, Algorithm, Policy};
 
 /// One region: its name, its store and its share of every policy's limit.
@@ -577,7 +577,7 @@ mod tests {
 
     use super::RegionConfig;
     use crate::algorithm::adaptive::{AdaptiveReport, Transition};
-    use crate::limiter::{Engine, LimiterConfig};
+    use crate::engine::{Engine, LimiterConfig};
     use crate::policy::Policy;
 
     /// A lender's alerts go to its borrower's sinks (issue 32 item 9): its

@@ -1,6 +1,6 @@
-//! The limiter: policies and a store, the store guarded by the `resilience` module.
+//! The engine: policies and a store, the store guarded by the `resilience` module.
 //! It decides (policy, key) targets atomically; the public `Limiter`
-//! (`crate::http`) wraps it with the rules of a rules file.
+//! (`crate::limiter`) holds it, with the rules of a rules file (`crate::http`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 //! [`Lease`]s, which [`Limiter::release`] gives back.
 
 use crate::decision::{Decision, Lease};
+use crate::engine::CheckOptions;
 use crate::error::{Error, Result};
-use crate::limiter::CheckOptions;
 use crate::policy::Algorithm;
 
 use super::Limiter;

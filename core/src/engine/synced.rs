@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::decision::{CheckResult, Decision, Source};
+use crate::engine::{process_now_ms, CheckOptions, Engine};
 use crate::error::{Error, Result};
-use crate::limiter::{process_now_ms, CheckOptions, Engine};
 
 /// What a process holds for one (policy, key).
 #[derive(Debug, Default)]

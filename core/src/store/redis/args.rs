@@ -1,0 +1,183 @@
+//! Argument packing: a policy's part of a decision ([`RedisCheck`]), where
+//! each of its keys stands ([`KeyLayout`]), and the scripts' arguments.
+
+use redis::Cmd;
+
+use crate::algorithm::penalty::PenaltyParams;
+use crate::algorithm::Params;
+use crate::store::overrides::Charged;
+
+/// One policy's part of a decision: its store keys (the penalty record's
+/// after its state keys, when it has a penalty; then, with `overrides`, its
+/// override record and the override's state keys) and its script arguments.
+#[derive(Clone, Copy)]
+pub(crate) struct RedisCheck<'a> {
+    pub params: &'a Params,
+    pub keys: &'a [String],
+    pub shadow: bool,
+    pub penalty: Option<&'a PenaltyParams>,
+    /// Concurrency: the id of the lease an admission takes.
+    pub lease: Option<&'a str>,
+    /// The keys end with the override record and its state keys.
+    pub overrides: bool,
+}
+
+/// Where each of a policy's keys stands in [`RedisCheck::keys`], in the
+/// order the decision script reads them: the state keys (a sliding log has
+/// two), the penalty record, the override record and the override's state
+/// keys, the adaptive record. Named once: the keys are built
+/// ([`KeyLayout::keys`]) and picked for a refund ([`KeyLayout::refund_keys`])
+/// from it, never by counting from either end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyLayout {
+    /// How many state keys (`Params::key_count`).
+    state: usize,
+    penalty: bool,
+    overrides: bool,
+    adaptive: bool,
+}
+
+impl KeyLayout {
+    /// The layout of a policy's keys: `penalty` when it has one,
+    /// `overrides` when the limiter reads per-key overrides.
+    pub(crate) fn new(params: &Params, penalty: bool, overrides: bool) -> KeyLayout {
+        KeyLayout {
+            state: params.key_count(),
+            penalty,
+            overrides,
+            adaptive: params.adaptive.is_some(),
+        }
+    }
+
+    /// The layout of a check's keys.
+    fn of(check: &RedisCheck<'_>) -> KeyLayout {
+        KeyLayout::new(check.params, check.penalty.is_some(), check.overrides)
+    }
+
+    /// The position of the override record; the override's state keys follow it.
+    fn override_record(&self) -> Option<usize> {
+        self.overrides.then(|| self.state + self.penalty as usize)
+    }
+
+    /// How many keys.
+    fn len(&self) -> usize {
+        self.state + self.penalty as usize + self.overrides as usize * (1 + self.state) + self.adaptive as usize
+    }
+
+    /// The keys of `main` (a policy's main store key), in this layout.
+    pub(crate) fn keys(&self, main: String, params: &Params) -> Vec<String> {
+        let mut keys = Vec::with_capacity(self.len());
+        if self.state == 2 {
+            keys.push(format!("{main}:log"));
+        }
+        if self.penalty {
+            keys.push(format!("{main}:penalty"));
+        }
+        if self.overrides {
+            keys.extend(crate::store::overrides::redis_keys(&main, params).into_iter().flatten());
+        }
+        if self.adaptive {
+            keys.push(format!("{main}:adaptive"));
+        }
+        keys.insert(0, main);
+        debug_assert_eq!(keys.len(), self.len());
+        keys
+    }
+
+    /// The keys a refund reads: the state keys, then (with overrides) the
+    /// override record and the override's state keys.
+    fn refund_keys<'k>(&self, keys: &'k [String]) -> impl Iterator<Item = &'k String> {
+        let overrides = self.override_record().map_or(0..0, |at| at..at + 1 + self.state);
+        keys[..self.state].iter().chain(&keys[overrides])
+    }
+}
+
+/// `numkeys key... now cost (kind count period burst max_delay flags
+/// threshold within forget_after cooldowns lease adaptive)...`; flags: 1 shadow, 2 peek.
+/// One policy without a penalty or an adaptive spec goes in the short form
+/// check.lua reads: `numkeys key... now cost kind count period burst max_delay flags lease`.
+pub(super) fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i64>, cost: i64, peek: bool) {
+    cmd.arg(checks.iter().map(|c| c.keys.len()).sum::<usize>());
+    for check in checks {
+        for key in check.keys {
+            cmd.arg(key.as_str());
+        }
+    }
+    match now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    cmd.arg(cost);
+    if let [check] = checks {
+        let p = check.params;
+        if check.penalty.is_none() && p.adaptive.is_none() {
+            cmd.arg(p.kind as i64)
+                .arg(p.count)
+                .arg(p.period)
+                .arg(p.burst)
+                .arg(p.max_delay)
+                .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2)
+                .arg(check.lease.unwrap_or(""));
+            return;
+        }
+    }
+    for check in checks {
+        let p = check.params;
+        cmd.arg(p.kind as i64)
+            .arg(p.count)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(p.max_delay)
+            .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2);
+        match check.penalty {
+            Some(pen) => {
+                let cooldowns: Vec<String> = pen.cooldowns.iter().map(i64::to_string).collect();
+                cmd.arg(pen.threshold)
+                    .arg(pen.within)
+                    .arg(pen.forget_after)
+                    .arg(cooldowns.join(","));
+            }
+            None => {
+                cmd.arg(0).arg(0).arg(0).arg("");
+            }
+        }
+        cmd.arg(check.lease.unwrap_or(""));
+        match &p.adaptive {
+            Some(a) => cmd.arg(a.arg()),
+            None => cmd.arg(""),
+        };
+    }
+}
+
+/// `numkeys key... now cost (kind count period burst flags)...`: the refund
+/// script's arguments; a policy's state keys and, with overrides, its
+/// override keys ([`KeyLayout::refund_keys`]). Flags: 4 overrides, then
+/// which state the admission charged ([`Charged`]): 8 an override's, 16 the
+/// policy's own (neither: whichever is in force at `now`).
+pub(super) fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], charged: &[Charged], now: i64, cost: i64) {
+    let keys = |c: &RedisCheck<'_>| {
+        let layout = KeyLayout::of(c);
+        debug_assert_eq!(c.keys.len(), layout.len(), "the keys of a check follow its layout");
+        layout.refund_keys(c.keys).count()
+    };
+    cmd.arg(checks.iter().map(keys).sum::<usize>());
+    for check in checks {
+        for key in KeyLayout::of(check).refund_keys(check.keys) {
+            cmd.arg(key.as_str());
+        }
+    }
+    cmd.arg(now).arg(cost);
+    for (n, check) in checks.iter().enumerate() {
+        let p = check.params;
+        let charged = match charged.get(n).copied().unwrap_or(Charged::Now) {
+            Charged::Now => 0,
+            Charged::Override => 8,
+            Charged::Base => 16,
+        };
+        cmd.arg(p.kind as i64)
+            .arg(p.count)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg((check.overrides as i64) << 2 | charged);
+    }
+}
