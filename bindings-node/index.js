@@ -4,8 +4,6 @@
 const native = require('./native');
 const errors = require('./errors');
 const { Limiter, Lease, optionsObject, call } = require('./limiter');
-const { rateLimit } = require('./express');
-const polylimitFastify = require('./fastify');
 
 const { CircuitOpenError } = errors;
 
@@ -69,9 +67,17 @@ module.exports = {
   Lease,
   CircuitBreaker,
   effectiveConfig,
-  rateLimit,
-  polylimitFastify,
   ...errors,
 };
 delete module.exports.fromNative;
 delete module.exports.fromRecord;
+// The middlewares load when first used: `require('polylimit')` works without Fastify's
+// `fastify-plugin` installed (the published package is loaded that way in test/dist.test.js).
+Object.defineProperty(module.exports, 'rateLimit', {
+  enumerable: true,
+  get: () => require('./express').rateLimit,
+});
+Object.defineProperty(module.exports, 'polylimitFastify', {
+  enumerable: true,
+  get: () => require('./fastify'),
+});
