@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { limiterFor, routeRuleFor, decide, pathOf, settleAfterResponse } = require('./options');
+const { checkerFor, decide, pathOf, settleAfterResponse } = require('./options');
 const { setHeaders } = require('./outcome');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -19,9 +19,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * budget per route); `rateLimit({ limiter })` applies its rules file.
  */
 function rateLimit(options = {}) {
-  const limiter = limiterFor(options);
-  const named = options.key !== undefined || options.policy !== undefined || options.count !== undefined;
-  const rule = options.limiter && named ? routeRuleFor(limiter, options, Boolean(options.perRoute)) : null;
+  const { limiter, rule } = checkerFor(options, { perRoute: Boolean(options.perRoute) });
   const { skip, handler } = options;
   const property = options.requestPropertyName ?? 'rateLimit';
 

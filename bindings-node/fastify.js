@@ -8,7 +8,7 @@
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const { limiterFor, namesRouteRule, routeRuleFor, decide, settleAfterResponse, MIDDLEWARE_ONLY } = require('./options');
+const { checkerFor, decide, settleAfterResponse } = require('./options');
 const { setHeaders } = require('./outcome');
 
 // Options that say what is limited: a route giving its own replaces the plugin's.
@@ -48,22 +48,6 @@ function hookFor(limiter, rule, options, match) {
   };
 }
 
-/**
- * Whether a route's config gives a limit of its own (a policy object, `policies`, `windowMs`,
- * a store, …) rather than naming a rule of the plugin's limiter (`key`, a policy name).
- */
-function ownLimit(config) {
-  return Object.entries(config).some(
-    ([name, value]) =>
-      value !== undefined &&
-      typeof value !== 'function' &&
-      !MIDDLEWARE_ONLY.includes(name) &&
-      name !== 'key' &&
-      name !== 'count' &&
-      !(name === 'policy' && typeof value === 'string'),
-  );
-}
-
 /** The options of a route's own limiter: the plugin's, its limit replaced by the route's. */
 function routeLimiterOptions(plugin, config, url) {
   const base = { ...plugin };
@@ -77,20 +61,21 @@ function routeLimiterOptions(plugin, config, url) {
 async function polylimitFastify(fastify, options) {
   const { global = true, ...rest } = options || {};
   const built = [];
-  const build = (opts) => {
-    const limiter = limiterFor(opts);
-    built.push(limiter);
-    return limiter;
+  const check = (opts, how) => {
+    const checker = checkerFor(opts, how);
+    if (checker.built) built.push(checker.limiter);
+    return checker;
   };
   // The plugin's limiter: the one given, or built from the options (now when global, else
-  // when a route first names a rule of it).
-  let base = rest.limiter || (global ? build(rest) : null);
+  // when a route first names a rule of it); when global, its rule too.
+  const plugin = global ? check(rest) : null;
+  let base = rest.limiter || (plugin && plugin.limiter);
   const pluginLimiter = () => {
-    if (!base) base = build(rest);
+    if (!base) base = check(rest).limiter;
     return base;
   };
   const match = matching(fastify);
-  const baseHook = global && hookFor(base, rest.limiter ? routeRuleOf(base, rest, false) : null, rest, match);
+  const baseHook = global && hookFor(base, plugin.rule, rest, match);
   fastify.decorate('polylimit', { getter: () => base });
   fastify.addHook('onClose', async () => {
     for (const limiter of built) limiter.close();
@@ -100,16 +85,17 @@ async function polylimitFastify(fastify, options) {
     if (config === false) return;
     let hook = null;
     if (config && typeof config === 'object') {
+      // A rule of the plugin's limiter (or the route's `limiter`): its store, state, metrics,
+      // close(); or, for a route giving a limit of its own, its own limiter in the key space the
+      // core gives one route.
       const merged = { ...rest, ...config };
-      if (config.limiter || !ownLimit(config)) {
-        // A rule of the plugin's limiter (or the route's `limiter`): its store, state, metrics, close().
-        const limiter = config.limiter || pluginLimiter();
-        const rule = namesRouteRule(config) ? routeRuleFor(limiter, merged, config.perRoute ?? true) : null;
-        hook = hookFor(limiter, rule, merged, match);
-      } else {
-        // Its own limiter, in the key space the core gives one route.
-        hook = hookFor(build(routeLimiterOptions(rest, config, route.url)), null, merged, match);
-      }
+      const { limiter, rule } = check(config, {
+        enclosing: pluginLimiter,
+        perRoute: config.perRoute ?? true,
+        ruleOptions: merged,
+        buildFrom: () => routeLimiterOptions(rest, config, route.url),
+      });
+      hook = hookFor(limiter, rule, merged, match);
     } else if (baseHook) {
       hook = baseHook;
     }
@@ -117,13 +103,6 @@ async function polylimitFastify(fastify, options) {
     const existing = route.onRequest ? [].concat(route.onRequest) : [];
     route.onRequest = [hook, ...existing];
   });
-}
-
-/** The plugin-wide rule of a given `limiter` with `key` or `policy`, else null (its rules decide). */
-function routeRuleOf(limiter, options, perRoute) {
-  return options.key !== undefined || options.policy !== undefined || options.count !== undefined
-    ? routeRuleFor(limiter, options, perRoute)
-    : null;
 }
 
 module.exports = fp(polylimitFastify, { fastify: '>=4', name: 'polylimit' });

@@ -1,47 +1,42 @@
 'use strict';
-// Middleware options → a Limiter built from rules. Only option translation
-// lives here: keys, headers, bodies and client IPs are decided by the core.
-const { Limiter } = require('./index');
+// Middleware options → the limiter and route rule a middleware checks through. Only option
+// translation lives here: what the options ask for, keys, headers, bodies and client IPs are
+// decided by the core.
+const { Limiter } = require('./limiter');
 const native = require('./native');
 
-// The middleware's own options: the rest go to the core as they are (its one options list).
-const MIDDLEWARE_ONLY = ['limiter', 'keyGenerator', 'user', 'apiKey', 'skip', 'handler', 'requestPropertyName', 'perRoute'];
-
 /**
- * The options of the limiter a middleware builds: its options minus the middleware's own and
- * minus functions; a `keyGenerator` is `keyFunction: true`, so the core keys the one rule by its
- * result (`key` default `['key']`) and refuses a `key` that leaves it out.
+ * What a middleware checks each request by, as the core reads its options (one rule for every
+ * middleware: polylimit::options::middleware, tests/conformance/middleware): `{ limiter, rule,
+ * built }`. A limiter built from the options (from `buildFrom()` when given; `built: true`: the
+ * middleware closes it), or the `limiter` given, else `enclosing()` (the Fastify plugin's, for a
+ * route's config), with the route rule its `key`, `policy`, `count` name (read from
+ * `ruleOptions`, default `options`) or, with none of them, its rules (`rule` null). A bad key or
+ * policy throws a ConfigError here, when the middleware is built.
  */
-function coreOptionsOf(options) {
-  const out = {};
-  for (const [name, value] of Object.entries(options)) {
-    if (value === undefined || typeof value === 'function' || MIDDLEWARE_ONLY.includes(name)) continue;
-    out[name] = value;
+function checkerFor(options, { enclosing, perRoute = false, ruleOptions = options, buildFrom } = {}) {
+  const plan = native.middlewarePlan(options, enclosing !== undefined);
+  if (plan.check === 'build') {
+    return { limiter: limiterFrom(buildFrom ? buildFrom() : options), rule: null, built: true };
   }
-  if (options.keyGenerator) out.keyFunction = true;
-  return out;
+  const limiter = options.limiter || enclosing();
+  const rule = plan.check === 'route_rule' ? routeRuleFor(limiter, ruleOptions, perRoute) : null;
+  return { limiter, rule, built: false };
+}
+
+/** A limiter built from a middleware's options: the fields the core's plan gives a limiter. */
+function limiterFrom(options) {
+  const plan = native.middlewarePlan(options, false);
+  const given = {};
+  for (const name of plan.limiterFields) given[name] = options[name];
+  if (plan.keyFunction) given.keyFunction = true;
+  return new Limiter(given);
 }
 
 /**
- * A limiter for middleware options: `limiter` (a Limiter you built), or one built by the core
- * from the other options (`policy` | `policies` with `key`, `rules` text or object, `rulesFile`,
- * `windowMs` + `limit`, `store`, …).
- */
-function limiterFor(options) {
-  if (options.limiter) return options.limiter;
-  return new Limiter(coreOptionsOf(options));
-}
-
-/** Whether middleware options name a rule of an existing limiter: a `key`, or a policy *name*. */
-function namesRouteRule(options) {
-  return options.key !== undefined || typeof options.policy === 'string' || options.count !== undefined;
-}
-
-/**
- * The route rule of a middleware that checks through `limiter` (the user's, or a Fastify
- * plugin's): `limiter.routeRule(key, policy)` with the core's defaults (no `key`: `['ip']`, or
- * `['key']` with a `keyGenerator`; `perRoute`: `route` first). Bad key/policy throw a
- * ConfigError here, when the middleware is built.
+ * The route rule of a middleware that checks through `limiter`: `limiter.routeRule(key, policy)`
+ * with the core's defaults (no `key`: `['ip']`, or `['key']` with a `keyGenerator`; `perRoute`:
+ * `route` first).
  */
 function routeRuleFor(limiter, options, perRoute) {
   return limiter.routeRule(options.key, options.policy, {
@@ -127,4 +122,4 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { limiterFor, namesRouteRule, routeRuleFor, decide, pathOf, settleAfterResponse, MIDDLEWARE_ONLY };
+module.exports = { checkerFor, decide, pathOf, settleAfterResponse };

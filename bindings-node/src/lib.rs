@@ -9,6 +9,7 @@ mod decision;
 mod errors;
 mod lease;
 mod limiter;
+mod middleware;
 mod outcome;
 mod queue;
 

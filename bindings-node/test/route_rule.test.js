@@ -147,6 +147,23 @@ test('a bad key or policy for the shared limiter is a ConfigError when the middl
   limiter.close();
 });
 
+test('a policy object beside a Fastify route config\'s limiter is a ConfigError naming policy, as in Express', async () => {
+  // One rule, the core's (tests/conformance/middleware): `policy` beside a `limiter` names a
+  // rule of it. The route config used to drop the object silently and apply the limiter's rules.
+  const limiter = userLimiter(STORES.memory);
+  const app = Fastify();
+  await app.register(polylimitFastify, { limiter, global: false });
+  await assert.rejects(
+    (async () => {
+      app.get('/x', { config: { rateLimit: { limiter, policy: { rate: '1/s' } } } }, async () => 'x');
+      await app.ready();
+    })(),
+    (e) => e instanceof ConfigError && e.field === 'policy' && e.value === '{"rate":"1/s"}',
+  );
+  await app.close().catch(() => {});
+  limiter.close();
+});
+
 /** Statuses of `n` requests to each path in turn. */
 async function statuses(url, paths, n) {
   const out = [];

@@ -10,6 +10,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+pub mod middleware;
+
 /// How a language spells option names and reads bare numbers as durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Naming {
