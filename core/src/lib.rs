@@ -18,6 +18,7 @@ pub mod adaptive;
 mod algorithm;
 mod anomaly;
 pub mod breaker;
+pub mod bridge;
 pub mod client;
 mod config;
 mod decision;

@@ -1,8 +1,9 @@
 //! The serialised forms every binding reads, all written here:
 //! - an [`Outcome`] as JSON ([`OutcomeWire`]): the core's `to_value`, the
 //!   C ABI's text, field names in snake_case;
-//! - a request and its outcome in the compact binary form of [`packed`] (the
-//!   C ABI's fast path, read and written by Go);
+//! - a request, its outcome and every finished call (decision, decisions,
+//!   leases, error, count, ...) in the compact binary form of [`packed`]: the
+//!   records the completion bridge hands every binding;
 //! - a [`Decision`] as a record of numbers ([`decision_record`], the Node
 //!   addon's batches of checks).
 //!

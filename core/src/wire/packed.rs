@@ -26,29 +26,169 @@
 //!   place in [`Source::ALL`](crate::Source::ALL) (`polylimit_source_t` in C);
 //! - the completion token (a string), or the length [`ABSENT`] alone when the
 //!   outcome has none (`Outcome::completion`: settle it after the response).
+//!
+//! A decision (alone, in a list, or in an outcome as above): a `u8` of bits
+//! (1 allowed, 2 shadow: only in an outcome, 4 has a retry-after), `u64`
+//! limit, remaining, reset-after ms, retry-after ms (0 without one) and delay
+//! ms, and a `u8` source.
+//!
+//! A finished call ([`write_record`], [`read_record`]; the completion
+//! bridge's batches are these records one after another, nothing between):
+//! `u64` ctx (the caller's value), `u8` kind ([`Kind`]), then the payload:
+//! - 0 error: `u8` error kind (its place in
+//!   [`ErrorKind::ALL`](crate::ErrorKind::ALL)), the message (a string: the
+//!   error as it displays), then field and value (strings, or [`ABSENT`]
+//!   alone; only a config error has them);
+//! - 1 unit: nothing;
+//! - 2 bool: a `u8`, 0 or 1;
+//! - 3 count: a `u64`;
+//! - 4 decision: a decision;
+//! - 5 decisions: a `u32` count, then each decision;
+//! - 6 acquired: a decision, then a `u32` lease count and each lease: `u32`
+//!   policy index, key and id (two strings);
+//! - 7 outcome: an outcome, as above;
+//! - 8 json: a string holding JSON text (an admin call's answer).
+//!
+//! The shared vectors `tests/conformance/wire/packed.json` pin these bytes in
+//! every reader.
 
 use std::fmt;
 
-use crate::http::{Outcome, RequestInfo};
+use crate::decision::{Decision, Lease, Source};
+use crate::error::{Error, ErrorKind};
+use crate::http::{Outcome, RequestInfo, RuleDecision};
 
 /// The length that marks an absent string in a request.
 pub const ABSENT: u32 = u32::MAX;
 
-/// The bytes of a decision's fixed part: bits, five `u64`s, source.
-const DECISION_FIXED: usize = 1 + 5 * 8 + 1;
+/// The bytes of a decision: bits, five `u64`s, source.
+pub const DECISION_LEN: usize = 1 + 5 * 8 + 1;
 
-/// A packed request that is not well formed (truncated, padded, a header
-/// without a name): the caller's encoder is wrong, not the user's input.
+/// Packed bytes that are not well formed (truncated, padded, a header
+/// without a name): the writer is wrong, not the user's input. Displays as
+/// what was read (`request`, `outcome`, `record`) and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed(String);
 
+impl Malformed {
+    fn of(self, what: &str) -> Malformed {
+        Malformed(format!("{what}: {}", self.0))
+    }
+}
+
 impl fmt::Display for Malformed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "request: {}", self.0)
+        f.write_str(&self.0)
     }
 }
 
 impl std::error::Error for Malformed {}
+
+/// A record's kind: the `u8` after its ctx (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// An error.
+    Error = 0,
+    /// Done, no value (a reset, a release).
+    Unit = 1,
+    /// A yes or no.
+    Bool = 2,
+    /// A number (released slots, a count).
+    Count = 3,
+    /// One decision.
+    Decision = 4,
+    /// One decision per policy.
+    Decisions = 5,
+    /// An acquire's decision and the leases it took.
+    Acquired = 6,
+    /// A request's outcome.
+    Outcome = 7,
+    /// An admin call's answer as JSON text.
+    Json = 8,
+}
+
+impl Kind {
+    /// Every kind, at its number.
+    pub const ALL: [Kind; 9] = [
+        Kind::Error,
+        Kind::Unit,
+        Kind::Bool,
+        Kind::Count,
+        Kind::Decision,
+        Kind::Decisions,
+        Kind::Acquired,
+        Kind::Outcome,
+        Kind::Json,
+    ];
+}
+
+/// What a call returns, before it is packed (one variant per [`Kind`] but
+/// the error, which is the `Err` beside it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// [`Kind::Unit`].
+    Unit,
+    /// [`Kind::Bool`].
+    Bool(bool),
+    /// [`Kind::Count`].
+    Count(u64),
+    /// [`Kind::Decision`].
+    Decision(Decision),
+    /// [`Kind::Decisions`].
+    Decisions(Vec<Decision>),
+    /// [`Kind::Acquired`].
+    Acquired(Decision, Vec<Lease>),
+    /// [`Kind::Outcome`], with its per-policy decisions when the flag is set
+    /// (read back, an outcome packed without them has none).
+    Outcome(Outcome, bool),
+    /// [`Kind::Json`].
+    Json(serde_json::Value),
+}
+
+impl Reply {
+    /// This reply's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Reply::Unit => Kind::Unit,
+            Reply::Bool(_) => Kind::Bool,
+            Reply::Count(_) => Kind::Count,
+            Reply::Decision(_) => Kind::Decision,
+            Reply::Decisions(_) => Kind::Decisions,
+            Reply::Acquired(..) => Kind::Acquired,
+            Reply::Outcome(..) => Kind::Outcome,
+            Reply::Json(_) => Kind::Json,
+        }
+    }
+}
+
+/// An error as a record carries it: what every binding's error classes need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRecord {
+    /// The error's kind.
+    pub kind: ErrorKind,
+    /// The error as it displays.
+    pub message: String,
+    /// A config error's field.
+    pub field: Option<String>,
+    /// A config error's value.
+    pub value: Option<String>,
+}
+
+impl From<&Error> for ErrorRecord {
+    fn from(e: &Error) -> Self {
+        let (field, value) = match e {
+            Error::Config { field, value, .. } => (Some(field.clone()), Some(value.clone())),
+            _ => (None, None),
+        };
+        ErrorRecord {
+            kind: e.kind(),
+            message: e.to_string(),
+            field,
+            value,
+        }
+    }
+}
 
 struct Reader<'a> {
     bytes: &'a [u8],
@@ -78,6 +218,162 @@ impl<'a> Reader<'a> {
         Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
     }
 
+    fn u8(&mut self, what: &str) -> Result<u8, Malformed> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &str) -> Result<u16, Malformed> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, Malformed> {
+        let b = self.take(8, what)?;
+        Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+
+    /// A string that must be there.
+    fn text(&mut self, what: &str) -> Result<String, Malformed> {
+        Ok(String::from_utf8_lossy(self.bytes_of(what)?).into_owned())
+    }
+
+    /// A count of items of at least `min` bytes each: a corrupt count cannot
+    /// reserve more than the bytes left could hold.
+    fn count(&mut self, min: usize, what: &str) -> Result<usize, Malformed> {
+        let n = self.u32(what)? as usize;
+        if n > self.bytes.len() / min {
+            return Err(Malformed(format!("{what} {n} runs past the end")));
+        }
+        Ok(n)
+    }
+
+    /// A decision; the shadow bit returned beside it.
+    fn decision(&mut self) -> Result<(Decision, bool), Malformed> {
+        let bits = self.u8("decision")?;
+        if bits & !7 != 0 {
+            return Err(Malformed(format!("decision bits {bits:#x}")));
+        }
+        let mut n = [0u64; 5];
+        for v in &mut n {
+            *v = self.u64("decision")?;
+        }
+        let source = self.u8("source")?;
+        let source = *Source::ALL
+            .get(usize::from(source))
+            .ok_or_else(|| Malformed(format!("source {source}")))?;
+        let [limit, remaining, reset_after_ms, retry_after_ms, delay_ms] = n;
+        let d = Decision {
+            allowed: bits & 1 != 0,
+            limit,
+            remaining,
+            reset_after_ms,
+            retry_after_ms: (bits & 4 != 0).then_some(retry_after_ms),
+            delay_ms,
+            source,
+        };
+        Ok((d, bits & 2 != 0))
+    }
+
+    fn outcome(&mut self) -> Result<Outcome, Malformed> {
+        let status = self.u16("status")?;
+        let has_body = self.u8("body flag")?;
+        if has_body > 1 {
+            return Err(Malformed(format!("body flag {has_body}")));
+        }
+        let delay_ms = self.u64("delay")?;
+        let n = self.count(8, "header count")?;
+        let mut headers = Vec::with_capacity(n);
+        for _ in 0..n {
+            headers.push((self.text("header name")?, self.text("header value")?));
+        }
+        let body = if has_body == 1 { Some(self.text("body")?) } else { None };
+        let n = self.count(8 + DECISION_LEN, "decision count")?;
+        let mut decisions = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (rule, policy) = (self.text("rule")?, self.text("policy")?);
+            let (decision, shadow) = self.decision()?;
+            decisions.push(RuleDecision {
+                rule,
+                policy,
+                decision,
+                shadow,
+            });
+        }
+        let completion = self.string("completion")?;
+        Ok(Outcome {
+            status: (status != 0).then_some(status),
+            headers,
+            body,
+            delay_ms,
+            decisions,
+            leases: Vec::new(),
+            completion,
+        })
+    }
+
+    fn record(&mut self) -> Result<(u64, Result<Reply, ErrorRecord>), Malformed> {
+        let ctx = self.u64("ctx")?;
+        let kind = self.u8("kind")?;
+        let kind = *Kind::ALL
+            .get(usize::from(kind))
+            .ok_or_else(|| Malformed(format!("record kind {kind}")))?;
+        let reply = match kind {
+            Kind::Error => {
+                let k = self.u8("error kind")?;
+                let kind = *ErrorKind::ALL
+                    .get(usize::from(k))
+                    .ok_or_else(|| Malformed(format!("error kind {k}")))?;
+                return Ok((
+                    ctx,
+                    Err(ErrorRecord {
+                        kind,
+                        message: self.text("message")?,
+                        field: self.string("field")?,
+                        value: self.string("value")?,
+                    }),
+                ));
+            }
+            Kind::Unit => Reply::Unit,
+            Kind::Bool => match self.u8("bool")? {
+                b @ (0 | 1) => Reply::Bool(b == 1),
+                b => return Err(Malformed(format!("bool {b}"))),
+            },
+            Kind::Count => Reply::Count(self.u64("count")?),
+            Kind::Decision => Reply::Decision(self.decision()?.0),
+            Kind::Decisions => {
+                let n = self.count(DECISION_LEN, "decision count")?;
+                let mut list = Vec::with_capacity(n);
+                for _ in 0..n {
+                    list.push(self.decision()?.0);
+                }
+                Reply::Decisions(list)
+            }
+            Kind::Acquired => {
+                let (decision, _) = self.decision()?;
+                let n = self.count(12, "lease count")?;
+                let mut leases = Vec::with_capacity(n);
+                for _ in 0..n {
+                    leases.push(Lease {
+                        policy: self.u32("lease policy")? as usize,
+                        key: self.text("lease key")?,
+                        id: self.text("lease id")?,
+                    });
+                }
+                Reply::Acquired(decision, leases)
+            }
+            Kind::Outcome => {
+                let o = self.outcome()?;
+                let with = !o.decisions.is_empty();
+                Reply::Outcome(o, with)
+            }
+            Kind::Json => {
+                let text = self.bytes_of("json")?;
+                Reply::Json(serde_json::from_slice(text).map_err(|e| Malformed(format!("json: {e}")))?)
+            }
+        };
+        Ok((ctx, Ok(reply)))
+    }
+
     /// A string that must be there, unconverted.
     fn bytes_of(&mut self, what: &str) -> Result<&'a [u8], Malformed> {
         let len = self.u32(what)?;
@@ -99,6 +395,10 @@ pub fn read_request(bytes: &[u8]) -> Result<RequestInfo, Malformed> {
 /// (`|name| limiter.reads_header(name)`: no copy of headers nobody reads);
 /// every header is still checked.
 pub fn read_request_keeping(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<RequestInfo, Malformed> {
+    request_keeping(bytes, keep).map_err(|e| e.of("request"))
+}
+
+fn request_keeping(bytes: &[u8], keep: impl Fn(&str) -> bool) -> Result<RequestInfo, Malformed> {
     let mut r = Reader { bytes };
     let method = r.string("method")?;
     let path = r.string("path")?;
@@ -181,7 +481,7 @@ pub fn outcome_len(outcome: &Outcome, with_decisions: bool) -> usize {
         size += outcome
             .decisions
             .iter()
-            .map(|d| strings(&d.rule, &d.policy) + DECISION_FIXED)
+            .map(|d| strings(&d.rule, &d.policy) + DECISION_LEN)
             .sum::<usize>();
     }
     size
@@ -206,20 +506,93 @@ pub fn write_outcome(outcome: &Outcome, with_decisions: bool, out: &mut Vec<u8>)
         let d = &rd.decision;
         put_str(out, &rd.rule);
         put_str(out, &rd.policy);
-        out.push(u8::from(d.allowed) | u8::from(rd.shadow) << 1 | u8::from(d.retry_after_ms.is_some()) << 2);
-        for n in [
-            d.limit,
-            d.remaining,
-            d.reset_after_ms,
-            d.retry_after_ms.unwrap_or(0),
-            d.delay_ms,
-        ] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-        // Seven sources: the index always fits.
-        out.push(d.source.index() as u8);
+        put_decision(out, d, rd.shadow);
     }
     put_opt(out, outcome.completion.as_deref());
+}
+
+/// Appends decision `d` packed (`shadow`: only an outcome's decision has it).
+fn put_decision(out: &mut Vec<u8>, d: &Decision, shadow: bool) {
+    out.push(u8::from(d.allowed) | u8::from(shadow) << 1 | u8::from(d.retry_after_ms.is_some()) << 2);
+    for n in [
+        d.limit,
+        d.remaining,
+        d.reset_after_ms,
+        d.retry_after_ms.unwrap_or(0),
+        d.delay_ms,
+    ] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    // A handful of sources: the index always fits.
+    out.push(d.source.index() as u8);
+}
+
+/// Appends the record of call `ctx`'s result (see the module's documentation).
+pub fn write_record(out: &mut Vec<u8>, ctx: u64, result: &Result<Reply, Error>) {
+    out.extend_from_slice(&ctx.to_le_bytes());
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(e) => return write_error(out, &ErrorRecord::from(e)),
+    };
+    out.push(reply.kind() as u8);
+    match reply {
+        Reply::Unit => {}
+        Reply::Bool(b) => out.push(u8::from(*b)),
+        Reply::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
+        Reply::Decision(d) => put_decision(out, d, false),
+        Reply::Decisions(list) => {
+            out.extend_from_slice(&(list.len() as u32).to_le_bytes());
+            for d in list {
+                put_decision(out, d, false);
+            }
+        }
+        Reply::Acquired(d, leases) => {
+            put_decision(out, d, false);
+            out.extend_from_slice(&(leases.len() as u32).to_le_bytes());
+            for l in leases {
+                // A limiter holds far fewer than 2^32 policies.
+                out.extend_from_slice(&(l.policy as u32).to_le_bytes());
+                put_str(out, &l.key);
+                put_str(out, &l.id);
+            }
+        }
+        Reply::Outcome(o, with_decisions) => {
+            out.reserve(outcome_len(o, *with_decisions));
+            write_outcome(o, *with_decisions, out);
+        }
+        Reply::Json(v) => put_str(out, &v.to_string()),
+    }
+}
+
+/// The error part of a record, after its ctx.
+fn write_error(out: &mut Vec<u8>, e: &ErrorRecord) {
+    out.push(Kind::Error as u8);
+    // A handful of kinds: the index always fits.
+    out.push(e.kind.index() as u8);
+    put_str(out, &e.message);
+    put_opt(out, e.field.as_deref());
+    put_opt(out, e.value.as_deref());
+}
+
+/// Reads the first record of `bytes` and moves `bytes` past it: the call's
+/// ctx and its reply or error. Every record of a batch: call it until
+/// `bytes` is empty.
+#[allow(clippy::type_complexity)]
+pub fn read_record(bytes: &mut &[u8]) -> Result<(u64, Result<Reply, ErrorRecord>), Malformed> {
+    let mut r = Reader { bytes };
+    let record = r.record().map_err(|e| e.of("record"))?;
+    *bytes = r.bytes;
+    Ok(record)
+}
+
+/// Reads a whole packed outcome (what [`outcome`] wrote).
+pub fn read_outcome(bytes: &[u8]) -> Result<Outcome, Malformed> {
+    let mut r = Reader { bytes };
+    let o = r.outcome().map_err(|e| e.of("outcome"))?;
+    if !r.bytes.is_empty() {
+        return Err(Malformed(format!("outcome: {} bytes after it", r.bytes.len())));
+    }
+    Ok(o)
 }
 
 /// `outcome` packed in a buffer of exactly its size (one allocation).
@@ -265,85 +638,6 @@ mod tests {
         // A header left out is still read: a truncated one is an error.
         b.truncate(b.len() - 1);
         assert!(read_request_keeping(&b, |_| false).is_err());
-    }
-
-    /// A test-side reader of the outcome layout, written from the module
-    /// documentation (as the Go reader is).
-    struct Bytes<'a>(&'a [u8]);
-
-    impl Bytes<'_> {
-        fn take<const N: usize>(&mut self) -> [u8; N] {
-            let (head, rest) = self.0.split_at(N);
-            self.0 = rest;
-            head.try_into().unwrap()
-        }
-        fn u8(&mut self) -> u8 {
-            self.take::<1>()[0]
-        }
-        fn u16(&mut self) -> u16 {
-            u16::from_le_bytes(self.take())
-        }
-        fn u32(&mut self) -> u32 {
-            u32::from_le_bytes(self.take())
-        }
-        fn u64(&mut self) -> u64 {
-            u64::from_le_bytes(self.take())
-        }
-        fn string(&mut self) -> String {
-            let n = self.u32() as usize;
-            let (head, rest) = self.0.split_at(n);
-            self.0 = rest;
-            String::from_utf8(head.to_vec()).unwrap()
-        }
-    }
-
-    fn read_outcome(bytes: &[u8]) -> Outcome {
-        let mut b = Bytes(bytes);
-        let status = b.u16();
-        let has_body = b.u8();
-        assert!(has_body <= 1);
-        let delay_ms = b.u64();
-        let headers = (0..b.u32()).map(|_| (b.string(), b.string())).collect();
-        let body = (has_body == 1).then(|| b.string());
-        let decisions = (0..b.u32())
-            .map(|_| {
-                let (rule, policy) = (b.string(), b.string());
-                let bits = b.u8();
-                assert_eq!(bits & !7, 0, "unknown bits");
-                let [limit, remaining, reset_after_ms, retry_after_ms, delay_ms] = [(); 5].map(|_| b.u64());
-                let source = Source::ALL[b.u8() as usize];
-                RuleDecision {
-                    rule,
-                    policy,
-                    shadow: bits & 2 != 0,
-                    decision: Decision {
-                        allowed: bits & 1 != 0,
-                        limit,
-                        remaining,
-                        reset_after_ms,
-                        retry_after_ms: (bits & 4 != 0).then_some(retry_after_ms),
-                        delay_ms,
-                        source,
-                    },
-                }
-            })
-            .collect();
-        let completion = if b.0[..4] == ABSENT.to_le_bytes() {
-            b.u32();
-            None
-        } else {
-            Some(b.string())
-        };
-        assert!(b.0.is_empty(), "{} bytes left", b.0.len());
-        Outcome {
-            status: (status != 0).then_some(status),
-            headers,
-            body,
-            delay_ms,
-            decisions,
-            leases: Vec::new(),
-            completion,
-        }
     }
 
     fn put(out: &mut Vec<u8>, s: Option<&[u8]>) {
@@ -489,8 +783,9 @@ mod tests {
         let bytes = outcome(&o, true);
         assert_eq!(bytes.len(), outcome_len(&o, true));
         assert_eq!(bytes.capacity(), bytes.len(), "one exact allocation");
-        assert_eq!(read_outcome(&bytes), o);
+        assert_eq!(read_outcome(&bytes).unwrap(), o);
         let sources: Vec<Source> = read_outcome(&bytes)
+            .unwrap()
             .decisions
             .iter()
             .map(|d| d.decision.source)
@@ -500,7 +795,7 @@ mod tests {
         let without = outcome(&o, false);
         assert_eq!(without.len(), outcome_len(&o, false));
         assert_eq!(
-            read_outcome(&without),
+            read_outcome(&without).unwrap(),
             Outcome {
                 decisions: Vec::new(),
                 ..o.clone()
@@ -558,6 +853,66 @@ mod tests {
         want.extend_from_slice(&[9, 0, 0, 0]);
         want.extend_from_slice(b"pl1;n1;c1");
         assert_eq!(outcome(&settle, false), want);
-        assert_eq!(read_outcome(&want), settle);
+        assert_eq!(read_outcome(&want).unwrap(), settle);
+    }
+
+    #[test]
+    fn a_record_with_an_unknown_number_is_malformed() {
+        let mut decision = Vec::new();
+        write_record(&mut decision, 1, &Ok(Reply::Decision(decision_of(Source::Store))));
+        let mut cases = Vec::new();
+        let mut unknown_kind = decision.clone();
+        unknown_kind[8] = Kind::ALL.len() as u8;
+        cases.push((unknown_kind, "record: record kind 9"));
+        let mut bad_bits = decision.clone();
+        bad_bits[9] = 8;
+        cases.push((bad_bits, "record: decision bits 0x8"));
+        let mut bad_source = decision.clone();
+        *bad_source.last_mut().unwrap() = Source::ALL.len() as u8;
+        cases.push((bad_source, "record: source 8"));
+        let mut error = Vec::new();
+        write_record(&mut error, 1, &Err(Error::Closed));
+        error[9] = ErrorKind::ALL.len() as u8;
+        cases.push((error, "record: error kind 5"));
+        let mut yes = Vec::new();
+        write_record(&mut yes, 1, &Ok(Reply::Bool(true)));
+        yes[9] = 2;
+        cases.push((yes, "record: bool 2"));
+        let mut many = Vec::new();
+        write_record(&mut many, 1, &Ok(Reply::Decisions(Vec::new())));
+        many[9] = 1;
+        cases.push((many, "record: decision count 1 runs past the end"));
+        for (bytes, want) in cases {
+            assert_eq!(read_record(&mut &bytes[..]).unwrap_err().to_string(), want);
+        }
+    }
+
+    fn decision_of(source: Source) -> Decision {
+        decision(source, true, None)
+    }
+
+    #[test]
+    fn records_follow_one_another_and_the_reader_moves_past_each() {
+        let mut batch = Vec::new();
+        write_record(&mut batch, 7, &Ok(Reply::Count(2)));
+        write_record(&mut batch, 8, &Err(Error::config("rate", "\"x\"", "is not a rate")));
+        write_record(&mut batch, 9, &Ok(Reply::Unit));
+        let mut rest = &batch[..];
+        assert_eq!(read_record(&mut rest).unwrap(), (7, Ok(Reply::Count(2))));
+        assert_eq!(
+            read_record(&mut rest).unwrap(),
+            (
+                8,
+                Err(ErrorRecord {
+                    kind: ErrorKind::Config,
+                    message: "rate: \"x\" is not a rate".into(),
+                    field: Some("rate".into()),
+                    value: Some("\"x\"".into()),
+                })
+            )
+        );
+        assert_eq!(rest, [9, 0, 0, 0, 0, 0, 0, 0, Kind::Unit as u8]);
+        assert_eq!(read_record(&mut rest).unwrap(), (9, Ok(Reply::Unit)));
+        assert!(rest.is_empty());
     }
 }
