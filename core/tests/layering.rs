@@ -47,6 +47,8 @@ const LAYERS: &[&str] = &[
     // The public `Limiter`: the front door over the engine, the HTTP layer and the configuration.
     "limiter",
     "wire",
+    // The completion bridge: runs a binding's calls, hands their packed results back in batches.
+    "bridge",
 ];
 
 fn src() -> PathBuf {
