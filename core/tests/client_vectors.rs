@@ -158,3 +158,54 @@ fn breaker_options_vectors() {
     }
     assert!(played.iter().all(|n| *n > 1), "{played:?}");
 }
+
+#[test]
+fn retry_defaults_vectors() {
+    let v = vectors("retry_options.json");
+    let spellings = [
+        [
+            "max_retries",
+            "max_wait",
+            "budget",
+            "jitter",
+            "statuses",
+            "retry_non_idempotent",
+        ],
+        [
+            "maxRetries",
+            "maxWaitMs",
+            "budgetMs",
+            "jitter",
+            "statuses",
+            "retryNonIdempotent",
+        ],
+        [
+            "MaxRetries",
+            "MaxWait",
+            "Budget",
+            "Jitter",
+            "Statuses",
+            "RetryNonIdempotent",
+        ],
+    ];
+    for naming in Naming::ALL {
+        let d = RetryOptions::defaults_in(naming);
+        let want = &v["defaults"][naming.as_str()];
+        let names = spellings[naming as usize];
+        assert_eq!(want.as_object().unwrap().len(), names.len(), "{naming:?}");
+        let number = |name: &str| want[name].as_f64();
+        assert_eq!(d.max_retries, number(names[0]), "{naming:?}");
+        assert_eq!(d.max_wait, number(names[1]), "{naming:?}");
+        assert_eq!(d.budget, number(names[2]), "{naming:?}");
+        assert_eq!(d.jitter, number(names[3]), "{naming:?}");
+        let statuses: Vec<i64> = want[names[4]]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_i64().unwrap())
+            .collect();
+        assert_eq!(d.statuses, Some(statuses), "{naming:?}");
+        assert_eq!(d.retry_non_idempotent, want[names[5]].as_bool(), "{naming:?}");
+        assert_eq!(RetryOptions::from_naming(naming, &d).unwrap(), RetryOptions::default());
+    }
+}
