@@ -29,11 +29,18 @@ type CircuitBreaker struct {
 	ptr *C.polylimit_breaker_t
 }
 
-// NewCircuitBreaker builds a closed breaker.
-func NewCircuitBreaker(threshold uint32, cooldown time.Duration, halfOpenMax uint32) *CircuitBreaker {
-	b := &CircuitBreaker{ptr: C.polylimit_breaker_new(C.uint32_t(threshold), C.uint64_t(cooldown.Milliseconds()), C.uint32_t(halfOpenMax))}
+// NewCircuitBreaker builds a closed breaker. The core checks the values:
+// a zero count or a cooldown not above zero is a config *Error naming it
+// (`cooldown: 0 is not a positive duration`, the value in ns).
+func NewCircuitBreaker(threshold uint32, cooldown time.Duration, halfOpenMax uint32) (*CircuitBreaker, error) {
+	var ptr *C.polylimit_breaker_t
+	var cerr *C.polylimit_error_t
+	if rc := C.polylimit_breaker_new(C.int64_t(threshold), C.int64_t(cooldown), C.int64_t(halfOpenMax), &ptr, &cerr); rc != C.POLYLIMIT_OK {
+		return nil, takeError(rc, cerr)
+	}
+	b := &CircuitBreaker{ptr: ptr}
 	runtime.SetFinalizer(b, (*CircuitBreaker).Close)
-	return b
+	return b, nil
 }
 
 // Call runs fn through the breaker. When the breaker is open, fn is not run

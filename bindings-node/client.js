@@ -18,14 +18,8 @@
 
 const native = require('./native');
 
-const DEFAULTS = Object.freeze({
-  maxRetries: 3,
-  maxWaitMs: 60_000,
-  budgetMs: 120_000,
-  jitter: 0.1,
-  statuses: [429, 503],
-  retryNonIdempotent: false,
-});
+// The core's defaults (core/src/client.rs), in JavaScript's names and ms.
+const DEFAULTS = Object.freeze(native.retryDefaults());
 
 /**
  * Milliseconds to wait from `nowMs` per a Retry-After value: whole seconds

@@ -10,15 +10,14 @@ const { CircuitOpenError } = errors;
 /** A circuit breaker for your own downstream calls (the same one the store uses). */
 class CircuitBreaker {
   /**
-   * @param {number|object} threshold consecutive failures that open it (default 5), or `{ threshold, cooldown, halfOpenMax }`
-   * @param {number|string} cooldown ms (or a duration like "30s") before probing (default 30 s)
-   * @param {number} halfOpenMax successful probes that close it (default 3)
+   * Every argument left out (undefined or null) is the core's default; the core checks each.
+   * @param {number|object} threshold consecutive failures that open it, or `{ threshold, cooldown, halfOpenMax }`
+   * @param {number|string} cooldown ms (or a duration like "30s") before probing
+   * @param {number} halfOpenMax successful probes that close it
    */
-  constructor(threshold = 5, cooldown = 30000, halfOpenMax = 3) {
-    if (threshold && typeof threshold === 'object') {
-      ({ threshold = 5, cooldown = 30000, halfOpenMax = 3 } = threshold);
-    }
-    this._native = call(() => new native.NativeCircuitBreaker(threshold, cooldown, halfOpenMax));
+  constructor(threshold, cooldown, halfOpenMax) {
+    if (threshold && typeof threshold === 'object') ({ threshold, cooldown, halfOpenMax } = threshold);
+    this._native = call(() => new native.NativeCircuitBreaker(threshold ?? null, cooldown ?? null, halfOpenMax ?? null));
   }
 
   /** `closed`, `open` or `half_open`. */

@@ -30,16 +30,12 @@ import (
 	"time"
 )
 
-// Defaults of the zero RetryTransport's fields.
-const (
-	DefaultMaxRetries = 3
-	DefaultMaxWait    = 60 * time.Second
-	DefaultBudget     = 120 * time.Second
-	DefaultJitter     = 0.1
+// Defaults of the zero RetryTransport's fields, the core's (read once from
+// it: RoundTrip asks the core, which applies the same); DefaultStatuses are
+// the statuses retried when Statuses is nil.
+var (
+	DefaultMaxRetries, DefaultMaxWait, DefaultBudget, DefaultJitter, DefaultStatuses = coreDefaults()
 )
-
-// DefaultStatuses are the statuses retried when Statuses is nil.
-var DefaultStatuses = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}
 
 // RetryTransport retries 429 and 503 responses after their Retry-After.
 // The zero value uses http.DefaultTransport and the defaults above.

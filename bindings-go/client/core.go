@@ -50,6 +50,19 @@ func (t *RetryTransport) coreOptions() *coreOptions {
 
 func (o *coreOptions) release() { o.pinner.Unpin() }
 
+// coreDefaults are the core's defaults of the fields.
+func coreDefaults() (maxRetries int, maxWait, budget time.Duration, jitter float64, statuses []int) {
+	var o C.polylimit_retry_options_t
+	var cerr *C.polylimit_error_t
+	if err := coreError(C.polylimit_retry_defaults(&o, &cerr), cerr); err != nil {
+		panic(err) // only a broken build: the core always has its defaults
+	}
+	for _, s := range unsafe.Slice((*int64)(unsafe.Pointer(o.statuses)), int(o.statuses_len)) {
+		statuses = append(statuses, int(s))
+	}
+	return int(o.max_retries), time.Duration(o.max_wait_ns), time.Duration(o.budget_ns), float64(o.jitter), statuses
+}
+
 // coreError is the Go error of a C ABI error (freed here), nil for none.
 func coreError(status C.int32_t, cerr *C.polylimit_error_t) error {
 	if status == C.POLYLIMIT_OK {

@@ -139,3 +139,31 @@ func wantMs[T int64 | float64](ms *T) string {
 	}
 	return fmt.Sprintf("%vms", *ms)
 }
+
+// TestDefaultVectors: the Default* variables are the core's defaults, as
+// tests/conformance/client/retry_options.json gives them in Go's units.
+func TestDefaultVectors(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "tests", "conformance", "client", "retry_options.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Defaults struct {
+			Go struct {
+				MaxRetries         int
+				MaxWait, Budget    time.Duration
+				Jitter             float64
+				Statuses           []int
+				RetryNonIdempotent bool
+			} `json:"go"`
+		} `json:"defaults"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	want := v.Defaults.Go
+	got := fmt.Sprint(DefaultMaxRetries, DefaultMaxWait, DefaultBudget, DefaultJitter, DefaultStatuses, false)
+	if exp := fmt.Sprint(want.MaxRetries, want.MaxWait, want.Budget, want.Jitter, want.Statuses, want.RetryNonIdempotent); got != exp || want.MaxRetries == 0 {
+		t.Fatalf("defaults %s, want %s", got, exp)
+	}
+}

@@ -8,30 +8,31 @@ use polylimit::Naming;
 
 use crate::errors::{guard, PolylimitError};
 
-/// When to retry a response; the defaults are every language's.
+/// When to retry a response; a field left null is the core's default
+/// (`core/src/client.rs`, the same in every language).
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
 pub struct RetryPolicy {
     /// Retries after the first attempt.
-    #[uniffi(default = 3)]
-    pub max_retries: i32,
+    #[uniffi(default = None)]
+    pub max_retries: Option<i32>,
     /// The longest single wait; a longer Retry-After returns the response.
-    #[uniffi(default = 60000)]
-    pub max_wait_ms: i64,
+    #[uniffi(default = None)]
+    pub max_wait_ms: Option<i64>,
     /// No wait ends later than this after the first attempt.
-    #[uniffi(default = 120000)]
-    pub budget_ms: i64,
+    #[uniffi(default = None)]
+    pub budget_ms: Option<i64>,
     /// Up to this fraction of the wait is added (0 to 1).
-    #[uniffi(default = 0.1)]
-    pub jitter: f64,
-    /// The statuses retried (null: 429 and 503).
+    #[uniffi(default = None)]
+    pub jitter: Option<f64>,
+    /// The statuses retried.
     #[uniffi(default = None)]
     pub statuses: Option<Vec<i32>>,
     /// Retry a status other than 429 for a method that is not idempotent
     /// (POST, PATCH, …) too; by default a 503 (which may come after the app
     /// processed the request) is retried for GET, HEAD, OPTIONS, PUT and
     /// DELETE only.
-    #[uniffi(default = false)]
-    pub retry_non_idempotent: bool,
+    #[uniffi(default = None)]
+    pub retry_non_idempotent: Option<bool>,
 }
 
 impl RetryPolicy {
@@ -39,15 +40,15 @@ impl RetryPolicy {
     /// not a non-negative number`), as it does JavaScript's.
     fn options(&self) -> Result<RetryOptions, PolylimitError> {
         let input = RetryInput {
-            max_retries: Some(self.max_retries.into()),
-            max_wait: Some(self.max_wait_ms as f64),
-            budget: Some(self.budget_ms as f64),
-            jitter: Some(self.jitter),
+            max_retries: self.max_retries.map(f64::from),
+            max_wait: self.max_wait_ms.map(|ms| ms as f64),
+            budget: self.budget_ms.map(|ms| ms as f64),
+            jitter: self.jitter,
             statuses: self
                 .statuses
                 .as_ref()
                 .map(|list| list.iter().map(|s| i64::from(*s)).collect()),
-            retry_non_idempotent: Some(self.retry_non_idempotent),
+            retry_non_idempotent: self.retry_non_idempotent,
         };
         Ok(RetryOptions::from_naming(Naming::Camel, &input)?)
     }
@@ -95,4 +96,28 @@ pub fn retry_wait(
             )
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_left_null_is_the_cores_default() {
+        let policy = RetryPolicy {
+            max_retries: None,
+            max_wait_ms: None,
+            budget_ms: None,
+            jitter: None,
+            statuses: None,
+            retry_non_idempotent: None,
+        };
+        assert_eq!(policy.options().unwrap(), RetryOptions::default());
+        let given = RetryPolicy {
+            max_wait_ms: Some(-1),
+            ..policy
+        };
+        let err = given.options().unwrap_err();
+        assert_eq!(err.to_string(), "maxWaitMs: -1 is not a non-negative number");
+    }
 }

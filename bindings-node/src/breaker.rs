@@ -3,15 +3,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use napi::bindgen_prelude::Either;
 use napi::{Env, Result};
 use napi_derive::napi;
 use polylimit::breaker::Permit;
-use polylimit::{BreakerConfig, CircuitBreaker};
+use polylimit::options::Naming;
+use polylimit::{BreakerConfig, BreakerInput, CircuitBreaker, DurationInput};
 
-use crate::errors::config;
+use crate::errors::{guard, throw};
 
 /// The native breaker class (use `CircuitBreaker` from `index.js`).
 #[napi]
@@ -21,37 +21,33 @@ pub struct NativeCircuitBreaker {
     permits: Mutex<HashMap<u32, Permit>>,
 }
 
-fn count(env: &Env, field: &str, v: f64) -> Result<u32> {
-    if v.fract() == 0.0 && (1.0..=u32::MAX as f64).contains(&v) {
-        Ok(v as u32)
-    } else {
-        Err(config(env, field, v, "is not a positive integer"))
-    }
-}
-
 #[napi]
 impl NativeCircuitBreaker {
-    /// `threshold` failures open it for `cooldown_ms`; `half_open_max` probes close it.
+    /// `threshold` failures open it for `cooldown` (ms or a duration such
+    /// as "30s"); `halfOpenMax` probes close it. Undefined or null: the
+    /// core's default; the core checks every value.
     #[napi(constructor)]
-    pub fn new(env: Env, threshold: f64, cooldown: Either<f64, String>, half_open_max: f64) -> Result<Self> {
-        let cooldown_ms = match cooldown {
-            Either::A(ms) => ms,
-            Either::B(text) => match polylimit::duration::parse_duration_ms(&text) {
-                Some(ms) => ms as f64,
-                None => return Err(config(&env, "cooldown", format!("{text:?}"), "is not a duration")),
-            },
-        };
-        if !(cooldown_ms.is_finite() && cooldown_ms > 0.0) {
-            return Err(config(&env, "cooldown", cooldown_ms, "is not a positive duration"));
-        }
-        Ok(NativeCircuitBreaker {
-            inner: CircuitBreaker::new(BreakerConfig {
-                threshold: count(&env, "threshold", threshold)?,
-                cooldown: Duration::from_micros((cooldown_ms * 1000.0) as u64),
-                half_open_max: count(&env, "halfOpenMax", half_open_max)?,
-            }),
-            next: 0,
-            permits: Mutex::default(),
+    pub fn new(
+        env: Env,
+        threshold: Option<f64>,
+        cooldown: Option<Either<f64, String>>,
+        half_open_max: Option<f64>,
+    ) -> Result<Self> {
+        guard(&env, || {
+            let input = BreakerInput {
+                threshold,
+                cooldown: cooldown.map(|c| match c {
+                    Either::A(ms) => DurationInput::Number(ms),
+                    Either::B(text) => DurationInput::Text(text),
+                }),
+                half_open_max,
+            };
+            let config = BreakerConfig::from_naming(Naming::Camel, &input).map_err(|e| throw(&env, e))?;
+            Ok(NativeCircuitBreaker {
+                inner: CircuitBreaker::new(config),
+                next: 0,
+                permits: Mutex::default(),
+            })
         })
     }
 

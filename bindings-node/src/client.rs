@@ -107,3 +107,19 @@ impl NativeRetryOptions {
 pub fn parse_retry_after(value: Option<String>, now_ms: f64) -> Option<f64> {
     polylimit::client::parse_retry_after(value.as_deref(), now_ms.round() as i64).map(|ms| ms as f64)
 }
+
+/// The core's defaults of `retryFetch`'s options (durations in ms), so
+/// `client.js` restates none.
+#[napi]
+#[cfg_attr(test, allow(dead_code))] // called from JavaScript only
+pub fn retry_defaults() -> Value {
+    let d = RetryOptions::defaults_in(Naming::Camel);
+    serde_json::json!({
+        "maxRetries": d.max_retries,
+        "maxWaitMs": d.max_wait,
+        "budgetMs": d.budget,
+        "jitter": d.jitter,
+        "statuses": d.statuses,
+        "retryNonIdempotent": d.retry_non_idempotent,
+    })
+}

@@ -2,14 +2,13 @@
 //! the Python package adds `call(fn, fallback)` around these primitives.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use polylimit::breaker::Permit;
-use polylimit::{BreakerConfig, CircuitBreaker};
+use polylimit::options::Naming;
+use polylimit::{BreakerConfig, BreakerInput, CircuitBreaker, DurationInput};
 use pyo3::prelude::*;
 
-use crate::convert::to_value;
-use crate::errors::config_error;
+use crate::errors::{config_error, to_py_err};
 
 /// Permission to make one call; give it back with `success` or `failure`.
 /// A permit garbage-collected without a report counts as a failure.
@@ -31,49 +30,45 @@ impl PyPermit {
 #[pyclass(subclass, frozen, module = "polylimit._polylimit", name = "CircuitBreaker")]
 pub struct PyCircuitBreaker(CircuitBreaker);
 
-fn cooldown(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    if let Ok(text) = value.extract::<String>() {
-        return polylimit::duration::parse_duration_ms(&text)
-            .filter(|ms| *ms > 0)
-            .map(Duration::from_millis)
-            .ok_or_else(|| config_error("cooldown", &format!("{text:?}"), "is not a duration"));
-    }
-    let secs: f64 = value
-        .extract()
-        .map_err(|_| config_error("cooldown", &value.to_string(), "is not seconds or a duration string"))?;
-    Duration::try_from_secs_f64(secs)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            config_error(
-                "cooldown",
-                &to_value(value, "cooldown").map(|v| v.to_string()).unwrap_or_default(),
-                "is not a positive duration",
-            )
+/// A count as Python gives it: a number (a float that is whole too), kept
+/// as a float so the core names a bad one with its value.
+fn number(value: Option<&Bound<'_, PyAny>>, field: &str) -> PyResult<Option<f64>> {
+    value
+        .map(|v| {
+            v.extract::<f64>()
+                .map_err(|_| config_error(field, &v.to_string(), "is not a number"))
         })
+        .transpose()
 }
 
 #[pymethods]
 impl PyCircuitBreaker {
-    /// `cooldown`: seconds (float) or a duration string such as `"30s"`.
+    /// `cooldown`: seconds or a duration string such as `"30s"`; an absent
+    /// option is the core's default, every value is checked by the core.
     #[new]
-    #[pyo3(signature = (threshold=5, cooldown=None, half_open_max=3))]
-    fn new(threshold: u32, cooldown: Option<&Bound<'_, PyAny>>, half_open_max: u32) -> PyResult<Self> {
-        if threshold == 0 {
-            return Err(config_error("threshold", "0", "is not a positive integer"));
-        }
-        if half_open_max == 0 {
-            return Err(config_error("half_open_max", "0", "is not a positive integer"));
-        }
+    #[pyo3(signature = (threshold=None, cooldown=None, half_open_max=None))]
+    fn new(
+        threshold: Option<&Bound<'_, PyAny>>,
+        cooldown: Option<&Bound<'_, PyAny>>,
+        half_open_max: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
         let cooldown = match cooldown {
-            Some(c) => self::cooldown(c)?,
-            None => Duration::from_secs(30),
+            None => None,
+            Some(c) => Some(match c.extract::<String>() {
+                Ok(text) => DurationInput::Text(text),
+                Err(_) => DurationInput::Number(
+                    c.extract()
+                        .map_err(|_| config_error("cooldown", &c.to_string(), "is not seconds or a duration string"))?,
+                ),
+            }),
         };
-        Ok(PyCircuitBreaker(CircuitBreaker::new(BreakerConfig {
-            threshold,
+        let input = BreakerInput {
+            threshold: number(threshold, "threshold")?,
             cooldown,
-            half_open_max,
-        })))
+            half_open_max: number(half_open_max, "half_open_max")?,
+        };
+        let config = BreakerConfig::from_naming(Naming::Snake, &input).map_err(to_py_err)?;
+        Ok(PyCircuitBreaker(CircuitBreaker::new(config)))
     }
 
     /// A permit, or None while the breaker is open.

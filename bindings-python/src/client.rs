@@ -5,6 +5,7 @@ use polylimit::client::{RetryInput, RetryOptions};
 use polylimit::options::Naming;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 /// The checked options of a `RetryPolicy` (durations in seconds, as given).
 #[pyclass(name = "RetryOptions", module = "polylimit._polylimit", frozen)]
@@ -65,4 +66,20 @@ impl PyRetryOptions {
 #[pyo3(signature = (value, now_ms))]
 pub fn parse_retry_after(value: Option<&str>, now_ms: i64) -> Option<u64> {
     polylimit::client::parse_retry_after(value, now_ms)
+}
+
+/// The core's defaults of a `RetryPolicy` (durations in seconds), so
+/// `polylimit.client` restates none: `max_retries`, `max_wait`, `budget`,
+/// `jitter`, `statuses`, `retry_non_idempotent`.
+#[pyfunction]
+pub fn retry_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = RetryOptions::defaults_in(Naming::Snake);
+    let out = PyDict::new(py);
+    out.set_item("max_retries", d.max_retries.map(|n| n as i64))?;
+    out.set_item("max_wait", d.max_wait)?;
+    out.set_item("budget", d.budget)?;
+    out.set_item("jitter", d.jitter)?;
+    out.set_item("statuses", d.statuses)?;
+    out.set_item("retry_non_idempotent", d.retry_non_idempotent)?;
+    Ok(out)
 }

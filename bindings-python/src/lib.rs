@@ -31,6 +31,7 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<anomaly::PyAnomalyErrors>()?;
     m.add_class::<client::PyRetryOptions>()?;
     m.add_function(wrap_pyfunction!(client::parse_retry_after, m)?)?;
+    m.add_function(wrap_pyfunction!(client::retry_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;
     m.add_function(wrap_pyfunction!(limiter::ended_status, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;

@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::duration::{parse_duration_ms, MAX_DURATION_MS};
+use crate::error::Error;
+use crate::options::Naming;
+
 /// The breaker's state, as exported in metrics (`polylimit_breaker_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -50,6 +54,74 @@ impl Default for BreakerConfig {
             cooldown: Duration::from_secs(30),
             half_open_max: 3,
         }
+    }
+}
+
+/// A breaker's settings as a language gives them, before any check: `None`
+/// for "not given" (the core's default, [`BreakerConfig::default`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BreakerInput {
+    /// `threshold` in every language.
+    pub threshold: Option<f64>,
+    /// `cooldown` in every language.
+    pub cooldown: Option<DurationInput>,
+    /// `half_open_max` / `halfOpenMax` (JavaScript and Go).
+    pub half_open_max: Option<f64>,
+}
+
+/// A duration as a language gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DurationInput {
+    /// A number in the naming's unit (Python: seconds, JavaScript: ms, Go:
+    /// `time.Duration` ns).
+    Number(f64),
+    /// Text such as `"30s"` or `"250ms"`.
+    Text(String),
+}
+
+impl BreakerConfig {
+    /// The settings from a language's values, each checked under the
+    /// language's name, the error showing the value as given: the counts
+    /// are whole numbers from 1, the cooldown is above zero (and at most
+    /// [`MAX_DURATION_MS`]). Every binding's `CircuitBreaker` builds here.
+    pub fn from_naming(naming: Naming, input: &BreakerInput) -> crate::error::Result<BreakerConfig> {
+        let (half_open_name, ms_per_unit) = match naming {
+            Naming::Snake => ("half_open_max", 1000.0),
+            Naming::Camel => ("halfOpenMax", 1.0),
+            Naming::Go => ("halfOpenMax", 1e-6),
+        };
+        let default = BreakerConfig::default();
+        let count = |name: &str, v: Option<f64>, def: u32| -> crate::error::Result<u32> {
+            match v {
+                None => Ok(def),
+                Some(n) if n.fract() == 0.0 && (1.0..=u32::MAX as f64).contains(&n) => Ok(n as u32),
+                Some(n) => Err(Error::config(name, n, "is not a positive integer")),
+            }
+        };
+        let positive = |ms: f64| ms > 0.0 && ms <= MAX_DURATION_MS as f64;
+        let cooldown = match &input.cooldown {
+            None => default.cooldown,
+            Some(DurationInput::Number(n)) if positive(n * ms_per_unit) => {
+                Duration::from_secs_f64(n * ms_per_unit / 1000.0)
+            }
+            Some(DurationInput::Number(n)) => return Err(Error::config("cooldown", n, "is not a positive duration")),
+            Some(DurationInput::Text(text)) => match parse_duration_ms(text) {
+                Some(ms) if ms > 0 => Duration::from_millis(ms),
+                Some(_) => {
+                    return Err(Error::config(
+                        "cooldown",
+                        format!("{text:?}"),
+                        "is not a positive duration",
+                    ))
+                }
+                None => return Err(Error::config("cooldown", format!("{text:?}"), "is not a duration")),
+            },
+        };
+        Ok(BreakerConfig {
+            threshold: count("threshold", input.threshold, default.threshold)?,
+            cooldown,
+            half_open_max: count(half_open_name, input.half_open_max, default.half_open_max)?,
+        })
     }
 }
 

@@ -154,6 +154,21 @@ impl RetryOptions {
         Ok(options)
     }
 
+    /// The defaults as `naming` gives options (durations in its unit): what
+    /// a binding shows for an option left out, so none restates a number.
+    pub fn defaults_in(naming: Naming) -> RetryInput {
+        let d = RetryOptions::default();
+        let (_, unit_ms) = retry_names(naming);
+        RetryInput {
+            max_retries: Some(f64::from(d.max_retries)),
+            max_wait: Some(d.max_wait_ms as f64 / unit_ms),
+            budget: Some(d.budget_ms as f64 / unit_ms),
+            jitter: Some(d.jitter),
+            statuses: Some(d.statuses.iter().map(|s| i64::from(*s)).collect()),
+            retry_non_idempotent: Some(d.retry_non_idempotent),
+        }
+    }
+
     /// An error naming `jitter` when it is not a fraction from 0 to 1.
     pub fn validate(&self) -> Result<()> {
         if !(0.0..=1.0).contains(&self.jitter) {

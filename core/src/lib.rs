@@ -41,7 +41,7 @@ pub mod wire;
 
 pub use algorithm::adaptive::{AdaptiveReport, Transition};
 pub use algorithm::Verdict;
-pub use breaker::{BreakerConfig, BreakerState, CallError, CircuitBreaker};
+pub use breaker::{BreakerConfig, BreakerInput, BreakerState, CallError, CircuitBreaker, DurationInput};
 pub use config::effective_config;
 #[doc(hidden)]
 pub use config::effective_config_with;

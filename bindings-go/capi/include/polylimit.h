@@ -269,11 +269,18 @@ void polylimit_counter_add(const struct polylimit_counter_t *counter);
 // `counter` is NULL or live, and not used afterwards.
 void polylimit_counter_free(struct polylimit_counter_t *counter);
 
-// A closed breaker: opens after `threshold` consecutive failures, lets
-// `half_open_max` probes through after `cooldown_ms`. NULL only on a bug.
-struct polylimit_breaker_t *polylimit_breaker_new(uint32_t threshold,
-                                                  uint64_t cooldown_ms,
-                                                  uint32_t half_open_max);
+// A closed breaker in `*out`: opens after `threshold` consecutive
+// failures, lets `half_open_max` probes through after `cooldown_ns`. The
+// core checks the values (`POLYLIMIT_CONFIG` naming the field as Go's
+// `NewCircuitBreaker` does, `cooldown: 0 is not a positive duration`).
+//
+// # Safety
+// `out` is writable; `err` is NULL or writable.
+int32_t polylimit_breaker_new(int64_t threshold,
+                              int64_t cooldown_ns,
+                              int64_t half_open_max,
+                              struct polylimit_breaker_t **out,
+                              struct polylimit_error_t **err);
 
 // Asks to make a call: a permit, or NULL when the breaker refuses.
 //
@@ -358,6 +365,14 @@ int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
                              bool *retry,
                              uint64_t *wait_ms,
                              struct polylimit_error_t **err);
+
+// The core's defaults of a `RetryTransport`'s fields (what a zero field
+// means), so Go restates none. `statuses` points to a static list.
+//
+// # Safety
+// `out` is writable; `err` is NULL or writable.
+int32_t polylimit_retry_defaults(struct polylimit_retry_options_t *out,
+                                 struct polylimit_error_t **err);
 
 // Makes `wake_fd` (the write end of a pipe the reader waits on; the caller
 // keeps it open for the life of the process) the queue's wake-up. Call once,

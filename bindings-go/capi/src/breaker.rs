@@ -1,10 +1,13 @@
 //! The circuit breaker offered to users for their own downstream calls.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Duration;
 
 use polylimit::breaker::Permit;
-use polylimit::{BreakerConfig, BreakerState, CircuitBreaker};
+use polylimit::options::Naming;
+use polylimit::{BreakerConfig, BreakerInput, BreakerState, CircuitBreaker, DurationInput};
+
+use crate::errors::{polylimit_error_t, polylimit_status_t, FfiError};
+use crate::guard;
 
 /// A circuit breaker; thread-safe, freed with `polylimit_breaker_free`.
 pub struct polylimit_breaker_t {
@@ -30,24 +33,38 @@ pub enum polylimit_breaker_state_t {
     POLYLIMIT_BREAKER_HALF_OPEN = 2,
 }
 
-/// A closed breaker: opens after `threshold` consecutive failures, lets
-/// `half_open_max` probes through after `cooldown_ms`. NULL only on a bug.
+/// A closed breaker in `*out`: opens after `threshold` consecutive
+/// failures, lets `half_open_max` probes through after `cooldown_ns`. The
+/// core checks the values (`POLYLIMIT_CONFIG` naming the field as Go's
+/// `NewCircuitBreaker` does, `cooldown: 0 is not a positive duration`).
+///
+/// # Safety
+/// `out` is writable; `err` is NULL or writable.
 #[no_mangle]
-pub extern "C" fn polylimit_breaker_new(
-    threshold: u32,
-    cooldown_ms: u64,
-    half_open_max: u32,
-) -> *mut polylimit_breaker_t {
-    catch_unwind(|| {
-        Box::into_raw(Box::new(polylimit_breaker_t {
-            inner: CircuitBreaker::new(BreakerConfig {
-                threshold,
-                cooldown: Duration::from_millis(cooldown_ms),
-                half_open_max,
-            }),
-        }))
+pub unsafe extern "C" fn polylimit_breaker_new(
+    threshold: i64,
+    cooldown_ns: i64,
+    half_open_max: i64,
+    out: *mut *mut polylimit_breaker_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        if out.is_null() {
+            return Err(FfiError::invalid("out is NULL"));
+        }
+        let input = BreakerInput {
+            threshold: Some(threshold as f64),
+            cooldown: Some(DurationInput::Number(cooldown_ns as f64)),
+            half_open_max: Some(half_open_max as f64),
+        };
+        let config = BreakerConfig::from_naming(Naming::Go, &input)?;
+        let breaker = Box::new(polylimit_breaker_t {
+            inner: CircuitBreaker::new(config),
+        });
+        // SAFETY: checked non-NULL; the caller promises a writable pointer.
+        unsafe { *out = Box::into_raw(breaker) };
+        Ok(polylimit_status_t::POLYLIMIT_OK as i32)
     })
-    .unwrap_or(std::ptr::null_mut())
 }
 
 /// Asks to make a call: a permit, or NULL when the breaker refuses.

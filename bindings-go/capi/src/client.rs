@@ -2,6 +2,8 @@
 //! `client` module): the options in Go's naming (`time.Duration` ns, zero
 //! for the default, a negative for none), the parse and the wait.
 
+use std::sync::OnceLock;
+
 use polylimit::client::{RetryInput, RetryOptions};
 use polylimit::options::Naming;
 
@@ -177,6 +179,41 @@ pub unsafe extern "C" fn polylimit_retry_wait(
             *retry = got.is_some();
             *wait_ms = got.unwrap_or(0);
         }
+        Ok(polylimit_status_t::POLYLIMIT_OK as i32)
+    })
+}
+
+/// The core's defaults of a `RetryTransport`'s fields (what a zero field
+/// means), so Go restates none. `statuses` points to a static list.
+///
+/// # Safety
+/// `out` is writable; `err` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_retry_defaults(
+    out: *mut polylimit_retry_options_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    static STATUSES: OnceLock<Vec<i64>> = OnceLock::new();
+    guard(err, || {
+        if out.is_null() {
+            return Err(FfiError::invalid("out is NULL"));
+        }
+        let d = RetryOptions::defaults_in(Naming::Go);
+        let statuses = STATUSES.get_or_init(|| d.statuses.clone().unwrap_or_default());
+        let whole = |v: Option<f64>| v.unwrap_or(0.0) as i64;
+        // SAFETY: checked non-NULL; the caller promises a writable struct.
+        unsafe {
+            *out = polylimit_retry_options_t {
+                max_retries: whole(d.max_retries),
+                max_wait_ns: whole(d.max_wait),
+                budget_ns: whole(d.budget),
+                jitter: d.jitter.unwrap_or(0.0),
+                statuses: statuses.as_ptr(),
+                statuses_len: statuses.len(),
+                statuses_set: true,
+                retry_non_idempotent: d.retry_non_idempotent.unwrap_or(false),
+            }
+        };
         Ok(polylimit_status_t::POLYLIMIT_OK as i32)
     })
 }

@@ -222,7 +222,12 @@ int main(void) {
   polylimit_string_free(leases);
   polylimit_limiter_free(clone);
 
-  polylimit_breaker_t *b = polylimit_breaker_new(1, 60000, 1);
+  polylimit_breaker_t *b = NULL;
+  CHECK(polylimit_breaker_new(1, 0, 1, &b, &err) == POLYLIMIT_CONFIG && b == NULL && err != NULL);
+  CHECK(strcmp(err->message, "cooldown: 0 is not a positive duration") == 0);
+  polylimit_error_free(err);
+  err = NULL;
+  CHECK(polylimit_breaker_new(1, 60000000000LL, 1, &b, NULL) == POLYLIMIT_OK && b != NULL);
   polylimit_permit_t *p = polylimit_breaker_acquire(b);
   CHECK(p != NULL);
   polylimit_breaker_failure(b, p);

@@ -38,7 +38,9 @@ from . import _polylimit
 
 __all__ = ["RetryPolicy", "parse_retry_after", "RetryTransport", "AsyncRetryTransport"]
 
-DEFAULT_STATUSES: Tuple[int, ...] = (429, 503)
+# The core's defaults (core/src/client.rs), in Python's names and seconds.
+_DEFAULTS: Mapping[str, Any] = _polylimit.retry_defaults()
+DEFAULT_STATUSES: Tuple[int, ...] = tuple(_DEFAULTS["statuses"])
 
 
 def _ms(seconds: float) -> int:
@@ -58,12 +60,12 @@ class RetryPolicy:
     """When to retry and how long to wait; shared by the transports. A bad option raises
     ``ValueError`` naming it and its value."""
 
-    max_retries: int = 3
-    max_wait: float = 60.0
-    budget: float = 120.0
-    jitter: float = 0.1
+    max_retries: int = _DEFAULTS["max_retries"]
+    max_wait: float = _DEFAULTS["max_wait"]
+    budget: float = _DEFAULTS["budget"]
+    jitter: float = _DEFAULTS["jitter"]
     statuses: Tuple[int, ...] = DEFAULT_STATUSES
-    retry_non_idempotent: bool = False
+    retry_non_idempotent: bool = _DEFAULTS["retry_non_idempotent"]
     clock: Callable[[], float] = field(default=time.time, repr=False)
     random: Callable[[], float] = field(default=_random.random, repr=False)
 

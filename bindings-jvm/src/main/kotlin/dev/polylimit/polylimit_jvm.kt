@@ -3120,31 +3120,32 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
 
 
 /**
- * When to retry a response; the defaults are every language's.
+ * When to retry a response; a field left null is the core's default
+ * (`core/src/client.rs`, the same in every language).
  */
 data class RetryPolicy (
     /**
      * Retries after the first attempt.
      */
-    var `maxRetries`: kotlin.Int = 3 
+    var `maxRetries`: kotlin.Int? = null 
     , 
     /**
      * The longest single wait; a longer Retry-After returns the response.
      */
-    var `maxWaitMs`: kotlin.Long = 60000L 
+    var `maxWaitMs`: kotlin.Long? = null 
     , 
     /**
      * No wait ends later than this after the first attempt.
      */
-    var `budgetMs`: kotlin.Long = 120000L 
+    var `budgetMs`: kotlin.Long? = null 
     , 
     /**
      * Up to this fraction of the wait is added (0 to 1).
      */
-    var `jitter`: kotlin.Double = 0.1 
+    var `jitter`: kotlin.Double? = null 
     , 
     /**
-     * The statuses retried (null: 429 and 503).
+     * The statuses retried.
      */
     var `statuses`: List<kotlin.Int>? = null 
     , 
@@ -3154,7 +3155,7 @@ data class RetryPolicy (
      * processed the request) is retried for GET, HEAD, OPTIONS, PUT and
      * DELETE only.
      */
-    var `retryNonIdempotent`: kotlin.Boolean = false 
+    var `retryNonIdempotent`: kotlin.Boolean? = null 
     
 ){
     
@@ -3171,31 +3172,31 @@ data class RetryPolicy (
 public object FfiConverterTypeRetryPolicy: FfiConverterRustBuffer<RetryPolicy> {
     override fun read(buf: ByteBuffer): RetryPolicy {
         return RetryPolicy(
-            FfiConverterInt.read(buf),
-            FfiConverterLong.read(buf),
-            FfiConverterLong.read(buf),
-            FfiConverterDouble.read(buf),
+            FfiConverterOptionalInt.read(buf),
+            FfiConverterOptionalLong.read(buf),
+            FfiConverterOptionalLong.read(buf),
+            FfiConverterOptionalDouble.read(buf),
             FfiConverterOptionalSequenceInt.read(buf),
-            FfiConverterBoolean.read(buf),
+            FfiConverterOptionalBoolean.read(buf),
         )
     }
 
     override fun allocationSize(value: RetryPolicy) = (
-            FfiConverterInt.allocationSize(value.`maxRetries`) +
-            FfiConverterLong.allocationSize(value.`maxWaitMs`) +
-            FfiConverterLong.allocationSize(value.`budgetMs`) +
-            FfiConverterDouble.allocationSize(value.`jitter`) +
+            FfiConverterOptionalInt.allocationSize(value.`maxRetries`) +
+            FfiConverterOptionalLong.allocationSize(value.`maxWaitMs`) +
+            FfiConverterOptionalLong.allocationSize(value.`budgetMs`) +
+            FfiConverterOptionalDouble.allocationSize(value.`jitter`) +
             FfiConverterOptionalSequenceInt.allocationSize(value.`statuses`) +
-            FfiConverterBoolean.allocationSize(value.`retryNonIdempotent`)
+            FfiConverterOptionalBoolean.allocationSize(value.`retryNonIdempotent`)
     )
 
     override fun write(value: RetryPolicy, buf: ByteBuffer) {
-            FfiConverterInt.write(value.`maxRetries`, buf)
-            FfiConverterLong.write(value.`maxWaitMs`, buf)
-            FfiConverterLong.write(value.`budgetMs`, buf)
-            FfiConverterDouble.write(value.`jitter`, buf)
+            FfiConverterOptionalInt.write(value.`maxRetries`, buf)
+            FfiConverterOptionalLong.write(value.`maxWaitMs`, buf)
+            FfiConverterOptionalLong.write(value.`budgetMs`, buf)
+            FfiConverterOptionalDouble.write(value.`jitter`, buf)
             FfiConverterOptionalSequenceInt.write(value.`statuses`, buf)
-            FfiConverterBoolean.write(value.`retryNonIdempotent`, buf)
+            FfiConverterOptionalBoolean.write(value.`retryNonIdempotent`, buf)
     }
 }
 
@@ -3601,6 +3602,70 @@ public object FfiConverterOptionalLong: FfiConverterRustBuffer<kotlin.Long?> {
         } else {
             buf.put(1)
             FfiConverterLong.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalDouble: FfiConverterRustBuffer<kotlin.Double?> {
+    override fun read(buf: ByteBuffer): kotlin.Double? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterDouble.read(buf)
+    }
+
+    override fun allocationSize(value: kotlin.Double?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterDouble.allocationSize(value)
+        }
+    }
+
+    override fun write(value: kotlin.Double?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterDouble.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalBoolean: FfiConverterRustBuffer<kotlin.Boolean?> {
+    override fun read(buf: ByteBuffer): kotlin.Boolean? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterBoolean.read(buf)
+    }
+
+    override fun allocationSize(value: kotlin.Boolean?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterBoolean.allocationSize(value)
+        }
+    }
+
+    override fun write(value: kotlin.Boolean?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterBoolean.write(value, buf)
         }
     }
 }
