@@ -1154,7 +1154,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_remove_override_async() and 0xFFFF) != 31916) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override() and 0xFFFF) != 26641) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override() and 0xFFFF) != 14398) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override_async() and 0xFFFF) != 39565) {
@@ -2450,8 +2450,8 @@ public interface LimiterInterface {
     /**
      * Sets `key`'s override under `policy` (default: the only policy):
      * `rate` (`"100/m"`), `burst` (default: the rate's count), `ttl` (a
-     * duration string; default: until removed); returns it. On a limiter
-     * without `"overrides": true` it is stored and ignored by checks.
+     * duration string; default: until removed); returns it. A limiter
+     * without `"overrides": true` throws `Config` naming `overrides`.
      */
     fun `setOverride`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String? = null, `burst`: kotlin.Long? = null, `ttl`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override
     
@@ -3199,8 +3199,8 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * Sets `key`'s override under `policy` (default: the only policy):
      * `rate` (`"100/m"`), `burst` (default: the rate's count), `ttl` (a
-     * duration string; default: until removed); returns it. On a limiter
-     * without `"overrides": true` it is stored and ignored by checks.
+     * duration string; default: until removed); returns it. A limiter
+     * without `"overrides": true` throws `Config` naming `overrides`.
      */
     @Throws(PolylimitException::class)override fun `setOverride`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?): Override {
             return FfiConverterTypeOverride.lift(
