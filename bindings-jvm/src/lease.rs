@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use polylimit::LeaseGuard;
 
+use crate::args::check_options;
 use crate::errors::{block, spawn, PolylimitError};
-use crate::limiter::check_options;
 use crate::runtime::runtime;
 use crate::types::Decision;
 

@@ -12,22 +12,27 @@
 //! panic becomes `PolylimitException.Internal`.
 
 mod anomaly;
+mod args;
+mod breaker;
 mod client;
 mod errors;
 mod fast;
 mod fast_calls;
 mod fast_request;
+mod http;
 mod lease;
 mod limiter;
+mod overrides;
 mod runtime;
 mod types;
 
 pub use anomaly::{AnomalyEvent, AnomalyListener};
+pub use breaker::{CircuitBreaker, Permit};
 pub use client::RetryPolicy;
 pub use errors::PolylimitError;
 pub use lease::{Acquired, Lease};
 pub use limiter::Limiter;
-pub use types::{Decision, Header, HttpRequest, Outcome, RuleDecision};
+pub use types::{Decision, Header, HttpRequest, Outcome, Override, RuleDecision};
 
 uniffi::setup_scaffolding!();
 
@@ -38,7 +43,7 @@ uniffi::setup_scaffolding!();
 #[uniffi::export]
 pub fn effective_config(options_json: String) -> Result<String, PolylimitError> {
     errors::guard(|| {
-        let options = limiter::options(&options_json)?;
+        let options = args::options(&options_json)?;
         let config = polylimit::effective_config(polylimit::Naming::Snake, &options)?;
         Ok(config.to_string())
     })

@@ -8,12 +8,16 @@
 
 use std::sync::Arc;
 
-use polylimit::{CheckOptions, Naming, RequestInfo};
+use polylimit::Naming;
 use serde_json::{json, Value};
 
-use crate::errors::{block, config_error, guard, spawn, PolylimitError};
+use crate::args::{options, request_info, status_code};
+use crate::errors::{block, guard, spawn, PolylimitError};
 use crate::lease::{Acquired, Lease};
 use crate::types::{Decision, HttpRequest, Outcome};
+
+// The direct calls (`fast*.rs`) import it from here.
+pub(crate) use crate::args::check_options;
 
 type Result<T> = std::result::Result<T, PolylimitError>;
 
@@ -29,21 +33,6 @@ impl Drop for Limiter {
         self.inner.set_anomaly_sink(None);
         self.inner.close();
     }
-}
-
-pub(crate) fn options(text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| config_error("options", &format!("{text:?}"), &format!("is not JSON ({e})")))
-}
-
-/// `cost` and `nowMs` as given, checked by the core's one rule.
-pub(crate) fn check_options(cost: Option<i64>, now_ms: Option<i64>) -> Result<CheckOptions> {
-    let cost = cost.map(Value::from);
-    let now_ms = now_ms.map(Value::from);
-    CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).map_err(Into::into)
-}
-
-fn request_info(request: &HttpRequest) -> Result<RequestInfo> {
-    RequestInfo::from_value(&request.to_value()).map_err(Into::into)
 }
 
 fn build(options: &Value) -> Result<Arc<Limiter>> {
@@ -162,11 +151,27 @@ impl Limiter {
         block(self.inner.peek_request(&req)).map(Into::into)
     }
 
+    /// `peekRequest` as a suspend function.
+    pub async fn peek_request_async(&self, request: HttpRequest) -> Result<Outcome> {
+        let req = request_info(&request)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.peek_request(&req).await })
+            .await
+            .map(Into::into)
+    }
+
     /// Forgets every (policy, key) `checkRequest` would charge for `request`;
     /// returns how many.
     pub fn reset_request(&self, request: HttpRequest) -> Result<i64> {
         let req = request_info(&request)?;
-        block(self.inner.reset_request(&req)).map(|n| i64::try_from(n).unwrap_or(i64::MAX))
+        block(self.inner.reset_request(&req)).map(count)
+    }
+
+    /// `resetRequest` as a suspend function.
+    pub async fn reset_request_async(&self, request: HttpRequest) -> Result<i64> {
+        let req = request_info(&request)?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.reset_request(&req).await }).await.map(count)
     }
 
     /// Settles a request after its response (`Outcome.completion`) with its
@@ -204,6 +209,12 @@ impl Limiter {
         guard(|| crate::anomaly::install(&self.inner, listener))
     }
 
+    /// Closes the limiter: every later call throws `PolylimitException.Closed`
+    /// (`close()` does it too, and frees the handle).
+    pub fn shutdown(&self) {
+        self.inner.close();
+    }
+
     /// `closed`, `open` or `half_open`: the store's circuit breaker.
     pub fn breaker_state(&self) -> String {
         self.inner.breaker_state().as_str().to_string()
@@ -224,8 +235,6 @@ impl Limiter {
     }
 }
 
-fn status_code(status: Option<i32>) -> Result<Option<u16>> {
-    status
-        .map(|s| u16::try_from(s).map_err(|_| config_error("status", &s.to_string(), "is not an HTTP status")))
-        .transpose()
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -184,3 +184,33 @@ impl From<polylimit::Outcome> for Outcome {
         }
     }
 }
+
+/// A key's override in force (`setOverride`, `getOverride`).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct Override {
+    /// The policy's name.
+    pub policy: String,
+    /// The key.
+    pub key: String,
+    /// The override's rate, `"<count>/<period>"`.
+    pub rate: String,
+    /// Its bucket capacity (the limit per window for window algorithms).
+    pub burst: i64,
+    /// The `limit` of its decisions (as `burst`).
+    pub limit: i64,
+    /// When it ends, in ms since the epoch (the store's clock); null: never.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl From<polylimit::Override> for Override {
+    fn from(o: polylimit::Override) -> Self {
+        Override {
+            policy: o.policy,
+            key: o.key,
+            rate: o.rate,
+            burst: long(o.burst),
+            limit: long(o.limit),
+            expires_at_ms: o.expires_at_ms,
+        }
+    }
+}

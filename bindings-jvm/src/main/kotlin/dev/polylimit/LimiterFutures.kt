@@ -46,3 +46,42 @@ fun Limiter.checkRequestFuture(request: HttpRequest): CompletableFuture<Outcome>
 @JvmOverloads
 fun Limiter.completeFuture(token: String, status: Int? = null): CompletableFuture<Unit> =
     startComplete(token, status) ?: scope.future { generatedCompleteAsync(token, status) }
+
+/** [Limiter.acquireAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Limiter.acquireFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Acquired> =
+    scope.future { acquireAsync(key, cost, nowMs) }
+
+/** [Lease.releaseAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Lease.releaseFuture(nowMs: Long? = null): CompletableFuture<Long> =
+    scope.future { releaseAsync(nowMs) }
+
+/** [Limiter.peekRequestAsync] as a CompletableFuture. */
+fun Limiter.peekRequestFuture(request: HttpRequest): CompletableFuture<Outcome> =
+    scope.future { peekRequestAsync(request) }
+
+/** [Limiter.resetRequestAsync] as a CompletableFuture. */
+fun Limiter.resetRequestFuture(request: HttpRequest): CompletableFuture<Long> =
+    scope.future { resetRequestAsync(request) }
+
+/** [Limiter.setOverrideAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Limiter.setOverrideFuture(
+    key: String,
+    rate: String,
+    policy: String? = null,
+    burst: Long? = null,
+    ttl: String? = null,
+    nowMs: Long? = null,
+): CompletableFuture<Override> = scope.future { setOverrideAsync(key, rate, policy, burst, ttl, nowMs) }
+
+/** [Limiter.getOverrideAsync] as a CompletableFuture (completes with null when there is none). */
+@JvmOverloads
+fun Limiter.getOverrideFuture(key: String, policy: String? = null, nowMs: Long? = null): CompletableFuture<Override?> =
+    scope.future { getOverrideAsync(key, policy, nowMs) }
+
+/** [Limiter.removeOverrideAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Limiter.removeOverrideFuture(key: String, policy: String? = null): CompletableFuture<Boolean> =
+    scope.future { removeOverrideAsync(key, policy) }

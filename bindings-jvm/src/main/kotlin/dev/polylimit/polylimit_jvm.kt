@@ -712,6 +712,18 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_func_retry_wait(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_func_ended_status(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_circuitbreaker_acquire(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_circuitbreaker_retry_in_ms(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_circuitbreaker_state(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_permit_failure(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_permit_success(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_release_async(
@@ -746,6 +758,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_request(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_request_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_policy_names(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_reset(
@@ -753,6 +767,24 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_async(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_request(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_request_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_shutdown(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_get_override(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_get_override_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_remove_override(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_remove_override_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_set_override(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_limiter_set_override_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_constructor_circuitbreaker_new(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules(
     ): Int
@@ -783,6 +815,26 @@ internal object UniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
+    external fun uniffi_polylimit_jvm_fn_clone_circuitbreaker(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_free_circuitbreaker(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_constructor_circuitbreaker_new(`threshold`: RustBuffer.ByValue,`cooldown`: RustBuffer.ByValue,`halfOpenMax`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_circuitbreaker_acquire(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_circuitbreaker_retry_in_ms(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_circuitbreaker_state(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_clone_permit(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_free_permit(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_permit_failure(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_permit_success(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_clone_lease(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_polylimit_jvm_fn_free_lease(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -831,6 +883,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_peek_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_peek_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
+    ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_policy_names(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset(`ptr`: Long,`key`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -838,6 +892,22 @@ internal object UniffiLib {
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset_async(`ptr`: Long,`key`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_limiter_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_limiter_get_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_get_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_limiter_remove_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Byte
+    external fun uniffi_polylimit_jvm_fn_method_limiter_remove_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_limiter_set_override(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_limiter_set_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(`vtable`: UniffiVTableCallbackInterfaceAnomalyListener,
     ): Unit
@@ -848,6 +918,8 @@ internal object UniffiLib {
     external fun uniffi_polylimit_jvm_fn_func_parse_retry_after(`value`: RustBuffer.ByValue,`nowMs`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_func_retry_wait(`policy`: RustBuffer.ByValue,`method`: RustBuffer.ByValue,`status`: Int,`retryAfter`: RustBuffer.ByValue,`retries`: Int,`elapsedMs`: Long,`nowMs`: Long,`random`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_func_ended_status(`status`: Int,`handlerAnswered`: Byte,`handlerFailed`: Byte,`clientGone`: Byte,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_polylimit_jvm_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -980,6 +1052,24 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_func_retry_wait() and 0xFFFF) != 22638) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_func_ended_status() and 0xFFFF) != 16964) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_circuitbreaker_acquire() and 0xFFFF) != 49473) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_circuitbreaker_retry_in_ms() and 0xFFFF) != 63241) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_circuitbreaker_state() and 0xFFFF) != 22862) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_permit_failure() and 0xFFFF) != 60628) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_permit_success() and 0xFFFF) != 12540) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_lease_release() and 0xFFFF) != 35848) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1031,6 +1121,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek_request() and 0xFFFF) != 36141) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek_request_async() and 0xFFFF) != 14389) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_policy_names() and 0xFFFF) != 50381) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1041,6 +1134,33 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset_request() and 0xFFFF) != 10576) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset_request_async() and 0xFFFF) != 62416) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_shutdown() and 0xFFFF) != 38420) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_get_override() and 0xFFFF) != 27666) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_get_override_async() and 0xFFFF) != 51876) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_remove_override() and 0xFFFF) != 4) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_remove_override_async() and 0xFFFF) != 31916) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override() and 0xFFFF) != 14398) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override_async() and 0xFFFF) != 39565) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_constructor_circuitbreaker_new() and 0xFFFF) != 29104) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules() and 0xFFFF) != 62788) {
@@ -1429,6 +1549,333 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
         val byteBuf = toUtf8(value)
         buf.putInt(byteBuf.limit())
         buf.put(byteBuf)
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * Opens after `threshold` consecutive failures, lets `halfOpenMax` probes
+ * through after `cooldown`, closes when they all succeed.
+ */
+public interface CircuitBreakerInterface {
+    
+    /**
+     * A permit, or null while the breaker is open.
+     */
+    fun `acquire`(): Permit?
+    
+    /**
+     * Milliseconds until an open breaker lets a probe through (0 otherwise).
+     */
+    fun `retryInMs`(): kotlin.Long
+    
+    /**
+     * `closed`, `open` or `half_open`.
+     */
+    fun `state`(): kotlin.String
+    
+    companion object
+}
+
+/**
+ * Opens after `threshold` consecutive failures, lets `halfOpenMax` probes
+ * through after `cooldown`, closes when they all succeed.
+ */
+open class CircuitBreaker: Disposable, AutoCloseable, CircuitBreakerInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+    /**
+     * `threshold`, `cooldown` (a duration string such as `"30s"`) and
+     * `halfOpenMax`; each left out is the core's default. Bad values throw
+     * `Config` naming the field and the value.
+     */
+    constructor(`threshold`: kotlin.Long? = null, `cooldown`: kotlin.String? = null, `halfOpenMax`: kotlin.Long? = null) :
+        this(UniffiWithHandle, 
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_constructor_circuitbreaker_new(
+    
+        
+        FfiConverterOptionalLong.lower(`threshold`),
+        FfiConverterOptionalString.lower(`cooldown`),
+        FfiConverterOptionalLong.lower(`halfOpenMax`),_status)
+}
+    )
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_polylimit_jvm_fn_free_circuitbreaker(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_polylimit_jvm_fn_clone_circuitbreaker(handle, status)
+        }
+    }
+
+    
+    /**
+     * A permit, or null while the breaker is open.
+     */override fun `acquire`(): Permit? {
+            return FfiConverterOptionalTypePermit.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_circuitbreaker_acquire(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Milliseconds until an open breaker lets a probe through (0 otherwise).
+     */override fun `retryInMs`(): kotlin.Long {
+            return FfiConverterLong.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_circuitbreaker_retry_in_ms(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `closed`, `open` or `half_open`.
+     */override fun `state`(): kotlin.String {
+            return FfiConverterString.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_circuitbreaker_state(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeCircuitBreaker: FfiConverter<CircuitBreaker, Long> {
+    override fun lower(value: CircuitBreaker): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): CircuitBreaker {
+        return CircuitBreaker(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): CircuitBreaker {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: CircuitBreaker) = 8UL
+
+    override fun write(value: CircuitBreaker, buf: ByteBuffer) {
+        buf.putLong(lower(value))
     }
 }
 
@@ -1944,6 +2391,11 @@ public interface LimiterInterface {
     fun `peekRequest`(`request`: HttpRequest): Outcome
     
     /**
+     * `peekRequest` as a suspend function.
+     */
+    suspend fun `peekRequestAsync`(`request`: HttpRequest): Outcome
+    
+    /**
      * The policies' names, in order.
      */
     fun `policyNames`(): List<kotlin.String>
@@ -1963,6 +2415,51 @@ public interface LimiterInterface {
      * returns how many.
      */
     fun `resetRequest`(`request`: HttpRequest): kotlin.Long
+    
+    /**
+     * `resetRequest` as a suspend function.
+     */
+    suspend fun `resetRequestAsync`(`request`: HttpRequest): kotlin.Long
+    
+    /**
+     * Closes the limiter: every later call throws `PolylimitException.Closed`
+     * (`close()` does it too, and frees the handle).
+     */
+    fun `shutdown`()
+    
+    /**
+     * The override in force for `key` under `policy` at `nowMs` (default:
+     * the store's clock); null when there is none.
+     */
+    fun `getOverride`(`key`: kotlin.String, `policy`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override?
+    
+    /**
+     * `getOverride` as a suspend function.
+     */
+    suspend fun `getOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override?
+    
+    /**
+     * Removes `key`'s override under `policy`; whether there was one.
+     */
+    fun `removeOverride`(`key`: kotlin.String, `policy`: kotlin.String? = null): kotlin.Boolean
+    
+    /**
+     * `removeOverride` as a suspend function.
+     */
+    suspend fun `removeOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String? = null): kotlin.Boolean
+    
+    /**
+     * Sets `key`'s override under `policy` (default: the only policy):
+     * `rate` (`"100/m"`), `burst` (default: the rate's count), `ttl` (a
+     * duration string; default: until removed); returns it. A limiter
+     * without `"overrides": true` throws `Config` naming `overrides`.
+     */
+    fun `setOverride`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String? = null, `burst`: kotlin.Long? = null, `ttl`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override
+    
+    /**
+     * `setOverride` as a suspend function.
+     */
+    suspend fun `setOverrideAsync`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String? = null, `burst`: kotlin.Long? = null, `ttl`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override
     
     companion object
 }
@@ -2452,6 +2949,31 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
 
     
     /**
+     * `peekRequest` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `peekRequestAsync`(`request`: HttpRequest) : Outcome {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek_request_async(
+                uniffiHandle,
+                
+        FfiConverterTypeHttpRequest.lower(`request`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterTypeOutcome.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
      * The policies' names, in order.
      */override fun `policyNames`(): List<kotlin.String> {
             return FfiConverterSequenceString.lift(
@@ -2541,6 +3063,196 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     
 
     
+    /**
+     * `resetRequest` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `resetRequestAsync`(`request`: HttpRequest) : kotlin.Long {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset_request_async(
+                uniffiHandle,
+                
+        FfiConverterTypeHttpRequest.lower(`request`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_i64(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_i64(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_i64(future) },
+        // lift function
+        { FfiConverterLong.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * Closes the limiter: every later call throws `PolylimitException.Closed`
+     * (`close()` does it too, and frees the handle).
+     */override fun `shutdown`()
+        = 
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_shutdown(
+        it,
+        _status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The override in force for `key` under `policy` at `nowMs` (default:
+     * the store's clock); null when there is none.
+     */
+    @Throws(PolylimitException::class)override fun `getOverride`(`key`: kotlin.String, `policy`: kotlin.String?, `nowMs`: kotlin.Long?): Override? {
+            return FfiConverterOptionalTypeOverride.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_get_override(
+        it,
+        
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `getOverride` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `getOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String?, `nowMs`: kotlin.Long?) : Override? {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_get_override_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterOptionalTypeOverride.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * Removes `key`'s override under `policy`; whether there was one.
+     */
+    @Throws(PolylimitException::class)override fun `removeOverride`(`key`: kotlin.String, `policy`: kotlin.String?): kotlin.Boolean {
+            return FfiConverterBoolean.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_remove_override(
+        it,
+        
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalString.lower(`policy`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `removeOverride` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `removeOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String?) : kotlin.Boolean {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_remove_override_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`key`),
+        FfiConverterOptionalString.lower(`policy`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_i8(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_i8(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_i8(future) },
+        // lift function
+        { FfiConverterBoolean.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * Sets `key`'s override under `policy` (default: the only policy):
+     * `rate` (`"100/m"`), `burst` (default: the rate's count), `ttl` (a
+     * duration string; default: until removed); returns it. A limiter
+     * without `"overrides": true` throws `Config` naming `overrides`.
+     */
+    @Throws(PolylimitException::class)override fun `setOverride`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?): Override {
+            return FfiConverterTypeOverride.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_set_override(
+        it,
+        
+        FfiConverterString.lower(`key`),
+        FfiConverterString.lower(`rate`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`burst`),
+        FfiConverterOptionalString.lower(`ttl`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `setOverride` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `setOverrideAsync`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?) : Override {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_set_override_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`key`),
+        FfiConverterString.lower(`rate`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`burst`),
+        FfiConverterOptionalString.lower(`ttl`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterTypeOverride.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
 
     
 
@@ -2604,6 +3316,296 @@ public object FfiConverterTypeLimiter: FfiConverter<Limiter, Long> {
     override fun allocationSize(value: Limiter) = 8UL
 
     override fun write(value: Limiter, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * Permission to make one call; report it with `success` or `failure`. A
+ * permit collected or closed without a report counts as a failure.
+ */
+public interface PermitInterface {
+    
+    /**
+     * Reports that the permitted call failed.
+     */
+    fun `failure`()
+    
+    /**
+     * Reports that the permitted call succeeded.
+     */
+    fun `success`()
+    
+    companion object
+}
+
+/**
+ * Permission to make one call; report it with `success` or `failure`. A
+ * permit collected or closed without a report counts as a failure.
+ */
+open class Permit: Disposable, AutoCloseable, PermitInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_polylimit_jvm_fn_free_permit(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_polylimit_jvm_fn_clone_permit(handle, status)
+        }
+    }
+
+    
+    /**
+     * Reports that the permitted call failed.
+     */
+    @Throws(PolylimitException::class)override fun `failure`()
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_permit_failure(
+        it,
+        _status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Reports that the permitted call succeeded.
+     */
+    @Throws(PolylimitException::class)override fun `success`()
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_permit_success(
+        it,
+        _status)
+}
+    }
+    
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypePermit: FfiConverter<Permit, Long> {
+    override fun lower(value: Permit): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): Permit {
+        return Permit(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): Permit {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: Permit) = 8UL
+
+    override fun write(value: Permit, buf: ByteBuffer) {
         buf.putLong(lower(value))
     }
 }
@@ -3114,6 +4116,85 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
             FfiConverterLong.write(value.`delayMs`, buf)
             FfiConverterSequenceTypeRuleDecision.write(value.`decisions`, buf)
             FfiConverterOptionalString.write(value.`completion`, buf)
+    }
+}
+
+
+
+/**
+ * A key's override in force (`setOverride`, `getOverride`).
+ */
+data class Override (
+    /**
+     * The policy's name.
+     */
+    var `policy`: kotlin.String
+    , 
+    /**
+     * The key.
+     */
+    var `key`: kotlin.String
+    , 
+    /**
+     * The override's rate, `"<count>/<period>"`.
+     */
+    var `rate`: kotlin.String
+    , 
+    /**
+     * Its bucket capacity (the limit per window for window algorithms).
+     */
+    var `burst`: kotlin.Long
+    , 
+    /**
+     * The `limit` of its decisions (as `burst`).
+     */
+    var `limit`: kotlin.Long
+    , 
+    /**
+     * When it ends, in ms since the epoch (the store's clock); null: never.
+     */
+    var `expiresAtMs`: kotlin.Long?
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeOverride: FfiConverterRustBuffer<Override> {
+    override fun read(buf: ByteBuffer): Override {
+        return Override(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterOptionalLong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Override) = (
+            FfiConverterString.allocationSize(value.`policy`) +
+            FfiConverterString.allocationSize(value.`key`) +
+            FfiConverterString.allocationSize(value.`rate`) +
+            FfiConverterLong.allocationSize(value.`burst`) +
+            FfiConverterLong.allocationSize(value.`limit`) +
+            FfiConverterOptionalLong.allocationSize(value.`expiresAtMs`)
+    )
+
+    override fun write(value: Override, buf: ByteBuffer) {
+            FfiConverterString.write(value.`policy`, buf)
+            FfiConverterString.write(value.`key`, buf)
+            FfiConverterString.write(value.`rate`, buf)
+            FfiConverterLong.write(value.`burst`, buf)
+            FfiConverterLong.write(value.`limit`, buf)
+            FfiConverterOptionalLong.write(value.`expiresAtMs`, buf)
     }
 }
 
@@ -3740,6 +4821,70 @@ public object FfiConverterOptionalTypeLease: FfiConverterRustBuffer<Lease?> {
 /**
  * @suppress
  */
+public object FfiConverterOptionalTypePermit: FfiConverterRustBuffer<Permit?> {
+    override fun read(buf: ByteBuffer): Permit? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypePermit.read(buf)
+    }
+
+    override fun allocationSize(value: Permit?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypePermit.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Permit?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypePermit.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeOverride: FfiConverterRustBuffer<Override?> {
+    override fun read(buf: ByteBuffer): Override? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeOverride.read(buf)
+    }
+
+    override fun allocationSize(value: Override?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeOverride.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Override?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeOverride.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterOptionalTypeAnomalyListener: FfiConverterRustBuffer<AnomalyListener?> {
     override fun read(buf: ByteBuffer): AnomalyListener? {
         if (buf.get().toInt() == 0) {
@@ -3985,6 +5130,27 @@ public object FfiConverterSequenceTypeRuleDecision: FfiConverterRustBuffer<List<
         FfiConverterLong.lower(`elapsedMs`),
         FfiConverterLong.lower(`nowMs`),
         FfiConverterDouble.lower(`random`),_status)
+}
+    )
+    }
+    
+
+        /**
+         * The status a request ended with, to settle its completion token: the
+         * core's rule (`polylimit::ended_status`). `status` is the response's
+         * status as the framework holds it; `handlerAnswered`: the handler wrote a
+         * response (committed it); `handlerFailed`: it threw; `clientGone`: the
+         * client left before the response was done. Null: no response.
+         */ fun `endedStatus`(`status`: kotlin.Int, `handlerAnswered`: kotlin.Boolean, `handlerFailed`: kotlin.Boolean, `clientGone`: kotlin.Boolean): kotlin.Int? {
+            return FfiConverterOptionalInt.lift(
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_func_ended_status(
+    
+        
+        FfiConverterInt.lower(`status`),
+        FfiConverterBoolean.lower(`handlerAnswered`),
+        FfiConverterBoolean.lower(`handlerFailed`),
+        FfiConverterBoolean.lower(`clientGone`),_status)
 }
     )
     }

@@ -63,6 +63,34 @@ class JavaUseTest {
     }
 
     @Test
+    void everyFutureTheReadmeListsFromJava() throws Exception {
+        String options = "{\"policy\": {\"algorithm\": \"concurrency\", \"limit\": 1, \"lease\": \"30s\"}}";
+        try (Limiter limiter = new Limiter(options)) {
+            Acquired held = LimiterFutures.acquireFuture(limiter, "k", null, 0L).get(10, TimeUnit.SECONDS);
+            assertTrue(held.getDecision().getAllowed());
+            assertEquals(1L, LimiterFutures.releaseFuture(held.getLease(), 1L).get(10, TimeUnit.SECONDS));
+        }
+        String rules = "{\"rules\": {\"policies\": {\"api\": {\"algorithm\": \"fixed_window\", \"rate\": \"1/s\"}},"
+            + " \"rules\": [{\"name\": \"all\", \"key\": [\"ip\"], \"policy\": \"api\"}]}, \"overrides\": true}";
+        try (Limiter limiter = new Limiter(rules)) {
+            HttpRequest request = new HttpRequest("GET", "/x", null, "10.0.0.1", List.of(), null, null, null, null, 1000L, false, false);
+            limiter.checkRequest(request);
+            assertEquals(429, LimiterFutures.peekRequestFuture(limiter, request).get(10, TimeUnit.SECONDS).getStatus());
+            assertEquals(1L, LimiterFutures.resetRequestFuture(limiter, request).get(10, TimeUnit.SECONDS));
+            assertEquals(null, limiter.peekRequest(request).getStatus());
+            Override set = LimiterFutures.setOverrideFuture(limiter, "k", "2/s").get(10, TimeUnit.SECONDS);
+            assertEquals(2L, set.getLimit());
+            assertEquals(set, LimiterFutures.getOverrideFuture(limiter, "k").get(10, TimeUnit.SECONDS));
+            assertTrue(LimiterFutures.removeOverrideFuture(limiter, "k").get(10, TimeUnit.SECONDS));
+        }
+        try (CircuitBreaker breaker = new CircuitBreaker(1L, "1h", 1L)) {
+            assertEquals("failed: down", Breakers.call(breaker, () -> { throw new IllegalStateException("down"); },
+                e -> "failed: " + e.getMessage()));
+            assertEquals("open", breaker.state());
+        }
+    }
+
+    @Test
     void configErrorFromJava() {
         PolylimitException.Config e = assertThrows(PolylimitException.Config.class,
             () -> new Limiter("{\"store\": \"nope://x\", \"policy\": {\"algorithm\": \"gcra\", \"rate\": \"1/s\"}}"));

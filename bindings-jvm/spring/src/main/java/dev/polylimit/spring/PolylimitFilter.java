@@ -6,6 +6,7 @@ import dev.polylimit.Limiter;
 import dev.polylimit.Outcome;
 import dev.polylimit.PackedRequest;
 import dev.polylimit.PolylimitException;
+import dev.polylimit.Polylimit_jvmKt;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.ServletException;
 import jakarta.servlet.http.HttpServletRequest;
@@ -105,7 +106,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
             return;
         }
         String token = outcome.getCompletion();
-        boolean served = false;
+        Throwable failed = null;
         try {
             // Inside the try: a request interrupted while it is held is settled
             // as no response, so the slots it holds are released at once.
@@ -118,16 +119,30 @@ public class PolylimitFilter extends OncePerRequestFilter {
                 }
             }
             chain.doFilter(request, response);
-            served = true;
+        } catch (ServletException | IOException | RuntimeException | Error e) {
+            failed = e;
+            throw e;
         } finally {
             if (token != null) {
-                try {
-                    // No response (an exception): settled as failed, like the other middlewares.
-                    limiter.complete(token, served ? response.getStatus() : null);
-                } catch (PolylimitException e) {
-                    logger.warn("polylimit: cannot settle the request", e);
-                }
+                settle(token, response, failed);
             }
+        }
+    }
+
+    /**
+     * Completes {@code token} with the status the request ended with, by the
+     * core's rule ({@code endedStatus}): a handler that answered (the response
+     * is committed) is charged as its status even if it then failed or the
+     * client left (an {@link IOException}: the connection broke); one that
+     * wrote nothing and failed is no response.
+     */
+    private void settle(String token, HttpServletResponse response, Throwable failed) {
+        Integer status = Polylimit_jvmKt.endedStatus(response.getStatus(), response.isCommitted(), failed != null,
+                failed instanceof IOException);
+        try {
+            limiter.complete(token, status);
+        } catch (PolylimitException e) {
+            logger.warn("polylimit: cannot settle the request", e);
         }
     }
 
