@@ -13,10 +13,8 @@
 
 mod anomaly;
 mod client;
+mod direct;
 mod errors;
-mod fast;
-mod fast_calls;
-mod fast_request;
 mod lease;
 mod limiter;
 mod runtime;
@@ -26,7 +24,7 @@ pub use anomaly::{AnomalyEvent, AnomalyListener};
 pub use client::RetryPolicy;
 pub use errors::PolylimitError;
 pub use lease::{Acquired, Lease};
-pub use limiter::Limiter;
+pub use limiter::NativeLimiter;
 pub use types::{Decision, Header, HttpRequest, Outcome, RuleDecision};
 
 uniffi::setup_scaffolding!();

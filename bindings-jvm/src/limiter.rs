@@ -18,12 +18,14 @@ use crate::types::{Decision, HttpRequest, Outcome};
 type Result<T> = std::result::Result<T, PolylimitError>;
 
 /// A rate limiter (memory or Redis store), safe to share between threads.
+/// `NativeLimiter` in Kotlin: the public `Limiter` there is the
+/// hand-written facade (`Limiter.kt`) that routes the direct calls.
 #[derive(uniffi::Object)]
-pub struct Limiter {
+pub struct NativeLimiter {
     inner: polylimit::Limiter,
 }
 
-impl Drop for Limiter {
+impl Drop for NativeLimiter {
     fn drop(&mut self) {
         // The alert thread ends once it has delivered what is queued.
         self.inner.set_anomaly_sink(None);
@@ -46,15 +48,15 @@ fn request_info(request: &HttpRequest) -> Result<RequestInfo> {
     RequestInfo::from_value(&request.to_value()).map_err(Into::into)
 }
 
-fn build(options: &Value) -> Result<Arc<Limiter>> {
+fn build(options: &Value) -> Result<Arc<NativeLimiter>> {
     guard(|| {
         let inner = polylimit::Limiter::build(Naming::Snake, options)?;
-        Ok(Arc::new(Limiter { inner }))
+        Ok(Arc::new(NativeLimiter { inner }))
     })
 }
 
 #[uniffi::export]
-impl Limiter {
+impl NativeLimiter {
     /// A limiter from an options object as JSON text, under the rules-file
     /// names: `{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 20},
     /// "store": "redis://127.0.0.1:6379"}`, or `{"rules_file": "polylimit.yaml"}`.
@@ -210,8 +212,8 @@ impl Limiter {
     }
 }
 
-impl Limiter {
-    /// The core limiter (the fast check path, `fast.rs`).
+impl NativeLimiter {
+    /// The core limiter (shared with the direct handle, `direct.rs`).
     pub(crate) fn core(&self) -> &polylimit::Limiter {
         &self.inner
     }

@@ -171,3 +171,10 @@ class FastCheckTest {
         }
     }
 }
+
+/** The direct check alone: the decision, or null when it decided nothing (it falls back then). */
+private fun Limiter.fastDecision(key: String, cost: Long?, nowMs: Long?): Decision? =
+    startDecision(key, cost, nowMs, peek = false)?.join0()
+
+/** The direct check's future alone, or null when it started nothing. */
+private fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?) = startDecision(key, cost, nowMs, peek = false)
