@@ -207,6 +207,9 @@ internal class DirectHandle(internal val raw: Long) {
             release()
         }
     }
+
+    /** [close], holding nothing but this handle (a cleaner's action). */
+    fun closer() = Runnable { close() }
 }
 
 /**

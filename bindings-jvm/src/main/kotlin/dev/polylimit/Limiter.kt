@@ -26,6 +26,10 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     private val direct = DirectHandle(native.directHandle().toLong())
 
+    // A facade dropped without close() frees its C handle when collected, as
+    // uniffi's cleaner frees the NativeLimiter's.
+    private val cleanable = directCleaner.register(this, direct.closer())
+
     companion object {
         /** A limiter from a rules file's text (YAML or JSON). */
         @Throws(PolylimitException::class)
@@ -37,7 +41,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     }
 
     override fun close() {
-        direct.close()
+        cleanable.clean()
         native.close()
     }
 
@@ -223,6 +227,8 @@ private const val PEEK = 16
 private const val HAS_NOW_MS = 8
 
 private val outBuffers = ThreadLocal.withInitial { ByteArray(2048) }
+
+private val directCleaner = java.lang.ref.Cleaner.create()
 
 /** The calls the facade routed to the generated uniffi call (tests read it). */
 object GeneratedCalls {
