@@ -38,20 +38,6 @@ impl Lease {
         })
     }
 
-    /// The leases held, still held (the fast release, `fast_calls.rs`:
-    /// it forgets them once given back, so a failed release leaves them for
-    /// the generated one, which throws).
-    pub(crate) fn held(&self) -> (polylimit::Limiter, Vec<polylimit::Lease>) {
-        let guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
-        let leases = guard.as_ref().map(|g| g.leases().to_vec()).unwrap_or_default();
-        (self.limiter.clone(), leases)
-    }
-
-    /// Forgets the leases without releasing them (they were given back).
-    pub(crate) fn forget(&self) {
-        drop(self.take());
-    }
-
     fn take(&self) -> Vec<polylimit::Lease> {
         let mut guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
         guard.take().map(LeaseGuard::into_leases).unwrap_or_default()

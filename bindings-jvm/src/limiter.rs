@@ -22,12 +22,14 @@ pub(crate) use crate::args::check_options;
 type Result<T> = std::result::Result<T, PolylimitError>;
 
 /// A rate limiter (memory or Redis store), safe to share between threads.
+/// `NativeLimiter` in Kotlin: the public `Limiter` there is the
+/// hand-written facade (`Limiter.kt`) that routes the direct calls.
 #[derive(uniffi::Object)]
-pub struct Limiter {
+pub struct NativeLimiter {
     inner: polylimit::Limiter,
 }
 
-impl Drop for Limiter {
+impl Drop for NativeLimiter {
     fn drop(&mut self) {
         // The alert thread ends once it has delivered what is queued.
         self.inner.set_anomaly_sink(None);
@@ -35,15 +37,15 @@ impl Drop for Limiter {
     }
 }
 
-fn build(options: &Value) -> Result<Arc<Limiter>> {
+fn build(options: &Value) -> Result<Arc<NativeLimiter>> {
     guard(|| {
         let inner = polylimit::Limiter::build(Naming::Snake, options)?;
-        Ok(Arc::new(Limiter { inner }))
+        Ok(Arc::new(NativeLimiter { inner }))
     })
 }
 
 #[uniffi::export]
-impl Limiter {
+impl NativeLimiter {
     /// A limiter from an options object as JSON text, under the rules-file
     /// names: `{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 20},
     /// "store": "redis://127.0.0.1:6379"}`, or `{"rules_file": "polylimit.yaml"}`.
@@ -221,8 +223,8 @@ impl Limiter {
     }
 }
 
-impl Limiter {
-    /// The core limiter (the fast check path, `fast.rs`).
+impl NativeLimiter {
+    /// The core limiter (shared with the direct handle, `direct.rs`).
     pub(crate) fn core(&self) -> &polylimit::Limiter {
         &self.inner
     }

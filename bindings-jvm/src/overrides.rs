@@ -6,7 +6,7 @@ use polylimit::{Naming, OverrideSpec};
 use serde_json::{Map, Value};
 
 use crate::errors::{block, spawn, PolylimitError};
-use crate::limiter::Limiter;
+use crate::limiter::NativeLimiter;
 use crate::types::Override;
 
 type Result<T> = std::result::Result<T, PolylimitError>;
@@ -37,7 +37,7 @@ fn spec(
 }
 
 #[uniffi::export]
-impl Limiter {
+impl NativeLimiter {
     /// Sets `key`'s override under `policy` (default: the only policy):
     /// `rate` (`"100/m"`), `burst` (default: the rate's count), `ttl` (a
     /// duration string; default: until removed); returns it. A limiter

@@ -757,4 +757,16 @@ void polylimit_limiter_close(const struct polylimit_limiter_t *limiter);
 // using it may be running or start afterwards.
 void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
 
+// 1 when deciding a request may read its header `name` (`name_len` bytes
+// of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a
+// middleware packs only those headers. `POLYLIMIT_INVALID_ARGUMENT` (as a
+// negative number) for a NULL limiter or a name that is not UTF-8.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `name` is NULL (with `name_len` 0)
+// or points to `name_len` readable bytes.
+int32_t polylimit_limiter_reads_header(const struct polylimit_limiter_t *limiter,
+                                       const uint8_t *name,
+                                       size_t name_len);
+
 #endif  /* POLYLIMIT_H */

@@ -26,6 +26,7 @@ pub mod errors;
 pub mod lease;
 pub mod limiter;
 pub mod packed;
+pub mod shared;
 
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};

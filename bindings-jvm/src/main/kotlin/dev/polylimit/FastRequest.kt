@@ -5,15 +5,11 @@ package dev.polylimit
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
-// The standard `checkRequest` (and the Spring filter's `checkPacked`) through
-// one direct-mapped JNA call: the request packed in one byte array in the
-// core's layout (polylimit::wire::packed, the Go C ABI's), the outcome packed
-// back by the core (status, the headers it formatted, body, delay, decisions,
-// completion token) and only decoded here: no header, key or decision is
-// computed on this side. The generated call (an HttpRequest record lowered
-// into a RustBuffer, turned into JSON and read back, an Outcome lifted) cost
-// the Spring filter 78 us of CPU per request. Any error goes to the generated
-// `checkRequest`, which throws the exception it always throws.
+// A request packed in one byte array in the core's layout
+// (polylimit::wire::packed, the C ABI's) and the reader of the outcome the
+// core packs back (status, the headers it formatted, body, delay, decisions,
+// completion token): the facade's `checkRequest`, `peekRequest` and
+// `checkPacked` (Limiter.kt). Nothing is computed on this side.
 
 internal const val WITH_DECISIONS = 1
 private const val CASE_INSENSITIVE = 2
@@ -160,7 +156,7 @@ internal class Unpacker(bytes: ByteArray, len: Int) {
             val reset = u64()
             val retry = u64()
             val delayMs = u64()
-            val source = FastLib.sources[u8()]
+            val source = CAbi.sources[u8()]
             val d = Decision(bits and 1 != 0, limit, remaining, reset, if (bits and 4 != 0) retry else null, delayMs, source)
             decisions.add(RuleDecision(rule, policy, d, bits and 2 != 0))
         }
@@ -169,61 +165,5 @@ internal class Unpacker(bytes: ByteArray, len: Int) {
     }
 }
 
-private val outBuffers = ThreadLocal.withInitial { ByteArray(2048) }
-
-/** The native packed check of `packer`'s request, decoded; null when it decided nothing. */
-internal fun Limiter.packedOutcome(packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Outcome? {
-    if (cost == NONE || nowMs == NONE) {
-        return null
-    }
-    var out = outBuffers.get()
-    val len = withRawHandle { handle ->
-        FastLib.polylimit_jvm_check_request_packed(
-            handle, packer.bytes, packer.size, cost ?: NONE, nowMs ?: NONE, flags, out, out.size,
-        )
-    } ?: return null
-    if (len < 0) {
-        return null
-    }
-    if (len > out.size) {
-        // Kept on this thread by the native call: decided once, fetched here.
-        out = ByteArray(len)
-        FastLib.polylimit_jvm_take_outcome(out, out.size)
-    }
-    return Unpacker(out, len).outcome()
-}
-
-/** `checkRequest`'s fast form: the outcome, or null when the native call decided nothing (an error). */
-internal fun Limiter.fastOutcome(request: HttpRequest): Outcome? {
-    val packer = Packer()
-    val r = request
-    if (!packer.request(r.method, r.path, r.route, r.peer, r.user, r.apiKey, r.key, r.headers)) {
-        return null
-    }
-    return packedOutcome(packer, r.cost, r.nowMs, WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash))
-}
-
 internal fun flags(caseInsensitive: Boolean, ignoreTrailingSlash: Boolean): Int =
     (if (caseInsensitive) CASE_INSENSITIVE else 0) or (if (ignoreTrailingSlash) IGNORE_TRAILING_SLASH else 0)
-
-/**
- * The middleware's call: [Limiter.checkRequest] of a [PackedRequest], the
- * outcome without its per-policy decisions (`decisions` is empty): status,
- * the core's headers, body, delay and completion token. The same outcome
- * and exceptions as `checkRequest(request.toHttpRequest())`.
- */
-@Throws(PolylimitException::class)
-fun Limiter.checkPacked(request: PackedRequest): Outcome {
-    val packer = request.pack()
-    return packer?.let { packedOutcome(it, request.cost, request.nowMs, request.flags()) }
-        ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
-}
-
-/**
- * Whether deciding a request may read its header `name` (any case): the
- * core's answer. A middleware packs only those headers.
- */
-fun Limiter.readsHeader(name: String): Boolean {
-    val b = utf8(name) ?: return true
-    return (withRawHandle { FastLib.polylimit_jvm_reads_header(it, b, b.size) } ?: 1) != 0
-}

@@ -17,32 +17,27 @@ import kotlinx.coroutines.future.future
 internal val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
 /**
- * [Limiter.checkAsync] as a CompletableFuture: through the fast native call
- * (FastCheck.kt; a memory store's decision comes back completed), else the
+ * [Limiter.checkAsync] as a CompletableFuture: through the direct call
+ * (Limiter.kt; a memory store's decision comes back completed), else the
  * generated call, which throws what it throws.
  */
 @JvmOverloads
 fun Limiter.checkFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
-    startFast(key, cost, nowMs) ?: generatedCheckFuture(key, cost, nowMs)
+    startDecision(key, cost, nowMs, peek = false) ?: scope.future { generatedCheckAsync(key, cost, nowMs) }
 
-/** The generated `checkAsync` as a CompletableFuture (the fast path's fallback). */
-internal fun Limiter.generatedCheckFuture(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Decision> =
-    scope.future { generatedCheckAsync(key, cost, nowMs) }
-
-/** [Limiter.peekAsync] as a CompletableFuture (the fast native call, else the generated one: FastCalls.kt). */
+/** [Limiter.peekAsync] as a CompletableFuture (the direct call, else the generated one). */
 @JvmOverloads
 fun Limiter.peekFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
-    startPeek(key, cost, nowMs) ?: scope.future { generatedPeekAsync(key, cost, nowMs) }
+    startDecision(key, cost, nowMs, peek = true) ?: scope.future { generatedPeekAsync(key, cost, nowMs) }
 
-/** [Limiter.resetAsync] as a CompletableFuture (the fast native call, else the generated one). */
-fun Limiter.resetFuture(key: String): CompletableFuture<Unit> =
-    startReset(key) ?: scope.future { generatedResetAsync(key) }
+/** [Limiter.resetAsync] as a CompletableFuture. */
+fun Limiter.resetFuture(key: String): CompletableFuture<Unit> = scope.future { resetAsync(key) }
 
-/** [Limiter.checkRequestAsync] as a CompletableFuture (the fast native call, else the generated one). */
+/** [Limiter.checkRequestAsync] as a CompletableFuture (the direct call, else the generated one). */
 fun Limiter.checkRequestFuture(request: HttpRequest): CompletableFuture<Outcome> =
-    startOutcome(request) ?: scope.future { generatedCheckRequestAsync(request) }
+    startOutcome(request, peek = false) ?: scope.future { generatedCheckRequestAsync(request) }
 
-/** [Limiter.completeAsync] as a CompletableFuture (the fast native call, else the generated one). */
+/** [Limiter.completeAsync] as a CompletableFuture (the direct call, else the generated one). */
 @JvmOverloads
 fun Limiter.completeFuture(token: String, status: Int? = null): CompletableFuture<Unit> =
     startComplete(token, status) ?: scope.future { generatedCompleteAsync(token, status) }
@@ -85,3 +80,17 @@ fun Limiter.getOverrideFuture(key: String, policy: String? = null, nowMs: Long? 
 @JvmOverloads
 fun Limiter.removeOverrideFuture(key: String, policy: String? = null): CompletableFuture<Boolean> =
     scope.future { removeOverrideAsync(key, policy) }
+
+/** [Limiter.check] (kept for the code written against 0.1's first fast call). */
+@JvmOverloads
+@Throws(PolylimitException::class)
+fun Limiter.checkFast(key: String, cost: Long? = null, nowMs: Long? = null): Decision = check(key, cost, nowMs)
+
+/** [Limiter.checkFuture] (kept for the code written against 0.1's first fast call). */
+@JvmOverloads
+fun Limiter.checkFutureFast(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Decision> =
+    checkFuture(key, cost, nowMs)
+
+/** The generated `checkAsync` as a CompletableFuture (the direct call's fallback; tests compare with it). */
+internal fun Limiter.generatedCheckFuture(key: String, cost: Long?, nowMs: Long?): CompletableFuture<Decision> =
+    scope.future { generatedCheckAsync(key, cost, nowMs) }

@@ -730,67 +730,69 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_lease_released(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_acquire(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_direct_handle(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_acquire_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_acquire(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_breaker_state(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_acquire_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_check(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_breaker_state(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_check_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_check(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_check_request(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_check_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_check_request_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_check_request(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_complete(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_check_request_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_complete_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_metrics_text(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_peek(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_on_anomaly(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_peek(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_request(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_peek_request_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_request(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_policy_names(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_request_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_reset(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_policy_names(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_request(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_reset_request_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_request(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_shutdown(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_request_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_get_override(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_shutdown(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_get_override_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_remove_override(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_remove_override_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_set_override(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override_async(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_method_limiter_set_override_async(
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override_async(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_constructor_circuitbreaker_new(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules(
+    external fun uniffi_polylimit_jvm_checksum_constructor_nativelimiter_from_rules(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules_file(
+    external fun uniffi_polylimit_jvm_checksum_constructor_nativelimiter_from_rules_file(
     ): Int
-    external fun uniffi_polylimit_jvm_checksum_constructor_limiter_new(
+    external fun uniffi_polylimit_jvm_checksum_constructor_nativelimiter_new(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly(
     ): Int
@@ -845,69 +847,71 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_lease_released(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
-    external fun uniffi_polylimit_jvm_fn_clone_limiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_clone_nativelimiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
-    external fun uniffi_polylimit_jvm_fn_free_limiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_free_nativelimiter(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_polylimit_jvm_fn_constructor_limiter_from_rules(`text`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_constructor_nativelimiter_from_rules(`text`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
-    external fun uniffi_polylimit_jvm_fn_constructor_limiter_from_rules_file(`path`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_constructor_nativelimiter_from_rules_file(`path`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
-    external fun uniffi_polylimit_jvm_fn_constructor_limiter_new(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_constructor_nativelimiter_new(`optionsJson`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_acquire(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_direct_handle(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_acquire(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_acquire_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_acquire_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_breaker_state(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_breaker_state(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_check(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_check(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_check_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_check_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_check_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_check_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_check_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_check_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_complete(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_polylimit_jvm_fn_method_limiter_complete_async(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_async(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(`ptr`: Long,`listener`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_on_anomaly(`ptr`: Long,`listener`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_polylimit_jvm_fn_method_limiter_peek(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_peek(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_peek_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_peek_async(`ptr`: Long,`key`: RustBuffer.ByValue,`cost`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_peek_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_peek_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_peek_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_peek_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_policy_names(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_policy_names(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_reset(`ptr`: Long,`key`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset(`ptr`: Long,`key`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_polylimit_jvm_fn_method_limiter_reset_async(`ptr`: Long,`key`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset_async(`ptr`: Long,`key`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset_request(`ptr`: Long,`request`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_reset_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset_request_async(`ptr`: Long,`request`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
-    external fun uniffi_polylimit_jvm_fn_method_limiter_get_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_get_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_remove_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
-    external fun uniffi_polylimit_jvm_fn_method_limiter_remove_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,
     ): Long
-    external fun uniffi_polylimit_jvm_fn_method_limiter_set_override(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_set_override(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_polylimit_jvm_fn_method_limiter_set_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_set_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_polylimit_jvm_fn_init_callback_vtable_anomalylistener(`vtable`: UniffiVTableCallbackInterfaceAnomalyListener,
     ): Unit
@@ -1079,97 +1083,100 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_lease_released() and 0xFFFF) != 42800) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_acquire() and 0xFFFF) != 39566) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_direct_handle() and 0xFFFF) != 14144) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_acquire_async() and 0xFFFF) != 3677) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_acquire() and 0xFFFF) != 39706) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_breaker_state() and 0xFFFF) != 44215) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_acquire_async() and 0xFFFF) != 37808) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_check() and 0xFFFF) != 55255) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_breaker_state() and 0xFFFF) != 10994) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_check_async() and 0xFFFF) != 50264) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_check() and 0xFFFF) != 28349) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_check_request() and 0xFFFF) != 13218) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_check_async() and 0xFFFF) != 53100) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_check_request_async() and 0xFFFF) != 32999) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_check_request() and 0xFFFF) != 53041) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_complete() and 0xFFFF) != 18870) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_check_request_async() and 0xFFFF) != 11373) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_complete_async() and 0xFFFF) != 27584) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete() and 0xFFFF) != 8217) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_metrics_text() and 0xFFFF) != 60317) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async() and 0xFFFF) != 34481) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_on_anomaly() and 0xFFFF) != 3285) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text() and 0xFFFF) != 48373) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek() and 0xFFFF) != 35457) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_on_anomaly() and 0xFFFF) != 37144) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek_async() and 0xFFFF) != 2217) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_peek() and 0xFFFF) != 45306) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek_request() and 0xFFFF) != 36141) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_async() and 0xFFFF) != 42687) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_peek_request_async() and 0xFFFF) != 14389) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_request() and 0xFFFF) != 26628) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_policy_names() and 0xFFFF) != 50381) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_peek_request_async() and 0xFFFF) != 21232) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset() and 0xFFFF) != 43691) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_policy_names() and 0xFFFF) != 37724) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset_async() and 0xFFFF) != 15630) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reset() and 0xFFFF) != 53851) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset_request() and 0xFFFF) != 10576) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_async() and 0xFFFF) != 12782) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_reset_request_async() and 0xFFFF) != 62416) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_request() and 0xFFFF) != 45459) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_shutdown() and 0xFFFF) != 38420) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_request_async() and 0xFFFF) != 31741) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_get_override() and 0xFFFF) != 27666) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_shutdown() and 0xFFFF) != 56840) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_get_override_async() and 0xFFFF) != 51876) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override() and 0xFFFF) != 54802) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_remove_override() and 0xFFFF) != 4) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override_async() and 0xFFFF) != 28065) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_remove_override_async() and 0xFFFF) != 31916) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override() and 0xFFFF) != 65349) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override() and 0xFFFF) != 14398) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override_async() and 0xFFFF) != 47123) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_limiter_set_override_async() and 0xFFFF) != 39565) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override() and 0xFFFF) != 13799) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override_async() and 0xFFFF) != 23043) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_constructor_circuitbreaker_new() and 0xFFFF) != 29104) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules() and 0xFFFF) != 62788) {
+    if ((lib.uniffi_polylimit_jvm_checksum_constructor_nativelimiter_from_rules() and 0xFFFF) != 58321) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_from_rules_file() and 0xFFFF) != 59457) {
+    if ((lib.uniffi_polylimit_jvm_checksum_constructor_nativelimiter_from_rules_file() and 0xFFFF) != 32174) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_constructor_limiter_new() and 0xFFFF) != 45362) {
+    if ((lib.uniffi_polylimit_jvm_checksum_constructor_nativelimiter_new() and 0xFFFF) != 8707) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_anomalylistener_on_anomaly() and 0xFFFF) != 25868) {
@@ -1423,6 +1430,29 @@ public object FfiConverterInt: FfiConverter<Int, Int> {
 
     override fun write(value: Int, buf: ByteBuffer) {
         buf.putInt(value)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterULong: FfiConverter<ULong, Long> {
+    override fun lift(value: Long): ULong {
+        return value.toULong()
+    }
+
+    override fun read(buf: ByteBuffer): ULong {
+        return lift(buf.getLong())
+    }
+
+    override fun lower(value: ULong): Long {
+        return value.toLong()
+    }
+
+    override fun allocationSize(value: ULong) = 8UL
+
+    override fun write(value: ULong, buf: ByteBuffer) {
+        buf.putLong(value.toLong())
     }
 }
 
@@ -2108,12 +2138,7 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      * Gives the slots back (at `nowMs`, default the store's clock); how many
      * were still live. A second release gives back nothing.
      */
-    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long =
-        fastRelease(`nowMs`) ?: generatedRelease(`nowMs`)
-
-    /** [release] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedRelease(`nowMs`: kotlin.Long?): kotlin.Long {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `release`(`nowMs`: kotlin.Long?): kotlin.Long {
             return FfiConverterLong.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
@@ -2133,13 +2158,7 @@ open class Lease: Disposable, AutoCloseable, LeaseInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long =
-        fastReleaseAsync(`nowMs`) ?: generatedReleaseAsync(`nowMs`)
-
-    /** [releaseAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedReleaseAsync(`nowMs`: kotlin.Long?) : kotlin.Long {
-        GeneratedCalls.record()
+    override suspend fun `releaseAsync`(`nowMs`: kotlin.Long?) : kotlin.Long {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
             UniffiLib.uniffi_polylimit_jvm_fn_method_lease_release_async(
@@ -2310,8 +2329,17 @@ public object FfiConverterTypeLease: FfiConverter<Lease, Long> {
 
 /**
  * A rate limiter (memory or Redis store), safe to share between threads.
+ * `NativeLimiter` in Kotlin: the public `Limiter` there is the
+ * hand-written facade (`Limiter.kt`) that routes the direct calls.
  */
-public interface LimiterInterface {
+public interface NativeLimiterInterface {
+    
+    /**
+     * A new C-ABI handle (`polylimit_limiter_t *`) on this limiter, for
+     * `polylimit_limiter_try_check` and the others; the caller frees it
+     * once with `polylimit_limiter_free`.
+     */
+    fun `directHandle`(): kotlin.ULong
     
     /**
      * Acquires `key`: a check that, for a concurrency policy, takes `cost`
@@ -2466,8 +2494,10 @@ public interface LimiterInterface {
 
 /**
  * A rate limiter (memory or Redis store), safe to share between threads.
+ * `NativeLimiter` in Kotlin: the public `Limiter` there is the
+ * hand-written facade (`Limiter.kt`) that routes the direct calls.
  */
-open class Limiter: Disposable, AutoCloseable, LimiterInterface
+open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
 {
 
     @Suppress("UNUSED_PARAMETER")
@@ -2500,7 +2530,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     constructor(`optionsJson`: kotlin.String) :
         this(UniffiWithHandle, 
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_constructor_limiter_new(
+    UniffiLib.uniffi_polylimit_jvm_fn_constructor_nativelimiter_new(
     
         
         FfiConverterString.lower(`optionsJson`),_status)
@@ -2566,7 +2596,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
                 return;
             }
             uniffiRustCall { status ->
-                UniffiLib.uniffi_polylimit_jvm_fn_free_limiter(handle, status)
+                UniffiLib.uniffi_polylimit_jvm_fn_free_nativelimiter(handle, status)
             }
         }
     }
@@ -2579,25 +2609,39 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             throw InternalException("uniffiCloneHandle() called on NoHandle object");
         }
         return uniffiRustCall() { status ->
-            UniffiLib.uniffi_polylimit_jvm_fn_clone_limiter(handle, status)
+            UniffiLib.uniffi_polylimit_jvm_fn_clone_nativelimiter(handle, status)
         }
     }
+
+    
+    /**
+     * A new C-ABI handle (`polylimit_limiter_t *`) on this limiter, for
+     * `polylimit_limiter_try_check` and the others; the caller frees it
+     * once with `polylimit_limiter_free`.
+     */
+    @Throws(PolylimitException::class)override fun `directHandle`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_direct_handle(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
 
     
     /**
      * Acquires `key`: a check that, for a concurrency policy, takes `cost`
      * slots until the returned lease is released (blocking).
      */
-    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired =
-        fastAcquire(`key`, `cost`, `nowMs`) ?: generatedAcquire(`key`, `cost`, `nowMs`)
-
-    /** [acquire] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedAcquire(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `acquire`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Acquired {
             return FfiConverterTypeAcquired.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_acquire(
         it,
         
         FfiConverterString.lower(`key`),
@@ -2615,16 +2659,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired =
-        fastAcquireAsync(`key`, `cost`, `nowMs`) ?: generatedAcquireAsync(`key`, `cost`, `nowMs`)
-
-    /** [acquireAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedAcquireAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
-        GeneratedCalls.record()
+    override suspend fun `acquireAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Acquired {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_acquire_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_acquire_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -2649,7 +2687,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterString.lift(
     callWithHandle {
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_breaker_state(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_breaker_state(
         it,
         _status)
 }
@@ -2663,16 +2701,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * Checks `key`, charging `cost` (default 1), at `nowMs` (default: the
      * store's clock); blocks the calling thread until decided.
      */
-    @Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =
-        fastDecision(`key`, `cost`, `nowMs`) ?: generatedCheck(`key`, `cost`, `nowMs`)
-
-    /** [check] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedCheck(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `check`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
             return FfiConverterTypeDecision.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_check(
         it,
         
         FfiConverterString.lower(`key`),
@@ -2690,16 +2723,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =
-        fastDecisionAsync(`key`, `cost`, `nowMs`) ?: generatedCheckAsync(`key`, `cost`, `nowMs`)
-
-    /** [checkAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedCheckAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
-        GeneratedCalls.record()
+    override suspend fun `checkAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_check_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -2721,16 +2748,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * Decides a request by the limiter's rules: what the middleware answers.
      */
-    @Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome =
-        fastOutcome(`request`) ?: generatedCheckRequest(`request`)
-
-    /** [checkRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedCheckRequest(`request`: HttpRequest): Outcome {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `checkRequest`(`request`: HttpRequest): Outcome {
             return FfiConverterTypeOutcome.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check_request(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_check_request(
         it,
         
         FfiConverterTypeHttpRequest.lower(`request`),_status)
@@ -2746,16 +2768,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome =
-        fastOutcomeAsync(`request`) ?: generatedCheckRequestAsync(`request`)
-
-    /** [checkRequestAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedCheckRequestAsync(`request`: HttpRequest) : Outcome {
-        GeneratedCalls.record()
+    override suspend fun `checkRequestAsync`(`request`: HttpRequest) : Outcome {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_check_request_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_check_request_async(
                 uniffiHandle,
                 
         FfiConverterTypeHttpRequest.lower(`request`),
@@ -2777,16 +2793,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      * status (null or 0: no response). Never throws because the store is
      * down; a malformed token throws `Config` naming `token`.
      */
-    @Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?) {
-        if (!fastComplete(`token`, `status`)) generatedComplete(`token`, `status`)
-    }
-
-    /** [complete] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedComplete(`token`: kotlin.String, `status`: kotlin.Int?)
-        = GeneratedCalls.recorded() ?:
+    @Throws(PolylimitException::class)override fun `complete`(`token`: kotlin.String, `status`: kotlin.Int?)
+        = 
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_complete(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_complete(
         it,
         
         FfiConverterString.lower(`token`),
@@ -2803,16 +2814,9 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
     override suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int?) {
-        if (!fastCompleteAsync(`token`, `status`)) generatedCompleteAsync(`token`, `status`)
-    }
-
-    /** [completeAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedCompleteAsync(`token`: kotlin.String, `status`: kotlin.Int?) {
-        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_complete_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_complete_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`token`),
@@ -2837,7 +2841,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterString.lift(
     callWithHandle {
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_metrics_text(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_text(
         it,
         _status)
 }
@@ -2857,7 +2861,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
         = 
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_on_anomaly(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_on_anomaly(
         it,
         
         FfiConverterOptionalTypeAnomalyListener.lower(`listener`),_status)
@@ -2870,16 +2874,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * The decision `check` would return now, charging nothing.
      */
-    @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision =
-        fastPeek(`key`, `cost`, `nowMs`) ?: generatedPeek(`key`, `cost`, `nowMs`)
-
-    /** [peek] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedPeek(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `peek`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?): Decision {
             return FfiConverterTypeDecision.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_peek(
         it,
         
         FfiConverterString.lower(`key`),
@@ -2897,16 +2896,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
      */
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
-    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision =
-        fastPeekAsync(`key`, `cost`, `nowMs`) ?: generatedPeekAsync(`key`, `cost`, `nowMs`)
-
-    /** [peekAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedPeekAsync(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
-        GeneratedCalls.record()
+    override suspend fun `peekAsync`(`key`: kotlin.String, `cost`: kotlin.Long?, `nowMs`: kotlin.Long?) : Decision {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_peek_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -2928,16 +2921,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * The outcome `checkRequest` would return now, charging nothing.
      */
-    @Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome =
-        fastPeekOutcome(`request`) ?: generatedPeekRequest(`request`)
-
-    /** [peekRequest] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedPeekRequest(`request`: HttpRequest): Outcome {
-        GeneratedCalls.record()
+    @Throws(PolylimitException::class)override fun `peekRequest`(`request`: HttpRequest): Outcome {
             return FfiConverterTypeOutcome.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek_request(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_peek_request(
         it,
         
         FfiConverterTypeHttpRequest.lower(`request`),_status)
@@ -2956,7 +2944,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     override suspend fun `peekRequestAsync`(`request`: HttpRequest) : Outcome {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_peek_request_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_peek_request_async(
                 uniffiHandle,
                 
         FfiConverterTypeHttpRequest.lower(`request`),
@@ -2979,7 +2967,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterSequenceString.lift(
     callWithHandle {
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_policy_names(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_policy_names(
         it,
         _status)
 }
@@ -2992,16 +2980,11 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * Forgets every policy's state for `key`.
      */
-    @Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String) {
-        if (!fastReset(`key`)) generatedReset(`key`)
-    }
-
-    /** [reset] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)internal fun generatedReset(`key`: kotlin.String)
-        = GeneratedCalls.recorded() ?:
+    @Throws(PolylimitException::class)override fun `reset`(`key`: kotlin.String)
+        = 
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reset(
         it,
         
         FfiConverterString.lower(`key`),_status)
@@ -3017,16 +3000,9 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     @Throws(PolylimitException::class)
     @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
     override suspend fun `resetAsync`(`key`: kotlin.String) {
-        if (!fastResetAsync(`key`)) generatedResetAsync(`key`)
-    }
-
-    /** [resetAsync] through the uniffi-generated call (errors, and what the fast call cannot carry). */
-    @Throws(PolylimitException::class)
-    internal suspend fun generatedResetAsync(`key`: kotlin.String) {
-        GeneratedCalls.record()
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reset_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -3052,7 +3028,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterLong.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset_request(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reset_request(
         it,
         
         FfiConverterTypeHttpRequest.lower(`request`),_status)
@@ -3071,7 +3047,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     override suspend fun `resetRequestAsync`(`request`: HttpRequest) : kotlin.Long {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_reset_request_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reset_request_async(
                 uniffiHandle,
                 
         FfiConverterTypeHttpRequest.lower(`request`),
@@ -3095,7 +3071,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
         = 
     callWithHandle {
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_shutdown(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_shutdown(
         it,
         _status)
 }
@@ -3112,7 +3088,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterOptionalTypeOverride.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_get_override(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_get_override(
         it,
         
         FfiConverterString.lower(`key`),
@@ -3133,7 +3109,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     override suspend fun `getOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String?, `nowMs`: kotlin.Long?) : Override? {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_get_override_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_get_override_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -3159,7 +3135,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterBoolean.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_remove_override(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override(
         it,
         
         FfiConverterString.lower(`key`),
@@ -3179,7 +3155,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     override suspend fun `removeOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String?) : kotlin.Boolean {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_remove_override_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -3207,7 +3183,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
             return FfiConverterTypeOverride.lift(
     callWithHandle {
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_set_override(
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_set_override(
         it,
         
         FfiConverterString.lower(`key`),
@@ -3231,7 +3207,7 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     override suspend fun `setOverrideAsync`(`key`: kotlin.String, `rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?) : Override {
         return uniffiRustCallAsync(
         callWithHandle { uniffiHandle ->
-            UniffiLib.uniffi_polylimit_jvm_fn_method_limiter_set_override_async(
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_set_override_async(
                 uniffiHandle,
                 
         FfiConverterString.lower(`key`),
@@ -3263,10 +3239,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * A limiter from the text of a rules document (YAML or JSON).
      */
-    @Throws(PolylimitException::class) fun `fromRules`(`text`: kotlin.String): Limiter {
-            return FfiConverterTypeLimiter.lift(
+    @Throws(PolylimitException::class) fun `fromRules`(`text`: kotlin.String): NativeLimiter {
+            return FfiConverterTypeNativeLimiter.lift(
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_constructor_limiter_from_rules(
+    UniffiLib.uniffi_polylimit_jvm_fn_constructor_nativelimiter_from_rules(
     
         
         FfiConverterString.lower(`text`),_status)
@@ -3279,10 +3255,10 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
     /**
      * A limiter from a rules file (YAML or JSON, `${NAME:-default}` expanded).
      */
-    @Throws(PolylimitException::class) fun `fromRulesFile`(`path`: kotlin.String): Limiter {
-            return FfiConverterTypeLimiter.lift(
+    @Throws(PolylimitException::class) fun `fromRulesFile`(`path`: kotlin.String): NativeLimiter {
+            return FfiConverterTypeNativeLimiter.lift(
     uniffiRustCallWithError(PolylimitException) { _status ->
-    UniffiLib.uniffi_polylimit_jvm_fn_constructor_limiter_from_rules_file(
+    UniffiLib.uniffi_polylimit_jvm_fn_constructor_nativelimiter_from_rules_file(
     
         
         FfiConverterString.lower(`path`),_status)
@@ -3300,22 +3276,22 @@ open class Limiter: Disposable, AutoCloseable, LimiterInterface
 /**
  * @suppress
  */
-public object FfiConverterTypeLimiter: FfiConverter<Limiter, Long> {
-    override fun lower(value: Limiter): Long {
+public object FfiConverterTypeNativeLimiter: FfiConverter<NativeLimiter, Long> {
+    override fun lower(value: NativeLimiter): Long {
         return value.uniffiCloneHandle()
     }
 
-    override fun lift(value: Long): Limiter {
-        return Limiter(UniffiWithHandle, value)
+    override fun lift(value: Long): NativeLimiter {
+        return NativeLimiter(UniffiWithHandle, value)
     }
 
-    override fun read(buf: ByteBuffer): Limiter {
+    override fun read(buf: ByteBuffer): NativeLimiter {
         return lift(buf.getLong())
     }
 
-    override fun allocationSize(value: Limiter) = 8UL
+    override fun allocationSize(value: NativeLimiter) = 8UL
 
-    override fun write(value: Limiter, buf: ByteBuffer) {
+    override fun write(value: NativeLimiter, buf: ByteBuffer) {
         buf.putLong(lower(value))
     }
 }

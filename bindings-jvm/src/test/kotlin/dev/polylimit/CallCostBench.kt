@@ -49,7 +49,7 @@ class CallCostBench {
             )
             val slotLimiter = Limiter("""{"policy": {"algorithm": "concurrency", "limit": 100000}}""")
             calls["acquire+release fast"] = { i -> slotLimiter.acquire("k$i", null, 0).lease!!.release(0) }
-            calls["acquire+release generated"] = { i -> slotLimiter.generatedAcquire("k$i", null, 0).lease!!.generatedRelease(0) }
+            calls["acquire+release generated"] = { i -> slotLimiter.native.acquire("k$i", null, 0).lease!!.release(0) }
             repeat(if (redisOnly) 0 else rounds) { round ->
                 for ((name, call) in calls) {
                     System.gc() // the previous form's garbage is collected before, not charged to this one

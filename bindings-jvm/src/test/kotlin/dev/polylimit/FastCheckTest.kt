@@ -92,11 +92,11 @@ class FastCheckTest {
         closed.close()
         assertNull(closed.fastDecision("k", null, 0))
         assertNull(closed.startFast("k", null, 0))
-        val fast = assertThrows(IllegalStateException::class.java) { closed.checkFast("k") }
-        val slow = assertThrows(IllegalStateException::class.java) { closed.generatedCheck("k", null, null) }
+        val fast = assertThrows(PolylimitException.Closed::class.java) { closed.checkFast("k") }
+        val slow = assertThrows(PolylimitException.Closed::class.java) { closed.generatedCheck("k", null, null) }
         assertEquals(slow.message, fast.message)
         val future = assertThrows(ExecutionException::class.java) { closed.checkFutureFast("k").get() }
-        assertTrue(future.cause is IllegalStateException, "${future.cause}")
+        assertTrue(future.cause is PolylimitException.Closed, "${future.cause}")
     }
 
     @Test
@@ -171,3 +171,10 @@ class FastCheckTest {
         }
     }
 }
+
+/** The direct check alone: the decision, or null when it decided nothing (it falls back then). */
+private fun Limiter.fastDecision(key: String, cost: Long?, nowMs: Long?): Decision? =
+    startDecision(key, cost, nowMs, peek = false)?.join0()
+
+/** The direct check's future alone, or null when it started nothing. */
+private fun Limiter.startFast(key: String, cost: Long?, nowMs: Long?) = startDecision(key, cost, nowMs, peek = false)

@@ -54,8 +54,9 @@ class LimiterTest {
     fun `a closed limiter cannot be used`() {
         val limiter = Limiter(gcra)
         limiter.close()
-        // uniffi's AutoCloseable: the handle is gone (the core limiter closed with it).
-        assertThrows(IllegalStateException::class.java) { limiter.check("k") }
+        // The core limiter is closed: every call form throws Closed, not uniffi's IllegalStateException.
+        assertThrows(PolylimitException.Closed::class.java) { limiter.check("k") }
+        assertThrows(PolylimitException.Closed::class.java) { limiter.checkRequest(HttpRequest(path = "/", peer = "10.0.0.1")) }
         assertEquals("config", kind(PolylimitException.Config("t", "f", "v")))
     }
 

@@ -2,7 +2,6 @@ package dev.polylimit.bench;
 
 import com.sun.management.OperatingSystemMXBean;
 import dev.polylimit.Decision;
-import dev.polylimit.FastRequest;
 import dev.polylimit.Header;
 import dev.polylimit.HttpRequest;
 import dev.polylimit.Limiter;
@@ -164,11 +163,11 @@ public final class Micro {
                     for (int i = 0; i < n; i++) {
                         PackedRequest p = new PackedRequest("GET", "/api/x", "/api/{name}", PEERS[i % PEERS.length]);
                         for (Header h : headers) {
-                            if (reads.computeIfAbsent(h.getName(), name -> FastRequest.readsHeader(rules, name))) {
+                            if (reads.computeIfAbsent(h.getName(), name -> rules.readsHeader(name))) {
                                 p.header(h.getName(), h.getValue());
                             }
                         }
-                        FastRequest.checkPacked(rules, p);
+                        rules.checkPacked(p);
                     }
                 });
             }

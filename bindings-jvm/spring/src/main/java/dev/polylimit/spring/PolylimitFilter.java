@@ -1,6 +1,5 @@
 package dev.polylimit.spring;
 
-import dev.polylimit.FastRequest;
 import dev.polylimit.Header;
 import dev.polylimit.Limiter;
 import dev.polylimit.Outcome;
@@ -91,7 +90,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
             throws ServletException, IOException {
         Outcome outcome;
         try {
-            outcome = FastRequest.checkPacked(limiter, toRequest(request));
+            outcome = limiter.checkPacked(toRequest(request));
         } catch (PolylimitException e) {
             throw new ServletException("polylimit: " + e.getMessage(), e);
         }
@@ -168,7 +167,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private boolean readsHeader(String name) {
         Boolean reads = readsHeader.get(name);
         if (reads == null) {
-            reads = FastRequest.readsHeader(limiter, name);
+            reads = limiter.readsHeader(name);
             if (readsHeader.size() < MAX_HEADER_NAMES) {
                 readsHeader.put(name, reads);
             }

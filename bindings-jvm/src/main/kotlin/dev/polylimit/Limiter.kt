@@ -1,0 +1,250 @@
+package dev.polylimit
+
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.atomic.LongAdder
+import com.sun.jna.Pointer
+import kotlinx.coroutines.future.await
+
+/**
+ * A rate limiter (memory or Redis store), safe to share between threads.
+ *
+ * The facade over the generated [NativeLimiter]: `check`, `peek`, `reset`,
+ * `complete`, `checkRequest` and `peekRequest` (and their suspend and future
+ * forms) go through the direct C calls (Direct.kt); an argument the direct
+ * call cannot carry (a cost or nowMs out of range, a string that is not valid
+ * UTF-16, a status that is no HTTP status) and every other call go through
+ * the generated uniffi call, which validates and throws what it throws.
+ * `close()` closes the core limiter and frees the C handle: every later call
+ * goes to the generated one, which throws [PolylimitException.Closed] (the
+ * generated object itself is freed when collected, by uniffi's cleaner).
+ */
+class Limiter private constructor(internal val native: NativeLimiter) : NativeLimiterInterface by native, AutoCloseable {
+    /**
+     * A limiter from an options object as JSON text, under the rules-file
+     * names: `{"policy": {"rate": "10/s"}, "store": "redis://127.0.0.1:6379"}`.
+     */
+    @Throws(PolylimitException::class)
+    constructor(optionsJson: String) : this(NativeLimiter(optionsJson))
+
+    private val direct = DirectHandle(native.directHandle().toLong())
+
+    // A facade dropped without close() frees its C handle when collected, as
+    // uniffi's cleaner frees the NativeLimiter's.
+    private val cleanable = directCleaner.register(this, direct.closer())
+
+    companion object {
+        /** A limiter from a rules file's text (YAML or JSON). */
+        @Throws(PolylimitException::class)
+        fun fromRules(text: String): Limiter = Limiter(NativeLimiter.fromRules(text))
+
+        /** A limiter from a rules file (YAML or JSON). */
+        @Throws(PolylimitException::class)
+        fun fromRulesFile(path: String): Limiter = Limiter(NativeLimiter.fromRulesFile(path))
+    }
+
+    override fun close() {
+        native.shutdown()
+        cleanable.clean()
+    }
+
+    @Throws(PolylimitException::class)
+    override fun check(key: String, cost: Long?, nowMs: Long?): Decision =
+        startDecision(key, cost, nowMs, peek = false)?.join0() ?: generatedCheck(key, cost, nowMs)
+
+    override suspend fun checkAsync(key: String, cost: Long?, nowMs: Long?): Decision =
+        startDecision(key, cost, nowMs, peek = false)?.await() ?: generatedCheckAsync(key, cost, nowMs)
+
+    @Throws(PolylimitException::class)
+    override fun peek(key: String, cost: Long?, nowMs: Long?): Decision =
+        startDecision(key, cost, nowMs, peek = true)?.join0() ?: generatedPeek(key, cost, nowMs)
+
+    override suspend fun peekAsync(key: String, cost: Long?, nowMs: Long?): Decision =
+        startDecision(key, cost, nowMs, peek = true)?.await() ?: generatedPeekAsync(key, cost, nowMs)
+
+    @Throws(PolylimitException::class)
+    override fun reset(key: String) {
+        val bytes = utf8(key)
+        val err = LongArray(1)
+        val code = bytes?.let { b -> direct.use { CAbi.polylimit_limiter_reset(it, b, b.size.toLong(), err) } }
+        when (code) {
+            null -> generatedReset(key)
+            OK -> Unit
+            else -> throw errorAt(err[0], free = true)
+        }
+    }
+
+    @Throws(PolylimitException::class)
+    override fun checkRequest(request: HttpRequest): Outcome =
+        startOutcome(request, peek = false)?.join0() ?: generatedCheckRequest(request)
+
+    override suspend fun checkRequestAsync(request: HttpRequest): Outcome =
+        startOutcome(request, peek = false)?.await() ?: generatedCheckRequestAsync(request)
+
+    @Throws(PolylimitException::class)
+    override fun peekRequest(request: HttpRequest): Outcome =
+        startOutcome(request, peek = true)?.join0() ?: generatedPeekRequest(request)
+
+    @Throws(PolylimitException::class)
+    override fun complete(token: String, status: Int?) {
+        startComplete(token, status)?.join0() ?: generatedComplete(token, status)
+    }
+
+    override suspend fun completeAsync(token: String, status: Int?) {
+        startComplete(token, status)?.await() ?: generatedCompleteAsync(token, status)
+    }
+
+    /**
+     * The middleware's call: [checkRequest] of a [PackedRequest], the outcome
+     * without its per-policy decisions (`decisions` is empty). The same
+     * outcome and exceptions as `checkRequest(request.toHttpRequest())`.
+     */
+    @Throws(PolylimitException::class)
+    fun checkPacked(request: PackedRequest): Outcome {
+        val packer = request.pack()
+        return packer?.let { startPacked(it, request.cost, request.nowMs, request.flags())?.join0() }
+            ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
+    }
+
+    /** Whether deciding a request may read its header `name` (any case): a middleware packs only those. */
+    fun readsHeader(name: String): Boolean {
+        val b = utf8(name) ?: return true
+        return (direct.use { CAbi.polylimit_limiter_reads_header(it, b, b.size.toLong()) } ?: 1) != 0
+    }
+
+    // The direct forms: a future (completed when the store answered at once),
+    // or null when the direct call cannot carry the arguments or the facade is
+    // closed (the generated call then throws what it throws).
+
+    internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean): CompletableFuture<Decision>? {
+        if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
+            return null
+        }
+        val bytes = utf8(key) ?: return null
+        val out = LongArray(8)
+        val pending = LongArray(1)
+        val err = LongArray(1)
+        val code = direct.use {
+            if (peek) CAbi.polylimit_limiter_try_peek(it, bytes, bytes.size.toLong(), cost ?: 1, nowMs ?: -1, out, pending, err)
+            else CAbi.polylimit_limiter_try_check(it, bytes, bytes.size.toLong(), cost ?: 1, nowMs ?: -1, out, pending, err)
+        } ?: return null
+        return when (code) {
+            OK -> CompletableFuture.completedFuture(decision(out))
+            PENDING -> Pending.start(pending[0]) { d, _, _ -> decision(d!!.getLongArray(0, 8)) }
+            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+        }
+    }
+
+    internal fun startOutcome(request: HttpRequest, peek: Boolean): CompletableFuture<Outcome>? {
+        val r = request
+        val packer = Packer()
+        if (!packer.request(r.method, r.path, r.route, r.peer, r.user, r.apiKey, r.key, r.headers)) {
+            return null
+        }
+        val flags = WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash) or (if (peek) PEEK else 0)
+        return startPacked(packer, r.cost, r.nowMs, flags)
+    }
+
+    private fun startPacked(packer: Packer, cost: Long?, nowMs: Long?, flags: Int): CompletableFuture<Outcome>? {
+        if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
+            return null
+        }
+        val out = outBuffers.get()
+        val len = LongArray(1)
+        val owned = LongArray(1)
+        val pending = LongArray(1)
+        val err = LongArray(1)
+        val all = flags or (if (nowMs != null) HAS_NOW_MS else 0)
+        val code = direct.use {
+            CAbi.polylimit_limiter_try_check_request(
+                it, packer.bytes, packer.size.toLong(), cost ?: 0, nowMs ?: 0, all, out, out.size.toLong(), len, owned, pending, err,
+            )
+        } ?: return null
+        return when (code) {
+            OK -> {
+                val n = len[0].toInt()
+                val outcome = if (owned[0] == 0L) {
+                    Unpacker(out, n).outcome()
+                } else {
+                    val bytes = Pointer(owned[0]).getByteArray(0, n)
+                    CAbi.polylimit_bytes_free(owned[0], len[0])
+                    Unpacker(bytes, n).outcome()
+                }
+                CompletableFuture.completedFuture(outcome)
+            }
+            PENDING -> Pending.start(pending[0]) { _, text, n ->
+                val bytes = text?.getByteArray(0, n.toInt()) ?: ByteArray(0)
+                Unpacker(bytes, bytes.size).outcome()
+            }
+            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+        }
+    }
+
+    internal fun startComplete(token: String, status: Int?): CompletableFuture<Unit>? {
+        // The C call's 0 is no status (null); a status 0 as given, or one that
+        // is no u16, goes to the generated call (the core's rule, as given).
+        if (status != null && status !in 1..0xffff) {
+            return null
+        }
+        val bytes = utf8(token) ?: return null
+        val pending = LongArray(1)
+        val err = LongArray(1)
+        val code = direct.use {
+            CAbi.polylimit_limiter_try_complete(it, bytes, bytes.size.toLong(), (status ?: 0).toShort(), pending, err)
+        } ?: return null
+        return when (code) {
+            OK -> CompletableFuture.completedFuture(Unit)
+            PENDING -> Pending.start(pending[0]) { _, _, _ -> }
+            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+        }
+    }
+
+    // The generated calls, counted: the routing tests assert that the
+    // standard calls do not take them.
+
+    internal fun generatedCheck(key: String, cost: Long?, nowMs: Long?) = GeneratedCalls.record { native.check(key, cost, nowMs) }
+    internal suspend fun generatedCheckAsync(key: String, cost: Long?, nowMs: Long?): Decision {
+        GeneratedCalls.record {}
+        return native.checkAsync(key, cost, nowMs)
+    }
+    internal fun generatedPeek(key: String, cost: Long?, nowMs: Long?) = GeneratedCalls.record { native.peek(key, cost, nowMs) }
+    internal suspend fun generatedPeekAsync(key: String, cost: Long?, nowMs: Long?): Decision {
+        GeneratedCalls.record {}
+        return native.peekAsync(key, cost, nowMs)
+    }
+    internal fun generatedReset(key: String) = GeneratedCalls.record { native.reset(key) }
+    internal fun generatedCheckRequest(request: HttpRequest) = GeneratedCalls.record { native.checkRequest(request) }
+    internal suspend fun generatedCheckRequestAsync(request: HttpRequest): Outcome {
+        GeneratedCalls.record {}
+        return native.checkRequestAsync(request)
+    }
+    internal fun generatedPeekRequest(request: HttpRequest) = GeneratedCalls.record { native.peekRequest(request) }
+    internal fun generatedComplete(token: String, status: Int?) = GeneratedCalls.record { native.complete(token, status) }
+    internal suspend fun generatedCompleteAsync(token: String, status: Int?) {
+        GeneratedCalls.record {}
+        native.completeAsync(token, status)
+    }
+}
+
+private const val PEEK = 16
+private const val HAS_NOW_MS = 8
+
+private val outBuffers = ThreadLocal.withInitial { ByteArray(2048) }
+
+private val directCleaner = java.lang.ref.Cleaner.create()
+
+/** The calls the facade routed to the generated uniffi call (tests read it). */
+object GeneratedCalls {
+    private val calls = LongAdder()
+
+    /** How many generated-path calls were made so far. */
+    @JvmStatic
+    fun count(): Long = calls.sum()
+
+    internal inline fun <T> record(block: () -> T): T {
+        increment()
+        return block()
+    }
+
+    @PublishedApi
+    internal fun increment() = calls.increment()
+}
