@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 
+use crate::background::{Background, Running};
 use crate::duration::parse_duration_ms;
 use crate::error::{Error, Result};
 
@@ -251,15 +252,27 @@ pub fn on_a_thread(
     deliver: impl Fn(AnomalyEvent) + Send + 'static,
     dropped: Arc<std::sync::atomic::AtomicU64>,
 ) -> std::io::Result<AnomalySink> {
-    let (tx, rx) = std::sync::mpsc::sync_channel::<AnomalyEvent>(1024);
+    on_a_counted_thread(name, deliver, dropped, None)
+}
+
+/// [`on_a_thread`], each alert counted in `background` from the moment it is
+/// queued until it was delivered (or dropped).
+pub(crate) fn on_a_counted_thread(
+    name: &str,
+    deliver: impl Fn(AnomalyEvent) + Send + 'static,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+    background: Option<Arc<Background>>,
+) -> std::io::Result<AnomalySink> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(AnomalyEvent, Option<Running>)>(1024);
     std::thread::Builder::new().name(name.to_string()).spawn(move || {
-        for event in rx {
+        for (event, _running) in rx {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| deliver(event)));
         }
     })?;
     let tx = Mutex::new(tx);
     Ok(Arc::new(move |event: &AnomalyEvent| {
-        if tx.lock().try_send(event.clone()).is_err() {
+        let running = background.as_ref().map(|b| b.start());
+        if tx.lock().try_send((event.clone(), running)).is_err() {
             dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }))

@@ -17,6 +17,7 @@
 pub mod adaptive;
 mod algorithm;
 mod anomaly;
+mod background;
 pub mod breaker;
 pub mod bridge;
 pub mod client;

@@ -453,7 +453,9 @@ impl Engine {
                 continue;
             };
             let engine = self.clone();
+            let running = engine.background().start();
             runtime.spawn(async move {
+                let _running = running;
                 let Some(redis) = engine.redis_store() else { return };
                 if redis.exists(&engine.override_marker(i)).await.unwrap_or(false) {
                     if let Some(next) = engine.ignored_overrides().and_then(|n| n.next.get(i)) {

@@ -21,6 +21,8 @@ const LAYERS: &[&str] = &[
     "runtime",
     // This process's id, cached and forgotten in a forked child.
     "pid",
+    // The work a limiter runs off the request's path, counted to wait for it.
+    "background",
     // The option names of each language.
     "options",
     // The client helper's Retry-After rules, for outgoing calls (errors under each language's names).

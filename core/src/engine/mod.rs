@@ -174,6 +174,8 @@ struct Inner {
     timeout: std::time::Duration,
     /// Without `overrides: true`, on Redis: the overrides it ignores, said once.
     ignored_overrides: Option<crate::store::overrides::IgnoredOverrides>,
+    /// The work it runs off the request's path, to wait for ([`Engine::settled`]).
+    background: Arc<crate::background::Background>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -329,6 +331,7 @@ impl Engine {
                 ignored_overrides,
                 alerts,
                 timeout: config.timeout,
+                background: Arc::default(),
             }),
         })
     }
@@ -1146,6 +1149,17 @@ impl Engine {
         &self.inner.alerts
     }
 
+    /// Counts background work until the returned value is dropped.
+    pub(crate) fn background(&self) -> &Arc<crate::background::Background> {
+        &self.inner.background
+    }
+
+    /// Returns once the work this engine started off the request's path has
+    /// finished.
+    pub(crate) async fn settled(&self) {
+        self.inner.background.settled().await
+    }
+
     /// Closes the limiter: later checks fail with [`Error::Closed`]. Idempotent.
     pub(crate) fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
@@ -1203,7 +1217,9 @@ impl Drop for GiveBack<'_> {
             }
         }
         let (engine, cost) = (self.engine.clone(), self.cost);
+        let running = engine.background().start();
         runtime.spawn(async move {
+            let _running = running;
             let targets: Vec<(usize, &str)> = refunds.iter().map(|(i, key)| (*i, key.as_str())).collect();
             // The store may still be reconnecting (the cut dropped its
             // connection): a few tries over about 1.5 s.
@@ -1286,5 +1302,10 @@ impl RefundProbe {
     /// Metrics in Prometheus text format.
     pub fn metrics_text(&self) -> String {
         self.engine.metrics_text()
+    }
+
+    /// [`crate::Limiter::settled`].
+    pub async fn settled(&self) {
+        self.engine.settled().await
     }
 }

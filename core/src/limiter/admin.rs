@@ -63,7 +63,8 @@ impl Limiter {
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        match crate::adaptive::on_a_thread("polylimit-alerts", deliver, errors) {
+        let background = Some(self.engine.background().clone());
+        match crate::adaptive::on_a_counted_thread("polylimit-alerts", deliver, errors, background) {
             Ok(threaded) => self.engine.alerts().set_sink(Some(threaded)),
             // No thread to be had: no callback rather than one on the request's path.
             Err(_) => {
@@ -71,6 +72,15 @@ impl Limiter {
                 self.engine.alerts().set_sink(None)
             }
         }
+    }
+
+    /// Returns once the work this limiter runs off the request's path has
+    /// finished: the refund of a check that was cut short, the lookup that
+    /// says per-key overrides are ignored, the alerts queued for the
+    /// [`Limiter::on_anomaly`] sink. For tests and shutdown; checks never
+    /// wait for it.
+    pub async fn settled(&self) {
+        self.engine.settled().await
     }
 
     /// Sets the sink every alert goes to as it is, on the deciding task: for

@@ -55,7 +55,9 @@ impl Drop for LeaseGuard {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let limiter = self.limiter.clone();
+                let running = limiter.engine.background().start();
                 runtime.spawn(async move {
+                    let _running = running;
                     let _ = limiter.release(&leases).await;
                 });
             }
