@@ -85,7 +85,7 @@ fuzz: deps
 	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
 
 ## Every benchmark appends its lines to $POLYLIMIT_BENCH_OUT; bench/report.py turns
-## them into bench/results.json and the README's benchmark table.
+## them into bench/results.json and the table of docs/benchmarks.md.
 export POLYLIMIT_BENCH_OUT ?= $(CURDIR)/target/bench/lines.jsonl
 bench-start:
 	mkdir -p $(dir $(POLYLIMIT_BENCH_OUT)) && rm -f $(POLYLIMIT_BENCH_OUT)

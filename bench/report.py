@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Collects the lines every benchmark of `make bench` recorded into
-bench/results.json and regenerates the README's benchmark table from it.
+bench/results.json and regenerates the benchmark table of docs/benchmarks.md from it.
 
 Each benchmark appends JSON lines to $POLYLIMIT_BENCH_OUT (one object per
 printed line): {"suite", "what", "value", "unit", and optionally "baseline"
@@ -21,7 +21,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results.json")
-README = os.path.join(ROOT, "README.md")
+PAGE = os.path.join(ROOT, "docs", "benchmarks.md")
 BEGIN = "<!-- benchmark table: generated from bench/results.json by bench/report.py -->\n"
 END = "<!-- end of benchmark table -->"
 
@@ -79,14 +79,14 @@ def table(results):
     return text
 
 
-def render_readme(results):
-    with open(README, encoding="utf-8") as f:
+def render_page(results):
+    with open(PAGE, encoding="utf-8") as f:
         text = f.read()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        sys.exit(f"README.md has no benchmark table markers ({BEGIN.strip()} … {END})")
+        sys.exit(f"docs/benchmarks.md has no benchmark table markers ({BEGIN.strip()} … {END})")
     text = text[: start + len(BEGIN)] + table(results) + text[end:]
-    with open(README, "w", encoding="utf-8") as f:
+    with open(PAGE, "w", encoding="utf-8") as f:
         f.write(text)
 
 
@@ -107,7 +107,7 @@ def main():
     else:
         with open(RESULTS, encoding="utf-8") as f:
             results = json.load(f)
-    render_readme(results)
+    render_page(results)
     print(table(results))
 
 
