@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 pub mod middleware;
+pub mod reference;
 
 /// How a language spells option names and reads bare numbers as durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
