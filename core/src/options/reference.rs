@@ -11,6 +11,9 @@ use super::{Kind, Naming, ADAPTIVE_FIELDS, OPTIONS, PENALTY_FIELDS, POLICY_FIELD
 use crate::config::effective_config_with;
 use crate::env::{scalar_type, Scalar};
 
+/// A list of policy fields: (snake, camel, go, is a duration).
+type Fields = &'static [(&'static str, &'static str, &'static str, bool)];
+
 /// Values tried in turn until the core refuses one: the page shows that error.
 fn bad_values() -> [Value; 4] {
     [
@@ -138,7 +141,7 @@ pub fn reference_page() -> String {
             error_cell(error)
         ));
     }
-    let nested: [(&str, &str, &[(&str, &str, &str, bool)], Value); 4] = [
+    let nested: [(&str, &str, Fields, Value); 4] = [
         ("Policy fields", "policies.*", POLICY_FIELDS, json!({})),
         (
             "Penalty fields (`penalty` of a policy)",
