@@ -42,6 +42,7 @@ TEXT = {"", "text"}
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 MARKER = re.compile(r"^\s*<!-- (run(?::\s*(?P<args>.*?))?|not run: (?P<reason>.+?)|output) -->\s*$")
 TAB = re.compile(r'^\s*=== "')
+INCLUDE = re.compile(r'^--8<-- "([^"]+)"$')
 
 
 @dataclass
@@ -79,6 +80,11 @@ def extract(path: pathlib.Path):
         while end < len(lines) and lines[end].rstrip() != indent + "```":
             end += 1
         body = [line[len(indent):] for line in lines[i + 1:end]]
+        # `--8<-- "path"` (pymdownx.snippets) shows a repository file: run the file
+        body = [
+            (ROOT / m.group(1)).read_text(encoding="utf-8").rstrip("\n") if (m := INCLUDE.match(line)) else line
+            for line in body
+        ]
         back, tabbed = i - 1, False
         while back >= 0 and (not lines[back].strip() or TAB.match(lines[back])):
             tabbed = tabbed or bool(TAB.match(lines[back]))
