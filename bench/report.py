@@ -49,6 +49,7 @@ def fmt(value, unit):
 
 
 def row(line):
+    """A line's result and target cells."""
     result = fmt(line["value"], line["unit"])
     if "detail" in line:
         result = line["detail"]
@@ -60,22 +61,35 @@ def row(line):
     target = ""
     if "target" in line:
         met = line["ratio"] >= line["target"]
-        target = f"≥ {line['target']:g} {'✓' if met else '✗ (see note)'}"
-    if "bound" in line:
-        result += f"<br>{line['bound']}"
-    return f"| {line['suite']} | {line['what']} | {result} | {target} |"
+        target = f"≥ {line['target']:g} {'✓' if met else '✗ (see below)'}"
+    return result, target
 
 
 def table(results):
-    out = ["| suite | what | result | target |", "|---|---|---|---|"]
-    out += [row(line) for line in results["lines"]]
+    """One short table per suite; what bounds a line (its CPU per decision, the
+    busy cores) goes in a numbered note under the table, not into the cell."""
+    suites = {}
+    for line in results["lines"]:
+        suites.setdefault(line["suite"], []).append(line)
+    text = ""
+    for suite, lines in suites.items():
+        out, notes = [f"### {suite}", "", "| what | result | target |", "|---|---|---|"], []
+        for line in lines:
+            result, target = row(line)
+            if "bound" in line:
+                notes.append(line["bound"])
+                result += f" [{len(notes)}]"
+            out.append(f"| {line['what']} | {result} | {target} |")
+        if notes:
+            out.append("")
+            out += [f"{n}. {note}" for n, note in enumerate(notes, 1)]
+        text += "\n".join(out) + "\n\n"
     peers = {}
     for line in results["lines"]:
         peers.update(line.get("peers", {}))
-    text = "\n".join(out) + "\n"
     if peers:
-        text += "\nPeers, newest releases at the run: " + ", ".join(f"{k} {v}" for k, v in sorted(peers.items())) + ".\n"
-    text += f"\nRun of {results['date']} on {results['machine']}.\n"
+        text += "Peers, newest releases at the run: " + ", ".join(f"{k} {v}" for k, v in sorted(peers.items())) + ".\n\n"
+    text += f"Run of {results['date']} on {results['machine']}.\n"
     return text
 
 
