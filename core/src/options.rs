@@ -1,6 +1,7 @@
 //! The options a limiter is built from, under the names each language gives
 //! them: one list, read by the core when a binding hands its options over and
-//! by the tests that keep the bindings' READMEs in step with it.
+//! by the tests that keep the bindings' READMEs in step with it, and by the
+//! documentation site's reference page ([`reference`]).
 //!
 //! A binding passes its options object as the user wrote it (Python keyword
 //! arguments, a JS object, a Go `Options` struct marshalled as-is) together
