@@ -7,6 +7,9 @@ Every fenced block with a language carries a marker on the line before it
     <!-- run -->                 run it (python, js, go) or, for yaml, build
                                  a limiter's configuration from it
     <!-- run: env NAME=value --> the same, with these environment variables
+    <!-- run: redis -->          the same, with REDIS_URL naming a real
+                                 redis-server this runner starts (flushed
+                                 before each such snippet, stopped by pid)
     <!-- not run: <reason> -->   a fragment or a program that needs more
                                  than the memory store; counted, never silent
     <!-- output -->              (on a ```text block) the exact output every
@@ -20,7 +23,7 @@ silently. Python runs with $POLYLIMIT_DOCS_PYTHON (default: the checkout's
 `polylimit` to bindings-node (`make node-build`); Go runs each snippet as a
 module whose `replace` points at bindings-go (`make go-capi`). Every snippet
 runs in a fresh directory holding examples/polylimit.yaml, with REDIS_URL
-unset: the memory store.
+unset (the memory store) unless it asks for Redis.
 
     python3 tests/docs/snippets.py            # run everything
     python3 tests/docs/snippets.py --list     # markers only, nothing run
@@ -30,9 +33,11 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -54,6 +59,7 @@ class Snippet:
     marker: str  # run, not run, output, or "" (none)
     reason: str = ""
     env: dict = field(default_factory=dict)
+    redis: bool = False
     heading: int = 0  # index of the section it is in
 
     def where(self) -> str:
@@ -89,18 +95,19 @@ def extract(path: pathlib.Path):
         while back >= 0 and (not lines[back].strip() or TAB.match(lines[back])):
             tabbed = tabbed or bool(TAB.match(lines[back]))
             back -= 1
-        marker, reason, env = "", "", {}
+        marker, reason, env, redis = "", "", {}, False
         mm = MARKER.match(lines[back]) if back >= 0 else None
         if not mm and tabbed and previous and FENCE.match(lines[back]):
             # the next tab of a group: the marker before the group's first tab holds
-            marker, reason, env = previous.marker, previous.reason, previous.env
+            marker, reason, env, redis = previous.marker, previous.reason, previous.env, previous.redis
         if mm:
             marker = "output" if mm.group(1) == "output" else ("not run" if mm.group("reason") else "run")
             reason = mm.group("reason") or ""
             args = (mm.group("args") or "").split()
             if args and args[0] == "env":
                 env = dict(a.split("=", 1) for a in args[1:])
-        previous = Snippet(path, i + 1, lang, "\n".join(body) + "\n", marker, reason, env, section)
+            redis = args == ["redis"]
+        previous = Snippet(path, i + 1, lang, "\n".join(body) + "\n", marker, reason, env, redis, section)
         yield previous
         i = end + 1
 
@@ -110,6 +117,32 @@ class Runner:
         self.python = os.environ.get("POLYLIMIT_DOCS_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
         self.node_pkg = pathlib.Path(os.environ.get("POLYLIMIT_DOCS_NODE_PKG") or ROOT / "bindings-node")
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="polylimit-docs-"))
+        self.redis = None  # (process, port) once a snippet asks for Redis
+
+    def redis_url(self) -> str:
+        """A real redis-server on a free loopback port, emptied for each snippet."""
+        if self.redis is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            server = subprocess.Popen(
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                stdout=subprocess.DEVNULL,
+            )
+            self.redis = (server, port)
+            for _ in range(100):
+                if subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() == b"PONG":
+                    break
+                time.sleep(0.05)  # waiting for the server to listen, not for a limit
+        port = self.redis[1]
+        subprocess.run(["redis-cli", "-p", str(port), "flushall"], check=True, capture_output=True)
+        return f"redis://127.0.0.1:{port}"
+
+    def close(self):
+        if self.redis:
+            self.redis[0].terminate()
+            self.redis[0].wait()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def workdir(self, name: str) -> pathlib.Path:
         d = self.tmp / name
@@ -125,6 +158,8 @@ class Runner:
     def run(self, snippet: Snippet, n: int) -> subprocess.CompletedProcess:
         d = self.workdir(f"s{n}")
         env = self.env(snippet.env)
+        if snippet.redis:
+            env["REDIS_URL"] = self.redis_url()
         if snippet.lang == "python":
             (d / "snippet.py").write_text(snippet.code)
             cmd = [self.python, "snippet.py"]
@@ -151,11 +186,9 @@ class Runner:
         return subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=300)
 
 
-def main() -> int:
-    only_list = "--list" in sys.argv
-    snippets = [s for p in pages() for s in extract(p)]
+def check(snippets, runner):
+    """Runs (or, without a runner, only counts) every snippet; returns the errors and the counts."""
     errors, counts = [], Counter()
-    runner = None if only_list else Runner()
     pending = []  # (snippet, stdout) of runs awaiting an output block
     for n, s in enumerate(snippets):
         if pending and (pending[0][0].path != s.path or pending[0][0].heading != s.heading):
@@ -163,7 +196,7 @@ def main() -> int:
         if s.lang in TEXT:
             if s.marker == "output":
                 counts["output checks"] += 1
-                if not pending and not only_list:
+                if not pending and runner:
                     errors.append(f"{s.where()}: an output block with no snippet run before it")
                 for ran, out in pending:
                     if out != s.code.strip("\n"):
@@ -179,8 +212,8 @@ def main() -> int:
         if s.lang not in RUNNABLE:
             errors.append(f"{s.where()}: ```{s.lang} blocks cannot be run here (mark it not run, with the reason)")
             continue
-        counts[f"{s.lang} run"] += 1
-        if only_list:
+        counts[f"{s.lang} run" + (" on Redis" if s.redis else "")] += 1
+        if not runner:
             continue
         print(f"run {s.where()} ({s.lang})", flush=True)
         try:
@@ -193,8 +226,17 @@ def main() -> int:
             continue
         if s.lang != "yaml":
             pending.append((s, done.stdout.strip("\n")))
-    if runner:
-        shutil.rmtree(runner.tmp, ignore_errors=True)
+    return errors, counts
+
+
+def main() -> int:
+    snippets = [s for p in pages() for s in extract(p)]
+    runner = None if "--list" in sys.argv else Runner()
+    try:
+        errors, counts = check(snippets, runner)
+    finally:
+        if runner:
+            runner.close()
     for key in sorted(counts):
         print(f"{counts[key]:4d} {key}")
     for e in errors:
