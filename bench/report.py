@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Collects the lines every benchmark of `make bench` recorded into
-bench/results.json and regenerates the README's benchmark table from it.
+bench/results.json and regenerates the benchmark table of docs/benchmarks.md from it.
 
 Each benchmark appends JSON lines to $POLYLIMIT_BENCH_OUT (one object per
 printed line): {"suite", "what", "value", "unit", and optionally "baseline"
@@ -21,7 +21,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results.json")
-README = os.path.join(ROOT, "README.md")
+PAGE = os.path.join(ROOT, "docs", "benchmarks.md")
 BEGIN = "<!-- benchmark table: generated from bench/results.json by bench/report.py -->\n"
 END = "<!-- end of benchmark table -->"
 
@@ -49,6 +49,7 @@ def fmt(value, unit):
 
 
 def row(line):
+    """A line's result and target cells."""
     result = fmt(line["value"], line["unit"])
     if "detail" in line:
         result = line["detail"]
@@ -60,33 +61,46 @@ def row(line):
     target = ""
     if "target" in line:
         met = line["ratio"] >= line["target"]
-        target = f"≥ {line['target']:g} {'✓' if met else '✗ (see note)'}"
-    if "bound" in line:
-        result += f"<br>{line['bound']}"
-    return f"| {line['suite']} | {line['what']} | {result} | {target} |"
+        target = f"≥ {line['target']:g} {'✓' if met else '✗ (see below)'}"
+    return result, target
 
 
 def table(results):
-    out = ["| suite | what | result | target |", "|---|---|---|---|"]
-    out += [row(line) for line in results["lines"]]
+    """One short table per suite; what bounds a line (its CPU per decision, the
+    busy cores) goes in a numbered note under the table, not into the cell."""
+    suites = {}
+    for line in results["lines"]:
+        suites.setdefault(line["suite"], []).append(line)
+    text = ""
+    for suite, lines in suites.items():
+        out, notes = [f"### {suite}", "", "| what | result | target |", "|---|---|---|"], []
+        for line in lines:
+            result, target = row(line)
+            if "bound" in line:
+                notes.append(line["bound"])
+                result += f" [{len(notes)}]"
+            out.append(f"| {line['what']} | {result} | {target} |")
+        if notes:
+            out.append("")
+            out += [f"{n}. {note}" for n, note in enumerate(notes, 1)]
+        text += "\n".join(out) + "\n\n"
     peers = {}
     for line in results["lines"]:
         peers.update(line.get("peers", {}))
-    text = "\n".join(out) + "\n"
     if peers:
-        text += "\nPeers, newest releases at the run: " + ", ".join(f"{k} {v}" for k, v in sorted(peers.items())) + ".\n"
-    text += f"\nRun of {results['date']} on {results['machine']}.\n"
+        text += "Peers, newest releases at the run: " + ", ".join(f"{k} {v}" for k, v in sorted(peers.items())) + ".\n\n"
+    text += f"Run of {results['date']} on {results['machine']}.\n"
     return text
 
 
-def render_readme(results):
-    with open(README, encoding="utf-8") as f:
+def render_page(results):
+    with open(PAGE, encoding="utf-8") as f:
         text = f.read()
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        sys.exit(f"README.md has no benchmark table markers ({BEGIN.strip()} … {END})")
+        sys.exit(f"docs/benchmarks.md has no benchmark table markers ({BEGIN.strip()} … {END})")
     text = text[: start + len(BEGIN)] + table(results) + text[end:]
-    with open(README, "w", encoding="utf-8") as f:
+    with open(PAGE, "w", encoding="utf-8") as f:
         f.write(text)
 
 
@@ -107,7 +121,7 @@ def main():
     else:
         with open(RESULTS, encoding="utf-8") as f:
             results = json.load(f)
-    render_readme(results)
+    render_page(results)
     print(table(results))
 
 

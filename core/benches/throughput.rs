@@ -220,7 +220,7 @@ fn minimal_script(port: u16, pipeline: u32) -> f64 {
 }
 
 /// Appends one result line to `$POLYLIMIT_BENCH_OUT` (JSON lines, read by
-/// bench/report.py into bench/results.json and the README table).
+/// bench/report.py into bench/results.json and the docs/benchmarks.md table).
 fn record(line: serde_json::Value) {
     let Ok(path) = std::env::var("POLYLIMIT_BENCH_OUT") else {
         return;

@@ -1,6 +1,7 @@
 //! The options a limiter is built from, under the names each language gives
 //! them: one list, read by the core when a binding hands its options over and
-//! by the tests that keep the bindings' READMEs in step with it.
+//! by the tests that keep the bindings' READMEs in step with it, and by the
+//! documentation site's reference page ([`reference`]).
 //!
 //! A binding passes its options object as the user wrote it (Python keyword
 //! arguments, a JS object, a Go `Options` struct marshalled as-is) together
@@ -11,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 pub mod middleware;
+pub mod reference;
 
 /// How a language spells option names and reads bare numbers as durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Local-with-sync policies (issue 19): several limiters ("processes") on one
 //! key of one real Redis admit from local credit, one store call per interval
 //! per key (or when the credit runs out), and never admit more than the exact
-//! policy allows (the bound in the README: none for windows; for buckets,
+//! policy allows (the bound in docs/features/sync.md: none for windows; for buckets,
 //! what the exact bucket admits over the span plus one interval).
 
 mod support;

@@ -53,8 +53,8 @@ def one(pattern: str) -> Path:
 
 
 def readme_install_lines() -> dict:
-    """The README's install lines for a local build, which this test runs word for word."""
-    text = (ROOT / "README.md").read_text()
+    """The install lines for a local build (docs/install.md), which this test runs word for word."""
+    text = (ROOT / "docs" / "install.md").read_text()
     block = text[text.index("**A local build**"):]
     block = block[block.index("```sh\n") + 6:]
     block = block[:block.index("```")]
@@ -67,7 +67,7 @@ def readme_install_lines() -> dict:
         env = dict(a.split("=", 1) for a in assignments)
         lines[tool] = ({k: v.replace("$PWD/dist", str(DIST)) for k, v in env.items()},
                        [re.sub(r"^dist/", str(DIST) + "/", w) for w in command])
-    assert set(lines) == {"python", "node", "go"}, f"the README's local-build block has {sorted(lines)}"
+    assert set(lines) == {"python", "node", "go"}, f"docs/install.md's local-build block has {sorted(lines)}"
     return lines
 
 
@@ -174,7 +174,7 @@ def install_python(room: Path, env: dict):
     run([sys.executable, "-m", "venv", venv], room, env, "python -m venv")
     py = venv / "bin" / "python"
     _, command = INSTALL["python"]
-    assert str(wheel) in command, f"the README installs {command[2:]}, `make dist` wrote {wheel.name}"
+    assert str(wheel) in command, f"docs/install.md installs {command[2:]}, `make dist` wrote {wheel.name}"
     run([venv / "bin" / "pip", *command[1:]], room, env, "pip install")
     shutil.copy(APPS / "fastapi_app.py", room / "app.py")
     return [[py, "-I", room / "app.py"]]
@@ -184,7 +184,7 @@ def install_node(room: Path, env: dict):
     main, platform = one(f"polylimit-{VERSION}.tgz"), one(f"polylimit-linux-x64-gnu-{VERSION}.tgz")
     (room / "package.json").write_text('{ "name": "cleanroom", "private": true }\n')
     _, command = INSTALL["node"]
-    assert {str(main), str(platform)} <= set(command), f"the README installs {command[2:]}, not {main.name} and {platform.name}"
+    assert {str(main), str(platform)} <= set(command), f"docs/install.md installs {command[2:]}, not {main.name} and {platform.name}"
     run(command, room, env, "npm install")
     shutil.copy(APPS / "express_app.js", room / "app.js")
     return [["node", room / "app.js"]]
@@ -194,8 +194,8 @@ def install_go(room: Path, env: dict):
     proxy = DIST / "goproxy"
     assert (proxy / GO_MODULE / "@v" / f"v{VERSION}.zip").is_file(), "no Go module zip in dist/goproxy (make dist)"
     readme_env, command = INSTALL["go"]
-    assert readme_env.get("GOPROXY") == f"file://{proxy}", f"the README's GOPROXY is {readme_env.get('GOPROXY')}"
-    assert command[-1] == f"{GO_MODULE}@v{VERSION}", f"the README gets {command[-1]}"
+    assert readme_env.get("GOPROXY") == f"file://{proxy}", f"docs/install.md's GOPROXY is {readme_env.get('GOPROXY')}"
+    assert command[-1] == f"{GO_MODULE}@v{VERSION}", f"docs/install.md gets {command[-1]}"
     env.update(readme_env, GOPATH=str(room / "gopath"), GOMODCACHE=str(room / "gopath" / "pkg" / "mod"),
                GOTOOLCHAIN="local")
     if os.environ.get("GOCACHE"):

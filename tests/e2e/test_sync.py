@@ -14,7 +14,7 @@ def test_synced_processes_of_every_language_stay_within_the_exact_limit(redis) -
     for line in sync_run.report(synced, exact):
         print(line.get("detail") or f"{line['what']}: {line['value']:,.0f} vs {line['baseline_value']:,.0f}")
     assert {r["lang"] for r in synced["processes"]} == {"python", "node", "go"}
-    # The guarantee (README "Local-with-sync"): a window admits at most its limit.
+    # The guarantee (docs/features/sync.md): a window admits at most its limit.
     assert synced["admitted"] <= synced["exact_limit"], synced
     # Under-admission is at most a share per process when a window ends: at
     # full speed every whole window (not the first and last) is used up to that.
