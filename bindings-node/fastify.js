@@ -8,8 +8,7 @@
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const { checkerFor, decide, settleAfterResponse } = require('./options');
-const { setHeaders } = require('./outcome');
+const { checkerFor, decide, setHeaders, settleAfterResponse } = require('./options');
 
 // Options that say what is limited: a route giving its own replaces the plugin's.
 const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'count', 'windowMs', 'limit', 'max'];
