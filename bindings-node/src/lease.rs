@@ -39,7 +39,7 @@ impl NativeLimiter {
     ) -> Result<()> {
         let options = options(&env, cost, now_ms)?;
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             let result = limiter.check_all(&key, options).await?;
             Ok(Reply::Acquired(result.decision(), result.leases))
         })
@@ -73,7 +73,7 @@ impl NativeLimiter {
             })
             .collect();
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             let released = match now {
                 Some(now) => limiter.release_at(&leases, now).await?,
                 None => limiter.release(&leases).await?,

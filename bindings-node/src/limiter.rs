@@ -100,7 +100,7 @@ impl NativeLimiter {
     ) -> Result<()> {
         let options = check_options(&env, cost, now_ms)?;
         let limiter = self.inner.clone();
-        self.send(&env, id, async move {
+        self.send(&env, id, move || async move {
             limiter.check_with(&key, options).await.map(Reply::Decision)
         })
     }
@@ -120,12 +120,15 @@ impl NativeLimiter {
         let bridge = self.open_bridge(&env)?;
         for (&id, key) in ids.iter().zip(keys) {
             let limiter = self.inner.clone();
-            bridge.submit(u64::from(id), async move {
-                limiter
-                    .check_with(&key, CheckOptions::default())
-                    .await
-                    .map(Reply::Decision)
-            });
+            bridge.submit(
+                u64::from(id),
+                lazy(move || async move {
+                    limiter
+                        .check_with(&key, CheckOptions::default())
+                        .await
+                        .map(Reply::Decision)
+                }),
+            );
         }
         Ok(())
     }
@@ -136,11 +139,9 @@ impl NativeLimiter {
     pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
         let limiter = self.inner.clone();
-        self.send(
-            &env,
-            id,
-            async move { limiter.check_request(&request).await.map(outcome) },
-        )
+        self.send(&env, id, move || async move {
+            limiter.check_request(&request).await.map(outcome)
+        })
     }
 
     /// Starts peek `id` of `key` (the decision a check would get, nothing
@@ -156,7 +157,7 @@ impl NativeLimiter {
     ) -> Result<()> {
         let options = check_options(&env, cost, now_ms)?;
         let limiter = self.inner.clone();
-        self.send(&env, id, async move {
+        self.send(&env, id, move || async move {
             limiter.peek_with(&key, options).await.map(Reply::Decision)
         })
     }
@@ -167,11 +168,9 @@ impl NativeLimiter {
     pub fn peek_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
         let limiter = self.inner.clone();
-        self.send(
-            &env,
-            id,
-            async move { limiter.peek_request(&request).await.map(outcome) },
-        )
+        self.send(&env, id, move || async move {
+            limiter.peek_request(&request).await.map(outcome)
+        })
     }
 
     /// Call `id`: forgets every (policy, key) `checkRequest` would charge for
@@ -180,7 +179,7 @@ impl NativeLimiter {
     pub fn reset_request(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             let n = limiter.reset_request(&request).await?;
             Ok(Reply::Count(n as u64))
         })
@@ -236,15 +235,13 @@ impl NativeLimiter {
         match rule {
             Some(rule) => {
                 let rule = rule.rule.clone();
-                self.send(&env, id, async move {
+                self.send(&env, id, move || async move {
                     limiter.check_route(&request, &rule).await.map(outcome)
                 })
             }
-            None => self.send(
-                &env,
-                id,
-                async move { limiter.check_request(&request).await.map(outcome) },
-            ),
+            None => self.send(&env, id, move || async move {
+                limiter.check_request(&request).await.map(outcome)
+            }),
         }
     }
 
@@ -291,18 +288,20 @@ impl NativeLimiter {
         })
     }
 
-    /// Submits a decision (a check, a request) as call `id`; throws once the limiter is closed.
-    fn send<F>(&self, env: &Env, id: u32, call: F) -> Result<()>
+    /// Submits a decision (a check, a request) as call `id` ([`lazy`]); throws once the limiter is closed.
+    fn send<C, F>(&self, env: &Env, id: u32, call: C) -> Result<()>
     where
+        C: FnOnce() -> F + Send + 'static,
         F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
     {
-        self.open_bridge(env)?.submit(u64::from(id), call);
+        self.open_bridge(env)?.submit(u64::from(id), lazy(call));
         Ok(())
     }
 
-    /// Submits any other call as call `id` (a closed limiter's answer is the core's).
-    pub(crate) fn submit<F>(&self, env: &Env, id: u32, call: F) -> Result<()>
+    /// Submits any other call as call `id` ([`lazy`]; a closed limiter's answer is the core's).
+    pub(crate) fn submit<C, F>(&self, env: &Env, id: u32, call: C) -> Result<()>
     where
+        C: FnOnce() -> F + Send + 'static,
         F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
     {
         let bridge = self.bridge.as_ref().ok_or_else(|| {
@@ -311,7 +310,7 @@ impl NativeLimiter {
                 polylimit::Error::Internal("no bridge: call useBridge first".into()),
             )
         })?;
-        bridge.submit(u64::from(id), call);
+        bridge.submit(u64::from(id), lazy(call));
         Ok(())
     }
 
@@ -326,7 +325,7 @@ impl NativeLimiter {
             Some(s) => Some(u16::try_from(s).map_err(|_| config(&env, "status", s, "is not an HTTP status"))?),
         };
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             limiter.complete(&token, status).await?;
             Ok(Reply::Unit)
         })
@@ -336,7 +335,7 @@ impl NativeLimiter {
     #[napi]
     pub fn reset(&self, env: Env, id: u32, key: String) -> Result<()> {
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             limiter.reset(&key).await?;
             Ok(Reply::Unit)
         })
@@ -349,7 +348,7 @@ impl NativeLimiter {
     #[napi]
     pub fn override_call(&self, env: Env, id: u32, op: String, key: String, spec: String) -> Result<()> {
         let limiter = self.inner.clone();
-        self.submit(&env, id, async move {
+        self.submit(&env, id, move || async move {
             let spec: Value = serde_json::from_str(&spec)
                 .map_err(|e| polylimit::Error::config("override", "", format!("is not JSON: {e}")))?;
             let text = |field: &str| spec.get(field).and_then(Value::as_str).map(str::to_string);
@@ -399,6 +398,18 @@ impl NativeLimiter {
     pub fn closed(&self) -> bool {
         self.inner.is_closed()
     }
+}
+
+/// What the JS thread hands the bridge for `call`: its captures, not its
+/// future. A check's future is kilobytes (room for every state it may reach),
+/// and boxing it moves all of it; built and boxed where it first runs, on the
+/// runtime, it costs the JS thread one small allocation.
+fn lazy<C, F>(call: C) -> impl Future<Output = polylimit::Result<Reply>> + Send + 'static
+where
+    C: FnOnce() -> F + Send + 'static,
+    F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
+{
+    async move { Box::pin(call()).await }
 }
 
 /// A request's outcome as a reply, with its per-rule decisions.
