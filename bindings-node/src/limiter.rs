@@ -404,12 +404,12 @@ impl NativeLimiter {
 /// future. A check's future is kilobytes (room for every state it may reach),
 /// and boxing it moves all of it; built and boxed where it first runs, on the
 /// runtime, it costs the JS thread one small allocation.
-fn lazy<C, F>(call: C) -> impl Future<Output = polylimit::Result<Reply>> + Send + 'static
+async fn lazy<C, F>(call: C) -> polylimit::Result<Reply>
 where
     C: FnOnce() -> F + Send + 'static,
     F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
 {
-    async move { Box::pin(call()).await }
+    Box::pin(call()).await
 }
 
 /// A request's outcome as a reply, with its per-rule decisions.
