@@ -148,7 +148,7 @@ class Reader {
 
   /**
    * The next record: calls `ok(ctx, value)` or `fail(ctx, errorRecord)`. Values by kind:
-   * unit null, bool, count a number, a decision, decisions a list, acquired
+   * unit undefined (a `Promise<void>` resolves with it), bool, count a number, a decision, decisions a list, acquired
    * `{ decision, leases: [{ policy, key, id }] }`, an outcome, json the parsed value.
    */
   record(ok, fail) {
@@ -162,7 +162,7 @@ class Reader {
       case 0:
         return fail(ctx, this.error());
       case 1:
-        return ok(ctx, null);
+        return ok(ctx, undefined);
       case 2:
         return ok(ctx, this.u8() === 1);
       case 3:

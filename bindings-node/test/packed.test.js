@@ -39,10 +39,12 @@ function expected(r) {
       o.decisions = v.decisions.map((d) => ({ rule: d.rule, policy: d.policy, ...decision(d), shadow: d.shadow }));
       return [r.ctx, true, o];
     }
+    case 'unit':
+      return [r.ctx, true, undefined];
     case 'error':
       return [r.ctx, false, { code: `POLYLIMIT_${v.kind.toUpperCase()}`, message: v.message, field: v.field, value: v.value }];
     default:
-      // unit (null), bool, count, json
+      // bool, count, json
       return [r.ctx, true, v];
   }
 }
