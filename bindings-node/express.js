@@ -1,8 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { checkerFor, decide, pathOf, settleAfterResponse } = require('./options');
-const { setHeaders } = require('./outcome');
+const { checkerFor, decide, pathOf, setHeaders, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 

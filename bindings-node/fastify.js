@@ -8,11 +8,8 @@
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const { checkerFor, decide, settleAfterResponse } = require('./options');
-const { setHeaders } = require('./outcome');
-
-// Options that say what is limited: a route giving its own replaces the plugin's.
-const LIMIT_OPTIONS = ['policy', 'policies', 'key', 'count', 'windowMs', 'limit', 'max'];
+const native = require('./native');
+const { checkerFor, decide, setHeaders, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -48,13 +45,14 @@ function hookFor(limiter, rule, options, match) {
   };
 }
 
-/** The options of a route's own limiter: the plugin's, its limit replaced by the route's. */
+/**
+ * The options of a route's own limiter: the plugin's, its limit replaced by the route's (which
+ * fields a route's limit replaces is the core's rule: the middleware plan's `replaces`).
+ */
 function routeLimiterOptions(plugin, config, url) {
   const base = { ...plugin };
   delete base.limiter;
-  if (LIMIT_OPTIONS.some((name) => config[name] !== undefined)) {
-    for (const name of LIMIT_OPTIONS) delete base[name];
-  }
+  for (const name of native.middlewarePlan(config, true).replaces) delete base[name];
   return { ...base, ...config, route: url };
 }
 

@@ -3,8 +3,8 @@
 // key, header and body comes from the Rust core. Required by index.js and options.js; it
 // requires neither, so no module requires one that requires it back.
 const native = require('./native');
-const { DECISION_RECORD_LEN, decisionInto, readBatch, scratchArray } = require('./outcome');
-const { ConfigError, fromNative, fromRecord } = require('./errors');
+const calls = require('./calls');
+const { ConfigError, fromNative } = require('./errors');
 
 /** The options object the addon reads (JavaScript's names; the core checks every field). */
 function optionsObject(options) {
@@ -22,114 +22,7 @@ function call(fn) {
   }
 }
 
-/** A promise of the addon that resolves with null or an error record (JSON): rejects with the error. */
-function settled(failure) {
-  if (failure !== null && failure !== undefined) throw fromRecord(JSON.parse(failure));
-}
-
 function noop() {}
-
-/**
- * The settle functions of the calls in flight, by id: `get`, `set`, `delete`, `size`, as a Map.
- * Not a Map: a Map that churns (one entry per request, deleted when settled) leaves its
- * replaced hash tables in the old generation with the entries they held, and those keep each
- * request's promise chain, outcome and response alive through the scavenges: under load every
- * scavenge promoted ~1.3 MB, and the GC helper threads took 3-4 us per request (1-1.6 with
- * this; the test `pending.test.js` watches the promotion).
- */
-class Pending {
-  constructor() {
-    this.slots = Object.create(null);
-    this.size = 0;
-  }
-  get(id) {
-    return this.slots[id];
-  }
-  set(id, settle) {
-    if (this.slots[id] === undefined) this.size++;
-    this.slots[id] = settle;
-  }
-  delete(id) {
-    if (this.slots[id] !== undefined) {
-      this.size--;
-      delete this.slots[id];
-    }
-  }
-}
-
-/**
- * Checks in flight by id, settled by batches from the addon (src/batch.rs).
- * The handlers close over this registry only, never over the limiter, so an
- * unreachable limiter is still garbage-collected.
- */
-function inFlight() {
-  const pending = new Pending();
-  let next = 0;
-  // The completion functions do not hold the process open; a timer does, while checks are in flight.
-  let keepAlive;
-  const idle = () => {
-    if (pending.size === 0 && keepAlive !== undefined) {
-      clearInterval(keepAlive);
-      keepAlive = undefined;
-    }
-  };
-  // Lent to the addon, which copies each batch's numbers into it (src/outcome.rs).
-  const scratch = scratchArray();
-  const settleHttp = (id, outcome) => {
-    const settle = pending.get(id);
-    pending.delete(id);
-    settle.resolve(outcome);
-  };
-  const failHttp = (id, text) => {
-    const settle = pending.get(id);
-    pending.delete(id);
-    settle.reject(fromRecord(JSON.parse(text)));
-  };
-  return {
-    /** A promise settled by a batch; `send(id)` hands the check to the addon (a throw rejects it). */
-    start(send) {
-      return new Promise((resolve, reject) => {
-        next = (next + 1) >>> 0;
-        const id = next;
-        pending.set(id, { resolve, reject });
-        if (keepAlive === undefined) keepAlive = setInterval(noop, 1 << 30);
-        try {
-          send(id);
-        } catch (e) {
-          pending.delete(id);
-          idle();
-          reject(fromNative(e));
-        }
-      });
-    },
-    /** Rejects the checks `ids` with `error` (their batch could not start). */
-    fail(ids, error) {
-      for (const id of ids) {
-        const settle = pending.get(id);
-        pending.delete(id);
-        if (settle) settle.reject(error);
-      }
-      idle();
-    },
-    onDecisions(batch) {
-      for (let i = 0; i < batch.length; i += DECISION_RECORD_LEN) {
-        const settle = pending.get(batch[i]);
-        pending.delete(batch[i]);
-        settle.resolve(decisionInto({}, batch, i, SOURCES));
-      }
-      idle();
-    },
-    scratch,
-    /** A batch of request outcomes and errors (src/outcome.rs): settles their promises. */
-    onHttp(nums, text) {
-      readBatch(nums, scratch, text, SOURCES, settleHttp, failHttp);
-      idle();
-    },
-  };
-}
-
-// The core's source names by a decision record's index (Source::ALL, src/decision.rs).
-const SOURCES = native.sourceNames();
 
 const REQUEST_NAMES = {
   apiKey: 'api_key',
@@ -181,12 +74,7 @@ class Limiter {
       throw new ConfigError(`onAnomaly: ${String(onAnomaly)} is not a function`, 'onAnomaly', String(onAnomaly));
     }
     this._native = call(() => new native.NativeLimiter(given));
-    this._flight = inFlight();
-    this._native.setCompletionHandlers(
-      this._flight.onDecisions,
-      this._flight.onHttp,
-      this._flight.scratch,
-    );
+    this._native.useBridge(calls.nativeBridge());
     // `check(key)` calls of one JavaScript turn, handed to the addon in one call (`_flushChecks`).
     this._queuedIds = [];
     this._queuedKeys = [];
@@ -211,7 +99,7 @@ class Limiter {
     try {
       this._native.checkMany(new Uint32Array(ids), keys);
     } catch (e) {
-      this._flight.fail(ids, fromNative(e));
+      calls.failAll(ids, fromNative(e));
     }
   }
 
@@ -233,9 +121,9 @@ class Limiter {
     if (options && (options.cost != null || options.nowMs != null)) {
       this._flushChecks();
       const { cost, nowMs } = options;
-      return this._flight.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+      return calls.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
     }
-    return this._flight.start((id) => {
+    return calls.start((id) => {
       if (this._queuedIds.length === 0) queueMicrotask(this._flushQueued);
       this._queuedIds.push(id);
       this._queuedKeys.push(key);
@@ -252,7 +140,7 @@ class Limiter {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
     const { cost, nowMs } = options || {};
-    return this._flight.start((id) => this._native.peekBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+    return calls.start((id) => this._native.peekBatched(id, key, cost ?? undefined, nowMs ?? undefined));
   }
 
   /**
@@ -262,14 +150,14 @@ class Limiter {
   checkRequest(request) {
     this._flushChecks();
     const info = requestJson(request);
-    return this._flight.start((id) => this._native.checkRequestBatched(id, info));
+    return calls.start((id) => this._native.checkRequestBatched(id, info));
   }
 
   /** The outcome `checkRequest(request)` would give now, charging nothing (not counted in the metrics). */
   peekRequest(request) {
     this._flushChecks();
     const info = requestJson(request);
-    return this._flight.start((id) => this._native.peekRequestBatched(id, info));
+    return calls.start((id) => this._native.peekRequestBatched(id, info));
   }
 
   /**
@@ -278,17 +166,7 @@ class Limiter {
    */
   resetRequest(request) {
     this._flushChecks();
-    let answer;
-    try {
-      answer = this._native.resetRequest(requestJson(request));
-    } catch (e) {
-      return Promise.reject(fromNative(e));
-    }
-    return answer.then((text) => {
-      const { count, error } = JSON.parse(text);
-      if (error) throw fromRecord(error);
-      return count;
-    });
+    return calls.start((id) => this._native.resetRequest(id, requestJson(request)));
   }
 
   /**
@@ -298,7 +176,7 @@ class Limiter {
   /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
   _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs) {
     this._flushChecks();
-    return this._flight.start((id) =>
+    return calls.start((id) =>
       this._native.checkHttpBatched(
         id,
         rule,
@@ -351,14 +229,10 @@ class Limiter {
    */
   complete(token, status) {
     this._flushChecks();
-    try {
-      if (typeof token !== 'string') {
-        throw new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token));
-      }
-      return this._native.complete(token, status ? Number(status) : undefined).then(settled);
-    } catch (e) {
-      return Promise.reject(fromNative(e));
+    if (typeof token !== 'string') {
+      return Promise.reject(new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token)));
     }
+    return calls.start((id) => this._native.complete(id, token, status ? Number(status) : undefined));
   }
 
   /**
@@ -371,28 +245,15 @@ class Limiter {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
     const { cost, nowMs } = options || {};
-    let started;
-    try {
-      started = this._native.acquire(key, cost ?? undefined, nowMs ?? undefined);
-    } catch (e) {
-      return Promise.reject(fromNative(e));
-    }
-    return started.then((text) => {
-      const answer = JSON.parse(text);
-      if (answer.error) throw fromRecord(answer.error);
-      const lease = answer.leases.length > 0 ? new Lease(this._native, answer.leases) : null;
-      return { decision: answer.decision, lease };
-    });
+    return calls
+      .start((id) => this._native.acquire(id, key, cost ?? undefined, nowMs ?? undefined))
+      .then(({ decision, leases }) => ({ decision, lease: leases.length > 0 ? new Lease(this._native, leases) : null }));
   }
 
   /** Forgets every policy's state for `key`. */
   reset(key) {
     this._flushChecks();
-    try {
-      return this._native.reset(String(key)).then(settled);
-    } catch (e) {
-      return Promise.reject(fromNative(e));
-    }
+    return calls.start((id) => this._native.reset(id, String(key)));
   }
 
   /**
@@ -419,24 +280,23 @@ class Limiter {
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
+    let spec;
     try {
-      const spec = JSON.stringify(options ?? {}, (_, v) => (v === undefined ? null : v));
-      return this._native.overrideCall(op, key, spec).then((text) => {
-        const [failed, value] = JSON.parse(text);
-        if (failed) throw fromRecord(value);
-        if (value === null || typeof value !== 'object') return value;
-        return {
-          policy: value.policy,
-          key: value.key,
-          rate: value.rate,
-          burst: value.burst,
-          limit: value.limit,
-          expiresAtMs: value.expires_at_ms,
-        };
-      });
+      spec = JSON.stringify(options ?? {}, (_, v) => (v === undefined ? null : v));
     } catch (e) {
-      return Promise.reject(fromNative(e));
+      return Promise.reject(e);
     }
+    return calls.start((id) => this._native.overrideCall(id, op, key, spec)).then((value) => {
+      if (value === null || typeof value !== 'object') return value;
+      return {
+        policy: value.policy,
+        key: value.key,
+        rate: value.rate,
+        burst: value.burst,
+        limit: value.limit,
+        expiresAtMs: value.expires_at_ms,
+      };
+    });
   }
 
   /** The limiter's metrics in Prometheus text format. */
@@ -465,9 +325,10 @@ class Limiter {
  * resolve with 0); `await using lease = ...` releases at the end of the block where supported.
  */
 class Lease {
+  /** `leases`: the core's leases, `[{ policy, key, id }]` (opaque to callers). */
   constructor(nativeLimiter, leases) {
     this._native = nativeLimiter;
-    this._leases = JSON.stringify(leases);
+    this._leases = leases;
   }
 
   /** Whether `release()` was called. */
@@ -480,18 +341,16 @@ class Lease {
     const leases = this._leases;
     if (leases === null) return Promise.resolve(0);
     const { nowMs } = options || {};
-    let started;
-    try {
-      started = this._native.release(leases, nowMs ?? undefined);
-    } catch (e) {
-      return Promise.reject(fromNative(e));
-    }
-    this._leases = null;
-    return started.then((text) => {
-      const answer = JSON.parse(text);
-      if (answer.error) throw fromRecord(answer.error);
-      return answer.released;
+    const policies = Uint32Array.from(leases, (l) => l.policy);
+    const keys = leases.map((l) => l.key);
+    const ids = leases.map((l) => l.id);
+    let submitted = false;
+    const released = calls.start((id) => {
+      this._native.release(id, policies, keys, ids, nowMs ?? undefined);
+      submitted = true;
     });
+    if (submitted) this._leases = null;
+    return released;
   }
 }
 if (typeof Symbol.asyncDispose === 'symbol') {

@@ -122,4 +122,10 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { checkerFor, decide, pathOf, settleAfterResponse };
+/** Sets an outcome's headers on a Node response, names as the core spells them. */
+function setHeaders(outcome, res) {
+  const headers = outcome.headers;
+  for (let i = 0; i < headers.length; i++) res.setHeader(headers[i][0], headers[i][1]);
+}
+
+module.exports = { checkerFor, decide, pathOf, setHeaders, settleAfterResponse };

@@ -1,12 +1,10 @@
-//! A decision crosses to JavaScript as the core's decision record
-//! (`polylimit::wire::decision_record`: 8 numbers in a `Float64Array`,
-//! cheaper than an object per check). `index.js` turns it into `{ allowed,
-//! limit, remaining, resetAfterMs, retryAfterMs, delayMs, source }`, the
-//! source by its place in [`source_names`].
+//! A decision crosses to JavaScript in a packed record
+//! (`polylimit::wire::packed`), its source as an index: `packed.js` names it
+//! by its place in [`source_names`].
 
 use polylimit::Source;
 
-/// The source names in index order (`Source::ALL`), for `index.js`.
+/// The source names in index order (`Source::ALL`), for `packed.js`.
 #[napi_derive::napi]
 #[cfg_attr(test, allow(dead_code))] // called from JavaScript only
 pub fn source_names() -> Vec<&'static str> {

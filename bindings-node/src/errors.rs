@@ -1,8 +1,8 @@
 //! One mapping from `polylimit::Error` to a JS error: an `Error` whose
 //! `message` is the core's plain message, with `code` (stable per kind) and,
 //! for config errors, `field` and `value` as properties. `errors.js` gives it
-//! its class. Off the JS thread, errors travel as a [`record`] (a JSON object
-//! of the same properties) and JavaScript builds the error.
+//! its class. Off the JS thread, errors travel in packed records
+//! (`polylimit::wire::packed`) and JavaScript builds the error the same way.
 
 use napi::bindgen_prelude::JsObjectValue;
 use napi::{Env, Error, Status};
@@ -30,7 +30,7 @@ pub fn error_codes() -> Vec<&'static str> {
 
 /// The properties of the JS error for `e`: `code`, `message`, and for a
 /// config error `field` and `value`.
-pub fn record(e: &polylimit::Error) -> Value {
+fn record(e: &polylimit::Error) -> Value {
     let mut out = json!({ "code": code(e.kind()), "message": e.to_string() });
     if let polylimit::Error::Config { field, value, .. } = e {
         out["field"] = Value::String(field.clone());

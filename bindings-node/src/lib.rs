@@ -2,18 +2,17 @@
 //! errors; every decision, key, header and body comes from the Rust core.
 #![deny(clippy::all)]
 
-mod batch;
 mod breaker;
+mod bridge;
 mod client;
 mod decision;
 mod errors;
 mod lease;
 mod limiter;
 mod middleware;
-mod outcome;
-mod queue;
 
 pub use breaker::NativeCircuitBreaker;
+pub use bridge::NativeBridge;
 pub use limiter::{effective_config, NativeLimiter, NativeRouteRule};
 
 /// Requests are allocated on the JS thread and freed on the runtime's, and

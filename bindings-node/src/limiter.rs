@@ -1,46 +1,29 @@
-//! `NativeLimiter`: holds the core limiter; every method is "clone inner →
-//! core call on the tokio runtime → map the error". `index.js` wraps it.
+//! `NativeLimiter`: holds the core limiter; every async method submits
+//! "core call → packed reply" to the thread's bridge (`bridge.rs`) as call
+//! `ctx`, whose record settles the promise in `calls.js`. Argument errors
+//! are thrown at once. `limiter.js` wraps it.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use futures_util::FutureExt;
-use napi::bindgen_prelude::{
-    within_runtime_if_available, Float64Array, FnArgs, Function, PromiseRaw, Uint32Array, Unknown,
-};
+use napi::bindgen_prelude::{within_runtime_if_available, Function, Uint32Array, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
+use polylimit::bridge::Bridge;
+use polylimit::wire::packed::Reply;
 use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use crate::batch::{dispatcher, Completions, Job};
-use crate::errors::{config, guard, record, throw};
+use crate::bridge::NativeBridge;
+use crate::errors::{config, guard, throw};
 use crate::integral;
-use crate::outcome::{BatchNumbers, HttpCompletions};
 
-/// The native limiter class (use `Limiter` from `index.js`).
+/// The native limiter class (use `Limiter` from `limiter.js`).
 #[napi]
 pub struct NativeLimiter {
     pub(crate) inner: Limiter,
-    /// The queue of the task that runs checks (none before the completion
-    /// handlers are set, and after `close`).
-    jobs: Option<mpsc::UnboundedSender<Job>>,
-}
-
-/// Runs `fut` on napi's tokio runtime; a panic becomes an internal error.
-/// Runs `fut` on napi's tokio runtime; the promise resolves with null, or
-/// with the error's [`record`] as JSON text (a panic is an internal error),
-/// which `index.js` turns into the rejection.
-fn spawn<F>(env: &Env, fut: F) -> Result<PromiseRaw<'_, Option<String>>>
-where
-    F: 'static + Send + Future<Output = polylimit::Result<()>>,
-{
-    env.spawn_future(AssertUnwindSafe(fut).catch_unwind().map(|r| {
-        let r = r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in a check".into())));
-        Ok(r.err().map(|e| record(&e).to_string()))
-    }))
+    /// The thread's bridge every call is submitted to (`useBridge`).
+    bridge: Option<Bridge>,
 }
 
 /// A JavaScript value for the core's one rule on `cost` and `now_ms`
@@ -93,29 +76,15 @@ impl NativeLimiter {
     pub fn new(env: Env, options: Value) -> Result<Self> {
         guard(&env, || {
             within_runtime_if_available(|| Limiter::build(Naming::Camel, &integral(options)))
-                .map(|inner| NativeLimiter { inner, jobs: None })
+                .map(|inner| NativeLimiter { inner, bridge: None })
                 .map_err(|e| throw(&env, e))
         })
     }
 
-    /// Sets the functions that receive finished checks: `decisions` gets
-    /// batches of decision records (`Float64Array`, see `batch.rs`), `http`
-    /// gets batches of request outcomes and errors (see `outcome.rs`). They
-    /// hold no reference to the limiter, so an unreachable limiter is still collected.
-    #[napi(
-        ts_args_type = "decisions: (batch: Float64Array) => void, http: (nums: number | Float64Array, text: string) => void, scratch: Float64Array"
-    )]
-    pub fn set_completion_handlers(
-        &mut self,
-        decisions: Function<'_, Float64Array, ()>,
-        http: Function<'_, FnArgs<(BatchNumbers, String)>, ()>,
-        scratch: Float64Array,
-    ) -> Result<()> {
-        let completions = Completions::new(decisions, HttpCompletions::new(http, scratch)?)?;
-        self.jobs = Some(within_runtime_if_available(|| {
-            dispatcher(self.inner.clone(), completions)
-        }));
-        Ok(())
+    /// Submits every later call to `bridge` (the thread's, from `calls.js`).
+    #[napi]
+    pub fn use_bridge(&mut self, bridge: &NativeBridge) {
+        self.bridge = Some(bridge.bridge.clone());
     }
 
     /// Starts check `id` of `key`; its result arrives through the completion
@@ -130,13 +99,16 @@ impl NativeLimiter {
         now_ms: Option<Unknown<'_>>,
     ) -> Result<()> {
         let options = check_options(&env, cost, now_ms)?;
-        self.send(&env, Job::Check { id, key, options })
+        let limiter = self.inner.clone();
+        self.send(&env, id, move || async move {
+            limiter.check_with(&key, options).await.map(Reply::Decision)
+        })
     }
 
     /// Starts the checks `ids[i]` of `keys[i]` (no options: cost 1, the
     /// store's clock), queued by `check` during one JavaScript turn: one
-    /// call and one wake-up of the runtime for all of them. Each result
-    /// arrives through the completion handler like `checkBatched`'s.
+    /// call for all of them, and the bridge's dispatcher wakes once. Each
+    /// result arrives like `checkBatched`'s.
     #[napi]
     pub fn check_many(&self, env: Env, ids: Uint32Array, keys: Vec<String>) -> Result<()> {
         if ids.len() != keys.len() {
@@ -145,16 +117,31 @@ impl NativeLimiter {
                 polylimit::Error::Internal(format!("checkMany: {} ids for {} keys", ids.len(), keys.len())),
             ));
         }
-        let ids = ids.to_vec();
-        self.send(&env, Job::CheckMany { ids, keys })
+        let bridge = self.open_bridge(&env)?;
+        for (&id, key) in ids.iter().zip(keys) {
+            let limiter = self.inner.clone();
+            bridge.submit(
+                u64::from(id),
+                lazy(move || async move {
+                    limiter
+                        .check_with(&key, CheckOptions::default())
+                        .await
+                        .map(Reply::Decision)
+                }),
+            );
+        }
+        Ok(())
     }
 
-    /// Starts deciding request `id` (the `RequestInfo` as JSON text); the
-    /// outcome arrives through the outcome completion handler (`outcome.rs`).
+    /// Starts deciding request `id` (the `RequestInfo` as JSON text); its
+    /// record is the outcome, with its per-rule decisions.
     #[napi]
     pub fn check_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
-        self.send(&env, Job::Request { id, request })
+        let limiter = self.inner.clone();
+        self.send(&env, id, move || async move {
+            limiter.check_request(&request).await.map(outcome)
+        })
     }
 
     /// Starts peek `id` of `key` (the decision a check would get, nothing
@@ -169,7 +156,10 @@ impl NativeLimiter {
         now_ms: Option<Unknown<'_>>,
     ) -> Result<()> {
         let options = check_options(&env, cost, now_ms)?;
-        self.send(&env, Job::Peek { id, key, options })
+        let limiter = self.inner.clone();
+        self.send(&env, id, move || async move {
+            limiter.peek_with(&key, options).await.map(Reply::Decision)
+        })
     }
 
     /// Starts peeking request `id` (the `RequestInfo` as JSON text): the
@@ -177,28 +167,22 @@ impl NativeLimiter {
     #[napi]
     pub fn peek_request_batched(&self, env: Env, id: u32, request: String) -> Result<()> {
         let request = request_arg(&env, &request)?;
-        self.send(&env, Job::PeekRequest { id, request })
+        let limiter = self.inner.clone();
+        self.send(&env, id, move || async move {
+            limiter.peek_request(&request).await.map(outcome)
+        })
     }
 
-    /// Forgets every (policy, key) `checkRequest` would charge for the
-    /// request (JSON text): resolves with `{"count": n}` or `{"error": record}`
-    /// as JSON text, which `index.js` settles.
-    #[napi(ts_return_type = "Promise<string>")]
-    pub fn reset_request<'e>(&self, env: &'e Env, request: String) -> Result<PromiseRaw<'e, String>> {
-        let request = request_arg(env, &request)?;
+    /// Call `id`: forgets every (policy, key) `checkRequest` would charge for
+    /// the request (JSON text); its record is how many were forgotten.
+    #[napi]
+    pub fn reset_request(&self, env: Env, id: u32, request: String) -> Result<()> {
+        let request = request_arg(&env, &request)?;
         let limiter = self.inner.clone();
-        env.spawn_future(
-            AssertUnwindSafe(async move { limiter.reset_request(&request).await })
-                .catch_unwind()
-                .map(|r| {
-                    let r = r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in a reset".into())));
-                    Ok(match r {
-                        Ok(n) => serde_json::json!({ "count": n }),
-                        Err(e) => serde_json::json!({ "error": record(&e) }),
-                    }
-                    .to_string())
-                }),
-        )
+        self.submit(&env, id, move || async move {
+            let n = limiter.reset_request(&request).await?;
+            Ok(Reply::Count(n as u64))
+        })
     }
 
     /// Starts deciding request `id` for a middleware, from typed arguments
@@ -207,8 +191,8 @@ impl NativeLimiter {
     /// `case_insensitive` / `ignore_trailing_slash` are the router's matching
     /// rules. With a `rule` (from `routeRule`) the request is decided by that
     /// rule instead of the limiter's rules (same store, state, metrics and
-    /// `close`). The outcome arrives through the middleware completion handler
-    /// (`outcome.rs`). `now_ms` (tests) decides at that time.
+    /// `close`). Its record is the outcome, like `checkRequestBatched`'s.
+    /// `now_ms` (tests) decides at that time.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
@@ -247,17 +231,18 @@ impl NativeLimiter {
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
         };
-        self.send(
-            &env,
-            match rule {
-                Some(rule) => Job::Route {
-                    id,
-                    request,
-                    rule: rule.rule.clone(),
-                },
-                None => Job::Request { id, request },
-            },
-        )
+        let limiter = self.inner.clone();
+        match rule {
+            Some(rule) => {
+                let rule = rule.rule.clone();
+                self.send(&env, id, move || async move {
+                    limiter.check_route(&request, &rule).await.map(outcome)
+                })
+            }
+            None => self.send(&env, id, move || async move {
+                limiter.check_request(&request).await.map(outcome)
+            }),
+        }
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked
@@ -290,55 +275,80 @@ impl NativeLimiter {
         })
     }
 
-    fn send(&self, env: &Env, job: Job) -> Result<()> {
-        self.jobs
-            .as_ref()
-            .and_then(|jobs| jobs.send(job).ok())
-            .ok_or_else(|| throw(env, polylimit::Error::Closed))
+    /// The bridge, or the thrown error of a closed limiter.
+    fn open_bridge(&self, env: &Env) -> Result<&Bridge> {
+        if self.inner.is_closed() {
+            return Err(throw(env, polylimit::Error::Closed));
+        }
+        self.bridge.as_ref().ok_or_else(|| {
+            throw(
+                env,
+                polylimit::Error::Internal("no bridge: call useBridge first".into()),
+            )
+        })
     }
 
-    /// Settles a request after its response (`outcome.completion`): gives
-    /// back the charges whose rule's `count` does not count `status` (absent
-    /// or 0: no response, counted as failed). Resolves with null, or with the
-    /// error record (JSON) of a malformed token; never fails because the
-    /// store is down.
-    #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn complete<'e>(
-        &self,
-        env: &'e Env,
-        token: String,
-        status: Option<u32>,
-    ) -> Result<PromiseRaw<'e, Option<String>>> {
-        let limiter = self.inner.clone();
+    /// Submits a decision (a check, a request) as call `id` ([`lazy`]); throws once the limiter is closed.
+    fn send<C, F>(&self, env: &Env, id: u32, call: C) -> Result<()>
+    where
+        C: FnOnce() -> F + Send + 'static,
+        F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
+    {
+        self.open_bridge(env)?.submit(u64::from(id), lazy(call));
+        Ok(())
+    }
+
+    /// Submits any other call as call `id` ([`lazy`]; a closed limiter's answer is the core's).
+    pub(crate) fn submit<C, F>(&self, env: &Env, id: u32, call: C) -> Result<()>
+    where
+        C: FnOnce() -> F + Send + 'static,
+        F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
+    {
+        let bridge = self.bridge.as_ref().ok_or_else(|| {
+            throw(
+                env,
+                polylimit::Error::Internal("no bridge: call useBridge first".into()),
+            )
+        })?;
+        bridge.submit(u64::from(id), lazy(call));
+        Ok(())
+    }
+
+    /// Call `id`: settles a request after its response (`outcome.completion`):
+    /// gives back the charges whose rule's `count` does not count `status`
+    /// (absent or 0: no response, counted as failed). Its record is unit, or
+    /// the config error of a malformed token; never fails because the store is down.
+    #[napi]
+    pub fn complete(&self, env: Env, id: u32, token: String, status: Option<u32>) -> Result<()> {
         let status = match status {
             None => None,
-            Some(s) => Some(u16::try_from(s).map_err(|_| config(env, "status", s, "is not an HTTP status"))?),
+            Some(s) => Some(u16::try_from(s).map_err(|_| config(&env, "status", s, "is not an HTTP status"))?),
         };
-        spawn(env, async move { limiter.complete(&token, status).await.map(|_| ()) })
+        let limiter = self.inner.clone();
+        self.submit(&env, id, move || async move {
+            limiter.complete(&token, status).await?;
+            Ok(Reply::Unit)
+        })
     }
 
-    /// Forgets every policy's state for `key`: resolves with null, or with
-    /// the error record (JSON) that `index.js` rejects with.
-    #[napi(ts_return_type = "Promise<string | null>")]
-    pub fn reset<'e>(&self, env: &'e Env, key: String) -> Result<PromiseRaw<'e, Option<String>>> {
+    /// Call `id`: forgets every policy's state for `key`.
+    #[napi]
+    pub fn reset(&self, env: Env, id: u32, key: String) -> Result<()> {
         let limiter = self.inner.clone();
-        spawn(env, async move { limiter.reset(&key).await })
+        self.submit(&env, id, move || async move {
+            limiter.reset(&key).await?;
+            Ok(Reply::Unit)
+        })
     }
 
-    /// Per-key overrides: `op` is `set` (`spec` the JSON of `{ policy, rate,
-    /// burst, ttl, nowMs }`), `get` (`{ policy, nowMs }`) or `remove`
-    /// (`{ policy }`). Resolves with the JSON text `[failed, value]`: the
-    /// override (or null, or whether one was removed), or the error record.
-    #[napi(ts_return_type = "Promise<string>")]
-    pub fn override_call<'e>(
-        &self,
-        env: &'e Env,
-        op: String,
-        key: String,
-        spec: String,
-    ) -> Result<PromiseRaw<'e, String>> {
+    /// Call `id`, per-key overrides: `op` is `set` (`spec` the JSON of `{
+    /// policy, rate, burst, ttl, nowMs }`), `get` (`{ policy, nowMs }`) or
+    /// `remove` (`{ policy }`). Its record is JSON: the override (or null, or
+    /// whether one was removed).
+    #[napi]
+    pub fn override_call(&self, env: Env, id: u32, op: String, key: String, spec: String) -> Result<()> {
         let limiter = self.inner.clone();
-        let run = async move {
+        self.submit(&env, id, move || async move {
             let spec: Value = serde_json::from_str(&spec)
                 .map_err(|e| polylimit::Error::config("override", "", format!("is not JSON: {e}")))?;
             let text = |field: &str| spec.get(field).and_then(Value::as_str).map(str::to_string);
@@ -349,28 +359,19 @@ impl NativeLimiter {
                     .ok_or_else(|| polylimit::Error::config("nowMs", v, "is not a time in ms since the epoch"))
             });
             let now_ms = now_ms.transpose()?;
-            match op.as_str() {
+            let value = match op.as_str() {
                 "set" => {
                     let spec = OverrideSpec::from_value(&spec, Naming::Camel)?;
-                    Ok(limiter.set_override(&key, &spec).await?.to_value())
+                    limiter.set_override(&key, &spec).await?.to_value()
                 }
-                "get" => Ok(limiter
+                "get" => limiter
                     .get_override(&key, text("policy").as_deref(), now_ms)
                     .await?
-                    .map_or(Value::Null, |o| o.to_value())),
-                _ => Ok(Value::Bool(
-                    limiter.remove_override(&key, text("policy").as_deref()).await?,
-                )),
-            }
-        };
-        env.spawn_future(AssertUnwindSafe(run).catch_unwind().map(|r| {
-            let r: polylimit::Result<Value> =
-                r.unwrap_or_else(|_| Err(polylimit::Error::Internal("panic in an override call".into())));
-            Ok(match r {
-                Ok(value) => serde_json::json!([false, value]).to_string(),
-                Err(e) => serde_json::json!([true, record(&e)]).to_string(),
-            })
-        }))
+                    .map_or(Value::Null, |o| o.to_value()),
+                _ => Value::Bool(limiter.remove_override(&key, text("policy").as_deref()).await?),
+            };
+            Ok(Reply::Json(value))
+        })
     }
 
     /// Prometheus text of the limiter's metrics.
@@ -386,11 +387,10 @@ impl NativeLimiter {
     }
 
     /// Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`; the
-    /// completion functions are released once the checks in flight finish.
+    /// calls in flight still settle.
     #[napi]
     pub fn close(&mut self) {
         self.inner.close();
-        self.jobs = None;
     }
 
     /// Whether `close()` was called.
@@ -398,6 +398,23 @@ impl NativeLimiter {
     pub fn closed(&self) -> bool {
         self.inner.is_closed()
     }
+}
+
+/// What the JS thread hands the bridge for `call`: its captures, not its
+/// future. A check's future is kilobytes (room for every state it may reach),
+/// and boxing it moves all of it; built and boxed where it first runs, on the
+/// runtime, it costs the JS thread one small allocation.
+async fn lazy<C, F>(call: C) -> polylimit::Result<Reply>
+where
+    C: FnOnce() -> F + Send + 'static,
+    F: Future<Output = polylimit::Result<Reply>> + Send + 'static,
+{
+    Box::pin(call()).await
+}
+
+/// A request's outcome as a reply, with its per-rule decisions.
+fn outcome(o: polylimit::Outcome) -> Reply {
+    Reply::Outcome(o, true)
 }
 
 /// The configuration a limiter would be built from (`effectiveConfig` in

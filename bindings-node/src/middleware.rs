@@ -10,12 +10,14 @@ use polylimit::Naming;
 use crate::errors::guard;
 
 /// What a middleware's options ask for: `check` (`build`, `route_rule` or
-/// `rules`), the fields a built limiter takes, whether a key generator is given.
+/// `rules`), the fields a built limiter takes, whether a key generator is
+/// given, the enclosing middleware's fields a limit of its own replaces.
 #[napi(object)]
 pub struct MiddlewarePlan {
     pub check: String,
     pub limiter_fields: Vec<String>,
     pub key_function: bool,
+    pub replaces: Vec<String>,
 }
 
 /// The core's plan for `options` (a middleware's options object; fields
@@ -43,6 +45,7 @@ pub fn middleware_plan(env: Env, options: Object<'_>, enclosing: bool) -> Result
             check: p.check.as_str().to_string(),
             limiter_fields: p.limiter_fields,
             key_function: p.key_function,
+            replaces: p.replaces,
         })
     })
 }

@@ -1,7 +1,8 @@
 'use strict';
 // check(key) calls of one JavaScript turn go to the addon in one call
 // (checkMany), and other calls flush them first, so the store sees calls in
-// the order they were made.
+// the order they were made. (A loaded machine can take longer than the default 100 ms
+// timeout to connect: the tests give 5 s, the fallback's decisions are not the point here.)
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter, ClosedError } = require('..');
@@ -29,7 +30,7 @@ function spy(limiter, name) {
 
 test('the check(key) calls of one turn reach the addon in one call, each with its own decision', async () => {
   for (const store of ['memory', redis.url]) {
-    const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '30/h' }, store, prefix: 'batch-one-call' });
+    const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '30/h' }, store, prefix: 'batch-one-call', timeout: '5s' });
     const calls = spy(limiter, 'checkMany');
     const keys = Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? 'even' : `odd-${i}`));
     const decisions = await Promise.all(keys.map((key) => limiter.check(key)));
@@ -51,7 +52,7 @@ test('the check(key) calls of one turn reach the addon in one call, each with it
 });
 
 test('a call made after check() in the same turn sees the check', async () => {
-  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/h' }, store: redis.url, prefix: 'batch-order' });
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/h' }, store: redis.url, prefix: 'batch-order', timeout: '5s' });
   // Connected first: calls waiting for the first connection may go in any order.
   await limiter.check('warm-up');
   const checked = limiter.check('k');

@@ -29,6 +29,7 @@ test('the middleware plan vectors', () => {
       assert.equal(plan.check, c.expect.check, `${where}: check`);
       assert.deepEqual([...plan.limiterFields].sort(), [...c.expect.limiter_fields].sort(), `${where}: limiter_fields`);
       assert.equal(plan.keyFunction, c.expect.key_function, `${where}: key_function`);
+      assert.deepEqual(plan.replaces, c.expect.replaces, `${where}: replaces`);
       played++;
     }
   }
@@ -38,5 +39,10 @@ test('the middleware plan vectors', () => {
 
 test('a field holding undefined is not given', () => {
   const plan = native.middlewarePlan({ limiter: undefined, key: undefined, windowMs: 1000, limit: 2 }, false);
-  assert.deepEqual(plan, { check: 'build', limiterFields: ['windowMs', 'limit'], keyFunction: false });
+  assert.deepEqual(plan, {
+    check: 'build',
+    limiterFields: ['windowMs', 'limit'],
+    keyFunction: false,
+    replaces: ['policy', 'policies', 'key', 'count', 'windowMs', 'limit', 'max'],
+  });
 });

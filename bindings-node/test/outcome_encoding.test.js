@@ -1,6 +1,6 @@
 'use strict';
-// Request outcomes and errors cross from the addon one way, without JSON (src/outcome.rs,
-// outcome.js): numbers and one string of texts. `checkRequest`, `peekRequest` and the
+// Request outcomes and errors cross from the addon one way, without JSON: the core's packed
+// records (polylimit::wire::packed, read by packed.js). `checkRequest`, `peekRequest` and the
 // middlewares (`_checkHttp`) all read them with the same decoder, so comparing them with each
 // other proves nothing about it: each outcome is compared with the core's own JSON outcome for
 // the same request at the same time (outcome_encoding.expected.json: `OutcomeWire` in camelCase,

@@ -35,6 +35,8 @@ fn middleware_plan_vectors() {
             want.sort();
             assert_eq!(got, want, "{name}: limiter_fields");
             assert_eq!(plan.key_function, expect["key_function"], "{name}: key_function");
+            let want: Vec<String> = serde_json::from_value(expect["replaces"].clone()).expect("a list");
+            assert_eq!(plan.replaces, want, "{name}: replaces");
             played += 1;
         }
     }

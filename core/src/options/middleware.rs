@@ -29,6 +29,20 @@ const MIDDLEWARE_ONLY: &[Names] = &[
     ("per_route", "perRoute"),
 ];
 
+/// The fields that say what is limited: options giving any of them replace
+/// all of them of the enclosing middleware (a route's own policy does not mix
+/// with the plugin's key or window). `windowMs`, `limit` and `max` are
+/// express-rate-limit's, camel only.
+const LIMIT_FIELDS: &[Names] = &[
+    ("policy", "policy"),
+    ("policies", "policies"),
+    ("key", "key"),
+    ("count", "count"),
+    ("", "windowMs"),
+    ("", "limit"),
+    ("", "max"),
+];
+
 /// The fields of a route rule's shorthand ([`crate::RouteShorthand`]), the same in every naming.
 const ROUTE_RULE_FIELDS: [&str; 3] = ["key", "policy", "count"];
 
@@ -77,6 +91,12 @@ pub struct MiddlewarePlan {
     pub limiter_fields: Vec<String>,
     /// A key generator is given: a built limiter's `key_function`, and a route rule's.
     pub key_function: bool,
+    /// The enclosing middleware's fields a limiter built from these options
+    /// and the enclosing one's does not take from the enclosing one: every
+    /// field that says what is limited (policy, policies, key, count, and in
+    /// camel naming windowMs, limit, max) when these options give any of
+    /// them, else none.
+    pub replaces: Vec<String>,
 }
 
 /// A field's name in `naming`.
@@ -130,9 +150,19 @@ pub fn middleware_plan(naming: Naming, fields: &[(&str, Given)], enclosing: bool
     } else {
         MiddlewareCheck::Build
     };
+    let limit_fields = LIMIT_FIELDS
+        .iter()
+        .map(|&names| spelled(naming, names))
+        .filter(|name| !name.is_empty());
+    let replaces = if limit_fields.clone().any(has) {
+        limit_fields.map(str::to_string).collect()
+    } else {
+        Vec::new()
+    };
     MiddlewarePlan {
         check,
         limiter_fields,
         key_function: fields.iter().any(|&(n, g)| n == key_generator && g == Given::Function),
+        replaces,
     }
 }
