@@ -16,7 +16,7 @@ export interface Policy {
   max_delay?: string;
   on_store_error?: 'local' | 'fail_open' | 'fail_closed';
   penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
-  /** Adaptive limits per key (README "Adaptive limits"). */
+  /** Adaptive limits per key (docs/features/adaptive.md). */
   adaptive?: {
     window?: Duration;
     horizon?: Duration;
@@ -26,7 +26,7 @@ export interface Policy {
     alertKeys?: 'dimensions' | 'hash' | 'raw';
   };
   name?: string;
-  /** Admit from a local share, taken from the store at most once per `interval` per key (README "Local-with-sync"). */
+  /** Admit from a local share, taken from the store at most once per `interval` per key (docs/features/sync.md). */
   sync?: { interval?: Duration; share?: number };
 }
 
@@ -48,7 +48,7 @@ export interface AnomalyEvent {
   suppressed: number;
 }
 
-/** One set of rate-limit headers (see the README's "Header modes"). */
+/** One set of rate-limit headers (docs/features/headers.md). */
 export type HeaderSet = 'legacy' | 'ietf' | 'both' | 'none' | 'draft-6' | 'draft-7' | 'draft-8';
 /** A duration: ms as a number, or text like `"100ms"`, `"30s"`, `"1m30s"`. */
 export type Duration = number | string;
@@ -276,7 +276,7 @@ export class Limiter {
    */
   complete(token: string, status?: number | null): Promise<void>;
   reset(key: string): Promise<void>;
-  /** Sets a per-key override in the store (see the README's "Per-key overrides"). */
+  /** Sets a per-key override in the store (docs/features/overrides.md). */
   setOverride(key: string, options: OverrideOptions): Promise<Override>;
   /** The override in force for `key`, or null. */
   getOverride(key: string, options?: { policy?: string; nowMs?: number }): Promise<Override | null>;

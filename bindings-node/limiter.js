@@ -66,7 +66,7 @@ class Limiter {
   /**
    * @param {object} options the core's options in JavaScript's names: `policy` | `policies` with `key`,
    * or `rules` (YAML/JSON text or an object) | `rulesFile` (a path), and `store`, `prefix`, `maxKeys`,
-   * `timeout`, `connectTimeout`, `failureThreshold`, `cooldown`, `halfOpenProbes`, `trustedProxies`, … (README)
+   * `timeout`, `connectTimeout`, `failureThreshold`, `cooldown`, `halfOpenProbes`, `trustedProxies`, … (docs/reference/options.md)
    */
   constructor(options) {
     const { onAnomaly, ...given } = optionsObject(options);
