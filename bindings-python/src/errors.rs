@@ -1,5 +1,6 @@
 //! One Python exception class per core error kind, under `PolylimitError`.
 
+use polylimit::wire::packed::ErrorRecord;
 use polylimit::ErrorKind;
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -53,33 +54,75 @@ pub(crate) fn config_error(field: &str, value: &str, message: &str) -> PyErr {
     to_py_err(polylimit::Error::config(field, value, message))
 }
 
-/// Maps a core error to its Python exception, with `kind` (and `field`,
-/// `value` for config errors, `key` for store errors) as attributes.
+/// Maps a core error to its Python exception (see [`record_err`]).
 pub(crate) fn to_py_err(error: polylimit::Error) -> PyErr {
-    let text = error.to_string();
+    let key = match &error {
+        polylimit::Error::Store { key, .. } => Some(key.clone()),
+        _ => None,
+    };
+    new_err(ErrorRecord::from(&error), key)
+}
+
+/// Maps an error as a bridge record carries it to its Python exception, with
+/// `kind` (and `field`, `value` for config errors, `key` for store errors) as
+/// attributes. The record has no store key: it is read back from the message.
+pub(crate) fn record_err(record: ErrorRecord) -> PyErr {
+    let key = (record.kind == ErrorKind::Store)
+        .then(|| store_key(&record.message))
+        .flatten();
+    new_err(record, key)
+}
+
+fn new_err(record: ErrorRecord, key: Option<String>) -> PyErr {
+    let ErrorRecord {
+        kind,
+        message,
+        field,
+        value,
+    } = record;
     // Exhaustive over the core's kinds: a new kind is a compile error here.
-    let err = match error.kind() {
-        ErrorKind::Config => ConfigError::new_err(text),
-        ErrorKind::StoreUnavailable => StoreUnavailableError::new_err(text),
-        ErrorKind::Store => StoreError::new_err(text),
-        ErrorKind::Closed => ClosedError::new_err(text),
-        ErrorKind::Internal => InternalError::new_err(text),
+    let err = match kind {
+        ErrorKind::Config => ConfigError::new_err(message),
+        ErrorKind::StoreUnavailable => StoreUnavailableError::new_err(message),
+        ErrorKind::Store => StoreError::new_err(message),
+        ErrorKind::Closed => ClosedError::new_err(message),
+        ErrorKind::Internal => InternalError::new_err(message),
     };
     Python::attach(|py| {
-        let value = err.value(py);
-        let _ = value.setattr("kind", error.kind().as_str());
-        match &error {
-            polylimit::Error::Config { field, value: v, .. } => {
-                let _ = value.setattr("field", field.as_str());
-                let _ = value.setattr("value", v.as_str());
+        let instance = err.value(py);
+        let _ = instance.setattr("kind", kind.as_str());
+        let attributes = [("field", field), ("value", value), ("key", key)];
+        for (name, text) in attributes {
+            if let Some(text) = text {
+                let _ = instance.setattr(name, text);
             }
-            polylimit::Error::Store { key, .. } => {
-                let _ = value.setattr("key", key.as_str());
-            }
-            _ => {}
         }
     });
     err
+}
+
+/// The key of a store error's message, `store error for key "<key>": ...`
+/// (the key as Rust's `Debug` quotes it).
+fn store_key(message: &str) -> Option<String> {
+    let mut chars = message.strip_prefix("store error for key \"")?.chars();
+    let mut key = String::new();
+    loop {
+        match chars.next()? {
+            '"' => return Some(key),
+            '\\' => key.push(match chars.next()? {
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                '0' => '\0',
+                'u' => {
+                    let hex: String = chars.by_ref().skip(1).take_while(|&c| c != '}').collect();
+                    char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?
+                }
+                other => other,
+            }),
+            c => key.push(c),
+        }
+    }
 }
 
 /// `Result<T, polylimit::Error>` → `PyResult<T>`.

@@ -1,36 +1,52 @@
 //! `polylimit.Lease`: the slots of a concurrency policy one `acquire` took
-//! (the core's `LeaseGuard`). Released by `release` / `release_sync`, on
-//! leaving `with` / `async with` (exceptions included), or when collected;
-//! idempotent: only the first release gives the slots back.
+//! (as the core's `LeaseGuard` holds them). Released by `release` /
+//! `release_sync`, on leaving `with` / `async with` (exceptions included), or
+//! when collected; idempotent: only the first release gives the slots back.
 
 use std::sync::Mutex;
 
-use polylimit::{Lease, LeaseGuard, Limiter};
-use pyo3::intern;
+use polylimit::wire::packed::Reply;
+use polylimit::{Lease, Limiter};
 use pyo3::prelude::*;
+use pyo3::{intern, IntoPyObjectExt};
 
-use crate::limiter::check_options;
-use crate::{future, runtime};
+use crate::args::check_options;
+use crate::decision::PyDecision;
+use crate::{host, runtime};
 
 /// The leases of one allowed `acquire`.
 #[pyclass(frozen, module = "polylimit._polylimit", name = "Lease")]
 pub struct PyLease {
     limiter: Limiter,
-    guard: Mutex<Option<LeaseGuard>>,
+    /// `None` once released.
+    leases: Mutex<Option<Vec<Lease>>>,
 }
 
 impl PyLease {
-    pub(crate) fn new(limiter: Limiter, guard: LeaseGuard) -> Self {
-        PyLease {
-            limiter,
-            guard: Mutex::new(Some(guard)),
-        }
+    /// The lease of `leases`, none when there are none (denied, or no
+    /// concurrency policy).
+    pub(crate) fn new(limiter: &Limiter, leases: Vec<Lease>) -> Option<Self> {
+        (!leases.is_empty()).then(|| PyLease {
+            limiter: limiter.clone(),
+            leases: Mutex::new(Some(leases)),
+        })
     }
 
     /// The leases still held, taken (a second release finds none).
     fn take(&self) -> Vec<Lease> {
-        let mut guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
-        guard.take().map(LeaseGuard::into_leases).unwrap_or_default()
+        let mut leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        leases.take().unwrap_or_default()
+    }
+}
+
+/// What `Limiter.acquire` resolves to: `(Decision, Lease or None)`.
+pub(crate) fn acquired(py: Python<'_>, reply: Reply, limiter: Option<&Limiter>) -> PyResult<Py<PyAny>> {
+    match (reply, limiter) {
+        (Reply::Acquired(decision, leases), Some(limiter)) => {
+            let lease = PyLease::new(limiter, leases).map(|l| Py::new(py, l)).transpose()?;
+            (PyDecision(decision), lease).into_py_any(py)
+        }
+        (reply, _) => crate::reader::value(py, reply, limiter),
     }
 }
 
@@ -53,8 +69,9 @@ impl PyLease {
     fn release<'py>(&self, py: Python<'py>, now_ms: Option<&Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
         let now_ms = check_options(None, now_ms)?.now_ms;
         let (limiter, leases) = (self.limiter.clone(), self.take());
-        future::spawn(py, async move {
-            release(limiter, leases, now_ms).await.map(future::Done::Count)
+        host::submit(py, async move {
+            let live = release(limiter, leases, now_ms).await?;
+            Ok(Reply::Count(live as u64))
         })
     }
 
@@ -69,7 +86,7 @@ impl PyLease {
     /// Whether the lease was released (by this object; it also ends by itself after the policy's `lease`).
     #[getter]
     fn released(&self) -> bool {
-        self.guard.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+        self.leases.lock().unwrap_or_else(|e| e.into_inner()).is_none()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -96,13 +113,16 @@ impl PyLease {
     #[pyo3(signature = (*_exc))]
     fn __aexit__<'py>(&self, py: Python<'py>, _exc: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
         let (limiter, leases) = (self.limiter.clone(), self.take());
-        future::spawn(py, async move { release(limiter, leases, None).await.map(|_| ()) })
+        host::submit(
+            py,
+            async move { release(limiter, leases, None).await.map(|_| Reply::Unit) },
+        )
     }
 
     fn __repr__(&self) -> String {
-        let guard = self.guard.lock().unwrap_or_else(|e| e.into_inner());
-        match guard.as_ref() {
-            Some(g) => format!("<Lease of {} slot(s), held>", g.leases().len()),
+        let leases = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        match leases.as_ref() {
+            Some(l) => format!("<Lease of {} slot(s), held>", l.len()),
             None => "<Lease, released>".to_string(),
         }
     }
@@ -111,10 +131,12 @@ impl PyLease {
 impl Drop for PyLease {
     /// A lease collected unreleased gives its slots back on the runtime.
     fn drop(&mut self) {
-        let guard = self.guard.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(guard) = guard {
-            let _enter = runtime::runtime().enter();
-            drop(guard);
+        let leases = self.leases.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(leases) = leases {
+            let limiter = self.limiter.clone();
+            runtime::runtime().spawn(async move {
+                let _ = limiter.release(&leases).await;
+            });
         }
     }
 }

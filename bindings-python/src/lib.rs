@@ -5,14 +5,16 @@
 //! pure-Python package (`python/polylimit`).
 
 mod anomaly;
+mod args;
 mod breaker;
 mod client;
 mod convert;
 mod decision;
 mod errors;
-mod future;
+mod host;
 mod lease;
 mod limiter;
+mod reader;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -34,6 +36,7 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::retry_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(limiter::effective_config, m)?)?;
     m.add_function(wrap_pyfunction!(limiter::ended_status, m)?)?;
+    m.add_function(wrap_pyfunction!(reader::_read_records, m)?)?;
     m.add_function(wrap_pyfunction!(_after_fork_in_child, m)?)?;
     Ok(())
 }
@@ -43,5 +46,5 @@ fn _polylimit(m: &Bound<'_, PyModule>) -> PyResult<()> {
 #[pyfunction]
 fn _after_fork_in_child(py: Python<'_>) {
     runtime::forget_after_fork();
-    future::forget_after_fork(py);
+    host::forget_after_fork(py);
 }

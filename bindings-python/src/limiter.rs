@@ -2,17 +2,18 @@
 //! call (as an awaitable on the shared tokio runtime, or blocking with the GIL
 //! released), and maps the error.
 
-use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
+use polylimit::wire::packed::Reply;
+use polylimit::{Limiter, Naming, RouteRule, RouteShorthand};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use crate::args::{check_options, options_value, override_spec, request_info};
 use crate::convert::{to_py, to_value};
 use crate::decision::{PyDecision, PyOutcome};
 use crate::errors::IntoPyResult;
-use crate::future::Done;
-use crate::lease::PyLease;
-use crate::{future, runtime};
+use crate::lease::{self, PyLease};
+use crate::{host, reader, runtime};
 
 /// A rate limiter (memory or Redis store). Cheap to share between tasks and threads.
 #[pyclass(subclass, module = "polylimit._polylimit", name = "Limiter")]
@@ -29,39 +30,6 @@ impl PyRouteRule {
     fn __repr__(&self) -> String {
         format!("<{:?}>", self.0)
     }
-}
-
-/// `cost` and `now_ms` as Python gave them, checked by the core's one rule.
-pub(crate) fn check_options(
-    cost: Option<&Bound<'_, PyAny>>,
-    now_ms: Option<&Bound<'_, PyAny>>,
-) -> PyResult<CheckOptions> {
-    let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
-    let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
-    CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
-}
-
-/// Every argument of `Limiter(...)` / `effective_config(...)` as one options
-/// object, under the names the user wrote (`Naming::Snake`).
-pub(crate) fn options_value(
-    policy: Option<&Bound<'_, PyAny>>,
-    store: Option<&Bound<'_, PyAny>>,
-    options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<Value> {
-    let mut map = match options {
-        Some(o) => match to_value(o.as_any(), "")? {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        },
-        None => Map::new(),
-    };
-    // `policy` and `store` are the two positional options; left out (None), not given.
-    for (name, arg) in [("policy", policy), ("store", store)] {
-        if let Some(arg) = arg.filter(|a| !a.is_none()) {
-            map.insert(name.to_string(), to_value(arg, name)?);
-        }
-    }
-    Ok(Value::Object(map))
 }
 
 /// The status a middleware's request ends with (`polylimit::ended_status`,
@@ -91,33 +59,6 @@ pub(crate) fn effective_config<'py>(
         .detach(|| polylimit::effective_config(Naming::Snake, &value))
         .into_py_result()?;
     to_py(py, &config)
-}
-
-/// The arguments of `set_override` as the core's [`OverrideSpec`].
-fn override_spec(
-    policy: Option<&Bound<'_, PyAny>>,
-    rate: Option<&Bound<'_, PyAny>>,
-    burst: Option<&Bound<'_, PyAny>>,
-    ttl: Option<&Bound<'_, PyAny>>,
-    now_ms: Option<&Bound<'_, PyAny>>,
-) -> PyResult<OverrideSpec> {
-    let mut map = Map::new();
-    for (name, arg) in [
-        ("policy", policy),
-        ("rate", rate),
-        ("burst", burst),
-        ("ttl", ttl),
-        ("now_ms", now_ms),
-    ] {
-        if let Some(arg) = arg.filter(|a| !a.is_none()) {
-            map.insert(name.to_string(), to_value(arg, name)?);
-        }
-    }
-    OverrideSpec::from_value(&Value::Object(map), Naming::Snake).into_py_result()
-}
-
-fn request_info(request: &Bound<'_, PyAny>) -> PyResult<RequestInfo> {
-    RequestInfo::from_value(&to_value(request, "request")?).into_py_result()
 }
 
 #[pymethods]
@@ -173,7 +114,10 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.check_with(&key, options).await })
+        host::submit(
+            py,
+            async move { inner.check_with(&key, options).await.map(Reply::Decision) },
+        )
     }
 
     /// Checks `key` and blocks until decided, with the GIL released.
@@ -202,11 +146,15 @@ impl PyLimiter {
         now_ms: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
-        let inner = self.inner.clone();
-        future::spawn(py, async move {
-            let (decision, guard) = inner.acquire_with(&key, options).await?;
-            Ok(Done::Acquired(decision, guard.map(|g| PyLease::new(inner, g))))
-        })
+        let limiter = self.inner.clone();
+        let call = async move {
+            let (decision, guard) = limiter.acquire_with(&key, options).await?;
+            Ok(Reply::Acquired(
+                decision,
+                guard.map(|g| g.into_leases()).unwrap_or_default(),
+            ))
+        };
+        host::submit_with(py, call, lease::acquired, Some(self.inner.clone()))
     }
 
     /// `acquire`, blocking with the GIL released.
@@ -221,7 +169,8 @@ impl PyLimiter {
         let options = check_options(cost, now_ms)?;
         let inner = &self.inner;
         let (decision, guard) = runtime::block_on(py, inner.acquire_with(&key, options))?;
-        Ok((PyDecision(decision), guard.map(|g| PyLease::new(inner.clone(), g))))
+        let leases = guard.map(|g| g.into_leases()).unwrap_or_default();
+        Ok((PyDecision(decision), PyLease::new(inner, leases)))
     }
 
     /// Every policy's decision for `key` (allowed only if all allow); an awaitable.
@@ -235,10 +184,12 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
         let inner = self.inner.clone();
-        future::spawn(
-            py,
-            async move { inner.check_all(&key, options).await.map(|r| r.decisions) },
-        )
+        host::submit(py, async move {
+            inner
+                .check_all(&key, options)
+                .await
+                .map(|r| Reply::Decisions(r.decisions))
+        })
     }
 
     /// Decides a request by the rules file; an awaitable resolving to an
@@ -246,11 +197,9 @@ impl PyLimiter {
     /// user, api_key, key, cost, now_ms.
     fn check_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
-        let inner = self.inner.clone();
-        future::spawn(py, async move {
-            let outcome = inner.check_request(&req).await?;
-            Ok(Done::Request(outcome, inner))
-        })
+        let limiter = self.inner.clone();
+        let call = async move { limiter.check_request(&req).await.map(|o| Reply::Outcome(o, true)) };
+        host::submit_with(py, call, reader::value, Some(self.inner.clone()))
     }
 
     /// `check_request`, blocking with the GIL released.
@@ -298,11 +247,9 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
         let rule = rule.get().0.clone();
-        let inner = self.inner.clone();
-        future::spawn(py, async move {
-            let outcome = inner.check_route(&req, &rule).await?;
-            Ok(Done::Request(outcome, inner))
-        })
+        let limiter = self.inner.clone();
+        let call = async move { limiter.check_route(&req, &rule).await.map(|o| Reply::Outcome(o, true)) };
+        host::submit_with(py, call, reader::value, Some(self.inner.clone()))
     }
 
     /// `check_route`, blocking with the GIL released.
@@ -330,7 +277,10 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let options = check_options(cost, now_ms)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.peek_with(&key, options).await })
+        host::submit(
+            py,
+            async move { inner.peek_with(&key, options).await.map(Reply::Decision) },
+        )
     }
 
     /// `peek`, blocking with the GIL released.
@@ -352,7 +302,9 @@ impl PyLimiter {
     fn peek_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.peek_request(&req).await })
+        host::submit(py, async move {
+            inner.peek_request(&req).await.map(|o| Reply::Outcome(o, true))
+        })
     }
 
     /// `peek_request`, blocking with the GIL released.
@@ -367,7 +319,9 @@ impl PyLimiter {
     fn reset_request<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let req = request_info(request)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.reset_request(&req).await })
+        host::submit(py, async move {
+            inner.reset_request(&req).await.map(|n| Reply::Count(n as u64))
+        })
     }
 
     /// `reset_request`, blocking with the GIL released.
@@ -384,7 +338,10 @@ impl PyLimiter {
     #[pyo3(signature = (token, status=None))]
     fn complete<'py>(&self, py: Python<'py>, token: String, status: Option<u16>) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.complete(&token, status).await.map(|_| ()) })
+        host::submit(
+            py,
+            async move { inner.complete(&token, status).await.map(|_| Reply::Unit) },
+        )
     }
 
     /// `complete`, blocking with the GIL released.
@@ -397,7 +354,7 @@ impl PyLimiter {
     /// Forgets every policy's state for `key`; an awaitable.
     fn reset<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        future::spawn(py, async move { inner.reset(&key).await })
+        host::submit(py, async move { inner.reset(&key).await.map(|_| Reply::Unit) })
     }
 
     /// `reset`, blocking with the GIL released.
@@ -422,8 +379,8 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
         let inner = self.inner.clone();
-        future::spawn(py, async move {
-            inner.set_override(&key, &spec).await.map(|o| o.to_value())
+        host::submit(py, async move {
+            inner.set_override(&key, &spec).await.map(|o| Reply::Json(o.to_value()))
         })
     }
 
@@ -456,9 +413,9 @@ impl PyLimiter {
         now_ms: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        future::spawn(py, async move {
+        host::submit(py, async move {
             let found = inner.get_override(&key, policy.as_deref(), now_ms).await?;
-            Ok(found.map_or(Value::Null, |o| o.to_value()))
+            Ok(Reply::Json(found.map_or(Value::Null, |o| o.to_value())))
         })
     }
 
@@ -486,8 +443,8 @@ impl PyLimiter {
         policy: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        future::spawn(py, async move {
-            Ok(Value::Bool(inner.remove_override(&key, policy.as_deref()).await?))
+        host::submit(py, async move {
+            inner.remove_override(&key, policy.as_deref()).await.map(Reply::Bool)
         })
     }
 

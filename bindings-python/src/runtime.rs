@@ -1,5 +1,5 @@
 //! The tokio runtime every awaitable and every blocking call runs on: built
-//! lazily on first use and awaitables resolve from it (`future.rs`).
+//! lazily on first use; the awaitables' calls run on it (`host.rs`).
 //!
 //! Fork safety: a child process inherits the runtime but not its worker
 //! threads, so `polylimit` registers [`forget_after_fork`] with

@@ -215,3 +215,40 @@ def test_cancelled_check_request_gives_its_slot_back() -> None:
         asyncio.run(main())
     finally:
         server.kill()
+
+
+def test_check_request_in_flight_when_its_loop_ends_gives_its_slot_back() -> None:
+    """A ``check_request`` still waiting for Redis when its event loop ends (``asyncio.run``
+    returned) takes a concurrency slot once Redis answers; nobody can await that outcome, so it
+    is settled as "no response" when the next loop starts calling, rather than holding the slot
+    for the whole 30s lease."""
+    server = RedisServer()
+    try:
+        limiter = make(server.url, policy={"algorithm": "concurrency", "limit": 1, "lease": "30s"}, timeout="10s")
+        request = {"method": "GET", "path": "/", "peer": "10.0.0.1"}
+
+        async def admitted() -> bool:
+            outcome = await limiter.check_request(request)
+            if outcome.completion is not None:
+                await limiter.complete(outcome.completion, 200)
+            return outcome.status is None
+
+        async def leave_one_in_flight():
+            assert await admitted()
+            os.kill(server.proc.pid, signal.SIGSTOP)
+            limiter.check_request(request)  # never awaited: the loop ends with it in flight
+
+        try:
+            asyncio.run(leave_one_in_flight())
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+
+        async def main():
+            deadline = time.monotonic() + 5
+            while not await admitted():
+                assert time.monotonic() < deadline, "the call of a finished loop kept its slot"
+                await asyncio.sleep(0.01)
+
+        asyncio.run(main())
+    finally:
+        server.kill()
