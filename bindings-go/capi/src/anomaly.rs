@@ -87,8 +87,7 @@ pub unsafe extern "C" fn polylimit_limiter_on_anomaly_queued(
         if !completions::is_open() {
             return Err(FfiError::invalid("the completion queue is not open"));
         }
-        let sink: AnomalySink =
-            Arc::new(move |event: &AnomalyEvent| completions::push_text(ctx, event.to_json().to_string()));
+        let sink: AnomalySink = Arc::new(move |event: &AnomalyEvent| completions::push_json(ctx, event.to_json()));
         limiter.set_anomaly_sink(Some(sink));
         // SAFETY: the caller passes NULL or a writable `out`.
         unsafe { write_error_counter(limiter, out) };

@@ -16,8 +16,9 @@ use std::sync::Mutex;
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_free, polylimit_error_t, FfiError};
-use crate::limiter::{polylimit_pending_t, CatchUnwind, Done};
+use crate::pending::{callback_parts, polylimit_pending_t, CatchUnwind};
 use crate::{runtime, Status};
+use polylimit::wire::packed::Reply;
 
 /// One finished operation, as `polylimit_completions_take` lends it: the
 /// `ctx` given to `polylimit_pending_start_queued`, `status` (`POLYLIMIT_OK`
@@ -67,20 +68,18 @@ impl Drop for Finished {
 }
 
 impl Finished {
-    fn new(ctx: usize, result: Result<Done, FfiError>) -> Finished {
-        let ok = Status::POLYLIMIT_OK as i32;
-        let done = |decision, text| Finished {
-            ctx,
-            status: ok,
-            decision,
-            text,
-            error: std::ptr::null_mut(),
-        };
+    fn new(ctx: usize, result: Result<Reply, FfiError>) -> Finished {
         match result {
-            Ok(Done::Decision(d)) => done(Some(d), None),
-            Ok(Done::Acquired(d, t)) => done(Some(d), t.map(String::into_bytes)),
-            Ok(Done::Text(t)) => done(None, Some(t.into_bytes())),
-            Ok(Done::Bytes(b)) => done(None, Some(b)),
+            Ok(reply) => {
+                let (decision, text) = callback_parts(reply);
+                Finished {
+                    ctx,
+                    status: Status::POLYLIMIT_OK as i32,
+                    decision,
+                    text,
+                    error: std::ptr::null_mut(),
+                }
+            }
             Err(e) => Finished {
                 ctx,
                 status: e.status() as i32,
@@ -150,8 +149,8 @@ fn push(finished: Finished) {
 /// Queues `text` as a finished entry with `ctx` (status OK, no decision):
 /// how an adaptive policy's alert reaches a reader that asked for its alerts
 /// through the queue (`polylimit_limiter_on_anomaly_queued`). Never blocks.
-pub(crate) fn push_text(ctx: usize, text: String) {
-    push(Finished::new(ctx, Ok(Done::Text(text))));
+pub(crate) fn push_json(ctx: usize, json: serde_json::Value) {
+    push(Finished::new(ctx, Ok(Reply::Json(json))));
 }
 
 /// Whether `polylimit_completions_open` was called.
@@ -194,7 +193,9 @@ pub unsafe extern "C" fn polylimit_pending_start_queued(pending: *mut polylimit_
         let work = pending.work;
         runtime().spawn(async move {
             let result = CatchUnwind(work).await;
-            let _ = catch_unwind(AssertUnwindSafe(|| push(Finished::new(ctx, result))));
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                push(Finished::new(ctx, result.map_err(FfiError::Core)))
+            }));
         });
         Status::POLYLIMIT_PENDING
     }));
@@ -275,14 +276,18 @@ mod tests {
         }; 2];
         while take(&mut out) != 0 {}
         // The reader found nothing: the next push writes one byte, the one after none.
-        let d = polylimit_decision_t {
+        let core = polylimit::Decision {
             allowed: true,
             limit: 5,
             remaining: 4,
-            ..Default::default()
+            reset_after_ms: 0,
+            retry_after_ms: None,
+            delay_ms: 0,
+            source: polylimit::Source::Store,
         };
-        push(Finished::new(7, Ok(Done::Decision(d))));
-        push(Finished::new(8, Ok(Done::Bytes(vec![1, 2, 3]))));
+        let d = polylimit_decision_t::from(&core);
+        push(Finished::new(7, Ok(Reply::Decision(core))));
+        push(Finished::new(8, Ok(Reply::Count(123))));
         push(Finished::new(9, Err(FfiError::invalid("boom"))));
         let mut byte = [0u8; 8];
         assert_eq!((&reader).read(&mut byte).unwrap(), 1);
@@ -294,7 +299,7 @@ mod tests {
         assert_eq!(
             // SAFETY: lent until the next take.
             unsafe { std::slice::from_raw_parts(out[1].text, out[1].text_len) },
-            &[1, 2, 3]
+            b"123"
         );
         assert_eq!(take(&mut out), 1);
         assert_eq!(out[0].ctx, 9);
