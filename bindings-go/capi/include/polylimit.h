@@ -109,7 +109,7 @@ typedef struct polylimit_breaker_t polylimit_breaker_t;
 // time. Freed once with `polylimit_bridge_free`.
 typedef struct polylimit_bridge_t polylimit_bridge_t;
 
-// Counts failed alert callbacks in the limiter's
+// Counts failed alert deliveries in the limiter's
 // `polylimit_anomaly_callback_errors_total`, without holding the limiter.
 typedef struct polylimit_counter_t polylimit_counter_t;
 
@@ -128,11 +128,6 @@ typedef struct polylimit_pending_t polylimit_pending_t;
 // `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
 // the breaker that issued it, which it keeps alive).
 typedef struct polylimit_permit_t polylimit_permit_t;
-
-// Called with each alert as JSON (`text`, `text_len` bytes, borrowed for the
-// call only), in order, from a thread of the limiter's own (never from
-// within the call that decided), one call per alert.
-typedef void (*polylimit_anomaly_callback_t)(size_t ctx, const char *text, size_t text_len);
 
 // An error; owned by the caller, freed with `polylimit_error_free`.
 typedef struct polylimit_error_t {
@@ -187,30 +182,6 @@ typedef struct polylimit_decision_t {
   int32_t source;
 } polylimit_decision_t;
 
-// One finished operation, as `polylimit_completions_take` lends it: the
-// `ctx` given to `polylimit_pending_start_queued`, `status` (`POLYLIMIT_OK`
-// or an error code), and what the callback of `polylimit_pending_start`
-// would have received: `decision` when `has_decision` (checks, acquires),
-// `text`/`text_len` (a request's packed outcome, an acquire's leases; NULL
-// when none), `error` on failure. Everything stays valid until the next
-// `polylimit_completions_take`.
-typedef struct polylimit_completion_t {
-  // The caller's value from `polylimit_pending_start_queued`.
-  size_t ctx;
-  // `POLYLIMIT_OK` or an error code.
-  int32_t status;
-  // Whether `decision` is set.
-  bool has_decision;
-  // The decision of a check or an acquire.
-  struct polylimit_decision_t decision;
-  // The bytes of a request's outcome or an acquire's leases; NULL when none.
-  const uint8_t *text;
-  // How many bytes `text` holds.
-  size_t text_len;
-  // On failure, the error; else NULL. Not to be freed by the caller.
-  const struct polylimit_error_t *error;
-} polylimit_completion_t;
-
 // Called exactly once when a started operation completes, from a polylimit
 // runtime thread. `status` is `POLYLIMIT_OK` or an error code. On OK:
 // `decision` (checks, acquires) and/or `text`/`text_len` (a request's
@@ -233,33 +204,20 @@ void polylimit_string_free(char *s);
 // The library's version, a static string.
 const char *polylimit_version(void);
 
-// Sends the limiter's alerts to `callback(ctx, …)`; a NULL `callback`
-// removes it. When `out` is not NULL, writes a counter of failed callbacks
-// there (free it with `polylimit_counter_free`).
+// Sends the limiter's alerts to `bridge` (replacing any earlier sink): each
+// alert is queued, in order, as a JSON record with `ctx` (the alert's
+// JSON), taken like any other record. Queueing never blocks the deciding
+// task and never calls the caller. A NULL `bridge` removes the sink. When
+// `out` is not NULL, writes a counter of failed deliveries there (free it
+// with `polylimit_counter_free`).
 //
 // # Safety
-// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable;
-// `callback` stays callable with `ctx` until it is removed.
-int32_t polylimit_limiter_on_anomaly(const struct polylimit_limiter_t *limiter,
-                                     polylimit_anomaly_callback_t callback,
-                                     size_t ctx,
-                                     struct polylimit_counter_t **out,
-                                     struct polylimit_error_t **err);
-
-// Sends the limiter's alerts to the completion queue instead of a callback
-// (replacing any callback or earlier queue sink): each alert is queued, in
-// order, as an entry with `ctx`, status `POLYLIMIT_OK`, no decision, and the
-// alert's JSON in `text`/`text_len` (taken by `polylimit_completions_take`).
-// Queueing never blocks the deciding task and never calls the caller. Remove
-// it with `polylimit_limiter_on_anomaly(limiter, NULL, …)`. When `out` is not
-// NULL, writes a counter of failed deliveries there (free it with
-// `polylimit_counter_free`). Returns `POLYLIMIT_INVALID_ARGUMENT` when the
-// queue was never opened (`polylimit_completions_open`).
-//
-// # Safety
-// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+// `limiter` is NULL or a live handle; `bridge` is NULL or a live bridge
+// (alerts after it is freed are dropped); `out` and `err` are NULL or
+// writable.
 int32_t polylimit_limiter_on_anomaly_queued(const struct polylimit_limiter_t *limiter,
-                                            size_t ctx,
+                                            const struct polylimit_bridge_t *bridge,
+                                            uint64_t ctx,
                                             struct polylimit_counter_t **out,
                                             struct polylimit_error_t **err);
 
@@ -429,34 +387,6 @@ int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
 // `out` is writable; `err` is NULL or writable.
 int32_t polylimit_retry_defaults(struct polylimit_retry_options_t *out,
                                  struct polylimit_error_t **err);
-
-// Makes `wake_fd` (the write end of a pipe the reader waits on; the caller
-// keeps it open for the life of the process) the queue's wake-up. Call once,
-// before `polylimit_pending_start_queued`. Returns `POLYLIMIT_OK`, or
-// `POLYLIMIT_INVALID_ARGUMENT` for a negative fd.
-int32_t polylimit_completions_open(int32_t wake_fd);
-
-// Runs a pending operation on the polylimit runtime; when it completes, its
-// result goes to the completion queue with `ctx` (taken by
-// `polylimit_completions_take`), exactly once. Consumes `pending`. Returns
-// `POLYLIMIT_PENDING`, or `POLYLIMIT_INVALID_ARGUMENT` (freeing `pending`,
-// queueing nothing) when `pending` is NULL or the queue was never opened.
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet started or freed.
-int32_t polylimit_pending_start_queued(struct polylimit_pending_t *pending, size_t ctx);
-
-// Takes up to `cap` finished operations into `out` (`*out_n` of them, in
-// the order they finished) and releases those of the previous take. When
-// there are none, `*out_n` is 0 and the next operation to finish writes a
-// byte to the wake-up pipe: wait on it, then take again. One reader only.
-// Returns `POLYLIMIT_OK`, or `POLYLIMIT_INVALID_ARGUMENT` when `out` or
-// `out_n` is NULL.
-//
-// # Safety
-// `out` points to `cap` writable entries; `out_n` is writable. Only one
-// thread takes at a time.
-int32_t polylimit_completions_take(struct polylimit_completion_t *out, size_t cap, size_t *out_n);
 
 // The shared name of a source (`store`, `local`, `fail_open`, …: the core's
 // `Source::as_str`), a static string; `unknown` for a value that is no

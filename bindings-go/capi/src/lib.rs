@@ -22,7 +22,6 @@ pub mod anomaly;
 pub mod breaker;
 pub mod bridge;
 pub mod client;
-pub mod completions;
 pub mod decision;
 pub mod errors;
 pub mod lease;

@@ -138,7 +138,7 @@ pub unsafe extern "C" fn polylimit_pending_start(
 }
 
 /// Turns a panic while polling into an error, so the callback always runs.
-pub(crate) struct CatchUnwind(pub(crate) Call);
+struct CatchUnwind(Call);
 
 impl Future for CatchUnwind {
     type Output = polylimit::Result<Reply>;
@@ -153,7 +153,7 @@ type Callback =
     unsafe extern "C" fn(usize, i32, *const polylimit_decision_t, *const c_char, usize, *const polylimit_error_t);
 
 /// What `polylimit_callback_t` gets of a reply: a decision and/or text.
-pub(crate) fn callback_parts(reply: Reply) -> (Option<polylimit_decision_t>, Option<Vec<u8>>) {
+fn callback_parts(reply: Reply) -> (Option<polylimit_decision_t>, Option<Vec<u8>>) {
     match reply {
         Reply::Decision(d) => (Some((&d).into()), None),
         Reply::Acquired(d, leases) => (
