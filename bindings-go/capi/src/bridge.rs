@@ -332,6 +332,8 @@ mod tests {
         let (reader, writer) = UnixStream::pair().unwrap();
         reader.set_nonblocking(true).unwrap();
         let bridge = polylimit_bridge_open(writer.as_raw_fd());
+        // SAFETY: a live bridge; the clone outlives it, as a running call's does.
+        let running = unsafe { &*bridge }.inner.clone();
         let (gate, wait) = tokio::sync::oneshot::channel::<()>();
         submit(
             bridge,
@@ -344,8 +346,11 @@ mod tests {
         // SAFETY: a live bridge, freed once; the call still runs.
         unsafe { polylimit_bridge_free(bridge) };
         gate.send(()).unwrap();
-        // The dispatcher ends once the call finished; give it the time to.
-        std::thread::sleep(Duration::from_millis(100));
+        let mut buf = Vec::new();
+        assert_eq!(running.take_wait(&mut buf, Duration::from_secs(10)), 1);
+        // Armed again, then a record on this thread: its wake-up would write now.
+        assert_eq!(running.try_take(&mut buf), 0);
+        running.push(2, &Ok(Reply::Unit));
         let mut byte = [0u8; 1];
         assert!((&reader).read(&mut byte).is_err(), "a byte written after free");
     }
