@@ -33,7 +33,7 @@ enum polylimit_status_t
  {
   // Done; the out-pointers are written.
   POLYLIMIT_OK = 0,
-  // Started: the callback will be called exactly once with the result.
+  // Started: the result comes back exactly once (a record on the bridge).
   POLYLIMIT_PENDING = 1,
   // Bad configuration or argument value (the error has `field` and `value`).
   POLYLIMIT_CONFIG = 2,
@@ -221,7 +221,7 @@ int32_t polylimit_limiter_on_anomaly_queued(const struct polylimit_limiter_t *li
                                             struct polylimit_counter_t **out,
                                             struct polylimit_error_t **err);
 
-// Counts one failed callback. NULL is ignored.
+// Counts one failed alert delivery (the host's handler failed). NULL is ignored.
 //
 // # Safety
 // `counter` is NULL or live.

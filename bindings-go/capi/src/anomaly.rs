@@ -67,7 +67,7 @@ unsafe fn write_error_counter(limiter: &polylimit::Limiter, out: *mut *mut polyl
     }
 }
 
-/// Counts one failed callback. NULL is ignored.
+/// Counts one failed alert delivery (the host's handler failed). NULL is ignored.
 ///
 /// # Safety
 /// `counter` is NULL or live.

@@ -16,7 +16,7 @@ use crate::{c_string, polylimit_string_free};
 pub enum polylimit_status_t {
     /// Done; the out-pointers are written.
     POLYLIMIT_OK = 0,
-    /// Started: the callback will be called exactly once with the result.
+    /// Started: the result comes back exactly once (a record on the bridge).
     POLYLIMIT_PENDING = 1,
     /// Bad configuration or argument value (the error has `field` and `value`).
     POLYLIMIT_CONFIG = 2,
