@@ -2,20 +2,12 @@ package polylimit
 
 /*
 #include "polylimit.h"
-
-// Declared by anomaly.go (//export polylimitGoAnomaly).
-extern void polylimitGoAnomaly(size_t, char *, size_t);
-
-static polylimit_anomaly_callback_t polylimit_go_anomaly(void) {
-	return (polylimit_anomaly_callback_t)polylimitGoAnomaly;
-}
 */
 import "C"
 
 import (
 	"encoding/json"
 	"runtime"
-	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 )
@@ -36,10 +28,9 @@ type AnomalyEvent struct {
 
 // anomalySink is where a limiter's alerts go: the user's function and the
 // core's counter of failed deliveries (not the limiter, so a forgotten
-// limiter is still collected). Alerts come from the completion queue
-// (completions.go), or through polylimitGoAnomaly when the queue could not
-// be opened, as JSON; one goroutine at a time decodes and delivers them, in
-// order, and ends when none is left.
+// limiter is still collected). Alerts come from the completion bridge
+// (completions.go) as JSON records; one goroutine at a time decodes and
+// delivers them, in order, and ends when none is left.
 type anomalySink struct {
 	f       func(AnomalyEvent)
 	counter *C.polylimit_counter_t
@@ -92,15 +83,6 @@ func (s *anomalySink) run() {
 	}
 }
 
-// polylimitGoAnomaly is the callback path (the queue could not be opened):
-// it runs on the core's alert thread and only enqueues the alert.
-//
-//export polylimitGoAnomaly
-func polylimitGoAnomaly(ctx C.size_t, text *C.char, n C.size_t) {
-	defer func() { _ = recover() }() // a removed handle: the limiter is closed
-	cgo.Handle(ctx).Value().(*anomalySink).enqueue(C.GoStringN(text, C.int(n)))
-}
-
 // anomalyDelivered, when set (by tests), runs after each delivery, its
 // panic counted.
 var anomalyDelivered atomic.Pointer[func()]
@@ -119,29 +101,21 @@ func (s *anomalySink) deliver(ev AnomalyEvent) {
 	s.f(ev)
 }
 
-// setAnomaly registers f with the core: through the completion queue, or a
-// callback when the queue could not be opened. Close unregisters it.
+// setAnomaly registers f with the core: its alerts come as records of the
+// completion bridge. Close unregisters it.
 func (l *Limiter) setAnomaly(f func(AnomalyEvent)) error {
 	s := &anomalySink{f: f}
+	id, err := addAlertSink(s)
+	if err != nil {
+		return err
+	}
 	var cerr *C.polylimit_error_t
-	var drop func()
-	if openCompletions() == nil {
-		id := addAlertSink(s)
-		if rc := C.polylimit_limiter_on_anomaly_queued(l.ptr, C.size_t(id), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
-			dropAlertSink(id)
-			return takeError(rc, cerr)
-		}
-		drop = func() { dropAlertSink(id) }
-	} else {
-		h := cgo.NewHandle(s)
-		if rc := C.polylimit_limiter_on_anomaly(l.ptr, C.polylimit_go_anomaly(), C.size_t(h), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
-			h.Delete()
-			return takeError(rc, cerr)
-		}
-		drop = h.Delete
+	if rc := C.polylimit_limiter_on_anomaly_queued(l.ptr, completions.bridge, C.uint64_t(id), &s.counter, &cerr); rc != C.POLYLIMIT_OK {
+		dropAlertSink(id)
+		return takeError(rc, cerr)
 	}
 	runtime.SetFinalizer(s, func(s *anomalySink) { C.polylimit_counter_free(s.counter) })
-	l.anomaly = drop
+	l.anomaly = func() { dropAlertSink(id) }
 	return nil
 }
 
@@ -149,7 +123,7 @@ func (l *Limiter) setAnomaly(f func(AnomalyEvent)) error {
 // already on their way find no sink and are dropped.
 func (l *Limiter) dropAnomaly() {
 	if l.anomaly != nil {
-		C.polylimit_limiter_on_anomaly(l.ptr, nil, 0, nil, nil)
+		C.polylimit_limiter_on_anomaly_queued(l.ptr, nil, 0, nil, nil)
 		l.anomaly()
 		l.anomaly = nil
 	}

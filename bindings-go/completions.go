@@ -3,11 +3,11 @@ package polylimit
 /*
 #include "polylimit.h"
 
-// Neither keeps a Go pointer nor calls Go: the batch may live in Go memory.
-#cgo noescape polylimit_completions_take
-#cgo nocallback polylimit_completions_take
-#cgo nocallback polylimit_pending_start_queued
-#cgo nocallback polylimit_completions_open
+// Neither keeps a Go pointer nor calls Go.
+#cgo noescape polylimit_bridge_take
+#cgo nocallback polylimit_bridge_take
+#cgo nocallback polylimit_pending_submit
+#cgo nocallback polylimit_bridge_open
 */
 import "C"
 
@@ -21,53 +21,43 @@ import (
 )
 
 // Operations that wait for the store (a Redis check, request, completion,
-// acquire) finish on the core's runtime threads. They reach Go through the
-// core's completion queue, not through a callback: a runtime thread pushes
-// the result and, when the reader sleeps, writes a byte to a pipe. One
-// goroutine (completionLoop) waits on that pipe in Go's network poller (no
-// OS thread parked), takes the finished operations in batches and hands
-// each to its waiter's channel. A callback from a foreign thread had to find
-// a free Go processor before it could run, holding the runtime thread — and
-// every other Redis reply behind it — until one was free.
+// acquire, release) finish on the core's runtime, which hands them back
+// through its completion bridge as packed records (wire.go reads them). The
+// bridge writes a byte to a pipe when records are ready and the reader
+// sleeps; one goroutine (completionLoop) waits on that pipe in Go's network
+// poller (no OS thread parked), takes the records in batches and hands each
+// to its waiter's channel. No runtime thread ever calls into Go: a callback
+// from a foreign thread has to find a free Go processor first, holding the
+// runtime thread (and every Redis reply behind it) until one is free.
 var completions struct {
-	once sync.Once
-	err  error // the queue could not be opened: the callback path is used
+	once   sync.Once
+	err    error                 // the pipe could not be made: operations that wait fail
+	bridge *C.polylimit_bridge_t // for the life of the process
 
 	mu      sync.Mutex
-	next    uintptr
-	waiters map[uintptr]chan result  // by the ctx given to the core
-	alerts  map[uintptr]*anomalySink // OnAnomaly sinks (anomaly.go), same ids
+	next    uint64
+	waiters map[uint64]chan record  // by the ctx given to the bridge
+	alerts  map[uint64]*anomalySink // OnAnomaly sinks (anomaly.go), same ids
 }
 
-// completionBatch is how many finished operations one take returns at most.
-const completionBatch = 128
-
-// deliverBy is "queue"; a binary linked with
-// -ldflags "-X github.com/polylimit/polylimit/bindings-go.deliverBy=callback"
-// delivers through the callback instead (the benchmark's before/after).
-var deliverBy = "queue"
-
-// openCompletions opens the queue and starts its reader, once per process.
+// openCompletions opens the bridge and starts its reader, once per process.
 func openCompletions() error {
 	completions.once.Do(func() {
-		if deliverBy == "callback" {
-			completions.err = fmt.Errorf("deliverBy=callback")
-			return
-		}
 		var fds [2]int
 		if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-			completions.err = err
+			completions.err = &Error{Kind: ErrInternal, Message: "completion pipe: " + err.Error()}
 			return
 		}
 		// The write end stays open for the life of the process (the core writes to it).
-		if rc := C.polylimit_completions_open(C.int32_t(fds[1])); rc != C.POLYLIMIT_OK {
+		completions.bridge = C.polylimit_bridge_open(C.int32_t(fds[1]))
+		if completions.bridge == nil {
 			syscall.Close(fds[0])
 			syscall.Close(fds[1])
-			completions.err = fmt.Errorf("polylimit_completions_open: status %d", int(rc))
+			completions.err = &Error{Kind: ErrInternal, Message: "cannot open the completion bridge"}
 			return
 		}
-		completions.waiters = make(map[uintptr]chan result)
-		completions.alerts = make(map[uintptr]*anomalySink)
+		completions.waiters = make(map[uint64]chan record)
+		completions.alerts = make(map[uint64]*anomalySink)
 		// Non-blocking: os.NewFile reads it through the network poller.
 		go completionLoop(os.NewFile(uintptr(fds[0]), "polylimit-completions"))
 	})
@@ -76,14 +66,13 @@ func openCompletions() error {
 
 // completionLoop takes finished operations until the process ends.
 func completionLoop(wake *os.File) {
-	batch := new([completionBatch]C.polylimit_completion_t)
-	chans := make([]chan result, completionBatch)
-	sinks := make([]*anomalySink, completionBatch)
 	var buf [64]byte
+	var recs []record
 	for {
+		var records *C.uint8_t
 		var n C.size_t
-		C.polylimit_completions_take(&batch[0], completionBatch, &n)
-		if n == 0 {
+		count := C.polylimit_bridge_take(completions.bridge, &records, &n)
+		if count == 0 {
 			// Nothing ready: the next finished operation writes a byte.
 			if _, err := wake.Read(buf[:]); err != nil {
 				// Not expected (the pipe is ours and never closed); take again, without spinning.
@@ -91,87 +80,100 @@ func completionLoop(wake *os.File) {
 			}
 			continue
 		}
-		completions.mu.Lock()
-		for i := range int(n) {
-			id := uintptr(batch[i].ctx)
-			if ch, ok := completions.waiters[id]; ok {
-				chans[i] = ch
-				delete(completions.waiters, id)
-			} else {
-				// An alert: its sink stays registered until Close.
-				sinks[i] = completions.alerts[id]
-			}
-		}
-		completions.mu.Unlock()
-		for i := range int(n) {
-			// Buffered (1) and sent to once: never blocks, even when the waiter left on ctx.
-			if ch := chans[i]; ch != nil {
-				ch <- completionResult(&batch[i])
-				chans[i] = nil
-			} else if s := sinks[i]; s != nil {
-				// Copied out here, decoded and delivered on the sink's own goroutine.
-				if c := &batch[i]; c.status == C.POLYLIMIT_OK && c.text != nil {
-					s.enqueue(C.GoStringN((*C.char)(unsafe.Pointer(c.text)), C.int(c.text_len)))
-				}
-				sinks[i] = nil
-			}
-		}
+		// One copy of the batch, lent until the next take; the records' strings share it.
+		recs = readBatch(C.GoStringN((*C.char)(unsafe.Pointer(records)), C.int(n)), int(count), recs[:0])
+		deliver(recs)
+		clear(recs)
 	}
 }
 
-// completionResult copies a finished operation out of the core's memory
-// (valid until the next take).
-func completionResult(c *C.polylimit_completion_t) (r result) {
-	defer func() {
-		if p := recover(); p != nil {
-			r = result{err: &Error{Kind: ErrInternal, Message: fmt.Sprint("completion: ", p)}}
+// readBatch appends the count records of batch to recs. A malformed record
+// (a bug) ends the batch: its waiter gets an internal error.
+func readBatch(batch string, count int, recs []record) []record {
+	r := reader{s: batch}
+	for range count {
+		rec := r.record()
+		if r.bad {
+			rec = record{ctx: rec.ctx, err: &Error{Kind: ErrInternal, Message: "completion: malformed record"}}
+			return append(recs, rec)
 		}
-	}()
-	if c.status != C.POLYLIMIT_OK {
-		return result{err: fromC(c.status, c.error)}
+		recs = append(recs, rec)
 	}
-	if c.has_decision {
-		r.decision = decisionFromC(&c.decision)
+	return recs
+}
+
+// deliver hands each record to its waiter, or its alert to its sink.
+func deliver(recs []record) {
+	type to struct {
+		ch   chan record
+		sink *anomalySink
 	}
-	if c.text != nil {
-		r.text = C.GoStringN((*C.char)(unsafe.Pointer(c.text)), C.int(c.text_len))
+	var stack [64]to
+	dest := stack[:0]
+	completions.mu.Lock()
+	for i := range recs {
+		id := recs[i].ctx
+		if ch, ok := completions.waiters[id]; ok {
+			delete(completions.waiters, id)
+			dest = append(dest, to{ch: ch})
+		} else {
+			// An alert: its sink stays registered until Close (nil once dropped).
+			dest = append(dest, to{sink: completions.alerts[id]})
+		}
 	}
-	return r
+	completions.mu.Unlock()
+	for i, d := range dest {
+		switch {
+		case d.ch != nil:
+			// Buffered (1) and sent to once: never blocks, even when the waiter left on ctx.
+			d.ch <- recs[i]
+		case d.sink != nil && recs[i].kind == recordJSON:
+			d.sink.enqueue(recs[i].json)
+		}
+	}
 }
 
 // waiterPool holds the channels of waits that ended with their result (a
 // wait that left on ctx keeps its channel: the result still comes to it).
-var waiterPool = sync.Pool{New: func() any { return make(chan result, 1) }}
+var waiterPool = sync.Pool{New: func() any { return make(chan record, 1) }}
 
-// startQueued starts pending with its result going to the returned channel.
-func startQueued(pending *C.polylimit_pending_t) (chan result, error) {
-	ch := waiterPool.Get().(chan result)
+// startPending submits pending to the bridge, its record going to the
+// returned channel (pooled: put it back in waiterPool once read).
+func startPending(pending *C.polylimit_pending_t) (chan record, error) {
+	if err := openCompletions(); err != nil {
+		C.polylimit_pending_free(pending)
+		return nil, err
+	}
+	ch := waiterPool.Get().(chan record)
 	completions.mu.Lock()
 	completions.next++
 	id := completions.next
 	completions.waiters[id] = ch
 	completions.mu.Unlock()
-	if rc := C.polylimit_pending_start_queued(pending, C.size_t(id)); rc != C.POLYLIMIT_PENDING {
+	if rc := C.polylimit_pending_submit(pending, completions.bridge, C.uint64_t(id)); rc != C.POLYLIMIT_PENDING {
 		completions.mu.Lock()
 		delete(completions.waiters, id)
 		completions.mu.Unlock()
 		waiterPool.Put(ch)
-		return nil, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending check"}
+		return nil, &Error{Kind: kindOf(int32(rc)), Message: "cannot submit a pending operation"}
 	}
 	return ch, nil
 }
 
-// addAlertSink registers s under a new ctx for the core; the queue must be open.
-func addAlertSink(s *anomalySink) uintptr {
+// addAlertSink registers s under a new ctx for the bridge.
+func addAlertSink(s *anomalySink) (uint64, error) {
+	if err := openCompletions(); err != nil {
+		return 0, err
+	}
 	completions.mu.Lock()
 	defer completions.mu.Unlock()
 	completions.next++
 	completions.alerts[completions.next] = s
-	return completions.next
+	return completions.next, nil
 }
 
 // dropAlertSink unregisters the sink of id: alerts still queued for it are dropped.
-func dropAlertSink(id uintptr) {
+func dropAlertSink(id uint64) {
 	completions.mu.Lock()
 	delete(completions.alerts, id)
 	completions.mu.Unlock()
@@ -184,9 +186,21 @@ func waiting() int {
 	return len(completions.waiters)
 }
 
-// alertSinks is how many OnAnomaly sinks are registered with the queue (tests).
+// alertSinks is how many OnAnomaly sinks are registered (tests).
 func alertSinks() int {
 	completions.mu.Lock()
 	defer completions.mu.Unlock()
 	return len(completions.alerts)
+}
+
+// want is the record's error, or an internal one when it is not of kind
+// (a bug: each operation answers one kind).
+func (rec *record) want(kind uint8) error {
+	if rec.err != nil {
+		return rec.err
+	}
+	if rec.kind != kind {
+		return &Error{Kind: ErrInternal, Message: fmt.Sprintf("completion: a record of kind %d, want %d", rec.kind, kind)}
+	}
+	return nil
 }

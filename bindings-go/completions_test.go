@@ -2,8 +2,11 @@ package polylimit
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"strconv"
 	"sync"
@@ -167,4 +170,58 @@ func TestRedisKilledMidFlightFallsBack(t *testing.T) {
 	wg.Wait()
 	redis.kill()
 	settled(t, base)
+}
+
+// One take of many records (every kind of the shared vectors, a panic's
+// internal error among them) hands each to its own waiter, decoded as the
+// vectors say; a malformed record gives its waiter an internal error
+// rather than leaving it waiting.
+func TestABatchReachesEachWaiter(t *testing.T) {
+	if err := openCompletions(); err != nil {
+		t.Fatal(err)
+	}
+	v := loadWireVectors(t)
+	// ctxs no operation of this process uses: records of their own, not the vectors'.
+	const base = uint64(1) << 62
+	var batch []byte
+	chans := make([]chan record, len(v.Records))
+	completions.mu.Lock()
+	for i, c := range v.Records {
+		b, err := hex.DecodeString(c.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		binary.LittleEndian.PutUint64(b, base+uint64(i))
+		batch = append(batch, b...)
+		chans[i] = make(chan record, 1)
+		completions.waiters[base+uint64(i)] = chans[i]
+	}
+	completions.mu.Unlock()
+	deliver(readBatch(string(batch), len(v.Records), nil))
+	for i, c := range v.Records {
+		rec := <-chans[i]
+		kind, got := recordValue(t, rec)
+		want := normalized(t, c.Value)
+		if m, ok := want.(map[string]any); ok && kind == "outcome" && m["completion"] == "" {
+			m["completion"] = nil
+		}
+		if rec.ctx != base+uint64(i) || kind != c.Kind || !reflect.DeepEqual(normalized(t, got), want) {
+			t.Errorf("%s: got ctx %d %s %v, want %s %v", c.Name, rec.ctx, kind, normalized(t, got), c.Kind, want)
+		}
+		if c.Name == "a panic" && !errors.Is(rec.want(recordUnit), ErrInternal) {
+			t.Errorf("a panic: %v, want ErrInternal", rec.err)
+		}
+	}
+	if waiting() != 0 {
+		t.Fatalf("%d waiters left", waiting())
+	}
+	// The first record cut short: its ctx is read, the rest is not.
+	ch := make(chan record, 1)
+	completions.mu.Lock()
+	completions.waiters[base] = ch
+	completions.mu.Unlock()
+	deliver(readBatch(string(batch[:20]), 1, nil))
+	if rec := <-ch; !errors.Is(rec.want(recordDecision), ErrInternal) {
+		t.Fatalf("a malformed record: %+v, want ErrInternal", rec)
+	}
 }

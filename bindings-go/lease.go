@@ -7,8 +7,8 @@ import "C"
 
 import (
 	"context"
+	"encoding/json"
 	"runtime"
-	"strconv"
 	"sync"
 )
 
@@ -57,29 +57,25 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 			C.polylimit_string_free(leases)
 		}
 	case C.POLYLIMIT_PENDING:
-		ch, pooled, err := startPending(pending)
+		ch, err := startPending(pending)
 		if err != nil {
 			return Decision{}, nil, err
 		}
 		select {
-		case r := <-ch:
-			if pooled {
-				waiterPool.Put(ch)
+		case rec := <-ch:
+			waiterPool.Put(ch)
+			if err := rec.want(recordAcquired); err != nil {
+				return Decision{}, nil, err
 			}
-			if r.err != nil {
-				return Decision{}, nil, r.err
-			}
-			d, text = r.decision, r.text
+			d, text = rec.decision, leasesJSON(rec.leases)
 		case <-ctx.Done():
 			// The acquire still completes: give back what it takes, so a
 			// cancelled caller holds no slot until the lease ends.
 			go func() {
-				r := <-ch
-				if pooled {
-					waiterPool.Put(ch)
-				}
-				if r.err == nil && r.text != "" {
-					_, _ = (&Lease{rel: l.releaser(), leases: r.text}).Release(context.Background())
+				rec := <-ch
+				waiterPool.Put(ch)
+				if rec.want(recordAcquired) == nil && len(rec.leases) > 0 {
+					_, _ = (&Lease{rel: l.releaser(), leases: leasesJSON(rec.leases)}).Release(context.Background())
 				}
 				if settled := cancelledAcquireSettled; settled != nil {
 					settled()
@@ -94,6 +90,20 @@ func (l *Limiter) Acquire(ctx context.Context, key string, opts ...CheckOption) 
 		return d, nil, nil
 	}
 	return d, &Lease{rel: l.releaser(), leases: text}, nil
+}
+
+// leasesJSON is the leases of an acquire's record as release reads them
+// (the JSON the immediate path gives: [[policy, key, id], …]); "" for none.
+func leasesJSON(leases []leaseRef) string {
+	if len(leases) == 0 {
+		return ""
+	}
+	list := make([][3]any, len(leases))
+	for i, l := range leases {
+		list[i] = [3]any{l.Policy, l.Key, l.ID}
+	}
+	text, _ := json.Marshal(list) // strings and numbers: never fails
+	return string(text)
 }
 
 // cancelledAcquireSettled, set by tests only, runs once the acquire of a
@@ -168,15 +178,8 @@ func (le *Lease) Release(ctx context.Context, opts ...CheckOption) (int, error) 
 	case C.POLYLIMIT_OK:
 		return int(released), nil
 	case C.POLYLIMIT_PENDING:
-		r, err := awaitPending(ctx, pending)
-		if err != nil {
-			return 0, err
-		}
-		count, perr := strconv.Atoi(r.text)
-		if perr != nil {
-			return 0, &Error{Kind: ErrInternal, Message: "release: " + perr.Error()}
-		}
-		return count, nil
+		rec, err := awaitPending(ctx, pending, recordCount)
+		return int(rec.count), err
 	default:
 		return 0, takeError(rc, cerr)
 	}

@@ -8,13 +8,6 @@ package polylimit
 #include <stdlib.h>
 #include "polylimit.h"
 
-// Declared by callback.go (//export polylimitGoDone).
-extern void polylimitGoDone(size_t, int32_t, polylimit_decision_t *, char *, size_t, polylimit_error_t *);
-
-static polylimit_callback_t polylimit_go_done(void) {
-	return (polylimit_callback_t)polylimitGoDone;
-}
-
 // The decisions made at once neither keep a Go pointer nor call Go: their
 // out-pointers may then live on the caller's stack.
 #cgo noescape polylimit_limiter_try_check
@@ -41,7 +34,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
-	"runtime/cgo"
 	"sync"
 	"unsafe"
 )
@@ -146,31 +138,13 @@ func WithCost(n uint64) CheckOption { return func(o *checkOptions) { o.cost = n 
 // clock; for tests and simulations.
 func WithNowMs(ms int64) CheckOption { return func(o *checkOptions) { o.nowMs = ms } }
 
-// result is what the C callback sends back.
-type result struct {
-	decision Decision
-	text     string
-	err      error
-}
-
 func stringArg(s string) (*C.uint8_t, C.size_t) {
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
 }
 
-// await waits for a pending operation, or for ctx.
-func await(ctx context.Context, ch chan result) (result, error) {
-	select {
-	case r := <-ch:
-		return r, r.err
-	case <-ctx.Done():
-		// The callback still runs; the channel is buffered, so it never blocks.
-		return result{}, ctx.Err()
-	}
-}
-
 // Check decides whether key may proceed. With several policies the decision
 // is the one closest to denying. A decision made at once (memory store, a
-// local decision) completes on the calling goroutine with no callback; a
+// local decision) completes on the calling goroutine with no channel; a
 // Redis check waits on a channel (no OS thread is held), and returns
 // ctx.Err() if ctx ends first.
 func (l *Limiter) Check(ctx context.Context, key string, opts ...CheckOption) (Decision, error) {
@@ -215,54 +189,33 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	case C.POLYLIMIT_OK:
 		return decisionFromC(&out), nil
 	case C.POLYLIMIT_PENDING:
-		r, err := awaitPending(ctx, pending)
-		return r.decision, err
+		rec, err := awaitPending(ctx, pending, recordDecision)
+		return rec.decision, err
 	default:
 		return Decision{}, takeError(rc, cerr)
 	}
 }
 
 // awaitPending starts an operation that waits for the store (startPending)
-// and waits for its result or for ctx.
-func awaitPending(ctx context.Context, pending *C.polylimit_pending_t) (result, error) {
-	ch, pooled, err := startPending(pending)
+// and waits for its record, of kind, or for ctx.
+func awaitPending(ctx context.Context, pending *C.polylimit_pending_t, kind uint8) (record, error) {
+	ch, err := startPending(pending)
 	if err != nil {
-		return result{}, err
+		return record{}, err
 	}
 	select {
-	case r := <-ch:
-		if pooled {
-			waiterPool.Put(ch)
-		}
-		return r, r.err
+	case rec := <-ch:
+		waiterPool.Put(ch)
+		return rec, rec.want(kind)
 	case <-ctx.Done():
-		// The result still comes to ch (buffered), which is not reused.
-		return result{}, ctx.Err()
+		// The record still comes to ch (buffered), which is not reused.
+		return record{}, ctx.Err()
 	}
-}
-
-// startPending starts an operation that waits for the store, with its
-// result coming to ch through the completion queue (completions.go; ch is
-// pooled: put it back in waiterPool once the result is read), or through a
-// callback when the queue cannot be opened. ch is buffered: the result
-// never waits for a reader.
-func startPending(pending *C.polylimit_pending_t) (ch chan result, pooled bool, err error) {
-	if openCompletions() == nil {
-		ch, err = startQueued(pending)
-		return ch, err == nil, err
-	}
-	ch = make(chan result, 1)
-	h := cgo.NewHandle(ch)
-	if rc := C.polylimit_pending_start(pending, C.polylimit_go_done(), C.size_t(h)); rc != C.POLYLIMIT_PENDING {
-		h.Delete()
-		return nil, false, &Error{Kind: kindOf(int32(rc)), Message: "cannot start a pending check"}
-	}
-	return ch, false, nil
 }
 
 // checkBlocking is Check through polylimit_limiter_check_blocking: the cgo
 // call holds its OS thread until the store answers. Only the tests and the
-// benchmark use it, to show what the callback path saves.
+// benchmark use it, to show what the bridge saves.
 func (l *Limiter) checkBlocking(key string) (Decision, error) {
 	var out C.polylimit_decision_t
 	var cerr *C.polylimit_error_t
@@ -369,7 +322,7 @@ func (l *Limiter) decideRequest(ctx context.Context, req *RequestInfo, flags C.u
 }
 
 // tryRequest decides the request packed in p: at once when the store needs
-// no I/O (no callback, no channel), else through the callback. Returns the
+// no I/O (no channel), else through the bridge (completions.go). Returns the
 // packed outcome.
 func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs int64, flags C.uint32_t) (string, error) {
 	if p.tooLong {
@@ -409,27 +362,23 @@ func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs 
 // (status 0), so a caller that hung up holds no slot until the lease ends
 // (as Acquire gives back a cancelled acquire's lease).
 func (l *Limiter) awaitOutcome(ctx context.Context, pending *C.polylimit_pending_t) (string, error) {
-	ch, pooled, err := startPending(pending)
+	ch, err := startPending(pending)
 	if err != nil {
 		return "", err
 	}
 	select {
-	case r := <-ch:
-		if pooled {
-			waiterPool.Put(ch)
-		}
-		return r.text, r.err
+	case rec := <-ch:
+		waiterPool.Put(ch)
+		return rec.outcome, rec.want(recordOutcome)
 	case <-ctx.Done():
 		if seen := cancelledRequestSeen; seen != nil {
 			seen()
 		}
 		go func() {
-			r := <-ch
-			if pooled {
-				waiterPool.Put(ch)
-			}
-			if r.err == nil {
-				if token := completionOf(r.text); token != "" {
+			rec := <-ch
+			waiterPool.Put(ch)
+			if rec.want(recordOutcome) == nil {
+				if token := completionOf(rec.outcome); token != "" {
 					_ = l.Complete(context.Background(), token, 0)
 				}
 			}
@@ -453,16 +402,7 @@ var cancelledRequestSeen func()
 // a malformed outcome).
 func completionOf(packed string) string {
 	r := reader{s: packed}
-	head := r.head()
-	for n := r.count(8); n > 0 && !r.bad; n-- {
-		r.str()
-		r.str()
-	}
-	if head.hasBody {
-		r.str()
-	}
-	r.skipDecisions()
-	token := r.optStr()
+	token := r.skipOutcome()
 	if r.bad {
 		return ""
 	}
@@ -494,7 +434,7 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 	case C.POLYLIMIT_OK:
 		return nil
 	case C.POLYLIMIT_PENDING:
-		_, err := awaitPending(ctx, pending)
+		_, err := awaitPending(ctx, pending, recordUnit)
 		return err
 	default:
 		return takeError(rc, cerr)

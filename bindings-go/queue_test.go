@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Acquires, releases and alerts come through the completion queue
+// Acquires, releases and alerts come through the completion bridge
 // (completions.go), as checks do: no callback from a core thread.
 
 // Many acquires and releases in flight at once on Redis, each with its own
@@ -155,8 +155,7 @@ func TestAlertsArriveInOrderOnTheirOwnGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered with the queue (a binary linked with deliverBy=callback uses the callback).
-	if queued := deliverBy == "queue"; queued && alertSinks() != sinksBefore+1 {
+	if alertSinks() != sinksBefore+1 {
 		t.Fatalf("%d sinks registered, want %d", alertSinks(), sinksBefore+1)
 	}
 	ctx := context.Background()

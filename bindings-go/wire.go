@@ -123,6 +123,21 @@ func (r *reader) head() outcomeHead {
 
 func badOutcome() error { return &Error{Kind: ErrInternal, Message: "outcome: truncated"} }
 
+// skipOutcome reads past a packed outcome and returns its completion token
+// (a substring of the reader's).
+func (r *reader) skipOutcome() string {
+	head := r.head()
+	for n := r.count(8); n > 0 && !r.bad; n-- {
+		r.str()
+		r.str()
+	}
+	if head.hasBody {
+		r.str()
+	}
+	r.skipDecisions()
+	return r.optStr()
+}
+
 // outcome reads a packed outcome; its strings share the reader's memory.
 func (r *reader) outcome() *Outcome {
 	head := r.head()
@@ -189,7 +204,7 @@ type record struct {
 	decision  Decision
 	decisions []Decision
 	leases    []leaseRef
-	outcome   *Outcome
+	outcome   string // the packed outcome, read by parseOutcome or writeOutcome
 	json      string
 }
 
@@ -227,7 +242,9 @@ func (r *reader) record() (rec record) {
 			}
 		}
 	case recordOutcome:
-		rec.outcome = r.outcome()
+		start := r.s
+		r.skipOutcome()
+		rec.outcome = start[:len(start)-len(r.s)]
 	case recordJSON:
 		rec.json = r.str()
 	default:

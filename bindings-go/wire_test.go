@@ -53,6 +53,27 @@ func nullable(s string, ok bool) *string {
 	return &s
 }
 
+// loadWireVectors reads tests/conformance/wire/packed.json (or the copy
+// under $POLYLIMIT_VECTORS).
+func loadWireVectors(t *testing.T) wireVectors {
+	t.Helper()
+	base := os.Getenv("POLYLIMIT_VECTORS")
+	if base == "" {
+		base = filepath.Join("..", "tests", "conformance")
+	}
+	text, err := os.ReadFile(filepath.Join(base, "wire", "packed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v wireVectors
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil || len(v.Records) == 0 {
+		t.Fatalf("packed.json: %v (%d records)", err, len(v.Records))
+	}
+	return v
+}
+
 // recordValue is what a record read back says, in the vectors' JSON form.
 func recordValue(t *testing.T, rec record) (kind string, value any) {
 	switch rec.kind {
@@ -95,7 +116,10 @@ func recordValue(t *testing.T, rec record) (kind string, value any) {
 		}
 		return "acquired", map[string]any{"decision": toDecisionJSON(rec.decision), "leases": leases}
 	case recordOutcome:
-		o := rec.outcome
+		o, err := parseOutcome(rec.outcome)
+		if err != nil {
+			t.Fatal(err)
+		}
 		decisions := []map[string]any{}
 		for _, d := range o.Decisions {
 			m := map[string]any{"rule": d.Rule, "policy": d.Policy, "shadow": d.Shadow}
@@ -151,20 +175,7 @@ func normalized(t *testing.T, v any) any {
 // JSON) read back in Go as the shared vectors say, one by one and as one
 // batch; a truncated record reads as bad, never a panic.
 func TestWireVectors(t *testing.T) {
-	base := os.Getenv("POLYLIMIT_VECTORS")
-	if base == "" {
-		base = filepath.Join("..", "tests", "conformance")
-	}
-	text, err := os.ReadFile(filepath.Join(base, "wire", "packed.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v wireVectors
-	dec := json.NewDecoder(bytes.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil || len(v.Records) == 0 {
-		t.Fatalf("packed.json: %v (%d records)", err, len(v.Records))
-	}
+	v := loadWireVectors(t)
 	for _, c := range v.Records {
 		b, err := hex.DecodeString(c.Hex)
 		if err != nil {

@@ -11,9 +11,7 @@
 // Profiling: -handlers picks the middleware part's handlers, -threads prints
 // each run's CPU per request by thread name and context switches,
 // -cpuprofile writes a pprof profile. The Go binding's results come through
-// the core's completion queue; a binary linked with -ldflags "-X
-// github.com/polylimit/polylimit/bindings-go.deliverBy=callback" uses the
-// callback from a runtime thread instead (the before of that change).
+// the core's completion bridge.
 //
 // With POLYLIMIT_BENCH_OUT set, every result line is also appended to that
 // file as one JSON object (bench/report.py reads them). -only runs some parts.

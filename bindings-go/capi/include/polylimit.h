@@ -33,7 +33,7 @@ enum polylimit_status_t
  {
   // Done; the out-pointers are written.
   POLYLIMIT_OK = 0,
-  // Started: the callback will be called exactly once with the result.
+  // Started: the result comes back exactly once (a record on the bridge).
   POLYLIMIT_PENDING = 1,
   // Bad configuration or argument value (the error has `field` and `value`).
   POLYLIMIT_CONFIG = 2,
@@ -105,30 +105,29 @@ typedef int32_t polylimit_breaker_state_t;
 // A circuit breaker; thread-safe, freed with `polylimit_breaker_free`.
 typedef struct polylimit_breaker_t polylimit_breaker_t;
 
-// Counts failed alert callbacks in the limiter's
+// A completion bridge. Thread-safe for submitting; one thread takes at a
+// time. Freed once with `polylimit_bridge_free`.
+typedef struct polylimit_bridge_t polylimit_bridge_t;
+
+// Counts failed alert deliveries in the limiter's
 // `polylimit_anomaly_callback_errors_total`, without holding the limiter.
 typedef struct polylimit_counter_t polylimit_counter_t;
 
 // A limiter. Thread-safe; free it once with `polylimit_limiter_free` after
-// the last call that uses it has returned (pending callbacks keep what they
-// need alive).
+// the last call that uses it has returned (pending operations keep what
+// they need alive).
 typedef struct polylimit_limiter_t polylimit_limiter_t;
 
-// An operation `polylimit_limiter_try_check` or
-// `polylimit_limiter_try_check_request` could not finish at once (it waits
-// for the store). Pass it to `polylimit_pending_start` (which consumes it),
-// or drop it with `polylimit_pending_free`.
+// An operation a `polylimit_limiter_try_*` call could not finish at once
+// (it waits for the store). Submit it to a bridge with
+// `polylimit_pending_submit` (which consumes it), or drop it with
+// `polylimit_pending_free`.
 typedef struct polylimit_pending_t polylimit_pending_t;
 
 // Permission to make one call, from `polylimit_breaker_acquire`; consumed by
 // `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
 // the breaker that issued it, which it keeps alive).
 typedef struct polylimit_permit_t polylimit_permit_t;
-
-// Called with each alert as JSON (`text`, `text_len` bytes, borrowed for the
-// call only), in order, from a thread of the limiter's own (never from
-// within the call that decided), one call per alert.
-typedef void (*polylimit_anomaly_callback_t)(size_t ctx, const char *text, size_t text_len);
 
 // An error; owned by the caller, freed with `polylimit_error_free`.
 typedef struct polylimit_error_t {
@@ -183,34 +182,12 @@ typedef struct polylimit_decision_t {
   int32_t source;
 } polylimit_decision_t;
 
-// One finished operation, as `polylimit_completions_take` lends it: the
-// `ctx` given to `polylimit_pending_start_queued`, `status` (`POLYLIMIT_OK`
-// or an error code), and what the callback of `polylimit_pending_start`
-// would have received: `decision` when `has_decision` (checks, acquires),
-// `text`/`text_len` (a request's packed outcome, an acquire's leases; NULL
-// when none), `error` on failure. Everything stays valid until the next
-// `polylimit_completions_take`.
-typedef struct polylimit_completion_t {
-  // The caller's value from `polylimit_pending_start_queued`.
-  size_t ctx;
-  // `POLYLIMIT_OK` or an error code.
-  int32_t status;
-  // Whether `decision` is set.
-  bool has_decision;
-  // The decision of a check or an acquire.
-  struct polylimit_decision_t decision;
-  // The bytes of a request's outcome or an acquire's leases; NULL when none.
-  const uint8_t *text;
-  // How many bytes `text` holds.
-  size_t text_len;
-  // On failure, the error; else NULL. Not to be freed by the caller.
-  const struct polylimit_error_t *error;
-} polylimit_completion_t;
-
-// Called exactly once when a `POLYLIMIT_PENDING` operation completes, from a
-// polylimit runtime thread. `status` is `POLYLIMIT_OK` or an error code.
-// On OK: `decision` (checks) or `text`/`text_len` (request outcomes, JSON)
-// are set; on error `error` is. Everything is borrowed for the call only.
+// Called exactly once when a started operation completes, from a polylimit
+// runtime thread. `status` is `POLYLIMIT_OK` or an error code. On OK:
+// `decision` (checks, acquires) and/or `text`/`text_len` (a request's
+// packed outcome, an acquire's leases as JSON, a release's count as decimal
+// text, empty for a completion); on error `error`. Everything is borrowed
+// for the call only.
 typedef void (*polylimit_callback_t)(size_t ctx,
                                      int32_t status,
                                      const struct polylimit_decision_t *decision,
@@ -227,37 +204,24 @@ void polylimit_string_free(char *s);
 // The library's version, a static string.
 const char *polylimit_version(void);
 
-// Sends the limiter's alerts to `callback(ctx, …)`; a NULL `callback`
-// removes it. When `out` is not NULL, writes a counter of failed callbacks
-// there (free it with `polylimit_counter_free`).
+// Sends the limiter's alerts to `bridge` (replacing any earlier sink): each
+// alert is queued, in order, as a JSON record with `ctx` (the alert's
+// JSON), taken like any other record. Queueing never blocks the deciding
+// task and never calls the caller. A NULL `bridge` removes the sink. When
+// `out` is not NULL, writes a counter of failed deliveries there (free it
+// with `polylimit_counter_free`).
 //
 // # Safety
-// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable;
-// `callback` stays callable with `ctx` until it is removed.
-int32_t polylimit_limiter_on_anomaly(const struct polylimit_limiter_t *limiter,
-                                     polylimit_anomaly_callback_t callback,
-                                     size_t ctx,
-                                     struct polylimit_counter_t **out,
-                                     struct polylimit_error_t **err);
-
-// Sends the limiter's alerts to the completion queue instead of a callback
-// (replacing any callback or earlier queue sink): each alert is queued, in
-// order, as an entry with `ctx`, status `POLYLIMIT_OK`, no decision, and the
-// alert's JSON in `text`/`text_len` (taken by `polylimit_completions_take`).
-// Queueing never blocks the deciding task and never calls the caller. Remove
-// it with `polylimit_limiter_on_anomaly(limiter, NULL, …)`. When `out` is not
-// NULL, writes a counter of failed deliveries there (free it with
-// `polylimit_counter_free`). Returns `POLYLIMIT_INVALID_ARGUMENT` when the
-// queue was never opened (`polylimit_completions_open`).
-//
-// # Safety
-// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+// `limiter` is NULL or a live handle; `bridge` is NULL or a live bridge
+// (alerts after it is freed are dropped); `out` and `err` are NULL or
+// writable.
 int32_t polylimit_limiter_on_anomaly_queued(const struct polylimit_limiter_t *limiter,
-                                            size_t ctx,
+                                            const struct polylimit_bridge_t *bridge,
+                                            uint64_t ctx,
                                             struct polylimit_counter_t **out,
                                             struct polylimit_error_t **err);
 
-// Counts one failed callback. NULL is ignored.
+// Counts one failed alert delivery (the host's handler failed). NULL is ignored.
 //
 // # Safety
 // `counter` is NULL or live.
@@ -317,6 +281,56 @@ int32_t polylimit_breaker_state(const struct polylimit_breaker_t *breaker);
 // other call is using it.
 void polylimit_breaker_free(struct polylimit_breaker_t *breaker);
 
+// A bridge whose finished records wake the host by one byte written to
+// `wake_fd` (the write end of a non-blocking pipe), or never (`wake_fd` =
+// -1: the host blocks in `polylimit_bridge_take_wait`). The first record
+// wakes the host. NULL if the runtime cannot start.
+struct polylimit_bridge_t *polylimit_bridge_open(int32_t wake_fd);
+
+// Frees a bridge. Calls still running finish and their records are
+// dropped; once this returns, nothing more is written to `wake_fd`. NULL
+// is ignored.
+//
+// # Safety
+// `bridge` is NULL or a bridge from `polylimit_bridge_open` not yet freed;
+// no call using it may be running or start afterwards.
+void polylimit_bridge_free(struct polylimit_bridge_t *bridge);
+
+// Runs a pending operation (from any `polylimit_limiter_try_*`) on the
+// runtime; its result comes back once as the packed record of `ctx`
+// (decision, outcome, acquired, count, unit, or an error). Consumes
+// `pending`. Returns `POLYLIMIT_PENDING`, or `POLYLIMIT_INVALID_ARGUMENT`
+// (freeing `pending`, queueing nothing) when `pending` or `bridge` is NULL.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// submitted or freed; `bridge` is NULL or a live bridge.
+int32_t polylimit_pending_submit(struct polylimit_pending_t *pending,
+                                 const struct polylimit_bridge_t *bridge,
+                                 uint64_t ctx);
+
+// Lends every record finished since the last take (packed, back to back)
+// in `*records` (`*len` bytes) until the next take on this bridge; returns
+// how many. Never blocks; when none, the next record wakes `wake_fd`. 0
+// (writing nothing) when an argument is NULL.
+//
+// # Safety
+// `bridge` is NULL or a live bridge; `records` and `len` are NULL or
+// writable. One thread takes at a time.
+size_t polylimit_bridge_take(const struct polylimit_bridge_t *bridge,
+                             const uint8_t **records,
+                             size_t *len);
+
+// `polylimit_bridge_take`, waiting up to `timeout_ms` for a record when
+// there is none (then 0). Never arms the wake-up.
+//
+// # Safety
+// As `polylimit_bridge_take`.
+size_t polylimit_bridge_take_wait(const struct polylimit_bridge_t *bridge,
+                                  uint32_t timeout_ms,
+                                  const uint8_t **records,
+                                  size_t *len);
+
 // Checks a `RetryTransport`'s options: `POLYLIMIT_CONFIG` with an error
 // naming the field and value when one is wrong.
 //
@@ -374,34 +388,6 @@ int32_t polylimit_retry_wait(const struct polylimit_retry_options_t *options,
 int32_t polylimit_retry_defaults(struct polylimit_retry_options_t *out,
                                  struct polylimit_error_t **err);
 
-// Makes `wake_fd` (the write end of a pipe the reader waits on; the caller
-// keeps it open for the life of the process) the queue's wake-up. Call once,
-// before `polylimit_pending_start_queued`. Returns `POLYLIMIT_OK`, or
-// `POLYLIMIT_INVALID_ARGUMENT` for a negative fd.
-int32_t polylimit_completions_open(int32_t wake_fd);
-
-// Runs a pending operation on the polylimit runtime; when it completes, its
-// result goes to the completion queue with `ctx` (taken by
-// `polylimit_completions_take`), exactly once. Consumes `pending`. Returns
-// `POLYLIMIT_PENDING`, or `POLYLIMIT_INVALID_ARGUMENT` (freeing `pending`,
-// queueing nothing) when `pending` is NULL or the queue was never opened.
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet started or freed.
-int32_t polylimit_pending_start_queued(struct polylimit_pending_t *pending, size_t ctx);
-
-// Takes up to `cap` finished operations into `out` (`*out_n` of them, in
-// the order they finished) and releases those of the previous take. When
-// there are none, `*out_n` is 0 and the next operation to finish writes a
-// byte to the wake-up pipe: wait on it, then take again. One reader only.
-// Returns `POLYLIMIT_OK`, or `POLYLIMIT_INVALID_ARGUMENT` when `out` or
-// `out_n` is NULL.
-//
-// # Safety
-// `out` points to `cap` writable entries; `out_n` is writable. Only one
-// thread takes at a time.
-int32_t polylimit_completions_take(struct polylimit_completion_t *out, size_t cap, size_t *out_n);
-
 // The shared name of a source (`store`, `local`, `fail_open`, …: the core's
 // `Source::as_str`), a static string; `unknown` for a value that is no
 // `polylimit_source_t`.
@@ -430,8 +416,8 @@ void polylimit_error_free(struct polylimit_error_t *err);
 // `*out_leases` is the leases taken as JSON (free with
 // `polylimit_string_free`), or NULL when none were (denied, or no policy is
 // a concurrency one). Or returns `POLYLIMIT_PENDING` with `*pending`
-// written: start it with `polylimit_pending_start`, whose callback gets the
-// `decision` and the leases in `text`/`text_len` (NULL when none).
+// written: submit it with `polylimit_pending_submit`; its record is an
+// acquired one (the decision and the leases taken).
 //
 // # Safety
 // `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
@@ -451,9 +437,8 @@ int32_t polylimit_limiter_try_acquire(const struct polylimit_limiter_t *limiter,
 // gave) at `now_ms` (negative: the store's clock). Idempotent in the core:
 // an unknown, released or ended lease is left as it is. Returns
 // `POLYLIMIT_OK` with `*out_released` (how many were live) when done at
-// once, or `POLYLIMIT_PENDING` with `*pending` written: start it with
-// `polylimit_pending_start`, whose callback gets that count as decimal
-// text. A store that is down is no error (the leases end by themselves).
+// once, or `POLYLIMIT_PENDING` with `*pending` written: submit it with
+// `polylimit_pending_submit`; its record is that count. A store that is down is no error (the leases end by themselves).
 //
 // # Safety
 // `limiter` is NULL or a live handle; `leases` is NULL (with `leases_len`
@@ -477,28 +462,6 @@ int32_t polylimit_limiter_try_release(const struct polylimit_limiter_t *limiter,
 int32_t polylimit_limiter_clone(const struct polylimit_limiter_t *limiter,
                                 struct polylimit_limiter_t **out,
                                 struct polylimit_error_t **err);
-
-// Runs a pending operation on the polylimit runtime and calls
-// `callback(ctx, …)` exactly once, from a runtime thread, when it completes
-// (a check's `decision`, or a request's packed outcome in `text`/`text_len`).
-// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
-// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
-// `pending` or `callback` is NULL.
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet
-// started or freed. `callback` may be called from another thread, once, with `ctx`.
-int32_t polylimit_pending_start(struct polylimit_pending_t *pending,
-                                polylimit_callback_t callback,
-                                size_t ctx);
-
-// Drops a pending operation without running it (the store may or may not
-// have seen it). NULL is ignored.
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet
-// started or freed.
-void polylimit_pending_free(struct polylimit_pending_t *pending);
 
 // Builds a limiter from the options as JSON in Go's names (`Policy`,
 // `Policies`, `KeyBy`, `Rules`, `RulesFile`, `Store`, `Timeout` in
@@ -525,30 +488,13 @@ int32_t polylimit_effective_config(const char *options_json,
                                    struct polylimit_error_t **err);
 
 // Checks `key` (`key_len` bytes of UTF-8) with `cost`, at `now_ms` (a
-// negative value: the store's clock). Returns `POLYLIMIT_OK` with `*out`
-// written when the decision is ready at once (memory store), or
-// `POLYLIMIT_PENDING` and calls `callback(ctx, …)` later (remote store). With
-// a NULL callback it waits for the store instead. Never blocks otherwise.
+// negative value: the store's clock), waiting for the answer on the calling
+// thread (fine for the memory store, where a check takes well under a
+// microsecond; a remote store holds the thread until it answers).
 //
 // # Safety
 // `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
 // points to `key_len` readable bytes; `out` and `err` are NULL or writable.
-// `callback`, when given, may be called from another thread, once, with `ctx`.
-int32_t polylimit_limiter_check(const struct polylimit_limiter_t *limiter,
-                                const uint8_t *key,
-                                size_t key_len,
-                                uint64_t cost,
-                                int64_t now_ms,
-                                struct polylimit_decision_t *out,
-                                polylimit_callback_t callback,
-                                size_t ctx,
-                                struct polylimit_error_t **err);
-
-// `polylimit_limiter_check` that waits for the answer on the calling thread
-// (fine for the memory store, where a check takes well under a microsecond).
-//
-// # Safety
-// As `polylimit_limiter_check`.
 int32_t polylimit_limiter_check_blocking(const struct polylimit_limiter_t *limiter,
                                          const uint8_t *key,
                                          size_t key_len,
@@ -557,32 +503,10 @@ int32_t polylimit_limiter_check_blocking(const struct polylimit_limiter_t *limit
                                          struct polylimit_decision_t *out,
                                          struct polylimit_error_t **err);
 
-// Decides an HTTP request by the limiter's rules. `request_json` is the
-// `RequestInfo` object (`method`, `path`, `route`, `peer`, `headers`, `user`,
-// `api_key`, `key`, `cost`, `now_ms`). The outcome is JSON
-// (`{"status", "headers", "body", "delay_ms"}`, plus `"decisions"` when
-// `with_decisions`; a middleware does not need them): with
-// `POLYLIMIT_OK` in `*out_json` (free it with `polylimit_string_free`),
-// with `POLYLIMIT_PENDING` through the callback's `text`.
-//
-// # Safety
-// `limiter` is NULL or a live handle; `request_json` is NULL (with
-// `request_len` 0) or points to `request_len` readable bytes; `out_json` and
-// `err` are NULL or writable. `callback`, when given, may be called from
-// another thread, once, with `ctx`.
-int32_t polylimit_limiter_check_request(const struct polylimit_limiter_t *limiter,
-                                        const uint8_t *request_json,
-                                        size_t request_len,
-                                        bool with_decisions,
-                                        char **out_json,
-                                        polylimit_callback_t callback,
-                                        size_t ctx,
-                                        struct polylimit_error_t **err);
-
 // `polylimit_limiter_try_check`, peeking: the decision a check of `cost` at
 // `now_ms` would get, charging nothing and recording no penalty. Returns
 // `POLYLIMIT_OK` with `*out` written, or `POLYLIMIT_PENDING` with
-// `*pending` written (start it with `polylimit_pending_start`).
+// `*pending` written (submit it with `polylimit_pending_submit`).
 //
 // # Safety
 // As `polylimit_limiter_try_check`.
@@ -595,11 +519,11 @@ int32_t polylimit_limiter_try_peek(const struct polylimit_limiter_t *limiter,
                                    struct polylimit_pending_t **pending,
                                    struct polylimit_error_t **err);
 
-// `polylimit_limiter_check` without a callback in the call: returns
+// Checks `key` as `polylimit_limiter_check_blocking` does, without waiting: returns
 // `POLYLIMIT_OK` with `*out` written when the decision is ready at once
 // (memory store, a local decision), or `POLYLIMIT_PENDING` with
-// `*pending` written (start it with `polylimit_pending_start`). A decision
-// made at once costs no callback, no handle and no thread switch.
+// `*pending` written (submit it with `polylimit_pending_submit`). A decision
+// made at once costs no record, no handle and no thread switch.
 //
 // # Safety
 // `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
@@ -628,9 +552,8 @@ int32_t polylimit_limiter_try_check(const struct polylimit_limiter_t *limiter,
 // Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
 // (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
 // else in `*out_owned` (`*out_len` bytes, free with `polylimit_bytes_free`).
-// Or returns `POLYLIMIT_PENDING` with `*pending` written: start it with
-// `polylimit_pending_start`, whose callback gets the packed outcome in
-// `text`/`text_len`.
+// Or returns `POLYLIMIT_PENDING` with `*pending` written: submit it with
+// `polylimit_pending_submit`; its record is the outcome.
 //
 // # Safety
 // `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
@@ -654,8 +577,8 @@ int32_t polylimit_limiter_try_check_request(const struct polylimit_limiter_t *li
 // its packed outcome (`token_len` bytes), `status` the response's status (0:
 // no response, counted as failed). Gives back the charges whose rule's
 // `count` does not count `status`. Returns `POLYLIMIT_OK` when done at once
-// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (start it
-// with `polylimit_pending_start`; its callback gets an empty text). Never
+// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (submit it
+// with `polylimit_pending_submit`; its record is a unit). Never
 // fails because the store is down; a malformed token is `POLYLIMIT_CONFIG`.
 //
 // # Safety
@@ -756,6 +679,27 @@ void polylimit_limiter_close(const struct polylimit_limiter_t *limiter);
 // `limiter` is NULL or a handle from this library not yet freed; no call
 // using it may be running or start afterwards.
 void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
+
+// Drops a pending operation without running it (the store may or may not
+// have seen it). NULL is ignored.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// submitted or freed.
+void polylimit_pending_free(struct polylimit_pending_t *pending);
+
+// Runs a pending operation on the polylimit runtime and calls
+// `callback(ctx, …)` exactly once, from a runtime thread, when it completes.
+// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
+// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
+// `pending` or `callback` is NULL. Prefer `polylimit_pending_submit`.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// submitted or freed. `callback` may be called from another thread, once, with `ctx`.
+int32_t polylimit_pending_start(struct polylimit_pending_t *pending,
+                                polylimit_callback_t callback,
+                                size_t ctx);
 
 // 1 when deciding a request may read its header `name` (`name_len` bytes
 // of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a

@@ -16,7 +16,7 @@ use crate::{c_string, polylimit_string_free};
 pub enum polylimit_status_t {
     /// Done; the out-pointers are written.
     POLYLIMIT_OK = 0,
-    /// Started: the callback will be called exactly once with the result.
+    /// Started: the result comes back exactly once (a record on the bridge).
     POLYLIMIT_PENDING = 1,
     /// Bad configuration or argument value (the error has `field` and `value`).
     POLYLIMIT_CONFIG = 2,
@@ -95,6 +95,16 @@ pub struct polylimit_error_t {
     pub value: *mut c_char,
 }
 
+/// The `Internal` error of a caught panic.
+pub(crate) fn panic_error(payload: Box<dyn Any + Send>) -> polylimit::Error {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    polylimit::Error::Internal(format!("panic: {text}"))
+}
+
 /// An error on its way to C.
 #[derive(Debug)]
 pub(crate) enum FfiError {
@@ -114,12 +124,7 @@ impl FfiError {
     }
 
     pub(crate) fn panic(payload: Box<dyn Any + Send>) -> FfiError {
-        let text = payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        FfiError::Core(polylimit::Error::Internal(format!("panic: {text}")))
+        FfiError::Core(panic_error(payload))
     }
 
     pub(crate) fn status(&self) -> polylimit_status_t {

@@ -10,10 +10,14 @@ use serde_json::{json, Value};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
-use crate::limiter::{handle, now_or_pending, options, polylimit_limiter_t, polylimit_pending_t, Done, Work};
+use polylimit::bridge::Call;
+use polylimit::wire::packed::Reply;
+
+use crate::limiter::{handle, options, polylimit_limiter_t};
+use crate::pending::{now_or_pending, polylimit_pending_t, unexpected};
 use crate::{c_string, guard, str_arg, Status};
 
-fn leases_text(leases: &[Lease]) -> Option<String> {
+pub(crate) fn leases_text(leases: &[Lease]) -> Option<String> {
     if leases.is_empty() {
         return None;
     }
@@ -27,8 +31,8 @@ fn leases_text(leases: &[Lease]) -> Option<String> {
 /// `*out_leases` is the leases taken as JSON (free with
 /// `polylimit_string_free`), or NULL when none were (denied, or no policy is
 /// a concurrency one). Or returns `POLYLIMIT_PENDING` with `*pending`
-/// written: start it with `polylimit_pending_start`, whose callback gets the
-/// `decision` and the leases in `text`/`text_len` (NULL when none).
+/// written: submit it with `polylimit_pending_submit`; its record is an
+/// acquired one (the decision and the leases taken).
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
@@ -54,20 +58,20 @@ pub unsafe extern "C" fn polylimit_limiter_try_acquire(
         if out.is_null() || out_leases.is_null() || pending.is_null() {
             return Err(FfiError::invalid("out, out_leases or pending is NULL"));
         }
-        let work: Work = Box::pin(async move {
+        let work: Call = Box::pin(async move {
             let result = limiter.check_all(&key, options(cost, now_ms)).await?;
-            Ok(Done::Acquired((&result.decision()).into(), leases_text(&result.leases)))
+            Ok(Reply::Acquired(result.decision(), result.leases))
         });
-        let write = |done: Done| match done {
-            Done::Acquired(d, leases) => {
+        let write = |reply: Reply| match reply {
+            Reply::Acquired(d, leases) => {
                 // SAFETY: checked above.
                 unsafe {
-                    *out = d;
-                    *out_leases = leases.map_or(std::ptr::null_mut(), c_string);
+                    *out = (&d).into();
+                    *out_leases = leases_text(&leases).map_or(std::ptr::null_mut(), c_string);
                 }
                 Ok(())
             }
-            _ => Err(FfiError::Core(polylimit::Error::Internal("not an acquire".into()))),
+            other => Err(unexpected(&other)),
         };
         // SAFETY: `pending` was checked above.
         unsafe { now_or_pending(work, pending, write) }
@@ -78,9 +82,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_acquire(
 /// gave) at `now_ms` (negative: the store's clock). Idempotent in the core:
 /// an unknown, released or ended lease is left as it is. Returns
 /// `POLYLIMIT_OK` with `*out_released` (how many were live) when done at
-/// once, or `POLYLIMIT_PENDING` with `*pending` written: start it with
-/// `polylimit_pending_start`, whose callback gets that count as decimal
-/// text. A store that is down is no error (the leases end by themselves).
+/// once, or `POLYLIMIT_PENDING` with `*pending` written: submit it with
+/// `polylimit_pending_submit`; its record is that count. A store that is down is no error (the leases end by themselves).
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `leases` is NULL (with `leases_len`
@@ -110,24 +113,21 @@ pub unsafe extern "C" fn polylimit_limiter_try_release(
             .into_iter()
             .map(|(policy, key, id)| Lease { policy, key, id })
             .collect();
-        let work: Work = Box::pin(async move {
+        let work: Call = Box::pin(async move {
             let released = if now_ms >= 0 {
                 limiter.release_at(&leases, now_ms).await?
             } else {
                 limiter.release(&leases).await?
             };
-            Ok(Done::Text(released.to_string()))
+            Ok(Reply::Count(released as u64))
         });
-        let write = |done: Done| match done {
-            Done::Text(n) => {
-                let n = n
-                    .parse::<u64>()
-                    .map_err(|e| polylimit::Error::Internal(e.to_string()))?;
+        let write = |reply: Reply| match reply {
+            Reply::Count(n) => {
                 // SAFETY: checked above.
                 unsafe { *out_released = n };
                 Ok(())
             }
-            _ => Err(FfiError::Core(polylimit::Error::Internal("not a release".into()))),
+            other => Err(unexpected(&other)),
         };
         // SAFETY: `pending` was checked above.
         unsafe { now_or_pending(work, pending, write) }

@@ -8,9 +8,10 @@
 //!   `polylimit_error_t *` that the caller frees with `polylimit_error_free`.
 //! - No panic crosses the boundary: every body runs under `catch_unwind` and
 //!   a panic becomes `POLYLIMIT_INTERNAL`.
-//! - Checks never block on I/O: `polylimit_limiter_check` returns the decision
-//!   at once when it is ready (memory store) or `POLYLIMIT_PENDING`, and then
-//!   calls the callback exactly once from a runtime thread.
+//! - Calls never block on I/O: each `polylimit_limiter_try_*` returns its
+//!   result at once when it is ready (memory store), or `POLYLIMIT_PENDING`
+//!   with a pending operation, submitted to a completion bridge (`bridge.rs`)
+//!   whose packed record of it comes back exactly once.
 #![allow(non_camel_case_types)]
 // Every exported function checks its pointers for NULL; the caller promises
 // the rest (valid handles, `len` readable bytes), as each function's
@@ -19,13 +20,14 @@
 
 pub mod anomaly;
 pub mod breaker;
+pub mod bridge;
 pub mod client;
-pub mod completions;
 pub mod decision;
 pub mod errors;
 pub mod lease;
 pub mod limiter;
 pub mod packed;
+pub mod pending;
 pub mod shared;
 
 use std::ffi::{c_char, CString};

@@ -1,216 +1,23 @@
-//! The limiter handle: build (and the effective configuration), check (ready at once or through a callback),
-//! check a request, reset, metrics, close, free.
+//! The limiter handle: build (and the effective configuration), check (ready
+//! at once or pending, `pending.rs`), check a request, reset, metrics, close, free.
 
 use std::ffi::c_char;
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
 
-use polylimit::wire::OutcomeWire;
-use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo};
+use polylimit::bridge::Call;
+use polylimit::wire::packed::Reply;
+use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
+use crate::pending::{now_or_pending, polylimit_pending_t, unexpected};
 use crate::{c_string, cstr_arg, guard, packed, runtime, str_arg, Status};
 
 /// A limiter. Thread-safe; free it once with `polylimit_limiter_free` after
-/// the last call that uses it has returned (pending callbacks keep what they
-/// need alive).
+/// the last call that uses it has returned (pending operations keep what
+/// they need alive).
 pub struct polylimit_limiter_t {
     pub(crate) inner: Limiter,
-}
-
-/// Called exactly once when a `POLYLIMIT_PENDING` operation completes, from a
-/// polylimit runtime thread. `status` is `POLYLIMIT_OK` or an error code.
-/// On OK: `decision` (checks) or `text`/`text_len` (request outcomes, JSON)
-/// are set; on error `error` is. Everything is borrowed for the call only.
-pub type polylimit_callback_t = Option<
-    unsafe extern "C" fn(
-        ctx: usize,
-        status: i32,
-        decision: *const polylimit_decision_t,
-        text: *const c_char,
-        text_len: usize,
-        error: *const polylimit_error_t,
-    ),
->;
-
-pub(crate) enum Done {
-    Decision(polylimit_decision_t),
-    /// An acquire: the decision and, when it took leases, them as JSON
-    /// (`lease.rs`); the callback gets both (`decision` and `text`).
-    Acquired(polylimit_decision_t, Option<String>),
-    Text(String),
-    /// A packed outcome (`packed::outcome`).
-    Bytes(Vec<u8>),
-}
-
-pub(crate) type Work = Pin<Box<dyn Future<Output = Result<Done, FfiError>> + Send>>;
-
-/// Polls `work` once on the runtime; if it is not ready, spawns it and returns
-/// `None` (the callback will be called). Memory-store checks finish in the
-/// first poll, so they never leave the calling thread.
-fn start(mut work: Work, callback: polylimit_callback_t, ctx: usize) -> Result<Option<Done>, FfiError> {
-    let rt = runtime();
-    let ready = {
-        let _enter = rt.enter();
-        work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-    };
-    match ready {
-        Poll::Ready(done) => done.map(Some),
-        Poll::Pending => {
-            let Some(callback) = callback else {
-                // No callback: wait here (a `_blocking` call on a remote store).
-                return rt.block_on(work).map(Some);
-            };
-            rt.spawn(async move {
-                let result = CatchUnwind(work).await;
-                deliver(callback, ctx, result);
-            });
-            Ok(None)
-        }
-    }
-}
-
-/// Polls `work` once on the runtime: its result when it is done, else the
-/// work itself, to be spawned by `polylimit_pending_start` (the caller then
-/// pays for a callback only when there is I/O to wait for).
-pub(crate) fn try_now(mut work: Work) -> Result<Result<Done, Box<polylimit_pending_t>>, FfiError> {
-    let ready = {
-        let _enter = runtime().enter();
-        work.as_mut().poll(&mut Context::from_waker(Waker::noop()))
-    };
-    match ready {
-        Poll::Ready(done) => done.map(Ok),
-        Poll::Pending => Ok(Err(Box::new(polylimit_pending_t { work }))),
-    }
-}
-
-/// [`try_now`], then: a result at once is written by `write` (`POLYLIMIT_OK`),
-/// else the work goes to `*pending` (`POLYLIMIT_PENDING`; start it with
-/// `polylimit_pending_start`).
-///
-/// # Safety
-/// `pending` is writable.
-pub(crate) unsafe fn now_or_pending(
-    work: Work,
-    pending: *mut *mut polylimit_pending_t,
-    write: impl FnOnce(Done) -> Result<(), FfiError>,
-) -> Result<i32, FfiError> {
-    match try_now(work)? {
-        Ok(done) => {
-            write(done)?;
-            Ok(Status::POLYLIMIT_OK as i32)
-        }
-        Err(p) => {
-            // SAFETY: the caller passes a writable `pending`.
-            unsafe { *pending = Box::into_raw(p) };
-            Ok(Status::POLYLIMIT_PENDING as i32)
-        }
-    }
-}
-
-/// An operation `polylimit_limiter_try_check` or
-/// `polylimit_limiter_try_check_request` could not finish at once (it waits
-/// for the store). Pass it to `polylimit_pending_start` (which consumes it),
-/// or drop it with `polylimit_pending_free`.
-pub struct polylimit_pending_t {
-    pub(crate) work: Work,
-}
-
-/// Runs a pending operation on the polylimit runtime and calls
-/// `callback(ctx, …)` exactly once, from a runtime thread, when it completes
-/// (a check's `decision`, or a request's packed outcome in `text`/`text_len`).
-/// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
-/// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
-/// `pending` or `callback` is NULL.
-///
-/// # Safety
-/// `pending` is NULL or a pending operation from this library not yet
-/// started or freed. `callback` may be called from another thread, once, with `ctx`.
-#[no_mangle]
-pub unsafe extern "C" fn polylimit_pending_start(
-    pending: *mut polylimit_pending_t,
-    callback: polylimit_callback_t,
-    ctx: usize,
-) -> i32 {
-    if pending.is_null() {
-        return Status::POLYLIMIT_INVALID_ARGUMENT as i32;
-    }
-    // SAFETY: `pending` came from `Box::into_raw` in this crate and is consumed once.
-    let pending = unsafe { Box::from_raw(pending) };
-    let spawned = catch_unwind(AssertUnwindSafe(move || {
-        let Some(callback) = callback else {
-            return Status::POLYLIMIT_INVALID_ARGUMENT;
-        };
-        let work = pending.work;
-        runtime().spawn(async move {
-            let result = CatchUnwind(work).await;
-            deliver(callback, ctx, result);
-        });
-        Status::POLYLIMIT_PENDING
-    }));
-    spawned.unwrap_or(Status::POLYLIMIT_INTERNAL) as i32
-}
-
-/// Drops a pending operation without running it (the store may or may not
-/// have seen it). NULL is ignored.
-///
-/// # Safety
-/// `pending` is NULL or a pending operation from this library not yet
-/// started or freed.
-#[no_mangle]
-pub unsafe extern "C" fn polylimit_pending_free(pending: *mut polylimit_pending_t) {
-    if !pending.is_null() {
-        // SAFETY: `pending` came from `Box::into_raw` in this crate and is freed once.
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(pending) })));
-    }
-}
-
-/// Turns a panic while polling into an error, so the callback always runs.
-pub(crate) struct CatchUnwind(pub(crate) Work);
-
-impl Future for CatchUnwind {
-    type Output = Result<Done, FfiError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
-            Ok(poll) => poll,
-            Err(panic) => Poll::Ready(Err(FfiError::panic(panic))),
-        }
-    }
-}
-
-type Callback =
-    unsafe extern "C" fn(usize, i32, *const polylimit_decision_t, *const c_char, usize, *const polylimit_error_t);
-
-fn deliver(callback: Callback, ctx: usize, result: Result<Done, FfiError>) {
-    let (no_decision, no_text, no_error) = (std::ptr::null(), std::ptr::null(), std::ptr::null());
-    let ok = Status::POLYLIMIT_OK as i32;
-    let _ = catch_unwind(AssertUnwindSafe(|| match result {
-        // SAFETY: the callback was given by the caller for exactly this call;
-        // the decision lives until it returns.
-        Ok(Done::Decision(d)) => unsafe { callback(ctx, ok, &d, no_text, 0, no_error) },
-        // SAFETY: as above; `t` holds `t.len()` bytes until the callback returns.
-        Ok(Done::Text(t)) => unsafe { callback(ctx, ok, no_decision, t.as_ptr().cast(), t.len(), no_error) },
-        // SAFETY: as above; `b` holds `b.len()` bytes until the callback returns.
-        Ok(Done::Bytes(b)) => unsafe { callback(ctx, ok, no_decision, b.as_ptr().cast(), b.len(), no_error) },
-        // SAFETY: as above; `d` and `t` live until the callback returns.
-        Ok(Done::Acquired(d, t)) => unsafe {
-            let (text, len) = t.as_ref().map_or((no_text, 0), |t| (t.as_ptr().cast(), t.len()));
-            callback(ctx, ok, &d, text, len, no_error)
-        },
-        Err(e) => {
-            let code = e.status() as i32;
-            let err = e.into_raw();
-            // SAFETY: as above; `err` is ours, borrowed by the callback and freed once after it.
-            unsafe {
-                callback(ctx, code, no_decision, no_text, 0, err);
-                crate::errors::polylimit_error_free(err);
-            }
-        }
-    }));
 }
 
 /// # Safety
@@ -310,56 +117,13 @@ pub(crate) fn options(cost: u64, now_ms: i64) -> CheckOptions {
 }
 
 /// Checks `key` (`key_len` bytes of UTF-8) with `cost`, at `now_ms` (a
-/// negative value: the store's clock). Returns `POLYLIMIT_OK` with `*out`
-/// written when the decision is ready at once (memory store), or
-/// `POLYLIMIT_PENDING` and calls `callback(ctx, …)` later (remote store). With
-/// a NULL callback it waits for the store instead. Never blocks otherwise.
+/// negative value: the store's clock), waiting for the answer on the calling
+/// thread (fine for the memory store, where a check takes well under a
+/// microsecond; a remote store holds the thread until it answers).
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
 /// points to `key_len` readable bytes; `out` and `err` are NULL or writable.
-/// `callback`, when given, may be called from another thread, once, with `ctx`.
-#[no_mangle]
-pub unsafe extern "C" fn polylimit_limiter_check(
-    limiter: *const polylimit_limiter_t,
-    key: *const u8,
-    key_len: usize,
-    cost: u64,
-    now_ms: i64,
-    out: *mut polylimit_decision_t,
-    callback: polylimit_callback_t,
-    ctx: usize,
-    err: *mut *mut polylimit_error_t,
-) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller passes NULL or a live handle.
-        let limiter = unsafe { handle(limiter) }?.clone();
-        // SAFETY: the caller passes `key_len` readable bytes at `key`, or NULL.
-        let key = unsafe { str_arg(key, key_len, "key") }?.to_string();
-        if out.is_null() {
-            return Err(FfiError::invalid("out is NULL"));
-        }
-        let work: Work = Box::pin(async move {
-            let d = limiter.check_with(&key, options(cost, now_ms)).await?;
-            Ok(Done::Decision((&d).into()))
-        });
-        match start(work, callback, ctx)? {
-            Some(Done::Decision(d)) => {
-                // SAFETY: checked above.
-                unsafe { *out = d };
-                Ok(Status::POLYLIMIT_OK as i32)
-            }
-            Some(_) => Err(FfiError::Core(polylimit::Error::Internal("text for a check".into()))),
-            None => Ok(Status::POLYLIMIT_PENDING as i32),
-        }
-    })
-}
-
-/// `polylimit_limiter_check` that waits for the answer on the calling thread
-/// (fine for the memory store, where a check takes well under a microsecond).
-///
-/// # Safety
-/// As `polylimit_limiter_check`.
 #[no_mangle]
 pub unsafe extern "C" fn polylimit_limiter_check_blocking(
     limiter: *const polylimit_limiter_t,
@@ -370,70 +134,27 @@ pub unsafe extern "C" fn polylimit_limiter_check_blocking(
     out: *mut polylimit_decision_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    // SAFETY: the same promises, passed on.
-    unsafe { polylimit_limiter_check(limiter, key, key_len, cost, now_ms, out, None, 0, err) }
-}
-
-/// Decides an HTTP request by the limiter's rules. `request_json` is the
-/// `RequestInfo` object (`method`, `path`, `route`, `peer`, `headers`, `user`,
-/// `api_key`, `key`, `cost`, `now_ms`). The outcome is JSON
-/// (`{"status", "headers", "body", "delay_ms"}`, plus `"decisions"` when
-/// `with_decisions`; a middleware does not need them): with
-/// `POLYLIMIT_OK` in `*out_json` (free it with `polylimit_string_free`),
-/// with `POLYLIMIT_PENDING` through the callback's `text`.
-///
-/// # Safety
-/// `limiter` is NULL or a live handle; `request_json` is NULL (with
-/// `request_len` 0) or points to `request_len` readable bytes; `out_json` and
-/// `err` are NULL or writable. `callback`, when given, may be called from
-/// another thread, once, with `ctx`.
-#[no_mangle]
-pub unsafe extern "C" fn polylimit_limiter_check_request(
-    limiter: *const polylimit_limiter_t,
-    request_json: *const u8,
-    request_len: usize,
-    with_decisions: bool,
-    out_json: *mut *mut c_char,
-    callback: polylimit_callback_t,
-    ctx: usize,
-    err: *mut *mut polylimit_error_t,
-) -> i32 {
     guard(err, || {
-        // SAFETY: the caller passes NULL or a live handle.
-        let limiter = unsafe { handle(limiter) }?.clone();
-        // SAFETY: the caller passes `request_len` readable bytes at `request_json`, or NULL.
-        let text = unsafe { str_arg(request_json, request_len, "request_json") }?;
-        if out_json.is_null() {
-            return Err(FfiError::invalid("out_json is NULL"));
-        }
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| polylimit::Error::config("request", "", format!("is not valid JSON: {e}")))?;
-        let request = RequestInfo::from_value(&value)?;
-        let work: Work = Box::pin(async move {
-            let outcome = limiter.check_request(&request).await?;
-            let wire = OutcomeWire::new(&outcome);
-            let wire = if with_decisions { wire } else { wire.without_decisions() };
-            let text = serde_json::to_string(&wire).map_err(|e| polylimit::Error::Internal(e.to_string()))?;
-            Ok(Done::Text(text))
-        });
-        match start(work, callback, ctx)? {
-            Some(Done::Text(t)) => {
-                // SAFETY: checked above.
-                unsafe { *out_json = c_string(t) };
-                Ok(Status::POLYLIMIT_OK as i32)
+        let mut pending = std::ptr::null_mut();
+        // SAFETY: the caller's promises; `pending` is a local.
+        let rc = unsafe { try_decision(limiter, key, key_len, cost, now_ms, false, out, &mut pending) }?;
+        if rc == Status::POLYLIMIT_PENDING as i32 {
+            // SAFETY: written by `try_decision` just now, consumed here.
+            let work = unsafe { Box::from_raw(pending) }.work;
+            match runtime().block_on(work)? {
+                // SAFETY: `try_decision` checked `out`.
+                Reply::Decision(d) => unsafe { *out = (&d).into() },
+                other => return Err(unexpected(&other)),
             }
-            Some(_) => Err(FfiError::Core(polylimit::Error::Internal(
-                "a decision for a request".into(),
-            ))),
-            None => Ok(Status::POLYLIMIT_PENDING as i32),
         }
+        Ok(Status::POLYLIMIT_OK as i32)
     })
 }
 
 /// `polylimit_limiter_try_check`, peeking: the decision a check of `cost` at
 /// `now_ms` would get, charging nothing and recording no penalty. Returns
 /// `POLYLIMIT_OK` with `*out` written, or `POLYLIMIT_PENDING` with
-/// `*pending` written (start it with `polylimit_pending_start`).
+/// `*pending` written (submit it with `polylimit_pending_submit`).
 ///
 /// # Safety
 /// As `polylimit_limiter_try_check`.
@@ -454,11 +175,11 @@ pub unsafe extern "C" fn polylimit_limiter_try_peek(
     })
 }
 
-/// `polylimit_limiter_check` without a callback in the call: returns
+/// Checks `key` as `polylimit_limiter_check_blocking` does, without waiting: returns
 /// `POLYLIMIT_OK` with `*out` written when the decision is ready at once
 /// (memory store, a local decision), or `POLYLIMIT_PENDING` with
-/// `*pending` written (start it with `polylimit_pending_start`). A decision
-/// made at once costs no callback, no handle and no thread switch.
+/// `*pending` written (submit it with `polylimit_pending_submit`). A decision
+/// made at once costs no record, no handle and no thread switch.
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
@@ -503,22 +224,22 @@ unsafe fn try_decision(
     if out.is_null() || pending.is_null() {
         return Err(FfiError::invalid("out or pending is NULL"));
     }
-    let work: Work = Box::pin(async move {
+    let work: Call = Box::pin(async move {
         let options = options(cost, now_ms);
         let d = if peek {
             limiter.peek_with(&key, options).await?
         } else {
             limiter.check_with(&key, options).await?
         };
-        Ok(Done::Decision((&d).into()))
+        Ok(Reply::Decision(d))
     });
-    let write = |done: Done| match done {
-        Done::Decision(d) => {
+    let write = |reply: Reply| match reply {
+        Reply::Decision(d) => {
             // SAFETY: checked above.
-            unsafe { *out = d };
+            unsafe { *out = (&d).into() };
             Ok(())
         }
-        _ => Err(FfiError::Core(polylimit::Error::Internal("not a decision".into()))),
+        other => Err(unexpected(&other)),
     };
     // SAFETY: `pending` was checked above.
     unsafe { now_or_pending(work, pending, write) }
@@ -538,9 +259,8 @@ unsafe fn try_decision(
 /// Returns `POLYLIMIT_OK` when the outcome is ready at once: it is in `out`
 /// (`*out_len` bytes, `*out_owned` NULL) when it fits in `out_cap` bytes,
 /// else in `*out_owned` (`*out_len` bytes, free with `polylimit_bytes_free`).
-/// Or returns `POLYLIMIT_PENDING` with `*pending` written: start it with
-/// `polylimit_pending_start`, whose callback gets the packed outcome in
-/// `text`/`text_len`.
+/// Or returns `POLYLIMIT_PENDING` with `*pending` written: submit it with
+/// `polylimit_pending_submit`; its record is the outcome.
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `request` is NULL (with `request_len`
@@ -581,16 +301,17 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
         let request = packed::request(bytes, cost, now_ms, flags, |name| limiter.reads_header(name))?;
         let with_decisions = flags & packed::POLYLIMIT_WITH_DECISIONS != 0;
         let peek = flags & packed::POLYLIMIT_PEEK != 0;
-        let work: Work = Box::pin(async move {
+        let work: Call = Box::pin(async move {
             let outcome = if peek {
                 limiter.peek_request(&request).await?
             } else {
                 limiter.check_request(&request).await?
             };
-            Ok(Done::Bytes(packed::outcome(&outcome, with_decisions)))
+            Ok(Reply::Outcome(outcome, with_decisions))
         });
-        let write = |done: Done| match done {
-            Done::Bytes(b) => {
+        let write = |reply: Reply| match reply {
+            Reply::Outcome(o, with_decisions) => {
+                let b = packed::outcome(&o, with_decisions);
                 if b.len() <= out_cap {
                     // SAFETY: `out` has `out_cap` writable bytes, which do not overlap `b`.
                     unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), out, b.len()) };
@@ -604,9 +325,7 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
                 }
                 Ok(())
             }
-            _ => Err(FfiError::Core(polylimit::Error::Internal(
-                "a decision for a request".into(),
-            ))),
+            other => Err(unexpected(&other)),
         };
         // SAFETY: `pending` was checked above.
         unsafe { now_or_pending(work, pending, write) }
@@ -617,8 +336,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_check_request(
 /// its packed outcome (`token_len` bytes), `status` the response's status (0:
 /// no response, counted as failed). Gives back the charges whose rule's
 /// `count` does not count `status`. Returns `POLYLIMIT_OK` when done at once
-/// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (start it
-/// with `polylimit_pending_start`; its callback gets an empty text). Never
+/// (memory store), or `POLYLIMIT_PENDING` with `*pending` written (submit it
+/// with `polylimit_pending_submit`; its record is a unit). Never
 /// fails because the store is down; a malformed token is `POLYLIMIT_CONFIG`.
 ///
 /// # Safety
@@ -642,9 +361,9 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
             return Err(FfiError::invalid("pending is NULL"));
         }
         let status = (status != 0).then_some(status);
-        let work: Work = Box::pin(async move {
+        let work: Call = Box::pin(async move {
             limiter.complete(&token, status).await?;
-            Ok(Done::Bytes(Vec::new()))
+            Ok(Reply::Unit)
         });
         // SAFETY: `pending` was checked above.
         unsafe { now_or_pending(work, pending, |_| Ok(())) }

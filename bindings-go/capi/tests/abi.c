@@ -1,12 +1,26 @@
 /* The C ABI on its own: links include/polylimit.h and the static library
  * (`make go-abi-test`), without the Go wrapper. */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "polylimit.h"
 
 static int failures = 0;
+
+/* Little-endian integers of a packed record (wire::packed). */
+static uint64_t le64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
 #define CHECK(cond)                                                  \
   do {                                                               \
     if (!(cond)) {                                                   \
@@ -54,10 +68,6 @@ int main(void) {
   CHECK(strcmp(polylimit_status_name(POLYLIMIT_INVALID_ARGUMENT), "invalid_argument") == 0 &&
         strcmp(polylimit_status_name(99), "unknown") == 0);
 
-  /* A memory-store check is ready at once even with a callback. */
-  rc = polylimit_limiter_check(limiter, (const uint8_t *)"other", 5, 1, -1, &d, NULL, 0, &err);
-  CHECK(rc == POLYLIMIT_OK && d.allowed);
-
   /* Errors: a code, an owned message, the field of a config error. */
   rc = polylimit_limiter_check_blocking(limiter, (const uint8_t *)key, strlen(key), 0, -1, &d, &err);
   CHECK(rc == POLYLIMIT_CONFIG && err != NULL && err->code == POLYLIMIT_CONFIG && strcmp(err->field, "cost") == 0);
@@ -97,19 +107,17 @@ int main(void) {
   CHECK(rc == POLYLIMIT_CONFIG && strcmp(err->field, "Timeout") == 0);
   polylimit_error_free(err);
 
-  /* The rules path: an outcome as JSON. */
+  /* The rules path. A middleware packs only the headers deciding may read:
+     a rule's header dimension (any case), not the others. */
   err = NULL;
-  rc = polylimit_limiter_build(
-      "{\"Rules\": \"policies: {api: {rate: 1/s, burst: 1}}\\nrules: [{key: [ip], policy: api}]\\n\"}", &limiter, &err);
+  rc = polylimit_limiter_build("{\"Rules\": \"policies: {api: {rate: 1/s, burst: 1}}\\n"
+                               "rules: [{key: [ip], policy: api}, {key: ['header:x-api-key'], policy: api}]\\n\"}",
+                               &limiter, &err);
   CHECK(rc == POLYLIMIT_OK);
-  const char *req = "{\"path\": \"/x\", \"peer\": \"203.0.113.7\", \"now_ms\": 1700000000000}";
-  char *outcome = NULL;
-  rc = polylimit_limiter_check_request(limiter, (const uint8_t *)req, strlen(req), true, &outcome, NULL, 0, &err);
-  CHECK(rc == POLYLIMIT_OK && strstr(outcome, "\"status\":null") != NULL && strstr(outcome, "\"decisions\"") != NULL);
-  polylimit_string_free(outcome);
-  rc = polylimit_limiter_check_request(limiter, (const uint8_t *)req, strlen(req), false, &outcome, NULL, 0, &err);
-  CHECK(rc == POLYLIMIT_OK && strstr(outcome, "\"status\":429") != NULL && strstr(outcome, "\"decisions\"") == NULL);
-  polylimit_string_free(outcome);
+  CHECK(polylimit_limiter_reads_header(limiter, (const uint8_t *)"X-API-Key", 9) == 1);
+  CHECK(polylimit_limiter_reads_header(limiter, (const uint8_t *)"Accept", 6) == 0);
+  CHECK(polylimit_limiter_reads_header(NULL, (const uint8_t *)"Accept", 6) == -POLYLIMIT_INVALID_ARGUMENT);
+  CHECK(polylimit_limiter_reads_header(limiter, (const uint8_t *)"\xff", 1) == -POLYLIMIT_INVALID_ARGUMENT);
 
   /* The packed path: a request in one buffer (absent strings, one header),
    * the outcome in the caller's buffer or, when it does not fit, in one the
@@ -182,7 +190,7 @@ int main(void) {
   CHECK(rc == POLYLIMIT_OK && pending == NULL && d.allowed);
   rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, 1000000, &d, &pending, &err);
   CHECK(rc == POLYLIMIT_OK && pending == NULL && !d.allowed);
-  CHECK(polylimit_pending_start(NULL, NULL, 0) == POLYLIMIT_INVALID_ARGUMENT);
+  CHECK(polylimit_pending_submit(NULL, NULL, 0) == POLYLIMIT_INVALID_ARGUMENT);
   polylimit_pending_free(NULL);
   polylimit_limiter_free(limiter);
 
@@ -221,6 +229,68 @@ int main(void) {
   CHECK(polylimit_limiter_clone(NULL, &clone, NULL) == POLYLIMIT_INVALID_ARGUMENT);
   polylimit_string_free(leases);
   polylimit_limiter_free(clone);
+
+  /* The bridge: an operation that waits for the store (one that accepts
+     connections and never answers, until the timeout; on_store_error
+     fail_open) comes back once as the packed decision record of its ctx,
+     waking the host by one byte on its pipe. */
+  int silent = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t addr_len = sizeof addr;
+  CHECK(bind(silent, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(silent, 16) == 0 &&
+        getsockname(silent, (struct sockaddr *)&addr, &addr_len) == 0);
+  char options[256];
+  snprintf(options, sizeof options,
+           "{\"Policy\": {\"Rate\": \"10/s\", \"OnStoreError\": \"fail_open\"}, "
+           "\"Store\": \"redis://127.0.0.1:%d\", \"Timeout\": 300000000}",
+           ntohs(addr.sin_port));
+  rc = polylimit_limiter_build(options, &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK);
+  int fds[2];
+  CHECK(pipe(fds) == 0 && fcntl(fds[1], F_SETFL, O_NONBLOCK) == 0);
+  polylimit_bridge_t *bridge = polylimit_bridge_open(fds[1]);
+  CHECK(bridge != NULL);
+  const uint8_t *records = NULL;
+  size_t records_len = 0;
+  CHECK(polylimit_bridge_take(bridge, &records, &records_len) == 0 && records_len == 0);
+  pending = NULL;
+  rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && pending != NULL);
+  CHECK(polylimit_pending_submit(pending, bridge, 0x0102030405060708ULL) == POLYLIMIT_PENDING);
+  char byte;
+  CHECK(read(fds[0], &byte, 1) == 1); /* blocks until the record is there */
+  CHECK(polylimit_bridge_take(bridge, &records, &records_len) == 1);
+  /* ctx, kind 4 (a decision), bits 1 (allowed), limit 10, remaining, reset,
+     retry, delay, then the source: fail_open. */
+  CHECK(records_len == 8 + 1 + 1 + 5 * 8 + 1);
+  CHECK(le64(records) == 0x0102030405060708ULL && records[8] == 4 && records[9] == 1 && le64(records + 10) == 10);
+  CHECK(records[records_len - 1] == POLYLIMIT_SOURCE_FAIL_OPEN);
+  CHECK(polylimit_bridge_take(bridge, &records, &records_len) == 0);
+  /* A bad argument consumes the pending operation and queues nothing. */
+  rc = polylimit_limiter_try_check(limiter, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && polylimit_pending_submit(pending, NULL, 1) == POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_bridge_free(bridge);
+  close(fds[0]);
+  close(fds[1]);
+
+  /* Without a pipe the host blocks in take_wait; an acquire's record
+     (kind 6) is its decision and its leases. */
+  bridge = polylimit_bridge_open(-1);
+  CHECK(polylimit_bridge_take_wait(bridge, 10, &records, &records_len) == 0);
+  rc = polylimit_limiter_try_peek(limiter, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && polylimit_pending_submit(pending, bridge, 7) == POLYLIMIT_PENDING);
+  CHECK(polylimit_bridge_take_wait(bridge, 10000, &records, &records_len) == 1);
+  CHECK(records_len == 8 + 1 + 1 + 5 * 8 + 1 && le64(records) == 7 && records[8] == 4 && records[9] == 1);
+  char *no_leases = NULL;
+  rc = polylimit_limiter_try_acquire(limiter, (const uint8_t *)key, strlen(key), 1, -1, &d, &no_leases, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && polylimit_pending_submit(pending, bridge, 8) == POLYLIMIT_PENDING);
+  CHECK(polylimit_bridge_take_wait(bridge, 10000, &records, &records_len) == 1);
+  CHECK(records_len == 8 + 1 + 1 + 5 * 8 + 1 + 4 && le64(records) == 8 && records[8] == 6 && records[9] == 1);
+  CHECK(polylimit_bridge_take(NULL, &records, &records_len) == 0 && polylimit_bridge_take(bridge, NULL, NULL) == 0);
+  polylimit_bridge_free(bridge);
+  polylimit_bridge_free(NULL);
+  polylimit_limiter_free(limiter);
+  close(silent);
 
   polylimit_breaker_t *b = NULL;
   CHECK(polylimit_breaker_new(1, 0, 1, &b, &err) == POLYLIMIT_CONFIG && b == NULL && err != NULL);
