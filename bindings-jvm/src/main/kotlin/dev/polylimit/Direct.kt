@@ -178,8 +178,8 @@ internal class Scratch {
 /**
  * The process's completion bridge: a pending operation is submitted with a
  * ticket, and one daemon thread waits for the bridge's batches of packed
- * records, decodes each (Packed.kt) and completes its future on
- * Dispatchers.Default, never on the reader (a caller's continuation may block).
+ * records, decodes each (Packed.kt) and completes its future: a blocked
+ * caller's itself, any other on Dispatchers.Default (a continuation may block).
  */
 internal object Bridge {
     private val handle: Long = CAbi.polylimit_bridge_open(-1)
@@ -187,7 +187,7 @@ internal object Bridge {
     private val tickets = AtomicLong()
     private val executor = Dispatchers.Default.asExecutor()
 
-    class Waiter<T>(val read: (Any?) -> T) {
+    class Waiter<T>(val read: (Any?) -> T, val blocking: Boolean) {
         val future = CompletableFuture<T>()
     }
 
@@ -221,12 +221,17 @@ internal object Bridge {
             } catch (e: Throwable) {
                 Result.failure(e)
             }
-        executor.execute { result.fold({ w.future.complete(it) }, { w.future.completeExceptionally(it) }) }
+        val finish = Runnable { result.fold({ w.future.complete(it) }, { w.future.completeExceptionally(it) }) }
+        if (w.blocking) finish.run() else executor.execute(finish)
     }
 
-    /** Submits the pending operation at `pending`; its future gets what `read` makes of the record's value. */
-    fun <T> submit(pending: Long, read: (Any?) -> T): CompletableFuture<T> {
-        val waiter = Waiter(read)
+    /**
+     * Submits the pending operation at `pending`; its future gets what `read`
+     * makes of the record's value. `blocking`: nothing but a blocked caller
+     * waits for that future (no continuation to keep off the reader).
+     */
+    fun <T> submit(pending: Long, blocking: Boolean, read: (Any?) -> T): CompletableFuture<T> {
+        val waiter = Waiter(read, blocking)
         val ticket = tickets.incrementAndGet()
         waiting[ticket] = waiter
         if (CAbi.polylimit_pending_submit(pending, handle, ticket) != PENDING) {

@@ -49,14 +49,14 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     @Throws(PolylimitException::class)
     override fun check(key: String, cost: Long?, nowMs: Long?): Decision =
-        startDecision(key, cost, nowMs, peek = false)?.join0() ?: generatedCheck(key, cost, nowMs)
+        startDecision(key, cost, nowMs, peek = false, blocking = true)?.join0() ?: generatedCheck(key, cost, nowMs)
 
     override suspend fun checkAsync(key: String, cost: Long?, nowMs: Long?): Decision =
         startDecision(key, cost, nowMs, peek = false)?.await() ?: generatedCheckAsync(key, cost, nowMs)
 
     @Throws(PolylimitException::class)
     override fun peek(key: String, cost: Long?, nowMs: Long?): Decision =
-        startDecision(key, cost, nowMs, peek = true)?.join0() ?: generatedPeek(key, cost, nowMs)
+        startDecision(key, cost, nowMs, peek = true, blocking = true)?.join0() ?: generatedPeek(key, cost, nowMs)
 
     override suspend fun peekAsync(key: String, cost: Long?, nowMs: Long?): Decision =
         startDecision(key, cost, nowMs, peek = true)?.await() ?: generatedPeekAsync(key, cost, nowMs)
@@ -75,18 +75,18 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     @Throws(PolylimitException::class)
     override fun checkRequest(request: HttpRequest): Outcome =
-        startOutcome(request, peek = false)?.join0() ?: generatedCheckRequest(request)
+        startOutcome(request, peek = false, blocking = true)?.join0() ?: generatedCheckRequest(request)
 
     override suspend fun checkRequestAsync(request: HttpRequest): Outcome =
         startOutcome(request, peek = false)?.await() ?: generatedCheckRequestAsync(request)
 
     @Throws(PolylimitException::class)
     override fun peekRequest(request: HttpRequest): Outcome =
-        startOutcome(request, peek = true)?.join0() ?: generatedPeekRequest(request)
+        startOutcome(request, peek = true, blocking = true)?.join0() ?: generatedPeekRequest(request)
 
     @Throws(PolylimitException::class)
     override fun complete(token: String, status: Int?) {
-        startComplete(token, status)?.join0() ?: generatedComplete(token, status)
+        startComplete(token, status, blocking = true)?.join0() ?: generatedComplete(token, status)
     }
 
     override suspend fun completeAsync(token: String, status: Int?) {
@@ -102,7 +102,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     fun checkPacked(request: PackedRequest): Outcome {
         val scratch = Scratch.get()
         val packer = request.pack(scratch)
-        return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags())?.join0() }
+        return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags(), blocking = true)?.join0() }
             ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
     }
 
@@ -114,9 +114,11 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     // The direct forms: a future (completed when the store answered at once),
     // or null when the direct call cannot carry the arguments or the facade is
-    // closed (the generated call then throws what it throws).
+    // closed (the generated call then throws what it throws). `blocking`: only
+    // the caller's own thread waits for the future, so the bridge's reader
+    // completes it itself (one thread wake-up fewer per call).
 
-    internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean): CompletableFuture<Decision>? {
+    internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean, blocking: Boolean = false): CompletableFuture<Decision>? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
             return null
         }
@@ -138,12 +140,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         } ?: return null
         return when (code) {
             OK -> CompletableFuture.completedFuture(s.decision())
-            PENDING -> Bridge.submit(s.pending) { it as Decision }
+            PENDING -> Bridge.submit(s.pending, blocking) { it as Decision }
             else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 
-    internal fun startOutcome(request: HttpRequest, peek: Boolean): CompletableFuture<Outcome>? {
+    internal fun startOutcome(request: HttpRequest, peek: Boolean, blocking: Boolean = false): CompletableFuture<Outcome>? {
         val r = request
         val scratch = Scratch.get()
         val packer = Packer(scratch)
@@ -151,10 +153,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
             return null
         }
         val flags = WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash) or (if (peek) PEEK else 0)
-        return startPacked(scratch, packer, r.cost, r.nowMs, flags)
+        return startPacked(scratch, packer, r.cost, r.nowMs, flags, blocking)
     }
 
-    private fun startPacked(s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int): CompletableFuture<Outcome>? {
+    private fun startPacked(
+        s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int, blocking: Boolean,
+    ): CompletableFuture<Outcome>? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
             return null
         }
@@ -182,12 +186,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
                 }
                 CompletableFuture.completedFuture(outcome)
             }
-            PENDING -> Bridge.submit(s.pending) { it as Outcome }
+            PENDING -> Bridge.submit(s.pending, blocking) { it as Outcome }
             else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 
-    internal fun startComplete(token: String, status: Int?): CompletableFuture<Unit>? {
+    internal fun startComplete(token: String, status: Int?, blocking: Boolean = false): CompletableFuture<Unit>? {
         // The C call's 0 is no status (null); a status 0 as given, or one that
         // is no u16, goes to the generated call (the core's rule, as given).
         if (status != null && status !in 1..0xffff) {
@@ -206,7 +210,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         } ?: return null
         return when (code) {
             OK -> CompletableFuture.completedFuture(Unit)
-            PENDING -> Bridge.submit(s.pending) { }
+            PENDING -> Bridge.submit(s.pending, blocking) { }
             else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
