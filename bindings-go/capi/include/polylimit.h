@@ -182,19 +182,6 @@ typedef struct polylimit_decision_t {
   int32_t source;
 } polylimit_decision_t;
 
-// Called exactly once when a started operation completes, from a polylimit
-// runtime thread. `status` is `POLYLIMIT_OK` or an error code. On OK:
-// `decision` (checks, acquires) and/or `text`/`text_len` (a request's
-// packed outcome, an acquire's leases as JSON, a release's count as decimal
-// text, empty for a completion); on error `error`. Everything is borrowed
-// for the call only.
-typedef void (*polylimit_callback_t)(size_t ctx,
-                                     int32_t status,
-                                     const struct polylimit_decision_t *decision,
-                                     const char *text,
-                                     size_t text_len,
-                                     const struct polylimit_error_t *error);
-
 // Frees a string returned by polylimit. NULL is ignored.
 //
 // # Safety
@@ -687,19 +674,6 @@ void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
 // `pending` is NULL or a pending operation from this library not yet
 // submitted or freed.
 void polylimit_pending_free(struct polylimit_pending_t *pending);
-
-// Runs a pending operation on the polylimit runtime and calls
-// `callback(ctx, …)` exactly once, from a runtime thread, when it completes.
-// Consumes `pending`. Returns `POLYLIMIT_PENDING`, or
-// `POLYLIMIT_INVALID_ARGUMENT` (and frees `pending`, calling nothing) when
-// `pending` or `callback` is NULL. Prefer `polylimit_pending_submit`.
-//
-// # Safety
-// `pending` is NULL or a pending operation from this library not yet
-// submitted or freed. `callback` may be called from another thread, once, with `ctx`.
-int32_t polylimit_pending_start(struct polylimit_pending_t *pending,
-                                polylimit_callback_t callback,
-                                size_t ctx);
 
 // 1 when deciding a request may read its header `name` (`name_len` bytes
 // of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a

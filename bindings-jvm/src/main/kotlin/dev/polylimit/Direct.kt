@@ -2,10 +2,11 @@
 
 package dev.polylimit
 
-import com.sun.jna.Callback
-import com.sun.jna.CallbackThreadInitializer
+import com.sun.jna.Memory
 import com.sun.jna.Native
 import com.sun.jna.Pointer
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
 import java.nio.CharBuffer
 import java.nio.charset.CharacterCodingException
 import java.nio.charset.CodingErrorAction
@@ -19,13 +20,14 @@ import kotlinx.coroutines.asExecutor
 
 // The direct calls of the facade (Limiter.kt): the C ABI of polylimit-capi
 // (bindings-go/capi/include/polylimit.h, Go's), linked into this library, through
-// JNA direct mapping: primitive arguments and arrays, no per-call JNA object.
-// A result ready at once (the memory store) comes back in the call; otherwise
-// the call hands back a pending operation, started with polylimit_pending_start
-// and finished by one native callback (the runtime's threads stay attached to
-// the JVM). An error comes back with its code and fields and is thrown as the
-// sealed PolylimitException: nothing is retried, so a store error after the
-// core charged never charges a second time.
+// JNA direct mapping with primitive arguments only: every buffer and out
+// parameter is native memory of the calling thread (Scratch), passed by
+// address, so JNA copies no array in or out. A result ready at once (the
+// memory store) comes back in the call; otherwise the call hands back a
+// pending operation, submitted to the process's one completion bridge and
+// finished by its reader thread (Bridge). An error comes back with its code
+// and fields and is thrown as the sealed PolylimitException: nothing is
+// retried, so a store error after the core charged never charges a second time.
 
 internal object CAbi {
     init {
@@ -35,27 +37,31 @@ internal object CAbi {
     }
 
     @JvmStatic external fun polylimit_limiter_try_check(
-        l: Long, key: ByteArray, keyLen: Long, cost: Long, nowMs: Long, out: LongArray, pending: LongArray, err: LongArray,
+        l: Long, key: Long, keyLen: Long, cost: Long, nowMs: Long, out: Long, pending: Long, err: Long,
     ): Int
 
     @JvmStatic external fun polylimit_limiter_try_peek(
-        l: Long, key: ByteArray, keyLen: Long, cost: Long, nowMs: Long, out: LongArray, pending: LongArray, err: LongArray,
+        l: Long, key: Long, keyLen: Long, cost: Long, nowMs: Long, out: Long, pending: Long, err: Long,
     ): Int
 
     @JvmStatic external fun polylimit_limiter_try_check_request(
-        l: Long, request: ByteArray, requestLen: Long, cost: Long, nowMs: Long, flags: Int,
-        out: ByteArray, outCap: Long, outLen: LongArray, outOwned: LongArray, pending: LongArray, err: LongArray,
+        l: Long, request: Long, requestLen: Long, cost: Long, nowMs: Long, flags: Int,
+        out: Long, outCap: Long, outLen: Long, outOwned: Long, pending: Long, err: Long,
     ): Int
 
     @JvmStatic external fun polylimit_limiter_try_complete(
-        l: Long, token: ByteArray, tokenLen: Long, status: Short, pending: LongArray, err: LongArray,
+        l: Long, token: Long, tokenLen: Long, status: Short, pending: Long, err: Long,
     ): Int
 
     @JvmStatic external fun polylimit_limiter_reset(l: Long, key: ByteArray, keyLen: Long, err: LongArray): Int
 
     @JvmStatic external fun polylimit_limiter_reads_header(l: Long, name: ByteArray, nameLen: Long): Int
 
-    @JvmStatic external fun polylimit_pending_start(pending: Long, callback: DoneCallback, ctx: Long): Int
+    @JvmStatic external fun polylimit_bridge_open(wakeFd: Int): Long
+
+    @JvmStatic external fun polylimit_pending_submit(pending: Long, bridge: Long, ctx: Long): Int
+
+    @JvmStatic external fun polylimit_bridge_take_wait(bridge: Long, timeoutMs: Int, records: Long, len: Long): Long
 
     @JvmStatic external fun polylimit_error_free(err: Long)
 
@@ -75,11 +81,6 @@ private const val CONFIG = 2
 private const val STORE_UNAVAILABLE = 3
 private const val STORE = 4
 private const val CLOSED = 5
-
-/** `polylimit_callback_t`: called once per started operation, on a runtime thread. */
-internal interface DoneCallback : Callback {
-    fun invoke(ctx: Long, status: Int, decision: Pointer?, text: Pointer?, textLen: Long, error: Pointer?)
-}
 
 /** The error at `address` (a `polylimit_error_t *`) as the sealed exception; freed when `free`. */
 internal fun errorAt(address: Long, free: Boolean): PolylimitException {
@@ -101,63 +102,141 @@ internal fun errorAt(address: Long, free: Boolean): PolylimitException {
     }
 }
 
-/** A `polylimit_decision_t` read as 8 longs (its C layout on a 64-bit target). */
-internal fun decision(d: LongArray) = Decision(
-    allowed = d[0] and 0xff != 0L,
-    limit = saturated(d[1]),
-    remaining = saturated(d[2]),
-    resetAfterMs = saturated(d[3]),
-    retryAfterMs = if (d[4] and 0xff != 0L) saturated(d[5]) else null,
-    delayMs = saturated(d[6]),
-    source = CAbi.sources[d[7].toInt()],
-)
-
 /** A u64 as the record's Long, saturated as the uniffi path does. */
 private fun saturated(n: Long) = if (n < 0) Long.MAX_VALUE else n
 
 /**
- * Operations waiting for the store, by ticket: the callback reads what it is
- * lent (the decision, the packed outcome, the error) and completes the
- * future on Dispatchers.Default, never on the runtime's threads.
+ * A thread's native memory for its direct calls: the out parameters, a
+ * `polylimit_decision_t`, the packed request (or a key) and the outcome the
+ * core writes back, each at a fixed offset.
  */
-internal object Pending {
+internal class Scratch {
+    val memory = Memory(SIZE.toLong())
+    val address = Pointer.nativeValue(memory)
+    val buf: ByteBuffer = memory.getByteBuffer(0, SIZE.toLong()).order(ByteOrder.LITTLE_ENDIAN)
+
+    /** The pending operation the last call handed back. */
+    val pending: Long get() = buf.getLong(PENDING_AT)
+
+    /** The error the last call handed back (to free). */
+    val error: Long get() = buf.getLong(ERROR_AT)
+
+    /** The `polylimit_decision_t` at DECISION_AT. */
+    fun decision() = Decision(
+        allowed = buf.get(DECISION_AT).toInt() != 0,
+        limit = saturated(buf.getLong(DECISION_AT + 8)),
+        remaining = saturated(buf.getLong(DECISION_AT + 16)),
+        resetAfterMs = saturated(buf.getLong(DECISION_AT + 24)),
+        retryAfterMs = if (buf.get(DECISION_AT + 32).toInt() != 0) saturated(buf.getLong(DECISION_AT + 40)) else null,
+        delayMs = saturated(buf.getLong(DECISION_AT + 48)),
+        source = CAbi.sources[buf.getInt(DECISION_AT + 56)],
+    )
+
+    /**
+     * `text` as UTF-8 at INPUT_AT; its length, or -1 when it does not fit or
+     * is not valid UTF-16 (the caller then takes another way).
+     */
+    fun text(text: String): Int {
+        val n = text.length
+        if (n > INPUT_CAP) {
+            return -1
+        }
+        for (i in 0 until n) {
+            val c = text[i].code
+            if (c >= 0x80) {
+                val b = utf8(text) ?: return -1
+                if (b.size > INPUT_CAP) {
+                    return -1
+                }
+                buf.put(INPUT_AT, b)
+                return b.size
+            }
+            buf.put(INPUT_AT + i, c.toByte())
+        }
+        return n
+    }
+
+    companion object {
+        const val OUT_LEN_AT = 0
+        const val OWNED_AT = 8
+        const val PENDING_AT = 16
+        const val ERROR_AT = 24
+        const val DECISION_AT = 32
+        const val INPUT_AT = 96
+        const val INPUT_CAP = 4096
+        const val OUTPUT_AT = INPUT_AT + INPUT_CAP
+        const val OUTPUT_CAP = 4096
+        const val SIZE = OUTPUT_AT + OUTPUT_CAP
+
+        private val mine = ThreadLocal.withInitial { Scratch() }
+
+        /** The calling thread's. */
+        fun get(): Scratch = mine.get()
+    }
+}
+
+/**
+ * The process's completion bridge: a pending operation is submitted with a
+ * ticket, and one daemon thread waits for the bridge's batches of packed
+ * records, decodes each (Packed.kt) and completes its future: a blocked
+ * caller's itself, any other on Dispatchers.Default (a continuation may block).
+ */
+internal object Bridge {
+    private val handle: Long = CAbi.polylimit_bridge_open(-1)
     private val waiting = ConcurrentHashMap<Long, Waiter<*>>()
     private val tickets = AtomicLong()
     private val executor = Dispatchers.Default.asExecutor()
 
-    class Waiter<T>(val read: (Pointer?, Pointer?, Long) -> T) {
+    class Waiter<T>(val read: (Any?) -> T, val blocking: Boolean) {
         val future = CompletableFuture<T>()
     }
 
-    private val callback = object : DoneCallback {
-        override fun invoke(ctx: Long, status: Int, decision: Pointer?, text: Pointer?, textLen: Long, error: Pointer?) {
-            val waiter = waiting.remove(ctx) ?: return
-            complete(waiter, status, decision, text, textLen, error)
-        }
-    }
-
-    private fun <T> complete(w: Waiter<T>, status: Int, decision: Pointer?, text: Pointer?, textLen: Long, error: Pointer?) {
-        val result: Result<T> = try {
-            if (status == OK) Result.success(w.read(decision, text, textLen))
-            else Result.failure(errorAt(Pointer.nativeValue(error), free = false))
-        } catch (e: Throwable) {
-            Result.failure(e)
-        }
-        executor.execute { result.fold({ w.future.complete(it) }, { w.future.completeExceptionally(it) }) }
-    }
-
     init {
-        Native.setCallbackThreadInitializer(callback, CallbackThreadInitializer(true, false, "polylimit-direct"))
+        val reader = Thread(::drain, "polylimit-bridge")
+        reader.isDaemon = true
+        reader.start()
     }
 
-    /** Starts the pending operation at `pending`; its future gets what `read` makes of the result. */
-    fun <T> start(pending: Long, read: (Pointer?, Pointer?, Long) -> T): CompletableFuture<T> {
-        val waiter = Waiter(read)
+    private fun drain() {
+        val out = Memory(16)
+        val at = Pointer.nativeValue(out)
+        while (true) {
+            if (CAbi.polylimit_bridge_take_wait(handle, 1000, at, at + 8) == 0L) {
+                continue
+            }
+            val len = out.getLong(8).toInt()
+            val bytes = out.getPointer(0).getByteBuffer(0, len.toLong())
+            val reader = PackedReader(bytes, 0, len)
+            while (!reader.done) {
+                val record = reader.record()
+                waiting.remove(record.ctx)?.let { complete(it, record) }
+            }
+        }
+    }
+
+    private fun <T> complete(w: Waiter<T>, record: PackedRecord) {
+        val result: Result<T> = record.error?.let { Result.failure(it) }
+            ?: try {
+                Result.success(w.read(record.value))
+            } catch (e: Throwable) {
+                Result.failure(e)
+            }
+        val finish = Runnable { result.fold({ w.future.complete(it) }, { w.future.completeExceptionally(it) }) }
+        if (w.blocking) finish.run() else executor.execute(finish)
+    }
+
+    /**
+     * Submits the pending operation at `pending`; its future gets what `read`
+     * makes of the record's value. `blocking`: nothing but a blocked caller
+     * waits for that future (no continuation to keep off the reader).
+     */
+    fun <T> submit(pending: Long, blocking: Boolean, read: (Any?) -> T): CompletableFuture<T> {
+        val waiter = Waiter(read, blocking)
         val ticket = tickets.incrementAndGet()
         waiting[ticket] = waiter
-        if (CAbi.polylimit_pending_start(pending, callback, ticket) != PENDING) {
+        if (CAbi.polylimit_pending_submit(pending, handle, ticket) != PENDING) {
             waiting.remove(ticket)
-            waiter.future.completeExceptionally(PolylimitException.Internal("polylimit: cannot start a pending call"))
+            waiter.future.completeExceptionally(PolylimitException.Internal("polylimit: cannot submit a pending call"))
         }
         return waiter.future
     }

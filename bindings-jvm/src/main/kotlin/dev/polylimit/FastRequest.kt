@@ -2,19 +2,19 @@
 
 package dev.polylimit
 
+import com.sun.jna.Memory
+import com.sun.jna.Pointer
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
-// A request packed in one byte array in the core's layout
-// (polylimit::wire::packed, the C ABI's) and the reader of the outcome the
-// core packs back (status, the headers it formatted, body, delay, decisions,
-// completion token): the facade's `checkRequest`, `peekRequest` and
-// `checkPacked` (Limiter.kt). Nothing is computed on this side.
+// A request packed in the core's layout (polylimit::wire::packed, the C
+// ABI's) for the facade's `checkRequest`, `peekRequest` and `checkPacked`
+// (Limiter.kt); the outcome the core packs back is read by Packed.kt.
+// Nothing is computed on this side.
 
 internal const val WITH_DECISIONS = 1
 private const val CASE_INSENSITIVE = 2
 private const val IGNORE_TRAILING_SLASH = 4
-private const val ABSENT = -1 // 0xFFFFFFFF: an absent string
 
 /**
  * A request for [checkPacked], packed as it is built: method, path, route,
@@ -55,31 +55,49 @@ class PackedRequest @JvmOverloads constructor(
     fun toHttpRequest(): HttpRequest =
         HttpRequest(method, path, route, peer, headers.toList(), user, apiKey, key, cost, nowMs, caseInsensitive, ignoreTrailingSlash)
 
-    internal fun pack(): Packer? {
-        val p = Packer()
+    internal fun pack(scratch: Scratch): Packer? {
+        val p = Packer(scratch)
         return if (p.request(method, path, route, peer, user, apiKey, key, headers)) p else null
     }
 
     internal fun flags(): Int = flags(caseInsensitive, ignoreTrailingSlash)
 }
 
-/** A growing little-endian byte buffer holding one packed request. */
-internal class Packer {
-    var bytes = ByteArray(256)
+/**
+ * One packed request, written little-endian into the calling thread's
+ * scratch memory (Direct.kt), or into memory of its own once it outgrows it.
+ */
+internal class Packer(scratch: Scratch) {
+    private var memory: Memory? = null
+    private var buf: ByteBuffer = scratch.buf
+    private var base = Scratch.INPUT_AT
+    private var cap = Scratch.INPUT_CAP
+    private val scratchAddress = scratch.address + Scratch.INPUT_AT
     var size = 0
+        private set
+
+    /** Where the packed bytes are (held while `this` is). */
+    val address: Long get() = memory?.let { Pointer.nativeValue(it) } ?: scratchAddress
 
     private fun room(n: Int) {
-        if (size + n > bytes.size) {
-            bytes = bytes.copyOf(maxOf(bytes.size * 2, size + n))
+        if (size + n <= cap) {
+            return
         }
+        val bigger = maxOf(cap * 2, size + n)
+        val m = Memory(bigger.toLong())
+        val moved = m.getByteBuffer(0, bigger.toLong()).order(ByteOrder.LITTLE_ENDIAN)
+        val bytes = ByteArray(size)
+        buf.get(base, bytes)
+        moved.put(0, bytes)
+        memory = m
+        buf = moved
+        base = 0
+        cap = bigger
     }
 
     private fun u32(n: Int) {
         room(4)
-        bytes[size] = n.toByte()
-        bytes[size + 1] = (n ushr 8).toByte()
-        bytes[size + 2] = (n ushr 16).toByte()
-        bytes[size + 3] = (n ushr 24).toByte()
+        buf.putInt(base + size, n)
         size += 4
     }
 
@@ -89,11 +107,23 @@ internal class Packer {
             u32(ABSENT)
             return true
         }
-        val b = utf8(s) ?: return false
-        u32(b.size)
-        room(b.size)
-        System.arraycopy(b, 0, bytes, size, b.size)
-        size += b.size
+        val n = s.length
+        room(4 + n)
+        val at = base + size + 4
+        for (i in 0 until n) {
+            val c = s[i].code
+            if (c >= 0x80) {
+                val b = utf8(s) ?: return false
+                u32(b.size)
+                room(b.size)
+                buf.put(base + size, b)
+                size += b.size
+                return true
+            }
+            buf.put(at + i, c.toByte())
+        }
+        buf.putInt(base + size, n)
+        size += 4 + n
         return true
     }
 
@@ -101,10 +131,10 @@ internal class Packer {
         method: String, path: String, route: String?, peer: String?, user: String?, apiKey: String?, key: String?,
         headers: List<Header>,
     ): Boolean {
-        for (s in arrayOf(method, path, route, peer, user, apiKey, key)) {
-            if (!string(s)) {
-                return false
-            }
+        if (!string(method) || !string(path) || !string(route) || !string(peer) || !string(user) || !string(apiKey) ||
+            !string(key)
+        ) {
+            return false
         }
         u32(headers.size)
         for (h in headers) {
@@ -113,55 +143,6 @@ internal class Packer {
             }
         }
         return true
-    }
-}
-
-/** Reads the core's packed outcome (`polylimit::wire::packed::write_outcome`). */
-internal class Unpacker(bytes: ByteArray, len: Int) {
-    private val buf: ByteBuffer = ByteBuffer.wrap(bytes, 0, len).order(ByteOrder.LITTLE_ENDIAN)
-
-    fun u8(): Int = buf.get().toInt() and 0xff
-    fun u16(): Int = buf.short.toInt() and 0xffff
-    fun u32(): Int = buf.int
-
-    /** A u64 as the uniffi record's Long (saturated, as the native `long()`). */
-    fun u64(): Long = buf.long.let { if (it < 0) Long.MAX_VALUE else it }
-
-    fun string(): String? {
-        val n = u32()
-        if (n == ABSENT) {
-            return null
-        }
-        val s = String(buf.array(), buf.position(), n, Charsets.UTF_8)
-        buf.position(buf.position() + n)
-        return s
-    }
-
-    fun outcome(): Outcome {
-        val status = u16()
-        val hasBody = u8() != 0
-        val delay = u64()
-        val n = u32()
-        val headers = ArrayList<Header>(n.coerceIn(0, 64))
-        repeat(n) { headers.add(Header(string()!!, string()!!)) }
-        val body = if (hasBody) string() else null
-        val count = u32()
-        val decisions = ArrayList<RuleDecision>(count)
-        repeat(count) {
-            val rule = string()!!
-            val policy = string()!!
-            val bits = u8()
-            val limit = u64()
-            val remaining = u64()
-            val reset = u64()
-            val retry = u64()
-            val delayMs = u64()
-            val source = CAbi.sources[u8()]
-            val d = Decision(bits and 1 != 0, limit, remaining, reset, if (bits and 4 != 0) retry else null, delayMs, source)
-            decisions.add(RuleDecision(rule, policy, d, bits and 2 != 0))
-        }
-        val completion = string()
-        return Outcome(if (status == 0) null else status, headers, body, delay, decisions, completion)
     }
 }
 

@@ -49,14 +49,14 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     @Throws(PolylimitException::class)
     override fun check(key: String, cost: Long?, nowMs: Long?): Decision =
-        startDecision(key, cost, nowMs, peek = false)?.join0() ?: generatedCheck(key, cost, nowMs)
+        startDecision(key, cost, nowMs, peek = false, blocking = true)?.join0() ?: generatedCheck(key, cost, nowMs)
 
     override suspend fun checkAsync(key: String, cost: Long?, nowMs: Long?): Decision =
         startDecision(key, cost, nowMs, peek = false)?.await() ?: generatedCheckAsync(key, cost, nowMs)
 
     @Throws(PolylimitException::class)
     override fun peek(key: String, cost: Long?, nowMs: Long?): Decision =
-        startDecision(key, cost, nowMs, peek = true)?.join0() ?: generatedPeek(key, cost, nowMs)
+        startDecision(key, cost, nowMs, peek = true, blocking = true)?.join0() ?: generatedPeek(key, cost, nowMs)
 
     override suspend fun peekAsync(key: String, cost: Long?, nowMs: Long?): Decision =
         startDecision(key, cost, nowMs, peek = true)?.await() ?: generatedPeekAsync(key, cost, nowMs)
@@ -75,18 +75,18 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     @Throws(PolylimitException::class)
     override fun checkRequest(request: HttpRequest): Outcome =
-        startOutcome(request, peek = false)?.join0() ?: generatedCheckRequest(request)
+        startOutcome(request, peek = false, blocking = true)?.join0() ?: generatedCheckRequest(request)
 
     override suspend fun checkRequestAsync(request: HttpRequest): Outcome =
         startOutcome(request, peek = false)?.await() ?: generatedCheckRequestAsync(request)
 
     @Throws(PolylimitException::class)
     override fun peekRequest(request: HttpRequest): Outcome =
-        startOutcome(request, peek = true)?.join0() ?: generatedPeekRequest(request)
+        startOutcome(request, peek = true, blocking = true)?.join0() ?: generatedPeekRequest(request)
 
     @Throws(PolylimitException::class)
     override fun complete(token: String, status: Int?) {
-        startComplete(token, status)?.join0() ?: generatedComplete(token, status)
+        startComplete(token, status, blocking = true)?.join0() ?: generatedComplete(token, status)
     }
 
     override suspend fun completeAsync(token: String, status: Int?) {
@@ -100,8 +100,9 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      */
     @Throws(PolylimitException::class)
     fun checkPacked(request: PackedRequest): Outcome {
-        val packer = request.pack()
-        return packer?.let { startPacked(it, request.cost, request.nowMs, request.flags())?.join0() }
+        val scratch = Scratch.get()
+        val packer = request.pack(scratch)
+        return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags(), blocking = true)?.join0() }
             ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
     }
 
@@ -113,88 +114,104 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     // The direct forms: a future (completed when the store answered at once),
     // or null when the direct call cannot carry the arguments or the facade is
-    // closed (the generated call then throws what it throws).
+    // closed (the generated call then throws what it throws). `blocking`: only
+    // the caller's own thread waits for the future, so the bridge's reader
+    // completes it itself (one thread wake-up fewer per call).
 
-    internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean): CompletableFuture<Decision>? {
+    internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean, blocking: Boolean = false): CompletableFuture<Decision>? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
             return null
         }
-        val bytes = utf8(key) ?: return null
-        val out = LongArray(8)
-        val pending = LongArray(1)
-        val err = LongArray(1)
+        val s = Scratch.get()
+        val n = s.text(key)
+        if (n < 0) {
+            return null
+        }
+        val a = s.address
         val code = direct.use {
-            if (peek) CAbi.polylimit_limiter_try_peek(it, bytes, bytes.size.toLong(), cost ?: 1, nowMs ?: -1, out, pending, err)
-            else CAbi.polylimit_limiter_try_check(it, bytes, bytes.size.toLong(), cost ?: 1, nowMs ?: -1, out, pending, err)
+            if (peek) CAbi.polylimit_limiter_try_peek(
+                it, a + Scratch.INPUT_AT, n.toLong(), cost ?: 1, nowMs ?: -1, a + Scratch.DECISION_AT,
+                a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            )
+            else CAbi.polylimit_limiter_try_check(
+                it, a + Scratch.INPUT_AT, n.toLong(), cost ?: 1, nowMs ?: -1, a + Scratch.DECISION_AT,
+                a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            )
         } ?: return null
         return when (code) {
-            OK -> CompletableFuture.completedFuture(decision(out))
-            PENDING -> Pending.start(pending[0]) { d, _, _ -> decision(d!!.getLongArray(0, 8)) }
-            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+            OK -> CompletableFuture.completedFuture(s.decision())
+            PENDING -> Bridge.submit(s.pending, blocking) { it as Decision }
+            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 
-    internal fun startOutcome(request: HttpRequest, peek: Boolean): CompletableFuture<Outcome>? {
+    internal fun startOutcome(request: HttpRequest, peek: Boolean, blocking: Boolean = false): CompletableFuture<Outcome>? {
         val r = request
-        val packer = Packer()
+        val scratch = Scratch.get()
+        val packer = Packer(scratch)
         if (!packer.request(r.method, r.path, r.route, r.peer, r.user, r.apiKey, r.key, r.headers)) {
             return null
         }
         val flags = WITH_DECISIONS or flags(r.caseInsensitive, r.ignoreTrailingSlash) or (if (peek) PEEK else 0)
-        return startPacked(packer, r.cost, r.nowMs, flags)
+        return startPacked(scratch, packer, r.cost, r.nowMs, flags, blocking)
     }
 
-    private fun startPacked(packer: Packer, cost: Long?, nowMs: Long?, flags: Int): CompletableFuture<Outcome>? {
+    private fun startPacked(
+        s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int, blocking: Boolean,
+    ): CompletableFuture<Outcome>? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
             return null
         }
-        val out = outBuffers.get()
-        val len = LongArray(1)
-        val owned = LongArray(1)
-        val pending = LongArray(1)
-        val err = LongArray(1)
         val all = flags or (if (nowMs != null) HAS_NOW_MS else 0)
+        val a = s.address
         val code = direct.use {
             CAbi.polylimit_limiter_try_check_request(
-                it, packer.bytes, packer.size.toLong(), cost ?: 0, nowMs ?: 0, all, out, out.size.toLong(), len, owned, pending, err,
+                it, packer.address, packer.size.toLong(), cost ?: 0, nowMs ?: 0, all, a + Scratch.OUTPUT_AT,
+                Scratch.OUTPUT_CAP.toLong(), a + Scratch.OUT_LEN_AT, a + Scratch.OWNED_AT, a + Scratch.PENDING_AT,
+                a + Scratch.ERROR_AT,
             )
         } ?: return null
         return when (code) {
             OK -> {
-                val n = len[0].toInt()
-                val outcome = if (owned[0] == 0L) {
-                    Unpacker(out, n).outcome()
+                val n = s.buf.getLong(Scratch.OUT_LEN_AT)
+                val owned = s.buf.getLong(Scratch.OWNED_AT)
+                val outcome = if (owned == 0L) {
+                    PackedReader(s.buf, Scratch.OUTPUT_AT, Scratch.OUTPUT_AT + n.toInt()).outcome()
                 } else {
-                    val bytes = Pointer(owned[0]).getByteArray(0, n)
-                    CAbi.polylimit_bytes_free(owned[0], len[0])
-                    Unpacker(bytes, n).outcome()
+                    try {
+                        PackedReader(Pointer(owned).getByteBuffer(0, n), 0, n.toInt()).outcome()
+                    } finally {
+                        CAbi.polylimit_bytes_free(owned, n)
+                    }
                 }
                 CompletableFuture.completedFuture(outcome)
             }
-            PENDING -> Pending.start(pending[0]) { _, text, n ->
-                val bytes = text?.getByteArray(0, n.toInt()) ?: ByteArray(0)
-                Unpacker(bytes, bytes.size).outcome()
-            }
-            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+            PENDING -> Bridge.submit(s.pending, blocking) { it as Outcome }
+            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 
-    internal fun startComplete(token: String, status: Int?): CompletableFuture<Unit>? {
+    internal fun startComplete(token: String, status: Int?, blocking: Boolean = false): CompletableFuture<Unit>? {
         // The C call's 0 is no status (null); a status 0 as given, or one that
         // is no u16, goes to the generated call (the core's rule, as given).
         if (status != null && status !in 1..0xffff) {
             return null
         }
-        val bytes = utf8(token) ?: return null
-        val pending = LongArray(1)
-        val err = LongArray(1)
+        val s = Scratch.get()
+        val n = s.text(token)
+        if (n < 0) {
+            return null
+        }
+        val a = s.address
         val code = direct.use {
-            CAbi.polylimit_limiter_try_complete(it, bytes, bytes.size.toLong(), (status ?: 0).toShort(), pending, err)
+            CAbi.polylimit_limiter_try_complete(
+                it, a + Scratch.INPUT_AT, n.toLong(), (status ?: 0).toShort(), a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            )
         } ?: return null
         return when (code) {
             OK -> CompletableFuture.completedFuture(Unit)
-            PENDING -> Pending.start(pending[0]) { _, _, _ -> }
-            else -> CompletableFuture.failedFuture(errorAt(err[0], free = true))
+            PENDING -> Bridge.submit(s.pending, blocking) { }
+            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 
@@ -227,8 +244,6 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
 private const val PEEK = 16
 private const val HAS_NOW_MS = 8
-
-private val outBuffers = ThreadLocal.withInitial { ByteArray(2048) }
 
 private val directCleaner = java.lang.ref.Cleaner.create()
 

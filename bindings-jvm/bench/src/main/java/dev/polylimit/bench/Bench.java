@@ -48,8 +48,8 @@ import org.springframework.boot.SpringBootVersion;
  *   {@code checkFuture} vs Bucket4j's Lettuce proxy manager
  *   ({@code AsyncBucketProxy.tryConsume}), the same bucket (one million per
  *   second, a burst of one million) over 1,000 keys ({@code checkFuture}
- *   is one direct-mapped call of the C ABI and one callback per completion:
- *   Direct.kt);</li>
+ *   is one direct-mapped call of the C ABI, completed through the core's
+ *   bridge: Direct.kt);</li>
  *   <li>the latency (p50/p99/p99.9) of one check at 1, 32 and 256 in flight,
  *   both;</li>
  *   <li>a Spring Boot app's requests/s with polylimit's filter (memory store,
