@@ -16,7 +16,7 @@ type Policy struct {
 	Adaptive     *Adaptive     // adaptive limits per key (anomaly detection)
 	Limit        uint64        // concurrency: the most requests in flight per key
 	Lease        time.Duration // concurrency: how long an unreleased slot is held (60s)
-	Sync         *Sync         // admit from a local share, reconciled with the store every interval (README "Local-with-sync")
+	Sync         *Sync         // admit from a local share, reconciled with the store every interval (docs/features/sync.md)
 }
 
 // Sync admits from a per-process share of the limit, taken from the store at

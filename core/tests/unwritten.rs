@@ -5,7 +5,6 @@
 
 mod support;
 
-
 use polylimit::{CheckOptions, Limiter, OverrideSpec, Source};
 use serde_json::json;
 use support::RedisServer;

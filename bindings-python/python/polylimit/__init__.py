@@ -94,7 +94,7 @@ class Policy:
 class Limiter(_NativeLimiter):
     """A rate limiter: ``Limiter(policy=..., store="memory", **options)``.
 
-    Every argument is one option of the core (the README's Options table): ``policy``/``policies``
+    Every argument is one option of the core (docs/reference/options.md): ``policy``/``policies``
     with ``key`` (one rule, default ``["ip"]``), or ``rules``/``rules_file`` (a rules document whose
     fields the other options override), and the store, breaker and HTTP options. Durations are text
     (``"250ms"``), seconds, or a ``timedelta``. Bad values raise ``ConfigError``;
