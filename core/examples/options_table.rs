@@ -3,7 +3,8 @@
 //! `-- reference` prints the site's reference page, docs/reference/options.md
 //! (checked by `core/tests/docs_reference.rs`).
 
-use polylimit::options::{markdown_table, reference::reference_page, Naming};
+use polylimit::options::{markdown_table, Naming};
+use polylimit::reference::reference_page;
 
 fn main() {
     let arg = std::env::args().nth(1).unwrap_or_default();

@@ -35,6 +35,7 @@ pub mod options;
 mod overrides;
 mod pid;
 pub mod policy;
+pub mod reference;
 mod resilience;
 mod runtime;
 mod store;

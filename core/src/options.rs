@@ -1,7 +1,7 @@
 //! The options a limiter is built from, under the names each language gives
 //! them: one list, read by the core when a binding hands its options over and
 //! by the tests that keep the bindings' READMEs in step with it, and by the
-//! documentation site's reference page ([`reference`]).
+//! documentation site's reference page (`crate::reference`).
 //!
 //! A binding passes its options object as the user wrote it (Python keyword
 //! arguments, a JS object, a Go `Options` struct marshalled as-is) together
@@ -12,7 +12,6 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 pub mod middleware;
-pub mod reference;
 
 /// How a language spells option names and reads bare numbers as durations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -142,7 +141,7 @@ pub const OPTIONS: &[OptionSpec] = &[
 ];
 
 /// Fields of a policy: (snake, camel, Go, is a duration).
-const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
+pub(crate) const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("algorithm", "algorithm", "Algorithm", false),
     ("rate", "rate", "Rate", false),
     ("burst", "burst", "Burst", false),
@@ -160,13 +159,13 @@ const POLICY_FIELDS: &[(&str, &str, &str, bool)] = &[
 ];
 
 /// Fields of a policy's `sync`: (snake, camel, Go, is a duration).
-const SYNC_FIELDS: &[(&str, &str, &str, bool)] = &[
+pub(crate) const SYNC_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("interval", "interval", "Interval", true),
     ("share", "share", "Share", false),
 ];
 
 /// Fields of an adaptive object: (snake, camel, Go, is a duration).
-const ADAPTIVE_FIELDS: &[(&str, &str, &str, bool)] = &[
+pub(crate) const ADAPTIVE_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("window", "window", "Window", true),
     ("horizon", "horizon", "Horizon", true),
     ("factor", "factor", "Factor", false),
@@ -176,7 +175,7 @@ const ADAPTIVE_FIELDS: &[(&str, &str, &str, bool)] = &[
 ];
 
 /// Fields of a penalty: (snake, camel, Go, is a duration).
-const PENALTY_FIELDS: &[(&str, &str, &str, bool)] = &[
+pub(crate) const PENALTY_FIELDS: &[(&str, &str, &str, bool)] = &[
     ("threshold", "threshold", "Threshold", false),
     ("within", "within", "Within", true),
     ("cooldowns", "cooldowns", "Cooldowns", true),

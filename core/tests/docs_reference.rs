@@ -1,11 +1,11 @@
 //! The documentation site's reference of every option and policy field
 //! (docs/reference/options.md) is generated from the core's lists
-//! (`polylimit::options::reference`). A stale page fails here; regenerate it with
+//! (`polylimit::reference`). A stale page fails here; regenerate it with
 //! `cargo run -p polylimit --example options_table -- reference > docs/reference/options.md`.
 
 use std::path::Path;
 
-use polylimit::options::reference::reference_page;
+use polylimit::reference::reference_page;
 
 #[test]
 fn the_reference_page_is_the_generated_one() {

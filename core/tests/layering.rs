@@ -46,6 +46,8 @@ const LAYERS: &[&str] = &[
     "overrides",
     "http",
     "config",
+    // The documentation site's reference page, built from the options and the configuration.
+    "reference",
     // The public `Limiter`: the front door over the engine, the HTTP layer and the configuration.
     "limiter",
     "wire",

@@ -7,9 +7,9 @@
 
 use serde_json::{json, Value};
 
-use super::{Kind, Naming, ADAPTIVE_FIELDS, OPTIONS, PENALTY_FIELDS, POLICY_FIELDS, SYNC_FIELDS};
 use crate::config::effective_config_with;
 use crate::env::{scalar_type, Scalar};
+use crate::options::{Kind, Naming, ADAPTIVE_FIELDS, OPTIONS, PENALTY_FIELDS, POLICY_FIELDS, SYNC_FIELDS};
 
 /// A list of policy fields: (snake, camel, go, is a duration).
 type Fields = &'static [(&'static str, &'static str, &'static str, bool)];
