@@ -30,10 +30,12 @@ var (
 	ErrBreakerOpen = errors.New("polylimit: circuit breaker is open")
 )
 
-// Error is an error from the core: a kind (one of the sentinels) and a message.
+// Error is an error from the core: a kind (one of the sentinels) and a
+// message; Key is the store key an ErrStore concerns.
 type Error struct {
 	Kind    error
 	Message string
+	Key     string
 }
 
 func (e *Error) Error() string { return "polylimit: " + e.Message }
@@ -109,7 +111,11 @@ func fromC(code C.int32_t, e *C.polylimit_error_t) error {
 	if e.code == C.POLYLIMIT_CONFIG && e.field != nil {
 		return &ConfigError{Field: C.GoString(e.field), Value: C.GoString(e.value), Message: message}
 	}
-	return &Error{Kind: kindOf(int32(e.code)), Message: message}
+	var key string
+	if e.key != nil {
+		key = C.GoString(e.key)
+	}
+	return &Error{Kind: kindOf(int32(e.code)), Message: message, Key: key}
 }
 
 // takeError converts and frees an owned C error.

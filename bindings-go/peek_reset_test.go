@@ -231,3 +231,22 @@ func TestWhileTheStoreIsDownAPeekAnswersByTheFallback(t *testing.T) {
 		t.Fatalf("reset with the store down: %v", err)
 	}
 }
+
+// A key holding someone else's data is an ErrStore naming that store key;
+// other keys are unaffected.
+func TestAKeyHoldingForeignDataIsAStoreErrorNamingIt(t *testing.T) {
+	redis := startRedis(t)
+	const storeKey = "polylimit:token_bucket:default:{wrongtype}"
+	if reply, err := redis.command("SET " + storeKey + " hello"); reply != "+OK" {
+		t.Fatalf("SET: %q %v", reply, err)
+	}
+	l := newLimiter(t, Options{Policy: &Policy{Rate: "10/s"}, Store: redis.url()})
+	_, err := l.Check(context.Background(), "wrongtype")
+	var e *Error
+	if !errors.Is(err, ErrStore) || !errors.As(err, &e) || e.Key != storeKey {
+		t.Fatalf("check: %#v, want an ErrStore with key %q", err, storeKey)
+	}
+	if d, err := l.Check(context.Background(), "other"); err != nil || !d.Allowed {
+		t.Fatalf("another key: %+v %v", d, err)
+	}
+}

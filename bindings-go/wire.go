@@ -218,7 +218,8 @@ func (r *reader) record() (rec record) {
 		message := r.str()
 		field, hasField := r.maybeStr()
 		value, _ := r.maybeStr()
-		rec.err = errorOf(kind, message, field, value, hasField)
+		key, _ := r.maybeStr()
+		rec.err = errorOf(kind, message, field, value, key, hasField)
 	case recordUnit:
 	case recordBool:
 		b := r.u8()
@@ -255,7 +256,7 @@ func (r *reader) record() (rec record) {
 
 // errorOf is the Go error of a packed error: kind is its place in the
 // core's ErrorKind::ALL (errorKinds' order).
-func errorOf(kind int, message, field, value string, hasField bool) error {
+func errorOf(kind int, message, field, value, key string, hasField bool) error {
 	sentinel := ErrInternal
 	if kind >= 0 && kind < len(errorKinds) {
 		if s := sentinelOf[errorKinds[kind].name]; s != nil {
@@ -265,5 +266,5 @@ func errorOf(kind int, message, field, value string, hasField bool) error {
 	if sentinel == ErrConfig && hasField {
 		return &ConfigError{Field: field, Value: value, Message: message}
 	}
-	return &Error{Kind: sentinel, Message: message}
+	return &Error{Kind: sentinel, Message: message, Key: key}
 }

@@ -84,7 +84,7 @@ func recordValue(t *testing.T, rec record) (kind string, value any) {
 				name = n
 			}
 		}
-		var field, value *string
+		var field, value, key *string
 		var message string
 		var ce *ConfigError
 		var e *Error
@@ -92,9 +92,9 @@ func recordValue(t *testing.T, rec record) (kind string, value any) {
 		case errors.As(rec.err, &ce):
 			message, field, value = ce.Message, nullable(ce.Field, true), nullable(ce.Value, true)
 		case errors.As(rec.err, &e):
-			message = e.Message
+			message, key = e.Message, nullable(e.Key, errors.Is(e, ErrStore))
 		}
-		return "error", map[string]any{"kind": name, "message": message, "field": field, "value": value}
+		return "error", map[string]any{"kind": name, "message": message, "field": field, "value": value, "key": key}
 	case recordUnit:
 		return "unit", nil
 	case recordBool:

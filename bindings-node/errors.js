@@ -24,9 +24,11 @@ class StoreUnavailableError extends PolylimitError {
   }
 }
 
+/** The store answered with an error for one key: `key` is that store key. */
 class StoreError extends PolylimitError {
-  constructor(message) {
+  constructor(message, key) {
     super(message, 'POLYLIMIT_STORE');
+    this.key = key;
   }
 }
 
@@ -57,11 +59,12 @@ const BY_CODE = {
 };
 
 /**
- * The error of the addon's properties `{ code, message, field?, value? }` (an error it threw,
+ * The error of the addon's properties `{ code, message, field?, value?, key? }` (an error it threw,
  * or a record of a failed check), as the class of its code.
  */
 function fromRecord(record) {
   if (record.code === 'POLYLIMIT_CONFIG') return new ConfigError(record.message, record.field, record.value);
+  if (record.code === 'POLYLIMIT_STORE') return new StoreError(record.message, record.key);
   return new (BY_CODE[record.code] || InternalError)(record.message);
 }
 

@@ -319,7 +319,11 @@ export class ConfigError extends PolylimitError {
   readonly value: string;
 }
 export class StoreUnavailableError extends PolylimitError {}
-export class StoreError extends PolylimitError {}
+/** The store answered with an error for one key. */
+export class StoreError extends PolylimitError {
+  /** The store key the error concerns. */
+  key: string;
+}
 export class ClosedError extends PolylimitError {}
 export class InternalError extends PolylimitError {}
 export class CircuitOpenError extends PolylimitError {}

@@ -3,7 +3,7 @@
 // of core/src/wire/packed.rs): every finished call crosses from the addon as one record, `u64`
 // ctx, `u8` kind, payload, back to back in a batch. Each record becomes the value the binding
 // resolves with (a decision `{ allowed, limit, … }`, an outcome `{ status, headers, … }`, …) or
-// an error record `{ code, message, field, value }` (errors.js builds its class). Little-endian
+// an error record `{ code, message, field, value, key }` (errors.js builds its class). Little-endian
 // integers; a string is a `u32` byte length (0xFFFFFFFF: absent) and its UTF-8 bytes.
 const native = require('./native');
 
@@ -138,12 +138,16 @@ class Reader {
       : { status: status === 0 ? null : status, headers, body, delayMs, completion, decisions };
   }
 
-  /** An error's record: `{ code, message, field, value }` (field and value null but for a config error). */
+  /**
+   * An error's record: `{ code, message, field, value, key }` (field and value null but for a
+   * config error, key null but for a store error).
+   */
   error() {
     const code = CODES[this.u8()];
     const message = this.string();
     const field = this.string();
-    return { code, message, field, value: this.string() };
+    const value = this.string();
+    return { code, message, field, value, key: this.string() };
   }
 
   /**

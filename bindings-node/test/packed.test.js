@@ -42,7 +42,7 @@ function expected(r) {
     case 'unit':
       return [r.ctx, true, undefined];
     case 'error':
-      return [r.ctx, false, { code: `POLYLIMIT_${v.kind.toUpperCase()}`, message: v.message, field: v.field, value: v.value }];
+      return [r.ctx, false, { code: `POLYLIMIT_${v.kind.toUpperCase()}`, message: v.message, field: v.field, value: v.value, key: v.key }];
     default:
       // bool, count, json
       return [r.ctx, true, v];

@@ -4,7 +4,7 @@
 // resetRequest forgets what a request would be charged, penalty blocks included.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { Limiter, ConfigError, ClosedError } = require('..');
+const { Limiter, ConfigError, ClosedError, StoreError } = require('..');
 const { RedisServer } = require('./support');
 
 const NOW = 1_700_000_000_000;
@@ -144,4 +144,18 @@ test('while the store is down a peek answers by the fallback', async () => {
   const closed = new Limiter({ policy: { rate: '2/min', onStoreError: 'fail_closed' }, store });
   assert.equal((await closed.peek('k')).source, 'fail_closed');
   await assert.rejects(closed.resetRequest({ path: '/', peer: '203.0.113.7' }), (e) => e.code === 'POLYLIMIT_STORE_UNAVAILABLE');
+});
+
+test("a key someone else's data holds is a StoreError naming that store key", async () => {
+  const key = prefix('wrongtype');
+  const storeKey = `polylimit:token_bucket:default:{${key}}`;
+  assert.equal(await redis.command(`SET ${storeKey} hello`), '+OK\r\n');
+  const limiter = new Limiter({ policy: { rate: '10/s' }, store: redis.url });
+  await assert.rejects(limiter.check(key), (e) => {
+    assert.ok(e instanceof StoreError, e.name);
+    assert.equal(e.key, storeKey);
+    assert.match(e.message, /WRONGTYPE|POLYLIMIT_STATE/);
+    return true;
+  });
+  assert.equal((await limiter.check(`${key}-other`)).allowed, true);
 });

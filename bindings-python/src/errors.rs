@@ -56,29 +56,19 @@ pub(crate) fn config_error(field: &str, value: &str, message: &str) -> PyErr {
 
 /// Maps a core error to its Python exception (see [`record_err`]).
 pub(crate) fn to_py_err(error: polylimit::Error) -> PyErr {
-    let key = match &error {
-        polylimit::Error::Store { key, .. } => Some(key.clone()),
-        _ => None,
-    };
-    new_err(ErrorRecord::from(&error), key)
+    record_err(ErrorRecord::from(&error))
 }
 
 /// Maps an error as a bridge record carries it to its Python exception, with
 /// `kind` (and `field`, `value` for config errors, `key` for store errors) as
-/// attributes. The record has no store key: it is read back from the message.
+/// attributes.
 pub(crate) fn record_err(record: ErrorRecord) -> PyErr {
-    let key = (record.kind == ErrorKind::Store)
-        .then(|| store_key(&record.message))
-        .flatten();
-    new_err(record, key)
-}
-
-fn new_err(record: ErrorRecord, key: Option<String>) -> PyErr {
     let ErrorRecord {
         kind,
         message,
         field,
         value,
+        key,
     } = record;
     // Exhaustive over the core's kinds: a new kind is a compile error here.
     let err = match kind {
@@ -99,30 +89,6 @@ fn new_err(record: ErrorRecord, key: Option<String>) -> PyErr {
         }
     });
     err
-}
-
-/// The key of a store error's message, `store error for key "<key>": ...`
-/// (the key as Rust's `Debug` quotes it).
-fn store_key(message: &str) -> Option<String> {
-    let mut chars = message.strip_prefix("store error for key \"")?.chars();
-    let mut key = String::new();
-    loop {
-        match chars.next()? {
-            '"' => return Some(key),
-            '\\' => key.push(match chars.next()? {
-                'n' => '\n',
-                'r' => '\r',
-                't' => '\t',
-                '0' => '\0',
-                'u' => {
-                    let hex: String = chars.by_ref().skip(1).take_while(|&c| c != '}').collect();
-                    char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?
-                }
-                other => other,
-            }),
-            c => key.push(c),
-        }
-    }
 }
 
 /// `Result<T, polylimit::Error>` → `PyResult<T>`.

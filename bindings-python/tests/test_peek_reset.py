@@ -147,3 +147,22 @@ def test_while_the_store_is_down_a_peek_answers_by_the_fallback() -> None:
     assert closed.peek_sync("k").source == "fail_closed"
     with pytest.raises(polylimit.StoreUnavailableError):
         closed.reset_request_sync({"path": "/", "peer": "203.0.113.7"})
+
+
+def test_a_key_holding_foreign_data_is_a_store_error_naming_it(redis_server) -> None:
+    key = unique_prefix("wrongtype")
+    store_key = f"polylimit:token_bucket:default:{{{key}}}"
+    assert redis_server.command(f"SET {store_key} hello") == "+OK"
+    limiter = polylimit.Limiter(policy={"rate": "10/s"}, store=redis_server.url)
+    with pytest.raises(polylimit.StoreError) as raised:
+        limiter.check_sync(key)
+    assert raised.value.key == store_key
+    assert raised.value.kind == "store"
+
+    async def check() -> polylimit.Decision:
+        return await limiter.check(key)
+
+    with pytest.raises(polylimit.StoreError) as raised:
+        asyncio.run(check())
+    assert raised.value.key == store_key
+    assert limiter.check_sync(key + "-other").allowed

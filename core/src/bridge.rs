@@ -311,6 +311,7 @@ mod tests {
                         message: "internal error: panic in a call: boom".into(),
                         field: None,
                         value: None,
+                        key: None,
                     })
                 ),
                 (2, Ok(Reply::Count(7))),

@@ -74,11 +74,9 @@ fn error(v: &Value) -> Error {
             Error::Config { field, value, message }
         }
         "store" => {
-            let (key, rest) = after("store error for key \"")
-                .split_once("\": ")
-                .map(|(k, m)| (k.to_string(), m.to_string()))
-                .unwrap();
-            Error::Store { key, message: rest }
+            let key = opt_str(&v["key"]).unwrap();
+            let message = after(&format!("store error for key {key:?}: "));
+            Error::Store { key, message }
         }
         "store_unavailable" => Error::StoreUnavailable {
             message: after("store unavailable: "),

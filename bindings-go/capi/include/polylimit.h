@@ -139,6 +139,8 @@ typedef struct polylimit_error_t {
   char *field;
   // Config errors: the offending value in JSON syntax (may be empty); else NULL.
   char *value;
+  // Store errors: the store key concerned; else NULL.
+  char *key;
 } polylimit_error_t;
 
 // A `RetryTransport`'s fields as Go holds them.

@@ -313,6 +313,7 @@ mod tests {
                     message: "policy: \"x\" is not a policy".into(),
                     field: Some("policy".into()),
                     value: Some("\"x\"".into()),
+                    key: None,
                 })
             )
         );

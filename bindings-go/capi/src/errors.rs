@@ -5,6 +5,7 @@ use std::ffi::{c_char, CString};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
+use polylimit::wire::packed::ErrorRecord;
 use polylimit::ErrorKind;
 
 use crate::decision::static_name;
@@ -93,6 +94,8 @@ pub struct polylimit_error_t {
     pub field: *mut c_char,
     /// Config errors: the offending value in JSON syntax (may be empty); else NULL.
     pub value: *mut c_char,
+    /// Store errors: the store key concerned; else NULL.
+    pub key: *mut c_char,
 }
 
 /// The `Internal` error of a caught panic.
@@ -137,21 +140,23 @@ impl FfiError {
 
     pub(crate) fn into_raw(self) -> *mut polylimit_error_t {
         let code = self.status() as i32;
-        let (message, field, value) = match self {
-            FfiError::Invalid(m) => (m, None, None),
-            FfiError::Core(e) => {
-                let message = e.to_string();
-                match e {
-                    polylimit::Error::Config { field, value, .. } => (message, Some(field), Some(value)),
-                    _ => (message, None, None),
-                }
-            }
+        let record = match self {
+            FfiError::Invalid(message) => ErrorRecord {
+                kind: ErrorKind::Internal,
+                message,
+                field: None,
+                value: None,
+                key: None,
+            },
+            FfiError::Core(e) => ErrorRecord::from(&e),
         };
+        let text = |s: Option<String>| s.map(c_string).unwrap_or(std::ptr::null_mut());
         Box::into_raw(Box::new(polylimit_error_t {
             code,
-            message: c_string(message),
-            field: field.map(c_string).unwrap_or(std::ptr::null_mut()),
-            value: value.map(c_string).unwrap_or(std::ptr::null_mut()),
+            message: c_string(record.message),
+            field: text(record.field),
+            value: text(record.value),
+            key: text(record.key),
         }))
     }
 }
@@ -173,6 +178,7 @@ pub unsafe extern "C" fn polylimit_error_free(err: *mut polylimit_error_t) {
             polylimit_string_free(err.message);
             polylimit_string_free(err.field);
             polylimit_string_free(err.value);
+            polylimit_string_free(err.key);
         }
     });
 }

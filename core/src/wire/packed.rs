@@ -38,7 +38,8 @@
 //! - 0 error: `u8` error kind (its place in
 //!   [`ErrorKind::ALL`](crate::ErrorKind::ALL)), the message (a string: the
 //!   error as it displays), then field and value (strings, or [`ABSENT`]
-//!   alone; only a config error has them);
+//!   alone; only a config error has them), then the key (a string, or
+//!   [`ABSENT`] alone; only a store error has one);
 //! - 1 unit: nothing;
 //! - 2 bool: a `u8`, 0 or 1;
 //! - 3 count: a `u64`;
@@ -173,6 +174,8 @@ pub struct ErrorRecord {
     pub field: Option<String>,
     /// A config error's value.
     pub value: Option<String>,
+    /// A store error's key.
+    pub key: Option<String>,
 }
 
 impl From<&Error> for ErrorRecord {
@@ -181,11 +184,16 @@ impl From<&Error> for ErrorRecord {
             Error::Config { field, value, .. } => (Some(field.clone()), Some(value.clone())),
             _ => (None, None),
         };
+        let key = match e {
+            Error::Store { key, .. } => Some(key.clone()),
+            _ => None,
+        };
         ErrorRecord {
             kind: e.kind(),
             message: e.to_string(),
             field,
             value,
+            key,
         }
     }
 }
@@ -330,6 +338,7 @@ impl<'a> Reader<'a> {
                         message: self.text("message")?,
                         field: self.string("field")?,
                         value: self.string("value")?,
+                        key: self.string("key")?,
                     }),
                 ));
             }
@@ -572,6 +581,7 @@ fn write_error(out: &mut Vec<u8>, e: &ErrorRecord) {
     put_str(out, &e.message);
     put_opt(out, e.field.as_deref());
     put_opt(out, e.value.as_deref());
+    put_opt(out, e.key.as_deref());
 }
 
 /// Reads the first record of `bytes` and moves `bytes` past it: the call's
@@ -908,6 +918,7 @@ mod tests {
                     message: "rate: \"x\" is not a rate".into(),
                     field: Some("rate".into()),
                     value: Some("\"x\"".into()),
+                    key: None,
                 })
             )
         );

@@ -89,14 +89,14 @@ internal fun errorAt(address: Long, free: Boolean): PolylimitException {
     val text = p.getPointer(8)?.getString(0, "UTF-8") ?: ""
     val field = p.getPointer(16)?.getString(0, "UTF-8") ?: ""
     val value = p.getPointer(24)?.getString(0, "UTF-8") ?: ""
+    val key = p.getPointer(32)?.getString(0, "UTF-8") ?: ""
     if (free) {
         CAbi.polylimit_error_free(address)
     }
     return when (code) {
         CONFIG -> PolylimitException.Config(text, field, value)
         STORE_UNAVAILABLE -> PolylimitException.StoreUnavailable(text)
-        // The C error carries no key (the message names it).
-        STORE -> PolylimitException.Store(text, "")
+        STORE -> PolylimitException.Store(text, key)
         CLOSED -> PolylimitException.Closed(text)
         else -> PolylimitException.Internal(text)
     }

@@ -97,16 +97,17 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
         return Outcome(if (status == 0) null else status, headers, body, delay, decisions, completion)
     }
 
-    /** An error record's payload as the sealed exception (a store error's record carries no key). */
+    /** An error record's payload as the sealed exception. */
     fun error(): PolylimitException {
         val kind = u8()
         val message = required()
         val field = string()
         val value = string()
+        val key = string()
         return when (kind) {
             0 -> PolylimitException.Config(message, field ?: "", value ?: "")
             1 -> PolylimitException.StoreUnavailable(message)
-            2 -> PolylimitException.Store(message, "")
+            2 -> PolylimitException.Store(message, key ?: "")
             3 -> PolylimitException.Closed(message)
             else -> PolylimitException.Internal(message)
         }

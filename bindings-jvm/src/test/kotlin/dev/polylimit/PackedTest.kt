@@ -63,6 +63,7 @@ class PackedTest {
                 assertEquals(string(e["field"]) ?: "", error.field, name)
                 assertEquals(string(e["value"]) ?: "", error.value, name)
             }
+            if (error is PolylimitException.Store) assertEquals(string(e["key"]), error.key, name)
             return
         }
         assertNull(record.error, name)
