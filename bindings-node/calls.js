@@ -51,8 +51,29 @@ function idle() {
   }
 }
 
+// Records under an id from 2^32 up go to a long-lived listener (a limiter's `onAnomaly`), not
+// to a promise; a listener does not keep the process alive.
+const listeners = new Map();
+let nextListener = 2 ** 32;
+
+/** The id whose records `handler(value)` receives until `unlisten(id)`. */
+function listen(handler) {
+  const id = nextListener++;
+  listeners.set(id, handler);
+  return id;
+}
+
+function unlisten(id) {
+  listeners.delete(id);
+}
+
 function resolve(id, value) {
   const settle = pending.get(id);
+  if (settle === undefined) {
+    const listener = listeners.get(id);
+    if (listener !== undefined) listener(value);
+    return;
+  }
   pending.delete(id);
   settle.resolve(value);
 }
@@ -113,4 +134,7 @@ function failAll(ids, error) {
   idle();
 }
 
-module.exports = { nativeBridge, start, failAll };
+/** How many listeners are registered (for the tests). */
+const listening = () => listeners.size;
+
+module.exports = { nativeBridge, start, failAll, listen, unlisten, listening };

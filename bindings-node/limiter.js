@@ -41,15 +41,15 @@ function requestJson(request) {
 }
 
 /**
- * The native side's alert (JSON text) in JavaScript's names, handed to `onAnomaly`; a throw or a
- * rejected promise is counted (`polylimit_anomaly_callback_errors_total`), never reaches a request.
- * Holds the counter, not the limiter, so a limiter with a handler can still be collected.
+ * The core's alert (a JSON record on the thread's bridge) in JavaScript's names, handed to
+ * `onAnomaly`; a throw or a rejected promise is counted (`polylimit_anomaly_callback_errors_total`),
+ * never reaches a request. Holds the counter, not the limiter, so a limiter with a handler can
+ * still be collected (which stops its alerts: `stopAlerts`).
  */
 function anomalyHandler(onAnomaly, counter) {
-  return (text) => {
+  return (e) => {
     const fail = () => counter.errors && counter.errors.add();
     try {
-      const e = JSON.parse(text);
       const event = {
         event: e.event, policy: e.policy, key: e.key, rate: e.rate, baseline: e.baseline,
         action: e.action, limitedTo: e.limited_to, atMs: e.at_ms, suppressed: e.suppressed,
@@ -61,6 +61,9 @@ function anomalyHandler(onAnomaly, counter) {
     }
   };
 }
+
+// A collected limiter's alerts stop (its native side, which sends them, is gone with it).
+const stopAlerts = new FinalizationRegistry((id) => calls.unlisten(id));
 
 class Limiter {
   /**
@@ -81,7 +84,9 @@ class Limiter {
     this._flushQueued = () => this._flushChecks();
     if (onAnomaly) {
       const counter = { errors: null };
-      counter.errors = this._native.setAnomalyHandler(anomalyHandler(onAnomaly, counter));
+      this._alerts = calls.listen(anomalyHandler(onAnomaly, counter));
+      counter.errors = this._native.setAnomalyBridge(calls.nativeBridge(), this._alerts);
+      stopAlerts.register(this, this._alerts, this);
     }
   }
 
@@ -313,6 +318,10 @@ class Limiter {
   close() {
     this._flushChecks();
     this._native.close();
+    if (this._alerts !== undefined) {
+      calls.unlisten(this._alerts);
+      stopAlerts.unregister(this);
+    }
   }
 
   get closed() {

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{within_runtime_if_available, Function, Uint32Array, Unknown};
+use napi::bindgen_prelude::{within_runtime_if_available, Uint32Array, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::bridge::Bridge;
@@ -452,23 +452,17 @@ impl AnomalyErrors {
 
 #[napi]
 impl NativeLimiter {
-    /// Sends the alerts of adaptive policies to `handler` as JSON text, on the
-    /// JS thread; the function is held weakly (it never keeps the process
-    /// alive) and is called without blocking the deciding task.
-    #[napi(ts_args_type = "handler: (event: string) => void")]
-    pub fn set_anomaly_handler(&self, handler: Function<'_, String, ()>) -> Result<AnomalyErrors> {
-        use napi::threadsafe_function::ThreadsafeFunctionCallMode;
-        let tsfn = handler
-            .build_threadsafe_function::<String>()
-            .callee_handled::<false>()
-            .weak::<true>()
-            .build_callback(|ctx| Ok(ctx.value))?;
-        let tsfn = std::sync::Arc::new(tsfn);
-        self.inner.set_anomaly_sink(Some(std::sync::Arc::new(
-            move |event: &polylimit::adaptive::AnomalyEvent| {
-                tsfn.call(event.to_json().to_string(), ThreadsafeFunctionCallMode::NonBlocking);
-            },
-        )));
-        Ok(AnomalyErrors(self.inner.anomaly_callback_errors()))
+    /// Sends the alerts of adaptive policies as JSON records on `bridge`
+    /// under `ctx` (`calls.js` hands each to the limiter's `onAnomaly` on the
+    /// JS thread), without blocking the deciding task.
+    #[napi(ts_args_type = "bridge: NativeBridge, ctx: number")]
+    pub fn set_anomaly_bridge(&self, bridge: &NativeBridge, ctx: i64) -> AnomalyErrors {
+        let bridge = bridge.bridge.clone();
+        let ctx = ctx as u64;
+        self.inner
+            .set_anomaly_sink(Some(Arc::new(move |event: &polylimit::adaptive::AnomalyEvent| {
+                bridge.push(ctx, &Ok(Reply::Json(event.to_json())))
+            })));
+        AnomalyErrors(self.inner.anomaly_callback_errors())
     }
 }

@@ -52,7 +52,7 @@ test('a limiter collected with checks in flight still settles them', () => {
          global.gc();
          const got = await Promise.all(pending);
          for (let i = 0; i < 20 && collected < 1; i++) {
-           await new Promise((r) => setTimeout(r, 10));
+           await new Promise((r) => setImmediate(r));
            global.gc();
          }
          console.log(JSON.stringify([got.map((d) => d.allowed), collected]));
@@ -61,4 +61,34 @@ test('a limiter collected with checks in flight still settles them', () => {
     { encoding: 'utf8', timeout: 20000 },
   );
   assert.deepEqual(JSON.parse(out), [[true, true, false], 1]);
+});
+
+test("a limiter's onAnomaly listens on the thread's bridge until the limiter is closed or collected", () => {
+  const root = JSON.stringify(path.resolve(__dirname, '..'));
+  const out = execFileSync(
+    process.execPath,
+    [
+      '--expose-gc',
+      '-e',
+      `const { Limiter } = require(${root});
+       const calls = require(${root} + '/calls');
+       const policy = { rate: '100/s', adaptive: { window: '10s' } };
+       const closed = new Limiter({ policy, onAnomaly() {} });
+       const counts = [calls.listening()];
+       closed.close();
+       counts.push(calls.listening());
+       (function () { new Limiter({ policy, onAnomaly() {} }); })();
+       counts.push(calls.listening());
+       (async () => {
+         for (let i = 0; i < 50 && calls.listening() > 0; i++) {
+           global.gc();
+           await new Promise((r) => setImmediate(r));
+         }
+         counts.push(calls.listening());
+         console.log(JSON.stringify(counts));
+       })();`,
+    ],
+    { encoding: 'utf8', timeout: 20000 },
+  );
+  assert.deepEqual(JSON.parse(out), [1, 0, 1, 0]);
 });
