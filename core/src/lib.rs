@@ -60,4 +60,6 @@ pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use runtime::build_runtime;
+#[doc(hidden)]
+pub use store::redis::general_check_only;
 pub use store::redis::{library, script_sha, Library, SCRIPT};

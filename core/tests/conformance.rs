@@ -55,7 +55,8 @@ fn mismatch(expect: &Expect, got: &Decision) -> bool {
         || expect.source.as_ref().is_some_and(|s| s != got.source.as_str())
 }
 
-async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
+/// Plays every case on `store`, each under its own prefix starting with `run`.
+async fn play(store: &str, run: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
     let mut failures = Vec::new();
     let mut steps = 0;
     for (file_index, (file, vectors)) in files.iter().enumerate() {
@@ -67,7 +68,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                 Policy::from_value(&case.policy, "policy").unwrap_or_else(|e| panic!("{file}: {}: {e}", case.name));
             let mut config = LimiterConfig::new(policy).with_store(store);
             // A prefix per case isolates cases on one Redis.
-            config.prefix = format!("conformance-{file_index}-{case_index}");
+            config.prefix = format!("{run}-{file_index}-{case_index}");
             // The vectors pin decisions: a loaded machine must not turn a slow
             // Redis answer into a fallback one.
             config.timeout = std::time::Duration::from_secs(10);
@@ -117,7 +118,7 @@ async fn vectors_on_redis_sentinel() {
 
 async fn on_topology(topology: support::Topology) {
     let files = load();
-    let (steps, failures) = play(&topology.url, &files).await;
+    let (steps, failures) = play(&topology.url, "conformance", &files).await;
     println!("{steps} steps on {}", topology.url);
     support::assert_no_mismatches(&failures);
 }
@@ -126,12 +127,18 @@ async fn on_topology(topology: support::Topology) {
 async fn vectors_on_memory_and_redis() {
     let files = load();
     let redis = support::RedisServer::start();
-    let (memory_steps, mut failures) = play("memory", &files).await;
-    let (redis_steps, redis_failures) = play(&redis.url(), &files).await;
+    let (memory_steps, mut failures) = play("memory", "conformance", &files).await;
+    // The common shapes go to their own functions (shapes.lua); the same
+    // vectors then pin the general check for them too.
+    let (redis_steps, redis_failures) = play(&redis.url(), "conformance", &files).await;
     failures.extend(redis_failures);
+    polylimit::general_check_only(true);
+    let (_, general_failures) = play(&redis.url(), "general", &files).await;
+    polylimit::general_check_only(false);
+    failures.extend(general_failures.into_iter().map(|f| format!("general check: {f}")));
     let cases: usize = files.iter().map(|(_, f)| f.cases.len()).sum();
     println!(
-        "{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis",
+        "{} files, {cases} cases, {memory_steps} steps on memory, {redis_steps} on redis (twice: shape functions, general check)",
         files.len()
     );
     support::assert_no_mismatches(&failures);

@@ -81,6 +81,38 @@ async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     assert_eq!((redis.calls("fcall"), redis.calls("evalsha")), (4, 0));
 }
 
+/// The newest SLOWLOG entry names the function called (every command is
+/// logged at `slowlog-log-slower-than 0`).
+fn last_function(redis: &support::RedisServer) -> String {
+    let log = redis.command("SLOWLOG GET 1").unwrap();
+    let name = log
+        .split("\r\n")
+        .skip_while(|l| !l.eq_ignore_ascii_case("FCALL"))
+        .nth(2);
+    name.unwrap_or_else(|| panic!("no FCALL in {log:?}")).to_string()
+}
+
+#[tokio::test]
+async fn the_common_shapes_each_take_a_function_of_their_own() {
+    let redis = support::RedisServer::start();
+    redis.command("CONFIG SET slowlog-log-slower-than 0").unwrap();
+    let general = &polylimit::library().function;
+    for (algorithm, function) in [
+        ("fixed_window", format!("{general}_fixed_window")),
+        ("token_bucket", format!("{general}_token_bucket")),
+        ("gcra", format!("{general}_gcra")),
+        ("sliding_window_counter", general.clone()),
+    ] {
+        let policy = policy(json!({"algorithm": algorithm, "rate": "10/h"}));
+        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
+        assert_eq!(limiter.check("k").await.unwrap().remaining, 9, "{algorithm}");
+        assert_eq!(last_function(&redis), function, "{algorithm}");
+        // A peek is not a common shape: the general check decides it.
+        assert_eq!(limiter.peek("k").await.unwrap().remaining, 8, "{algorithm}");
+        assert_eq!(&last_function(&redis), general, "{algorithm} peek");
+    }
+}
+
 #[tokio::test]
 async fn without_functions_decisions_are_a_script_reloaded_on_noscript() {
     let redis = support::RedisServer::start();

@@ -4,7 +4,7 @@
 use redis::Cmd;
 
 use crate::algorithm::penalty::PenaltyParams;
-use crate::algorithm::Params;
+use crate::algorithm::{Kind, Params};
 use crate::store::overrides::Charged;
 
 /// One policy's part of a decision: its store keys (the penalty record's
@@ -90,6 +90,57 @@ impl KeyLayout {
         let overrides = self.override_record().map_or(0..0, |at| at..at + 1 + self.state);
         keys[..self.state].iter().chain(&keys[overrides])
     }
+}
+
+/// A common shape, decided by a function of its own in the library
+/// (shapes.lua) instead of the general check: cheaper inside Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    FixedWindow,
+    TokenBucket,
+    Gcra,
+}
+
+impl Shape {
+    /// Every shape, in the order [`Library`](super::Library) names their functions.
+    pub(super) const ALL: [Shape; 3] = [Shape::FixedWindow, Shape::TokenBucket, Shape::Gcra];
+
+    /// The suffix of the shape's function name, and of its Lua function
+    /// (`check_<suffix>` in shapes.lua).
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Shape::FixedWindow => "fixed_window",
+            Shape::TokenBucket => "token_bucket",
+            Shape::Gcra => "gcra",
+        }
+    }
+
+    /// The shape of a decision, when it has one: one policy of these kinds
+    /// on one key, with no penalty, adaptive spec, override, shadow or
+    /// lease, and not a peek. Anything else takes the general check.
+    pub(super) fn of(checks: &[RedisCheck<'_>], peek: bool) -> Option<Shape> {
+        let [c] = checks else { return None };
+        if peek || c.shadow || c.penalty.is_some() || c.overrides || c.lease.is_some() || c.params.adaptive.is_some() {
+            return None;
+        }
+        match c.params.kind {
+            Kind::FixedWindow => Some(Shape::FixedWindow),
+            Kind::TokenBucket => Some(Shape::TokenBucket),
+            Kind::Gcra => Some(Shape::Gcra),
+            _ => None,
+        }
+    }
+}
+
+/// `1 key now cost count period burst`: a shape function's arguments (shapes.lua).
+pub(super) fn push_shape_args(cmd: &mut Cmd, check: &RedisCheck<'_>, now: Option<i64>, cost: i64) {
+    cmd.arg(1).arg(check.keys[0].as_str());
+    match now {
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
+    };
+    let p = check.params;
+    cmd.arg(cost).arg(p.count).arg(p.period).arg(p.burst);
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags

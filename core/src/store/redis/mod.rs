@@ -22,7 +22,7 @@ pub(crate) use connection::Timeouts;
 use connection::{unavailable, Connection, Connector};
 use cross_slot::hash_tag;
 pub(crate) use cross_slot::ChargedGroups;
-pub use scripts::{library, script_sha, Library, SCRIPT};
+pub use scripts::{general_check_only, library, script_sha, Library, SCRIPT};
 pub(crate) use state::RedisStore;
 
 impl RedisStore {

@@ -65,6 +65,27 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     KEY_CODES.contains(&inner)
 }
 
+/// A shape function's reply (shapes.lua): `allowed now remaining reset retry`.
+pub(super) fn parse_shape_reply(values: &[i64]) -> Result<(i64, Vec<Verdict>)> {
+    let &[allowed, now, remaining, reset, retry] = values else {
+        return Err(Error::Internal(format!(
+            "decision function returned {} values, not 5",
+            values.len()
+        )));
+    };
+    let verdict = Verdict {
+        allowed: allowed == 1,
+        remaining: remaining.max(0) as u64,
+        reset_after_ms: reset.max(0) as u64,
+        retry_after_ms: (retry >= 0).then_some(retry as u64),
+        delay_ms: 0,
+        penalized: false,
+        overridden: None,
+        adaptive: None,
+    };
+    Ok((now, vec![verdict]))
+}
+
 pub(super) fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
     // With overrides, three values per check follow: the override's numbers;
     // then, when a policy is adaptive, four per check (adaptive.lua).

@@ -2,16 +2,16 @@
 //! script, the refund and release scripts, and the calls that run them
 //! (FCALL, EVALSHA, EVAL when the server lost them).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 
 use super::args::push_args;
 use super::args::push_refund_args;
-use super::args::RedisCheck;
+use super::args::{push_shape_args, RedisCheck, Shape};
 use super::connection::{unavailable, Connection, Connector};
-use super::reply::parse_reply;
+use super::reply::{parse_reply, parse_shape_reply};
 use super::state::RedisStore;
 use crate::algorithm::{Kind, Verdict};
 use crate::error::Result;
@@ -39,6 +39,9 @@ macro_rules! algorithms {
 
 /// The dispatcher: one decision over `KEYS` and `ARGV`.
 const CHECK: &str = include_str!("../../../lua/check.lua");
+
+/// The common shapes' functions (library only): see [`Shape`].
+const SHAPES: &str = include_str!("../../../lua/shapes.lua");
 
 /// The decision script: the algorithm functions then the dispatcher.
 pub const SCRIPT: &str = concat!(algorithms!(), include_str!("../../../lua/check.lua"));
@@ -71,27 +74,55 @@ static RELEASE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RELEA
 
 /// The decision code as a Redis 7 function library. Its top level (every
 /// algorithm's function) runs once, when the library loads; a script runs
-/// it on every call. Library and function are named after the script's
-/// SHA1, so processes running different polylimit versions on one Redis each
-/// call their own.
+/// it on every call. Library and function are named after the SHA1 of the
+/// code, so processes running different polylimit versions on one Redis each
+/// call their own. Beside the general check it registers one function per
+/// common [`Shape`], named `<function>_<shape>`.
 pub struct Library {
-    /// The name of the library and of its one function, for FCALL.
+    /// The name of the library and of its general check function, for FCALL.
     pub function: String,
     /// The source, for FUNCTION LOAD.
     pub code: String,
+    /// The shape functions' names, in [`Shape::ALL`]'s order.
+    shapes: [String; 3],
+}
+
+impl Library {
+    /// The name of `shape`'s function.
+    fn shape_function(&self, shape: Shape) -> &str {
+        &self.shapes[shape as usize]
+    }
 }
 
 /// The decision library ([`Library`]).
 pub fn library() -> &'static Library {
     static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
-        let function = format!("polylimit_{}", &script_sha()[..16]);
-        let code = format!(
-            "#!lua name={function}\n{}\nlocal function check(KEYS, ARGV)\n{CHECK}\nend\nredis.register_function('{function}', check)\n",
+        let body = format!(
+            "{}\nlocal function check(KEYS, ARGV)\n{CHECK}\nend\n{SHAPES}",
             algorithms!()
         );
-        Library { function, code }
+        let function = format!("polylimit_{}", &redis::Script::new(&body).get_hash()[..16]);
+        let shapes = Shape::ALL.map(|shape| format!("{function}_{}", shape.suffix()));
+        let mut code = format!("#!lua name={function}\n{body}\nredis.register_function('{function}', check)\n");
+        for shape in Shape::ALL {
+            let suffix = shape.suffix();
+            code += &format!("redis.register_function('{function}_{suffix}', check_{suffix})\n");
+        }
+        Library { function, code, shapes }
     });
     &LIBRARY
+}
+
+/// Test switch: every decision takes the general check, so the vectors can
+/// pin it for the shapes too ([`general_check_only`]).
+static GENERAL_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// For tests: `true` sends every Redis decision through the general check,
+/// even those a shape function would decide; `false` (the default) restores
+/// the shape functions.
+#[doc(hidden)]
+pub fn general_check_only(on: bool) {
+    GENERAL_ONLY.store(on, Ordering::Relaxed);
 }
 
 impl RedisStore {
@@ -105,8 +136,10 @@ impl RedisStore {
         peek: bool,
     ) -> Result<(i64, Vec<Verdict>)> {
         let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
+        // Scripts (Redis < 7, Cluster) always run the general check.
+        let shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
         if self.functions.load(Ordering::Relaxed) {
-            reply = self.call_function(connection, checks, now, cost, peek).await;
+            reply = self.call_function(connection, checks, shape, now, cost, peek).await;
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
             }
@@ -115,7 +148,10 @@ impl RedisStore {
             reply = self.call_script(connection, checks, now, cost, peek).await;
         }
         let values = reply.map_err(|e| self.call_failed(generation, checks, e))?;
-        parse_reply(&values, checks.len())
+        match shape {
+            Some(_) if self.functions.load(Ordering::Relaxed) => parse_shape_reply(&values),
+            _ => parse_reply(&values, checks.len()),
+        }
     }
 
     /// [`RedisStore::refund_in_one_slot`], each check's admission having
@@ -211,20 +247,30 @@ impl RedisStore {
         Connector::query(connection, &eval).await
     }
 
-    /// FCALL of the library's function, loading the library when the server
-    /// does not have it (first use, a restart without persistence, FUNCTION FLUSH).
+    /// FCALL of the library's function (`shape`'s, or the general check),
+    /// loading the library when the server does not have it (first use, a
+    /// restart without persistence, FUNCTION FLUSH).
     async fn call_function(
         &self,
         connection: &mut Connection,
         checks: &[RedisCheck<'_>],
+        shape: Option<Shape>,
         now: Option<i64>,
         cost: i64,
         peek: bool,
     ) -> Result<Vec<i64>, RedisError> {
         let library = library();
         let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&library.function);
-        push_args(&mut cmd, checks, now, cost, peek);
+        match shape {
+            Some(shape) => {
+                cmd.arg(library.shape_function(shape));
+                push_shape_args(&mut cmd, &checks[0], now, cost);
+            }
+            None => {
+                cmd.arg(&library.function);
+                push_args(&mut cmd, checks, now, cost, peek);
+            }
+        }
         let reply = Connector::query(connection, &cmd).await;
         if !matches!(&reply, Err(e) if e.code() == Some("ERR") && e.detail().is_some_and(|d| d.starts_with("Function not found")))
         {
