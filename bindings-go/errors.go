@@ -36,6 +36,7 @@ type Error struct {
 	Message string
 }
 
+// Error returns the message, prefixed with "polylimit: ".
 func (e *Error) Error() string { return "polylimit: " + e.Message }
 
 // Unwrap returns the kind, so errors.Is(err, ErrClosed) works.
@@ -50,6 +51,7 @@ type ConfigError struct {
 	Message string
 }
 
+// Error returns the message, which names the field and value at fault, prefixed with "polylimit: ".
 func (e *ConfigError) Error() string { return "polylimit: " + e.Message }
 
 // Unwrap returns ErrConfig.
