@@ -70,7 +70,7 @@ class Outcome:
 
     @property
     def status(self) -> Optional[int]:
-        """The status to answer with (429 or the policy's), or None when the request may go ahead."""
+        """The status to refuse with (429; 503 when the store fails closed; 403 for a denied key), or None when the request may go ahead."""
     @property
     def headers(self) -> List[Tuple[str, str]]:
         """The rate-limit headers to add to the response, as (name, value) pairs."""
