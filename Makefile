@@ -34,6 +34,7 @@ BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
+include docs.mk
 
 test: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
 

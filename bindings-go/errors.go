@@ -38,6 +38,7 @@ type Error struct {
 	Key     string
 }
 
+// Error returns the message, prefixed with "polylimit: ".
 func (e *Error) Error() string { return "polylimit: " + e.Message }
 
 // Unwrap returns the kind, so errors.Is(err, ErrClosed) works.
@@ -52,6 +53,7 @@ type ConfigError struct {
 	Message string
 }
 
+// Error returns the message, which names the field and value at fault, prefixed with "polylimit: ".
 func (e *ConfigError) Error() string { return "polylimit: " + e.Message }
 
 // Unwrap returns ErrConfig.

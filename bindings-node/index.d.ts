@@ -133,6 +133,7 @@ export interface LimiterOptions {
 /** Which responses a rule charges: `'all'`, `'failed'`, `'successful'`, a class (`'4xx'`) or code (`401`), or a list. */
 export type Count = 'all' | 'failed' | 'successful' | string | number | Array<string | number>;
 
+/** Per-call options of `check`, `peek` and `acquire`. */
 export interface CheckOptions {
   /** Units the request consumes (a positive integer, default 1). */
   cost?: number;
@@ -140,6 +141,7 @@ export interface CheckOptions {
   nowMs?: number;
 }
 
+/** What answered a decision: the store, a local cache, a fallback, a penalty, an allow/deny list or adaptive. */
 export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist' | 'adaptive';
 
 /** A per-key override to set: `rate` (and `burst`) replace `policy`'s for one key. */
@@ -167,6 +169,7 @@ export interface Override {
   expiresAtMs: number | null;
 }
 
+/** One policy's answer for one key: allowed or not, and the numbers behind it. */
 export interface Decision {
   allowed: boolean;
   limit: number;
@@ -200,6 +203,7 @@ export interface RequestInfo {
   ignoreTrailingSlash?: boolean;
 }
 
+/** One rule's decision behind an `Outcome` (`shadow`: the rule only records, never refuses). */
 export interface RuleDecision {
   rule: string;
   policy: string;
@@ -239,15 +243,19 @@ export class Lease {
   readonly released: boolean;
 }
 
+/** A rate limiter: policies over a store (memory unless `store` names Redis), built once and shared. */
 export class Limiter {
+  /** Builds the limiter; throws a ConfigError naming the field and value at fault. */
   constructor(options: LimiterOptions);
   /** From a rules file (YAML or JSON): `new Limiter({ ...options, rulesFile: path })`. */
   static fromFile(path: string, options?: LimiterOptions): Limiter;
   /** From the text (YAML or JSON) or the object of a rules file: `new Limiter({ ...options, rules })`. */
   static fromRules(rules: string | object, options?: LimiterOptions): Limiter;
+  /** Charges `cost` to `key` under every policy and resolves with the strictest decision. */
   check(key: string, options?: CheckOptions): Promise<Decision>;
   /** The decision `check` would return now, charging nothing and recording no penalty. */
   peek(key: string, options?: CheckOptions): Promise<Decision>;
+  /** Checks a request against the limiter's rules: the status, headers and body to answer with. */
   checkRequest(request: RequestInfo): Promise<Outcome>;
   /** The outcome `checkRequest` would give now, charging nothing. */
   peekRequest(request: RequestInfo): Promise<Outcome>;
@@ -275,6 +283,7 @@ export class Limiter {
    * store is down; rejects with a ConfigError naming `token` for a malformed token.
    */
   complete(token: string, status?: number | null): Promise<void>;
+  /** Forgets everything charged to `key` under every policy. */
   reset(key: string): Promise<void>;
   /** Sets a per-key override in the store (docs/features/overrides.md). */
   setOverride(key: string, options: OverrideOptions): Promise<Override>;
@@ -282,9 +291,13 @@ export class Limiter {
   getOverride(key: string, options?: { policy?: string; nowMs?: number }): Promise<Override | null>;
   /** Removes the override of `key`: whether one was in force. */
   removeOverride(key: string, options?: { policy?: string }): Promise<boolean>;
+  /** The limiter's metrics in the Prometheus text format. */
   metricsText(): string;
+  /** The store circuit breaker's state. */
   readonly breakerState: 'closed' | 'open' | 'half_open';
+  /** Closes the limiter and its store connections; later calls reject with a ClosedError. */
   close(): void;
+  /** Whether `close()` was called. */
   readonly closed: boolean;
 }
 
@@ -293,14 +306,21 @@ export interface RouteRule {
   readonly __polylimitRouteRule: unique symbol;
 }
 
+/** A circuit breaker for calls to anything: opens after failures, lets a trial call through after `cooldown`. */
 export class CircuitBreaker {
+  /** Builds a breaker from positional arguments (the core's defaults for those left out). */
   constructor(threshold?: number, cooldown?: Duration, halfOpenMax?: number);
+  /** Builds a breaker from an options object. */
   constructor(options: { threshold?: number; cooldown?: Duration; halfOpenMax?: number });
+  /** The breaker's state. */
   readonly state: 'closed' | 'open' | 'half_open';
+  /** Calls `fn` through the breaker; rejects with a CircuitOpenError while it is open. */
   call<T>(fn: () => T | Promise<T>): Promise<T>;
+  /** Calls `fn` through the breaker; while it is open (or when `fn` fails), `fallback` answers. */
   call<T, F>(fn: () => T | Promise<T>, fallback: (error: unknown) => F | Promise<F>): Promise<T | F>;
 }
 
+/** The `code` of each polylimit error class. */
 export type ErrorCode =
   | 'POLYLIMIT_CONFIG'
   | 'POLYLIMIT_STORE_UNAVAILABLE'
@@ -309,23 +329,32 @@ export type ErrorCode =
   | 'POLYLIMIT_INTERNAL'
   | 'POLYLIMIT_CIRCUIT_OPEN';
 
+/** The base of every error polylimit throws; `code` names which. */
 export class PolylimitError extends Error {
+  /** Which error this is. */
   readonly code: ErrorCode;
 }
+/** A bad option or rules file, found when the limiter is built. */
 export class ConfigError extends PolylimitError {
+  /** Always `POLYLIMIT_CONFIG`. */
   readonly code: 'POLYLIMIT_CONFIG';
   /** The option at fault, e.g. `policy.rate`. */
   readonly field: string;
+  /** The value at fault, as given. */
   readonly value: string;
 }
+/** The store could not be reached and the policy fails closed (`onStoreError`). */
 export class StoreUnavailableError extends PolylimitError {}
 /** The store answered with an error for one key. */
 export class StoreError extends PolylimitError {
   /** The store key the error concerns. */
   key: string;
 }
+/** A call on a limiter after `close()`. */
 export class ClosedError extends PolylimitError {}
+/** A bug in polylimit (a panic caught at the boundary); please report it. */
 export class InternalError extends PolylimitError {}
+/** Thrown by `CircuitBreaker.call` while the breaker is open and no fallback is given. */
 export class CircuitOpenError extends PolylimitError {}
 
 /**
@@ -361,6 +390,7 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
   skip?: (req: Req, res: Res) => boolean | Promise<boolean>;
 }
 
+/** The Express middleware's options. */
 export interface ExpressOptions extends MiddlewareOptions {
   /** Replaces the 429/503/403 answer; the outcome's headers are already set. */
   handler?: (req: any, res: any, next: (err?: unknown) => void, outcome: Outcome) => unknown;
@@ -368,6 +398,7 @@ export interface ExpressOptions extends MiddlewareOptions {
   requestPropertyName?: string | false;
 }
 
+/** The Express middleware `rateLimit` returns; `limiter` is the limiter it checks with. */
 export type RateLimitMiddleware = ((req: any, res: any, next: (err?: unknown) => void) => Promise<void>) & {
   limiter: Limiter;
 };

@@ -13,30 +13,37 @@ pub struct PyDecision(pub(crate) Decision);
 
 #[pymethods]
 impl PyDecision {
+    /// Whether the request may go ahead (also the decision's truth value).
     #[getter]
     fn allowed(&self) -> bool {
         self.0.allowed
     }
+    /// The policy's limit: the burst, or the window's count.
     #[getter]
     fn limit(&self) -> u64 {
         self.0.limit
     }
+    /// How many more requests of cost 1 would be allowed now.
     #[getter]
     fn remaining(&self) -> u64 {
         self.0.remaining
     }
+    /// Milliseconds until the key is back to its full limit.
     #[getter]
     fn reset_after_ms(&self) -> u64 {
         self.0.reset_after_ms
     }
+    /// When denied, milliseconds until a retry can succeed; None when allowed.
     #[getter]
     fn retry_after_ms(&self) -> Option<u64> {
         self.0.retry_after_ms
     }
+    /// For a policy in delay mode, how long to wait before going ahead (0 otherwise).
     #[getter]
     fn delay_ms(&self) -> u64 {
         self.0.delay_ms
     }
+    /// What answered: the store, a local cache, a fallback, a penalty, an allow/deny list or adaptive.
     #[getter]
     fn source(&self) -> &'static str {
         self.0.source.as_str()
@@ -44,6 +51,7 @@ impl PyDecision {
     fn __bool__(&self) -> bool {
         self.0.allowed
     }
+    /// The decision as a plain dict (for logging or JSON).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("allowed", self.0.allowed)?;
@@ -77,18 +85,22 @@ pub struct PyOutcome(pub(crate) Outcome);
 
 #[pymethods]
 impl PyOutcome {
+    /// The status to refuse with (429; 503 when the store fails closed; 403 for a denied key), or None when the request may go ahead.
     #[getter]
     fn status(&self) -> Option<u16> {
         self.0.status
     }
+    /// The rate-limit headers to add to the response, as (name, value) pairs.
     #[getter]
     fn headers(&self) -> Vec<(String, String)> {
         self.0.headers.clone()
     }
+    /// The body to answer with when limited, or None.
     #[getter]
     fn body(&self) -> Option<String> {
         self.0.body.clone()
     }
+    /// How long to wait before handling the request (delay mode), else 0.
     #[getter]
     fn delay_ms(&self) -> u64 {
         self.0.delay_ms
@@ -105,6 +117,7 @@ impl PyOutcome {
     fn decisions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.0.to_value()["decisions"])
     }
+    /// The outcome as a plain dict.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.0.to_value())
     }

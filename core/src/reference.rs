@@ -1,7 +1,7 @@
 //! The rules file reference page of the documentation site
 //! (`docs/reference/options.md`), generated from the lists the core builds
 //! limiters from: [`OPTIONS`], the policy field lists and the scalar types of
-//! [`crate::env::SCHEMA`]. Each field's error is the one the core gives when
+//! `crate::env::SCHEMA`. Each field's error is the one the core gives when
 //! that field holds a bad value, so the page cannot drift from the parsers;
 //! `core/tests/docs_reference.rs` fails when the checked-in page is stale.
 

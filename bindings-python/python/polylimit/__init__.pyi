@@ -37,6 +37,8 @@ class Override(TypedDict):
     expires_at_ms: Optional[int]
 
 class Policy:
+    """One limit: a rate and algorithm, with its burst, mode, fallback, penalty and lease options."""
+
     rate: Optional[str]
     algorithm: str
     burst: Optional[int]
@@ -64,9 +66,12 @@ class Policy:
         lease: Optional[str] = None,
         sync: Optional[Dict[str, Any]] = None,
     ) -> None: ...
-    def to_dict(self) -> Dict[str, Any]: ...
+    def to_dict(self) -> Dict[str, Any]:
+        """The policy as the dict the core reads."""
 
 class Limiter(_NativeLimiter):
+    """A rate limiter: policies over a store (memory unless ``store`` names Redis), built once and shared."""
+
     def __new__(
         cls,
         policy: Union[Policy, Mapping[str, Any], None] = None,
@@ -83,9 +88,11 @@ class Limiter(_NativeLimiter):
         **options: Any,
     ) -> "Limiter": ...
     @classmethod
-    def from_file(cls, path: Union[str, "PathLike[str]"], **options: Any) -> "Limiter": ...
+    def from_file(cls, path: Union[str, "PathLike[str]"], **options: Any) -> "Limiter":
+        """Builds a limiter from a rules file (YAML or JSON)."""
     @classmethod
-    def from_rules(cls, rules: Union[str, Mapping[str, Any]], **options: Any) -> "Limiter": ...
+    def from_rules(cls, rules: Union[str, Mapping[str, Any]], **options: Any) -> "Limiter":
+        """Builds a limiter from rules given as a string or a mapping."""
     def limit(
         self,
         key: Optional[KeySpec] = None,
@@ -94,7 +101,8 @@ class Limiter(_NativeLimiter):
         cost: int = 1,
         per_route: bool = True,
         count: Optional[CountSpec] = None,
-    ) -> Callable[[_F], _F]: ...
+    ) -> Callable[[_F], _F]:
+        """A decorator that limits a FastAPI/Starlette route (answers 429 when limited)."""
     def depends(
         self,
         key: Optional[KeySpec] = None,
@@ -103,13 +111,18 @@ class Limiter(_NativeLimiter):
         cost: int = 1,
         per_route: bool = True,
         count: Optional[CountSpec] = None,
-    ) -> Callable[..., Awaitable[Optional[Outcome]]]: ...
+    ) -> Callable[..., Awaitable[Optional[Outcome]]]:
+        """A FastAPI dependency that limits the routes using it."""
     async def __aenter__(self) -> "Limiter": ...
     async def __aexit__(self, *exc: Any) -> None: ...
 
-class CircuitOpenError(PolylimitError): ...
+class CircuitOpenError(PolylimitError):
+    """Raised by ``CircuitBreaker.call`` while the breaker is open and no fallback is given."""
 
 class CircuitBreaker(_NativeBreaker):
+    """A circuit breaker for calls to anything: opens after failures, tries again after ``cooldown``."""
+
     def call(
         self, fn: Callable[..., Any], *args: Any, fallback: Optional[Callable[[BaseException], Any]] = None, **kwargs: Any
-    ) -> Any: ...
+    ) -> Any:
+        """Calls ``fn`` through the breaker; when open, calls ``fallback`` or raises CircuitOpenError."""

@@ -42,6 +42,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         fun fromRulesFile(path: String): Limiter = Limiter(NativeLimiter.fromRulesFile(path))
     }
 
+    /** Closes the limiter as [shutdown] does, and frees the C handle of the direct calls. */
     override fun close() {
         native.shutdown()
         cleanable.clean()
