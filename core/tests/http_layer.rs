@@ -173,6 +173,26 @@ rules:
     assert!(!plain.reads_header("X-Forwarded-For"));
 }
 
+#[test]
+fn whether_a_request_is_decided_by_its_route() {
+    let reads = |rules: &str| {
+        Limiter::from_rules(&format!("policies: {{ a: {{ rate: 1/s }} }}\nrules:\n{rules}"))
+            .unwrap()
+            .reads_route()
+    };
+    // A rule matching on a route, keyed by it, or tiered by it.
+    assert!(reads("  - { match: { route: \"/users/{id}\" }, key: [ip], policy: a }"));
+    assert!(reads("  - { match: { path: /x }, key: [route, ip], policy: a }"));
+    assert!(reads("  - { key: [ip], tier: route, tiers: { /x: a } }"));
+    // Path, method and the other dimensions never read it.
+    assert!(!reads("  - { match: { path: /x, method: GET }, key: [ip, method, \"header:x-a\"], policy: a }\n  - { key: [global], policy: a }"));
+    let plain = Limiter::new(LimiterConfig::new(
+        Policy::from_value(&serde_json::json!({"rate": "1/s"}), "").unwrap(),
+    ))
+    .unwrap();
+    assert!(!plain.reads_route());
+}
+
 #[tokio::test]
 async fn rules_naming_one_pair_merge_their_count_and_shadow() {
     // A failed rule and an all rule on the same (policy, key): every status

@@ -689,4 +689,13 @@ int32_t polylimit_limiter_reads_header(const struct polylimit_limiter_t *limiter
                                        const uint8_t *name,
                                        size_t name_len);
 
+// 1 when deciding a request may read its route template (a rule matches on
+// `route`, or keys or tiers by it; the core's `Limiter::reads_route`), else
+// 0: a middleware finds the route only then. `POLYLIMIT_INVALID_ARGUMENT`
+// (as a negative number) for a NULL limiter.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+int32_t polylimit_limiter_reads_route(const struct polylimit_limiter_t *limiter);
+
 #endif  /* POLYLIMIT_H */

@@ -39,3 +39,23 @@ pub unsafe extern "C" fn polylimit_limiter_reads_header(
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(invalid)
 }
+
+/// 1 when deciding a request may read its route template (a rule matches on
+/// `route`, or keys or tiers by it; the core's `Limiter::reads_route`), else
+/// 0: a middleware finds the route only then. `POLYLIMIT_INVALID_ARGUMENT`
+/// (as a negative number) for a NULL limiter.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_reads_route(limiter: *const polylimit_limiter_t) -> i32 {
+    let invalid = -(crate::Status::POLYLIMIT_INVALID_ARGUMENT as i32);
+    let body = || {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { crate::limiter::handle(limiter) } {
+            Ok(limiter) => i32::from(limiter.reads_route()),
+            Err(_) => invalid,
+        }
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(invalid)
+}

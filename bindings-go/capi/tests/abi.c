@@ -118,6 +118,9 @@ int main(void) {
   CHECK(polylimit_limiter_reads_header(limiter, (const uint8_t *)"Accept", 6) == 0);
   CHECK(polylimit_limiter_reads_header(NULL, (const uint8_t *)"Accept", 6) == -POLYLIMIT_INVALID_ARGUMENT);
   CHECK(polylimit_limiter_reads_header(limiter, (const uint8_t *)"\xff", 1) == -POLYLIMIT_INVALID_ARGUMENT);
+  /* No rule matches, keys or tiers by route: a middleware need not find it. */
+  CHECK(polylimit_limiter_reads_route(limiter) == 0);
+  CHECK(polylimit_limiter_reads_route(NULL) == -POLYLIMIT_INVALID_ARGUMENT);
 
   /* The packed path: a request in one buffer (absent strings, one header),
    * the outcome in the caller's buffer or, when it does not fit, in one the
@@ -177,6 +180,13 @@ int main(void) {
   CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
   polylimit_error_free(err);
   err = NULL;
+  polylimit_limiter_free(limiter);
+
+  /* A rule keyed by route: the middleware finds the route. */
+  rc = polylimit_limiter_build("{\"Rules\": \"policies: {api: {rate: 1/s}}\\nrules: [{key: [route, ip], policy: api}]\\n\"}",
+                               &limiter, &err);
+  CHECK(rc == POLYLIMIT_OK);
+  CHECK(polylimit_limiter_reads_route(limiter) == 1);
   polylimit_limiter_free(limiter);
 
   /* A memory-store check is decided at once, without a pending operation. */

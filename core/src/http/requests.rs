@@ -85,6 +85,13 @@ impl Requests {
         self.rules.as_deref().is_some_and(|r| r.reads_header(name))
     }
 
+    /// Whether those calls may read a request's route template: a binding
+    /// may leave [`RequestInfo::route`] out when `false`, and get the same
+    /// outcome.
+    pub(crate) fn reads_route(&self) -> bool {
+        self.rules.as_deref().is_some_and(HttpRules::reads_route)
+    }
+
     /// The rules of a limiter built from a rules file.
     fn rules_file(&self) -> Result<&HttpRules> {
         self.rules

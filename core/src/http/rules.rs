@@ -312,6 +312,16 @@ impl HttpRules {
         self.rules.iter().any(Rule::reads_key) || !self.allowlist.keys.is_empty() || !self.denylist.keys.is_empty()
     }
 
+    /// Whether deciding a request may read its route template: a rule
+    /// matches on `route`, or keys or tiers by the `route` dimension. A
+    /// binding may skip finding the route when none does.
+    pub(crate) fn reads_route(&self) -> bool {
+        let route = |d: &Dimension| matches!(d, Dimension::Route);
+        self.rules.iter().any(|r| {
+            r.route.is_some() || r.key.iter().any(route) || matches!(&r.target, Target::Tiers { by, .. } if route(by))
+        })
+    }
+
     /// Whether deciding a request may read its header `name` (any case,
     /// surrounding spaces ignored): the forwarding header, or a rule's
     /// `header:` key or tier dimension. A binding may leave the others out.

@@ -40,6 +40,14 @@ impl Limiter {
         self.http.reads_header(name)
     }
 
+    /// Whether [`Limiter::check_request`], [`Limiter::peek_request`] or
+    /// [`Limiter::reset_request`] may read a request's route template (a
+    /// rule matches on `route`, or keys or tiers by it): a middleware may
+    /// skip finding the route when `false`, and get the same outcome.
+    pub fn reads_route(&self) -> bool {
+        self.http.reads_route()
+    }
+
     /// A rule for one route, checked by [`Limiter::check_route`]: the request
     /// is limited by `policy` (a policy name of this limiter; `None`: every
     /// policy) on a key made of the dimensions `key` (as a rules file's `key`:

@@ -113,6 +113,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         return (direct.use { CAbi.polylimit_limiter_reads_header(it, b, b.size.toLong()) } ?: 1) != 0
     }
 
+    /**
+     * Whether deciding a request may read its route template (a rule matches
+     * on `route`, or keys or tiers by it): a middleware finds the route only then.
+     */
+    fun readsRoute(): Boolean = (direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0
+
     // The direct forms: a future (completed when the store answered at once),
     // or null when the direct call cannot carry the arguments or the facade is
     // closed (the generated call then throws what it throws). `blocking`: only

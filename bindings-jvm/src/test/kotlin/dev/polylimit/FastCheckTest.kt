@@ -147,6 +147,7 @@ class FastCheckTest {
                 assertTrue(packed.readsHeader("X-Tenant"))
                 assertTrue(packed.readsHeader("x-forwarded-for"), "the forwarding header")
                 assertFalse(packed.readsHeader("accept"))
+                assertFalse(packed.readsRoute(), "no rule matches, keys or tiers by route")
                 for (i in 0 until 4) {
                     val p = PackedRequest("GET", "/api/x", null, "203.0.113.9").header("X-Tenant", "t1").header("Accept", "*/*")
                     p.nowMs = 1000L
@@ -154,6 +155,9 @@ class FastCheckTest {
                     assertEquals(want.copy(decisions = emptyList()), packed.checkPacked(p), "request $i")
                 }
             }
+        }
+        Limiter("""{"rules": {"policies": {"p": {"rate": "2/s"}}, "rules": [{"key": ["route"], "policy": "p"}]}}""").use {
+            assertTrue(it.readsRoute())
         }
         // An outcome larger than the native call's buffer (20 decisions with long policy names) comes back whole.
         val names = (0 until 20).map { "p$it-" + "x".repeat(120) }

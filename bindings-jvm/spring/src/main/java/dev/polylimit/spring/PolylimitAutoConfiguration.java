@@ -32,6 +32,12 @@ public class PolylimitAutoConfiguration {
         return Limiter.Companion.fromRulesFile(rulesFile);
     }
 
+    /** The filter's handler lookup, handed to the dispatcher: one lookup per request. */
+    @Bean
+    public HandlerMapping polylimitFoundHandler() {
+        return new FoundHandler();
+    }
+
     @Bean
     public FilterRegistrationBean<PolylimitFilter> polylimitFilter(Limiter limiter,
             ObjectProvider<HandlerMapping> mappings, ObjectProvider<UserResolver> user,

@@ -53,6 +53,8 @@ public class PolylimitFilter extends OncePerRequestFilter {
     /** The core's answer for each header name seen (bounded: names are the client's). */
     private final ConcurrentHashMap<String, Boolean> readsHeader = new ConcurrentHashMap<>();
     private static final int MAX_HEADER_NAMES = 1024;
+    /** Whether a rule reads the route (the core's answer): otherwise the handler lookup is skipped. */
+    private final boolean readsRoute;
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
@@ -62,6 +64,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
      */
     public PolylimitFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
         this.limiter = limiter;
+        this.readsRoute = limiter.readsRoute();
         AtomicReference<List<HandlerMapping>> found = new AtomicReference<>();
         this.mappings = () -> found.updateAndGet(m -> m != null ? m : mappings.get());
     }
@@ -175,8 +178,15 @@ public class PolylimitFilter extends OncePerRequestFilter {
         return reads;
     }
 
-    /** Spring MVC's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found as the dispatcher will. */
+    /**
+     * Spring MVC's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found as the
+     * dispatcher will; only when a rule reads it. The handler found is handed to the dispatcher
+     * ({@link FoundHandler}, with the auto-configuration) so the request is looked up once.
+     */
     private String route(HttpServletRequest request) {
+        if (!readsRoute) {
+            return null; // no rule matches, keys or tiers by route: the lookup cannot change the outcome
+        }
         // The dispatcher parses the path for the mappings; here the filter does, and undoes it after.
         boolean parsed = !ServletRequestPathUtils.hasParsedRequestPath(request);
         if (parsed) {
@@ -184,8 +194,12 @@ public class PolylimitFilter extends OncePerRequestFilter {
         }
         try {
             for (HandlerMapping mapping : mappings.get()) {
+                if (mapping instanceof FoundHandler) {
+                    continue;
+                }
                 HandlerExecutionChain handler = mapping.getHandler(request);
                 if (handler != null) {
+                    FoundHandler.remember(request, handler);
                     Object pattern = request.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
                     return pattern == null ? null : pattern.toString();
                 }

@@ -9,16 +9,24 @@ import dev.polylimit.Outcome;
 import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpResponse;
+import jakarta.servlet.http.HttpServletRequest;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringApplication;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.boot.test.web.server.LocalServerPort;
 import org.springframework.context.annotation.Bean;
+import org.springframework.core.Ordered;
 import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.RestController;
+import org.springframework.web.servlet.HandlerExecutionChain;
+import org.springframework.web.servlet.HandlerMapping;
 
 /**
  * The auto-configured filter in a real Spring Boot app on a loopback port:
@@ -52,6 +60,17 @@ class PolylimitFilterTest {
             return "ok";
         }
 
+        @GetMapping("/boom")
+        String boom() {
+            throw new IllegalStateException("boom");
+        }
+
+        /** Counts the dispatcher's and the filter's handler lookups per URI (finds nothing itself). */
+        @Bean
+        Lookups lookups() {
+            return new Lookups();
+        }
+
         @Bean
         UserResolver user() {
             return request -> request.getHeader("X-User");
@@ -72,8 +91,31 @@ class PolylimitFilterTest {
         }
     }
 
+    static final class Lookups implements HandlerMapping, Ordered {
+        final Map<String, AtomicInteger> byUri = new ConcurrentHashMap<>();
+
+        @Override
+        public HandlerExecutionChain getHandler(HttpServletRequest request) {
+            byUri.computeIfAbsent(request.getRequestURI(), u -> new AtomicInteger()).incrementAndGet();
+            return null;
+        }
+
+        @Override
+        public int getOrder() {
+            return Ordered.HIGHEST_PRECEDENCE + 1;
+        }
+
+        int of(String uri) {
+            AtomicInteger n = byUri.get(uri);
+            return n == null ? 0 : n.get();
+        }
+    }
+
     @LocalServerPort
     int port;
+
+    @Autowired
+    Lookups lookups;
 
     private HttpResponse<String> get(String path, String... headers) throws Exception {
         var client = HttpClient.newHttpClient();
@@ -108,6 +150,22 @@ class PolylimitFilterTest {
         assertTrue(refused.body().startsWith("{"), refused.body());
         // No rule matches /health: never limited.
         assertEquals(200, get("/health").statusCode());
+    }
+
+    @Test
+    void theFilterAndTheDispatcherLookTheHandlerUpOnce() throws Exception {
+        // The filter finds the route (a rule reads it) and hands the handler to the dispatcher.
+        int before = lookups.of("/health");
+        assertEquals(200, get("/health").statusCode());
+        assertEquals(before + 1, lookups.of("/health"));
+        // An error dispatch is looked up afresh: Spring Boot's error controller answers, not the failed handler.
+        int boom = lookups.of("/boom");
+        int error = lookups.of("/error");
+        HttpResponse<String> failed = get("/boom");
+        assertEquals(500, failed.statusCode(), failed.body());
+        assertTrue(failed.body().contains("\"path\":\"/boom\""), failed.body());
+        assertEquals(boom + 1, lookups.of("/boom"));
+        assertEquals(error + 1, lookups.of("/error"));
     }
 
     @Test
