@@ -10,7 +10,7 @@ export POLYLIMIT_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.to
 # proxy tree in dist/goproxy/.
 export DIST := $(CURDIR)/dist
 
-.PHONY: demo test bench bench-start fuzz deps redis-server valkey-server valkey-test rust-test lint dist dist-test
+.PHONY: demo test test-all bench bench-start fuzz deps redis-server valkey-server valkey-test rust-build rust-test core-release lint dist dist-test
 
 ## The example apps of every language on the memory store, the classic burst
 ## against each (REDIS_URL=redis://… shares one Redis between them).
@@ -36,15 +36,36 @@ BINDING_DISTS :=
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
 include docs.mk
 
-test: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
+## Every suite, TEST_JOBS at a time (each starts its own servers on free
+## ports; the suites that wait on sockets and sleeps overlap the CPU-bound
+## builds), each target's output in one piece, then the minutes per target.
+TEST_JOBS ?= 2
+MAKE_TIMES := $(CARGO_TARGET_DIR)/make-times.txt
+test:
+	@mkdir -p $(CARGO_TARGET_DIR) && rm -f $(MAKE_TIMES); start=$$(date +%s); \
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-all \
+	  SHELL=$(CURDIR)/tests/timed-shell .SHELLFLAGS='$$@ -c' MAKE_TIMES=$(MAKE_TIMES); rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc; seconds per target (summed over its recipe lines):"; \
+	awk '{ t[$$2] += $$1 / 1000 } END { for (k in t) printf "  %7.1f  %s\n", t[k], k }' $(MAKE_TIMES) | sort -rn; \
+	exit $$rc
+test-all: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
+
+# In `make test`, the JVM's release jar goes into ~/.m2 and bindings-jvm/target
+# only after the suites and the Spring example that build on the tested one.
+# Likewise, one pip at a time in the checkout's venv; and the JUnit suites
+# run in jvm-install whichever target reaches it first.
+ifneq ($(filter test-all,$(MAKECMDGOALS)),)
+jvm-dist: | jvm-test examples-spring e2e-test
+docs: | python-build
+jvm-install: JVM_INSTALL_FLAGS =
+endif
 
 ## The documentation site (MkDocs Material: mkdocs.yml, docs/) into target/site.
 ## --strict makes every warning an error: a broken link or anchor, a page the
 ## nav does not list. docs-test also runs every code example of README.md and
 ## docs/ on the memory store (tests/docs/snippets.py).
 .PHONY: docs docs-test
-docs:
-	@test -x $(PY) || python3 -m venv $(PY_VENV)
+docs: python-deps
 	@$(PY) -m pip install -q --disable-pip-version-check -r tests/docs/requirements.txt
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 docs-test: docs python-build node-build go-capi
@@ -70,7 +91,7 @@ valkey-server:
 ## concurrency and cross-slot tests of those runners) on a real Valkey: one
 ## server and a 6-node Valkey Cluster. The test binaries are rust-test's.
 VALKEY_TESTS := conformance http_conformance concurrency refund_conformance adaptive_conformance
-valkey-test: valkey-server redis-server
+valkey-test: valkey-server redis-server rust-build
 	POLYLIMIT_SERVER=$(VALKEY_SERVER) POLYLIMIT_SERVER_NAME=valkey \
 	  $(CARGO) test --workspace --quiet $(addprefix --test ,$(VALKEY_TESTS)) -- --skip sentinel
 
@@ -89,13 +110,29 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
 
-rust-test:
+## The workspace's debug build, once: every test binary, and the libraries
+## the bindings' suites link (target/debug/libpolylimit_capi.a,
+## libpolylimit_jvm.so, linked there by tests/debug-libs.py), all with the
+## one feature set of `cargo test --workspace`. (A `cargo build -p X` resolves
+## features for X alone, e.g. tokio without the core tests' "full", and
+## compiles the core and most of its dependency tree once more; so every
+## debug cargo run here says --workspace.)
+rust-build:
+	set -o pipefail; $(CARGO) test --workspace --quiet --no-run --message-format=json-render-diagnostics | python3 tests/debug-libs.py
+
+rust-test: rust-build
 	$(CARGO) test --workspace --quiet
+
+## The release build of the C ABI (Go) and JVM libraries in one cargo run: one
+## feature resolution, so the core and its dependency tree compile once for
+## the benches and `make dist` of both.
+core-release:
+	$(CARGO) build --quiet --release -p polylimit-capi -p polylimit-jvm --lib
 
 ## The property-based fuzz tests with many more cases than `make test` runs.
 fuzz: deps
 	export POLYLIMIT_FUZZ_CASES=$${POLYLIMIT_FUZZ_CASES:-5000}; \
-	  $(CARGO) test -p polylimit --test fuzz && $(CARGO) test -p polylimit --lib client_ip_fuzz
+	  $(CARGO) test --workspace --test fuzz && $(CARGO) test --workspace --lib client_ip_fuzz
 
 ## Every benchmark appends its lines to $POLYLIMIT_BENCH_OUT; bench/report.py turns
 ## them into bench/results.json and the table of docs/benchmarks.md.

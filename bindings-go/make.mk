@@ -22,14 +22,13 @@ go-deps:
 ## Regenerates capi/include/polylimit.h with cbindgen (the header test in
 ## `cargo test` fails when the checked-in copy is stale).
 go-header:
-	POLYLIMIT_UPDATE_HEADER=1 $(CARGO) test --quiet -p polylimit-capi --test header
+	POLYLIMIT_UPDATE_HEADER=1 $(CARGO) test --quiet --workspace --test header
 
-## The static library cgo links by default (cargo's debug profile).
-go-capi: go-header
-	$(CARGO) build --quiet -p polylimit-capi
+## The static library cgo links by default: rust-build's (cargo's debug profile).
+go-capi: go-header rust-build
 
-go-capi-release: go-header
-	$(CARGO) build --quiet --release -p polylimit-capi
+## The release one: core-release's (shared with the JVM's).
+go-capi-release: go-header core-release
 
 ## The C ABI alone, from C.
 go-abi-test: go-capi

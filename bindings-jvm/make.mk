@@ -18,12 +18,11 @@ jvm-deps:
 ## Regenerates src/main/kotlin/dev/polylimit/polylimit_jvm.kt with the
 ## crate's uniffi-bindgen from the built library.
 jvm-kotlin:
-	POLYLIMIT_UPDATE_KOTLIN=1 $(CARGO) test --quiet -p polylimit-jvm --test kotlin
+	POLYLIMIT_UPDATE_KOTLIN=1 $(CARGO) test --quiet --workspace --test kotlin
 
 ## The library in JNA's layout, its debug info stripped (the debug build's
-## 140 MB are mostly DWARF).
-jvm-native:
-	$(CARGO) build --quiet -p polylimit-jvm $(if $(filter release,$(JVM_PROFILE)),--release)
+## 140 MB are mostly DWARF): rust-build's, or core-release's for release.
+jvm-native: $(if $(filter release,$(JVM_PROFILE)),core-release,rust-build)
 	mkdir -p $(JVM_NATIVE_DIR)/linux-x86-64
 	strip --strip-debug -o $(JVM_NATIVE_DIR)/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/$(JVM_PROFILE)/libpolylimit_jvm.so
 
@@ -35,15 +34,17 @@ jvm-install: jvm-deps jvm-native
 	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR) $(JVM_INSTALL_FLAGS)
 	cd $(JVM_DIR)/spring && $(MVN) -q -B install $(JVM_INSTALL_FLAGS)
 
-## The Rust tests of the crate (the Kotlin is up to date, errors map one to
-## one, panics are caught), then jvm-install with the tests: the JUnit suite
+## The crate's Rust test that the Kotlin is up to date (its unit tests, that
+## errors map one to one and panics are caught, run in rust-test: a `cargo
+## test -p polylimit-jvm` would compile the core once more, see rust-build),
+## then jvm-install with the tests: the JUnit suite
 ## on the packaged jar layout (the conformance vectors on memory and on a real
 ## redis-server), the core jar into ~/.m2, then the Spring Boot filter's
 ## suite (spring/: a real app on a loopback port) and its jar. (The flags
 ## reach jvm-install as a prerequisite: `make test` installs once, tested.)
 jvm-test: JVM_INSTALL_FLAGS =
 jvm-test: jvm-deps jvm-native redis-server jvm-install
-	$(CARGO) test --quiet -p polylimit-jvm
+	$(CARGO) test --quiet --workspace --test kotlin
 
 BINDING_DEPS += jvm-deps
 BINDING_TESTS += jvm-test
@@ -71,9 +72,8 @@ JVM_DIST_STAGE := $(CARGO_TARGET_DIR)/jvm-dist
 JVM_POM_VERSION = $(shell sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/\1/p' $(JVM_DIR)/pom.xml)
 
 .PHONY: jvm-dist
-jvm-dist: jvm-deps
+jvm-dist: jvm-deps core-release
 	@[ "$(JVM_POM_VERSION)" = "$(POLYLIMIT_VERSION)" ] || { echo "jvm-dist: pom.xml says $(JVM_POM_VERSION), Cargo.toml $(POLYLIMIT_VERSION)"; exit 1; }
-	$(CARGO) build --quiet --release -p polylimit-jvm --lib
 	mkdir -p $(JVM_DIST_STAGE)/native/linux-x86-64 $(DIST)
 	strip --strip-all -o $(JVM_DIST_STAGE)/native/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/release/libpolylimit_jvm.so
 	cd $(JVM_DIR) && $(MVN) -q -B install -Dmaven.test.skip=true -Dmaven.resources.overwrite=true -Dpolylimit.native.dir=$(JVM_DIST_STAGE)/native \

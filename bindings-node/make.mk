@@ -8,6 +8,17 @@ NODE_BUILD_SCRIPT := $(if $(filter debug,$(POLYLIMIT_PROFILE)),build:debug,build
 
 .PHONY: node-deps node-build node-test node-bench
 
+# The release addon: linked by zig against glibc $(NODE_DIST_GLIBC) (node-dist
+# says why), in a target dir of its own; one zig: Python's venv has ziglang
+# (maturin links the wheel with it), node-dist-zig adds cargo-zigbuild there.
+DIST_TARGETS ?= x86_64-unknown-linux-gnu
+NODE_DIST_GLIBC ?= 2.17
+NODE_DIST_STAGE := $(CARGO_TARGET_DIR)/node-dist
+NODE_ZIG_VENV ?= $(PY_VENV)
+NODE_HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+NODE_ZIG_BUILD := $(if $(NODE_DIST_GLIBC),$(if $(filter debug,$(POLYLIMIT_PROFILE)),,yes))
+NODE_ZIG_TARGET := $(if $(filter %-linux-gnu,$(NODE_HOST)),$(NODE_HOST).$(NODE_DIST_GLIBC),$(NODE_HOST))
+
 ## npm packages at the versions of package-lock.json (skipped when node_modules
 ## matches it). `npm install`, not `npm ci`: some registries lack a few of the
 ## other-platform optional packages of @napi-rs/cli's dependencies, npm then
@@ -18,8 +29,12 @@ node-deps:
 	  npm install --no-audit --no-fund --loglevel=error; else echo "node_modules up to date"; fi
 
 ## The addon and its loader (cargo decides whether anything needs rebuilding).
-node-build: node-deps
-	cd $(NODE_DIR) && CARGO="$(CARGO)" CARGO_TERM_QUIET=true npm run --silent $(NODE_BUILD_SCRIPT)
+## The release addon is the one `make dist` ships (see node-dist: linked by
+## zig against glibc $(NODE_DIST_GLIBC)), built once: the suites test it.
+node-build: node-deps $(if $(NODE_ZIG_BUILD),node-dist-zig)
+	cd $(NODE_DIR) && CARGO="$(CARGO)" CARGO_TERM_QUIET=true \
+	  $(if $(NODE_ZIG_BUILD),PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(NODE_DIST_STAGE)/cargo) \
+	  npm run --silent $(NODE_BUILD_SCRIPT) $(if $(NODE_ZIG_BUILD),-- -x --target $(NODE_ZIG_TARGET))
 
 node-test: node-build redis-server
 	cd $(NODE_DIR) && node --test --test-concurrency=1 test/*.test.js
@@ -36,33 +51,32 @@ BINDING_BENCHES += node-bench
 ## of package.json's napi.targets) and polylimit-<platform>-<v>.tgz, holding the
 ## stripped addon, for each Rust triple of DIST_TARGETS. Linux glibc addons are
 ## linked by zig (`napi build -x`, i.e. cargo-zigbuild; ziglang and
-## cargo-zigbuild come from PyPI into a venv under target/) against glibc
+## cargo-zigbuild come from PyPI into Python's venv) against glibc
 ## $(NODE_DIST_GLIBC), so they load on any distribution since then. Cargo hashes
 ## the linker into every fingerprint, so these builds have their own target dir
 ## (sharing the tests' one would rebuild everything on each switch).
 ## NODE_DIST_GLIBC= (empty) ships the host build of `make node-build` instead
-## (no zig, no second build; the addon then needs the build machine's glibc).
+## (no zig; the addon then needs the build machine's glibc). The host's addon
+## is node-build's (one release build for the suites and the package); other
+## triples are built here.
 ## The platform package.json files come from `napi create-npm-dirs`;
 ## scripts/dist.js stamps the version, packs, and fails on a file list other
 ## than expected.
-DIST_TARGETS ?= x86_64-unknown-linux-gnu
-NODE_DIST_GLIBC ?= 2.17
-NODE_DIST_STAGE := $(CARGO_TARGET_DIR)/node-dist
-NODE_ZIG_VENV ?= $(CARGO_TARGET_DIR)/dist-tools/venv
 NODE_RUSTC_SYSROOT = $(shell rustc --print sysroot)
-NODE_RUST_OBJCOPY = $(NODE_RUSTC_SYSROOT)/lib/rustlib/$(shell rustc -vV | sed -n 's/^host: //p')/bin/rust-objcopy
+NODE_RUST_OBJCOPY = $(NODE_RUSTC_SYSROOT)/lib/rustlib/$(NODE_HOST)/bin/rust-objcopy
 
 .PHONY: node-dist node-dist-zig
-node-dist-zig:
-	@if [ -n "$(NODE_DIST_GLIBC)" ] && ! { [ -x $(NODE_ZIG_VENV)/bin/cargo-zigbuild ] && $(NODE_ZIG_VENV)/bin/python -m ziglang version >/dev/null 2>&1; }; then \
-	  echo "installing ziglang and cargo-zigbuild (PyPI) into $(NODE_ZIG_VENV)"; \
-	  python3 -m venv $(NODE_ZIG_VENV) && $(NODE_ZIG_VENV)/bin/pip install -q 'ziglang==0.17.1' 'cargo-zigbuild==0.24.0'; fi
+node-dist-zig: python-deps
+	@[ -x $(NODE_ZIG_VENV)/bin/cargo-zigbuild ] || { echo "no cargo-zigbuild in $(NODE_ZIG_VENV) (bindings-python/requirements-dev.txt installs it)"; exit 1; }
 
 node-dist: node-build node-dist-zig
+	@[ -z "$(filter debug,$(POLYLIMIT_PROFILE))" ] || { echo "node-dist: ships release addons (POLYLIMIT_PROFILE=debug)"; exit 1; }
 	@set -e; cd $(NODE_DIR); addons=; \
 	for t in $(DIST_TARGETS); do \
 	  out=$(NODE_DIST_STAGE)/$$t; rm -rf $$out; \
-	  if [ -n "$(NODE_DIST_GLIBC)" ]; then \
+	  if [ $$t = $(NODE_HOST) ]; then \
+	    echo "node-dist: $$t: node-build's addon"; mkdir -p $$out && cp polylimit.*.node $$out/; \
+	  elif [ -n "$(NODE_DIST_GLIBC)" ]; then \
 	    case $$t in *-linux-gnu) zt=$$t.$(NODE_DIST_GLIBC);; *) zt=$$t;; esac; \
 	    echo "node-dist: napi build --release -x --target $$zt"; \
 	    PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(NODE_DIST_STAGE)/cargo CARGO_TERM_QUIET=true \
