@@ -77,7 +77,7 @@ static RELEASE_SHA: LazyLock<String> = LazyLock::new(|| redis::Script::new(RELEA
 /// it on every call. Library and function are named after the SHA1 of the
 /// code, so processes running different polylimit versions on one Redis each
 /// call their own. Beside the general check it registers one function per
-/// common [`Shape`], named `<function>_<shape>`.
+/// common `Shape`, named `<function>_<shape>`.
 pub struct Library {
     /// The name of the library and of its general check function, for FCALL.
     pub function: String,
