@@ -270,6 +270,7 @@ class ConformanceTest {
                 add("rules", case["rules"])
                 addProperty("store", store)
                 addProperty("prefix", prefix("http"))
+                addProperty("timeout", "10s") // decisions, not latency, are under test
             }
             val requests = case.getAsJsonArray("requests")
             assertTrue(requests.size() > 0, "$where: no requests")
