@@ -10,6 +10,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use super::args::push_args;
 use super::args::push_refund_args;
 use super::args::{push_shape_args, RedisCheck, Shape};
+use super::clock::Now;
 use super::connection::{unavailable, Connection, Connector};
 use super::reply::{parse_reply, parse_shape_reply};
 use super::state::RedisStore;
@@ -139,9 +140,30 @@ impl RedisStore {
         // Scripts (Redis < 7, Cluster) always run the general check.
         let shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
         if self.functions.load(Ordering::Relaxed) {
-            reply = self.call_function(connection, checks, shape, now, cost, peek).await;
+            // A shape call sends the estimate of the server's clock (the
+            // caller's `now` wins), or samples it (`sent`: when).
+            let (shape_now, sent) = match (shape, now) {
+                (Some(_), None) => {
+                    let local = self.clock.local_us();
+                    match self.clock.now(generation, local) {
+                        Now::Estimate(ms) => (Some(ms), None),
+                        Now::Sample => (None, Some(local)),
+                    }
+                }
+                _ => (now, None),
+            };
+            reply = self
+                .call_function(connection, checks, shape, shape_now, cost, peek)
+                .await;
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
+            }
+            if let (Ok(values), Some(sent), Some(_)) = (&reply, sent, shape) {
+                let decided = parse_shape_reply(values);
+                if let Ok((server_ms, _)) = &decided {
+                    self.clock.record(generation, sent, self.clock.local_us(), *server_ms);
+                }
+                return decided;
             }
         }
         if !self.functions.load(Ordering::Relaxed) {
