@@ -4,7 +4,8 @@
 //! (redis-benchmark, 4 connections, 16 pipelined; the lowest of 8 runs, as
 //! other processes share the cores). Every decision is an allowed one (the
 //! write path). Ours is measured with the clock sent (what the limiter
-//! sends) and with `now_ms` empty (a `TIME` inside the function).
+//! sends) and with `now_ms` empty (a `TIME` inside the function), and
+//! beside the floor of its state format ([`BOUNDS`]).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -63,6 +64,19 @@ local retry_after = -1
 return {cost, remaining, tostring(retry_after), tostring(reset_after)}
 "#;
 
+/// What bounds a shape function from below: an FCALL that only answers
+/// five values, and one that also does the GET and SET PX of a key's packed
+/// cells (common.lua's state format), with no decision.
+const BOUNDS: &str = "#!lua name=bounds
+local function reply_only(keys, argv) return {1, 2, 3, 4, 5} end
+local function get_set(keys, argv)
+  redis.call('GET', keys[1])
+  redis.call('SET', keys[1], struct.pack('<Blll', 1, 1, 2, 3), 'PX', '61000')
+  return {1, 2, 3, 4, 5}
+end
+redis.register_function('reply_only', reply_only)
+redis.register_function('get_set', get_set)";
+
 /// The lowest usec_per_call of `command` over [`RUNS`] runs.
 fn usec_per_call(redis: &support::RedisServer, stat: &str, command: &[&str]) -> f64 {
     let reply = support::redis_cli(redis.port, command);
@@ -95,23 +109,21 @@ fn main() {
     let redis = support::RedisServer::start();
     let library = polylimit::library();
     support::redis_cli(redis.port, &["FUNCTION", "LOAD", "REPLACE", &library.code]);
+    support::redis_cli(redis.port, &["FUNCTION", "LOAD", "REPLACE", BOUNDS]);
     let sha = |script: &str| {
         support::redis_cli(redis.port, &["SCRIPT", "LOAD", script])
             .trim()
             .to_string()
     };
     let (rlf, redis_rate) = (sha(RLF), sha(REDIS_RATE));
-    // A far-off `now_ms` in the window the bench runs in, like the limiter's estimate.
+    // The clock as the limiter sends it (its estimate of the server's).
     let now = format!("{}", std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_millis());
-    let ours = |shape: &str, now: &str, key: &str| {
-        let function = format!("{}_{shape}", library.function);
+    let fcall = |function: &str, now: &str, key: &str| {
         let args = ["1", key, now, "1", "1000000000", "60000", "1000000000"];
-        let command: Vec<&str> = std::iter::once("FCALL")
-            .chain(std::iter::once(function.as_str()))
-            .chain(args)
-            .collect();
+        let command: Vec<&str> = ["FCALL", function].into_iter().chain(args).collect();
         usec_per_call(&redis, "fcall", &command)
     };
+    let ours = |shape: &str, now: &str, key: &str| fcall(&format!("{}_{shape}", library.function), now, key);
     println!("redis-server µs per decision (INFO commandstats, lowest of {RUNS} runs, -c 4 -P 16):");
     for shape in ["fixed_window", "token_bucket", "gcra"] {
         let sent = ours(shape, &now, &format!("{shape}:sent"));
@@ -135,4 +147,9 @@ fn main() {
             sent / value
         );
     }
+    println!(
+        "  bounds: an FCALL answering 5 values {:.2}; with the GET and SET PX of packed cells {:.2}",
+        fcall("reply_only", &now, "bound"),
+        fcall("get_set", &now, "bound")
+    );
 }
