@@ -67,14 +67,16 @@ fn server_ms(redis: &support::RedisServer) -> i64 {
     secs * 1000 + micros / 1000
 }
 
-// A shape call sends the store's estimate of the server's clock: TIME runs
-// on a connection's first call and about once a second after, not per
-// decision; the estimate stays on the server's clock.
+// A function call (a shape's or the general check's) sends the store's
+// estimate of the server's clock: TIME runs on a connection's first call and
+// about once a second after, not per decision; the estimate stays on the
+// server's clock.
 #[tokio::test]
-async fn shape_calls_send_the_server_clock_instead_of_asking_time() {
+async fn decisions_send_the_server_clock_instead_of_asking_time() {
     let redis = support::RedisServer::start();
     let started = std::time::Instant::now();
-    for algorithm in ["fixed_window", "token_bucket", "gcra"] {
+    let algorithms = ["fixed_window", "token_bucket", "gcra", "sliding_window_counter"];
+    for algorithm in algorithms {
         let policy = policy(json!({"algorithm": algorithm, "rate": "1000000/h"}));
         let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
         for _ in 0..1000 {

@@ -21,7 +21,7 @@ pub(crate) struct RedisStore {
     /// Whether decisions go through the function library: until the server
     /// shows it has no functions (Redis < 7) or may not use them (ACL).
     pub(super) functions: AtomicBool,
-    /// The estimate of the server's clock that shape calls send.
+    /// The estimate of the server's clock that function calls send.
     pub(super) clock: ServerClock,
 }
 
