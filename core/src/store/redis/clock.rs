@@ -1,7 +1,8 @@
 //! An estimate of the Redis server's clock, so a decision's FCALL can send
 //! `now_ms` instead of asking `TIME` inside the function (~1.2–2 µs of
-//! redis-server CPU per decision). Scripts (Redis < 7, Cluster) still ask. The server's clock stays the reference:
-//! every instance tracks the same one, so their decisions agree.
+//! redis-server CPU per decision); scripts (Redis < 7, Cluster) still ask.
+//! The server's clock stays the reference: every instance tracks the same
+//! one, so their decisions agree.
 //!
 //! A sample is a call that read `TIME` itself (its reply carries the
 //! server's `now`): the offset is the server's ms minus the local monotonic
