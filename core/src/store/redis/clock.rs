@@ -20,6 +20,10 @@ use parking_lot::Mutex;
 /// How often a call samples the server's clock again.
 const REFRESH_US: i64 = 1_000_000;
 
+/// How far two clocks may drift apart, in µs per s: NTP slews a clock by
+/// 500 ppm at most. An estimate's error bound grows by this much a second.
+const DRIFT_US_PER_S: i64 = 500;
+
 /// What a call sends as `now_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Now {
@@ -36,6 +40,10 @@ struct Estimate {
     generation: u64,
     /// Server µs minus local µs.
     offset_us: i64,
+    /// Half the sample's round trip, µs: the error bound when it was taken.
+    error_us: i64,
+    /// Local µs when the sample came back.
+    taken_us: i64,
 }
 
 #[derive(Debug, Default)]
@@ -83,13 +91,27 @@ impl ServerClock {
     }
 
     /// A sample: a call on `generation` sent at local µs `sent` and answered
-    /// at `received` read the server's clock as `server_ms`.
+    /// at `received` read the server's clock as `server_ms`. It replaces the
+    /// estimate unless that one's error bound (half its round trip, plus
+    /// the drift since) is tighter: a call that queued behind many others,
+    /// or stalled, does not move a good estimate by half its wait.
     pub(super) fn record(&self, generation: u64, sent: i64, received: i64, server_ms: i64) {
         // The server's ms is truncated: its clock stood half a ms later on average.
         let offset_us = server_ms * 1000 + 500 - (sent + received) / 2;
+        let error_us = (received - sent) / 2;
         let mut state = self.state.lock();
-        state.estimate = Some(Estimate { generation, offset_us });
         state.due_us = received + REFRESH_US;
+        let tighter = |e: &Estimate| {
+            e.generation == generation && e.error_us + (received - e.taken_us) * DRIFT_US_PER_S / 1_000_000 < error_us
+        };
+        if !state.estimate.as_ref().is_some_and(tighter) {
+            state.estimate = Some(Estimate {
+                generation,
+                offset_us,
+                error_us,
+                taken_us: received,
+            });
+        }
     }
 }
 
@@ -107,6 +129,22 @@ mod tests {
         assert_eq!(clock.now(1, 2_499), Now::Estimate(50_000));
         assert_eq!(clock.now(1, 2_500), Now::Estimate(50_001));
         assert_eq!(clock.now(1, 2_000 + 123_456), Now::Estimate(50_123));
+    }
+
+    #[test]
+    fn a_slower_sample_replaces_the_estimate_only_once_drift_may_exceed_it() {
+        let clock = ServerClock::new();
+        clock.record(1, 0, 200, 5_000); // error 100 µs, offset 5_000_400
+                                        // A sample a second later with a 10 ms round trip (error 5 ms):
+                                        // the first one's bound is 100 µs + 500 µs of drift. Kept.
+        clock.record(1, 1_000_000, 1_010_000, 9_999);
+        assert_eq!(clock.now(1, 1_010_000), Now::Estimate(6_010));
+        // Twenty seconds on, drift may reach 10 ms: the 5 ms one wins.
+        clock.record(1, 20_000_000, 20_010_000, 30_000);
+        assert_eq!(clock.now(1, 20_010_000), Now::Estimate(30_005));
+        // A faster sample always wins.
+        clock.record(1, 20_100_000, 20_100_100, 40_000);
+        assert_eq!(clock.now(1, 20_100_100), Now::Estimate(40_000));
     }
 
     #[test]
@@ -139,13 +177,13 @@ mod tests {
         assert_eq!(clock.now(1, 1_000_000), Now::Sample);
         // In flight until that reply: the estimate still serves.
         assert_eq!(clock.now(1, 1_000_001), Now::Estimate(2_000));
-        // Its reply (midpoint 1_001_000 µs) moves the estimate: the
-        // server's clock ran 3 ms ahead of the local one.
-        clock.record(1, 1_000_000, 1_002_000, 2_004);
-        assert_eq!(clock.now(1, 1_002_000), Now::Estimate(2_005));
+        // Its reply (midpoint 1_000_100 µs) moves the estimate: the
+        // server's clock ran 4 ms ahead of the local one.
+        clock.record(1, 1_000_000, 1_000_200, 2_004);
+        assert_eq!(clock.now(1, 1_000_200), Now::Estimate(2_004));
         // A sample that never came back: the next call a period later samples.
-        assert_eq!(clock.now(1, 2_002_000), Now::Sample);
-        assert_eq!(clock.now(1, 2_002_001), Now::Estimate(3_005));
-        assert_eq!(clock.now(1, 3_002_000), Now::Sample);
+        assert_eq!(clock.now(1, 2_000_200), Now::Sample);
+        assert_eq!(clock.now(1, 2_000_201), Now::Estimate(3_004));
+        assert_eq!(clock.now(1, 3_000_200), Now::Sample);
     }
 }
