@@ -128,19 +128,9 @@ async fn redis_bench(limiter: &Limiter, in_flight: u64) -> f64 {
     (per_task * in_flight) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// The arguments of one token-bucket decision that never denies, after the key.
-const DECISION_ARGS: [&str; 9] = [
-    "",
-    "1",
-    "1",
-    "1000000000",
-    "1000",
-    "1000000000",
-    "0",
-    // flags, lease id: none (check.lua's short one-policy form).
-    "0",
-    "",
-];
+/// The arguments of one token-bucket decision that never denies, after the
+/// key and `now_ms`: the token-bucket shape function's (shapes.lua).
+const DECISION_ARGS: [&str; 4] = ["1", "1000000000", "1000", "1000000000"];
 
 /// A minimal correct token bucket (TIME, HMGET, HSET, PEXPIRE): what one
 /// decision costs Redis without polylimit's generality, the yardstick of the
@@ -185,10 +175,16 @@ fn redis_benchmark(port: u16, pipeline: u32, command: &[&str]) -> f64 {
         .unwrap_or_else(|| panic!("unexpected redis-benchmark output: {text}"))
 }
 
-/// FCALL of polylimit's function, as the limiter sends it.
+/// FCALL of polylimit's function, as the limiter sends it: the shape
+/// function, with the limiter's estimate of the server's clock (here: now).
 fn our_function(port: u16, pipeline: u32) -> f64 {
-    let function = &polylimit::library().function;
-    let mut command = vec!["FCALL", function, "1", "polylimit:token_bucket:default:{bench}"];
+    let function = format!("{}_token_bucket", polylimit::library().function);
+    let now = std::time::SystemTime::UNIX_EPOCH
+        .elapsed()
+        .unwrap()
+        .as_millis()
+        .to_string();
+    let mut command = vec!["FCALL", &function, "1", "polylimit:token_bucket:default:{bench}", &now];
     command.extend(DECISION_ARGS);
     // The arguments must be a valid decision (an allowed one), or the
     // benchmark would time error replies.

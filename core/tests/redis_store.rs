@@ -58,6 +58,78 @@ async fn the_server_clock_decides_without_now_ms() {
     assert_eq!(d.reset_after_ms as i64, window_end - result.now_ms);
 }
 
+/// Redis's `TIME` in ms.
+fn server_ms(redis: &support::RedisServer) -> i64 {
+    let reply = redis.command("TIME").unwrap();
+    let mut lines = reply.lines().skip(2).step_by(2);
+    let secs: i64 = lines.next().unwrap().parse().unwrap();
+    let micros: i64 = lines.next().unwrap().parse().unwrap();
+    secs * 1000 + micros / 1000
+}
+
+// A function call (a shape's or the general check's) sends the store's
+// estimate of the server's clock: TIME runs on a connection's first call and
+// about once a second after, not per decision; the estimate stays on the
+// server's clock.
+#[tokio::test]
+async fn decisions_send_the_server_clock_instead_of_asking_time() {
+    let redis = support::RedisServer::start();
+    let started = std::time::Instant::now();
+    let algorithms = ["fixed_window", "token_bucket", "gcra", "sliding_window_counter"];
+    for algorithm in algorithms {
+        let policy = policy(json!({"algorithm": algorithm, "rate": "1000000/h"}));
+        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
+        for _ in 0..1000 {
+            assert!(limiter.check("k").await.unwrap().allowed);
+        }
+        let before = server_ms(&redis);
+        let now = limiter.check_all("k", CheckOptions::default()).await.unwrap().now_ms;
+        let after = server_ms(&redis);
+        // The error is half the sample's round trip plus the drift since: a
+        // few ms on a loaded machine.
+        assert!(
+            (before - 50..=after + 50).contains(&now),
+            "{algorithm}: now_ms {now} is Redis TIME ({before}..{after})"
+        );
+    }
+    // One sample per limiter's connection, one more per second elapsed (the
+    // test's own TIME commands aside).
+    let samples = 3 * (1 + started.elapsed().as_secs() + 1);
+    let time = redis.calls("time") - 3 * 2;
+    assert!(
+        time <= samples,
+        "{time} TIME calls for 3003 decisions (at most {samples})"
+    );
+}
+
+// Two limiters (two stores, each with its own estimate) on one Redis share
+// a key's window: one count, and the same window end.
+#[tokio::test]
+async fn limiters_sharing_a_redis_agree_on_the_window() {
+    let redis = support::RedisServer::start();
+    let policy = policy(json!({"algorithm": "fixed_window", "rate": "10/h"}));
+    let limiters: Vec<Limiter> = (0..2)
+        .map(|_| Limiter::new(LimiterConfig::new(policy.clone()).with_store(redis.url())).unwrap())
+        .collect();
+    let mut ends = vec![];
+    for n in 0..12 {
+        let result = limiters[n % 2].check_all("k", CheckOptions::default()).await.unwrap();
+        let d = result.decision();
+        assert_eq!(
+            (d.allowed, d.remaining),
+            (n < 10, 9u64.saturating_sub(n as u64)),
+            "check {n}"
+        );
+        ends.push(result.now_ms + d.reset_after_ms as i64);
+    }
+    let window_end = ends[0];
+    assert_eq!(window_end % 3_600_000, 0, "a window ends on the hour");
+    assert!(
+        ends.iter().all(|&e| e == window_end),
+        "one window for both limiters: {ends:?}"
+    );
+}
+
 #[tokio::test]
 async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     let redis = support::RedisServer::start();

@@ -6,6 +6,7 @@
 //! script cache).
 
 mod args;
+mod clock;
 mod connection;
 mod cross_slot;
 mod reply;

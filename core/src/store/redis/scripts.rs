@@ -10,6 +10,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use super::args::push_args;
 use super::args::push_refund_args;
 use super::args::{push_shape_args, RedisCheck, Shape};
+use super::clock::Now;
 use super::connection::{unavailable, Connection, Connector};
 use super::reply::{parse_reply, parse_shape_reply};
 use super::state::RedisStore;
@@ -138,8 +139,26 @@ impl RedisStore {
         let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
         // Scripts (Redis < 7, Cluster) always run the general check.
         let shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
+        // A function call sends the estimate of the server's clock (the
+        // caller's `now` wins), or samples it (`sent`: when); scripts read TIME.
+        let mut sent = None;
         if self.functions.load(Ordering::Relaxed) {
-            reply = self.call_function(connection, checks, shape, now, cost, peek).await;
+            let estimate = match now {
+                Some(now) => Some(now),
+                None => {
+                    let local = self.clock.local_us();
+                    match self.clock.now(generation, local) {
+                        Now::Estimate(ms) => Some(ms),
+                        Now::Sample => {
+                            sent = Some(local);
+                            None
+                        }
+                    }
+                }
+            };
+            reply = self
+                .call_function(connection, checks, shape, estimate, cost, peek)
+                .await;
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
             }
@@ -148,10 +167,14 @@ impl RedisStore {
             reply = self.call_script(connection, checks, now, cost, peek).await;
         }
         let values = reply.map_err(|e| self.call_failed(generation, checks, e))?;
-        match shape {
-            Some(_) if self.functions.load(Ordering::Relaxed) => parse_shape_reply(&values),
-            _ => parse_reply(&values, checks.len()),
+        let decided = match shape {
+            Some(_) if self.functions.load(Ordering::Relaxed) => parse_shape_reply(&values)?,
+            _ => parse_reply(&values, checks.len())?,
+        };
+        if let Some(sent) = sent {
+            self.clock.record(generation, sent, self.clock.local_us(), decided.0);
         }
+        Ok(decided)
     }
 
     /// [`RedisStore::refund_in_one_slot`], each check's admission having

@@ -1,11 +1,12 @@
-//! The store's state: its connection, whether decisions are functions, and
-//! the cross-slot test hook.
+//! The store's state: its connection, whether decisions are functions, the
+//! estimate of the server's clock, and the cross-slot test hook.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::clock::ServerClock;
 use super::connection::{Connector, Timeouts};
 use crate::error::Result;
 
@@ -20,6 +21,8 @@ pub(crate) struct RedisStore {
     /// Whether decisions go through the function library: until the server
     /// shows it has no functions (Redis < 7) or may not use them (ACL).
     pub(super) functions: AtomicBool,
+    /// The estimate of the server's clock that function calls send.
+    pub(super) clock: ServerClock,
 }
 
 impl RedisStore {
@@ -33,6 +36,7 @@ impl RedisStore {
             // loaded on every primary, and re-loaded on each after failover.
             functions: AtomicBool::new(!link.is_cluster()),
             link,
+            clock: ServerClock::new(),
         })
     }
 }
