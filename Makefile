@@ -67,7 +67,7 @@ endif
 .PHONY: docs docs-test
 docs: python-deps
 	@$(PY) -m pip install -q --disable-pip-version-check -r tests/docs/requirements.txt
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	$(MKDOCS_BUILD)
 docs-test: docs python-build node-build go-capi
 	$(GO_DEBUG_ENV) $(PY) tests/docs/snippets.py
 

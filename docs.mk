@@ -1,11 +1,40 @@
 ## The API reference of each language (docs/reference/api.md), read from the
-## bindings' doc comments by tests/docs/api_reference.py, and rustdoc for the core.
-## `make docs-test` fails on a public item without a doc comment or a stale page.
-.PHONY: api-docs api-docs-check
+## bindings' doc comments by tests/docs/api_reference.py, and two generated
+## references the site serves and links to (tests/docs/api_html.py adds them):
+## rustdoc for the core at api/rust/, TypeDoc for bindings-node/index.d.ts at
+## api/node/. Both fail on a public item without a doc comment: rustdoc by
+## `#![deny(missing_docs)]` under -D warnings, TypeDoc by validation.notDocumented
+## with treatWarningsAsErrors (tests/docs/typedoc.json). TypeDoc is a
+## devDependency of tests/docs/package.json, not of the published npm package.
+API_HTML := $(CARGO_TARGET_DIR)/api-html
+export POLYLIMIT_API_HTML := $(API_HTML)
+# The site build of `make docs`. Not --quiet: mkdocs then drops warnings before
+# --strict counts them, and a broken link passes (docs-strict-check proves it fails).
+MKDOCS_BUILD = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+.PHONY: docs-strict-check
+docs-test: docs-strict-check
+docs-strict-check: docs
+	@tmp=$$(mktemp -d) && mkdir $$tmp/docs && printf 'site_name: t\n' > $$tmp/mkdocs.yml \
+	  && printf '[gone](gone.md)\n' > $$tmp/docs/index.md \
+	  && if $(MKDOCS_BUILD) -f $$tmp/mkdocs.yml -d $$tmp/site >$$tmp/log 2>&1; then \
+	    rm -rf $$tmp; echo "mkdocs build --strict passed a broken link"; exit 1; fi; \
+	  grep -q "gone.md" $$tmp/log && rm -rf $$tmp && echo "docs-strict-check: a broken link fails the build"
+
+.PHONY: api-docs api-docs-check api-html api-rust api-node docs-deps-node
 api-docs:
 	python3 tests/docs/api_reference.py
-	RUSTDOCFLAGS="-D warnings" cargo doc -p polylimit --no-deps --quiet
-	@echo "rustdoc: $(or $(CARGO_TARGET_DIR),target)/doc/polylimit/index.html"
 api-docs-check:
 	python3 tests/docs/api_reference.py --check
 docs-test: api-docs-check
+
+api-html: api-rust api-node
+docs: api-html
+api-rust:
+	RUSTDOCFLAGS="-D warnings" cargo doc -p polylimit --no-deps --quiet
+	@rm -rf $(API_HTML)/api/rust && mkdir -p $(API_HTML)/api && cp -r $(CARGO_TARGET_DIR)/doc $(API_HTML)/api/rust
+api-node: docs-deps-node
+	cd tests/docs && node node_modules/typedoc/bin/typedoc --logLevel Warn --out $(API_HTML)/api/node
+docs-deps-node:
+	@command -v node >/dev/null || { echo "node (>= 18) is required"; exit 1; }
+	@cd tests/docs && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+	  npm ci --no-audit --no-fund --loglevel=error; fi

@@ -385,8 +385,11 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
    * `config.rateLimit`.
    */
   perRoute?: boolean;
+  /** The request's `user` dimension (null or undefined: none). */
   user?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  /** The request's `api_key` dimension (null or undefined: none). */
   apiKey?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
+  /** True: the request passes unchecked and uncharged. */
   skip?: (req: Req, res: Res) => boolean | Promise<boolean>;
 }
 
@@ -416,6 +419,7 @@ export function rateLimit(options?: ExpressOptions): RateLimitMiddleware;
 export interface FastifyOptions extends MiddlewareOptions {
   /** Apply to every route (default true); false: only routes with `config.rateLimit`. */
   global?: boolean;
+  /** Replaces the 429/503/403 answer; the outcome's headers are already set. */
   handler?: (request: any, reply: any, outcome: Outcome) => unknown;
 }
 

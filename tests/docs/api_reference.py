@@ -12,7 +12,8 @@ one's doc comment, and writes them as content tabs into docs/reference/api.md:
     JVM     every public class, object, interface and fun of the hand-written
             Kotlin sources (KDoc); polylimit_jvm.kt is uniffi's output
 
-Rust's reference is rustdoc (`make api-docs`); `#![deny(missing_docs)]` in
+Rust's reference is rustdoc and Node's is also TypeDoc (`make api-html`, served
+under api/ of the site by tests/docs/api_html.py); `#![deny(missing_docs)]` in
 core/src/lib.rs makes an undocumented public item a build error there.
 
     python3 tests/docs/api_reference.py          # rewrite docs/reference/api.md
@@ -226,13 +227,15 @@ def render(tables):
         "",
         "Every public item of each binding with the first line of its doc comment, read from",
         "the sources (`make api-docs` rewrites this page; `make docs-test` fails when it is stale",
-        "or when a public item has no doc comment). The full comments are in your editor, or:",
+        "or when a public item has no doc comment). The full references:",
         "",
-        "- **Rust**: `make api-docs` runs rustdoc into `target/doc/polylimit/index.html`; the",
+        "- **Rust core**: [rustdoc of the `polylimit` crate](../api/rust/polylimit/index.html); the",
         "  core denies an undocumented public item (`#![deny(missing_docs)]`).",
+        "- **Node.js**: [TypeDoc of `index.d.ts`](../api/node/index.html); TypeDoc fails the",
+        "  build on an undocumented export or class member (`tests/docs/typedoc.json`).",
         "- **Go**: `go doc -all` in `bindings-go`.",
         "- **Python**: `help(polylimit.Limiter)`; the stubs are `polylimit/*.pyi`.",
-        "- **Node.js**: the TSDoc comments of `index.d.ts` show in any TypeScript editor.",
+        "- **Kotlin / Java**: the KDoc of the sources, shown by your IDE.",
         "",
     ]
     for (title, source, _), items in zip(LANGUAGES, tables):
