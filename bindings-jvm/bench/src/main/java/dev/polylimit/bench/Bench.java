@@ -545,6 +545,15 @@ public final class Bench {
         }
     }
 
+    /** Each round's rate of {@code app} over {@code baseline}'s run beside it: how far the machine's load swung them. */
+    static String ratios(SpringApp app, SpringApp baseline) {
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < app.rates.size(); i++) {
+            out.add(String.format("%.2f", app.rates.get(i) / baseline.rates.get(i)));
+        }
+        return String.join(" ", out);
+    }
+
     static void http(Redis redis) throws Exception {
         Path dir = Files.createTempDirectory("polylimit-jvm-bench");
         String rules = "policies:\n  api: { algorithm: token_bucket, rate: 1000000/s, burst: 1000000 }\n"
@@ -587,14 +596,16 @@ public final class Bench {
         Map<String, Object> onMemory = against(line("Spring polylimit filter, memory store", median(apps.get(1).rates),
                 "req/s"), "no limiter", plain);
         onMemory.put("bound", String.format("CPU per request: app %.1f µs (no limiter %.1f µs), load generator %.1f µs "
-                + "(%.1f µs); the machine %.2f of %d cores busy, %s", mem.get("app"), none.get("app"), mem.get("load"),
-                none.get("load"), mem.get("busy"), cores, load));
+                + "(%.1f µs); the machine %.2f of %d cores busy, %s; each round's ratio %s", mem.get("app"),
+                none.get("app"), mem.get("load"), none.get("load"), mem.get("busy"), cores, load,
+                ratios(apps.get(1), apps.get(0))));
         record(with(onMemory, SPRING_BOOT));
         Map<String, Object> onRedis = against(line("Spring polylimit filter, redis", median(apps.get(2).rates), "req/s"),
                 "no limiter", plain);
         onRedis.put("bound", String.format("CPU per request: app %.1f µs + redis-server %.1f µs (no limiter %.1f µs), "
-                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s", red.get("app"), red.get("redis"),
-                none.get("app"), red.get("load"), red.get("busy"), cores, load));
+                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s; each round's ratio %s", red.get("app"),
+                red.get("redis"), none.get("app"), red.get("load"), red.get("busy"), cores, load,
+                ratios(apps.get(2), apps.get(0))));
         record(with(onRedis, SPRING_BOOT));
     }
 
