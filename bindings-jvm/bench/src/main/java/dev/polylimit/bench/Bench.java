@@ -60,13 +60,19 @@ import org.springframework.boot.SpringBootVersion;
  * With POLYLIMIT_BENCH_OUT set, every result line is also appended to that
  * file as a JSON object (bench/report.py reads them). Arguments: the parts to
  * run (decisions, latency, http; all by default). BENCH_SECONDS and
- * BENCH_ROUNDS change the run length and round count (3 and 3).
+ * BENCH_ROUNDS change the run length and round count (3 and 3),
+ * BENCH_WARMUP each Spring app's warm-up (10 s) and BENCH_APP_OPTS adds JVM
+ * options to the Spring apps.
  */
 public final class Bench {
     static final int IN_FLIGHT = 64;
     static final int KEYS = 1000;
     static final double SECONDS = Double.parseDouble(System.getenv().getOrDefault("BENCH_SECONDS", "3"));
     static final int ROUNDS = Integer.parseInt(System.getenv().getOrDefault("BENCH_ROUNDS", "3"));
+    /** Seconds of load on each Spring app before its rounds: the JIT compiles the hot paths meanwhile. */
+    static final double WARMUP = Double.parseDouble(System.getenv().getOrDefault("BENCH_WARMUP", "10"));
+    /** JVM options for every Spring app (e.g. a flight recording: -XX:StartFlightRecording=...). */
+    static final String APP_OPTS = System.getenv().getOrDefault("BENCH_APP_OPTS", "");
     static final long SELF = ProcessHandle.current().pid();
     static final ObjectMapper JSON = new ObjectMapper();
 
@@ -501,8 +507,11 @@ public final class Bench {
             this.name = name;
             port = freePort();
             List<String> cmd = new ArrayList<>(List.of(
-                    Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                    "-cp", System.getProperty("java.class.path"), App.class.getName(),
+                    Path.of(System.getProperty("java.home"), "bin", "java").toString()));
+            if (!APP_OPTS.isBlank()) {
+                cmd.addAll(List.of(APP_OPTS.trim().split("\\s+")));
+            }
+            cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), App.class.getName(),
                     "--server.port=" + port, "--server.address=127.0.0.1", "--spring.main.banner-mode=off",
                     "--logging.level.root=WARN",
                     // Keep-alive connections stay open (Tomcat closes one after 100 requests by default).
@@ -536,6 +545,15 @@ public final class Bench {
         }
     }
 
+    /** Each round's rate of {@code app} over {@code baseline}'s run beside it: how far the machine's load swung them. */
+    static String ratios(SpringApp app, SpringApp baseline) {
+        List<String> out = new ArrayList<>();
+        for (int i = 0; i < app.rates.size(); i++) {
+            out.add(String.format("%.2f", app.rates.get(i) / baseline.rates.get(i)));
+        }
+        return String.join(" ", out);
+    }
+
     static void http(Redis redis) throws Exception {
         Path dir = Files.createTempDirectory("polylimit-jvm-bench");
         String rules = "policies:\n  api: { algorithm: token_bucket, rate: 1000000/s, burst: 1000000 }\n"
@@ -550,7 +568,7 @@ public final class Bench {
             apps.add(new SpringApp("memory", "--polylimit.rules-file=" + memoryRules));
             apps.add(new SpringApp("redis", "--polylimit.rules-file=" + redisRules));
             for (SpringApp app : apps) {
-                Load.run(app.port, IN_FLIGHT, 3); // JIT warm-up, not counted
+                Load.run(app.port, IN_FLIGHT, WARMUP); // JIT warm-up, not counted
             }
             load = load();
             for (int round = 0; round < ROUNDS; round++) {
@@ -567,8 +585,8 @@ public final class Bench {
             Files.deleteIfExists(dir);
         }
         System.out.printf("Spring Boot %s requests/s, each app its own JVM, %d keep-alive connections on loopback "
-                + "from one load-generating thread of another process, median of %d alternating %.0f s runs%n",
-                version(SPRING_BOOT), IN_FLIGHT, ROUNDS, SECONDS);
+                + "from one load-generating thread of another process, median of %d alternating %.0f s runs after "
+                + "%.0f s of warm-up each%n", version(SPRING_BOOT), IN_FLIGHT, ROUNDS, SECONDS, WARMUP);
         double plain = median(apps.get(0).rates);
         Map<String, Double> none = Cpu.median(apps.get(0).cpus);
         Map<String, Double> mem = Cpu.median(apps.get(1).cpus);
@@ -578,14 +596,16 @@ public final class Bench {
         Map<String, Object> onMemory = against(line("Spring polylimit filter, memory store", median(apps.get(1).rates),
                 "req/s"), "no limiter", plain);
         onMemory.put("bound", String.format("CPU per request: app %.1f µs (no limiter %.1f µs), load generator %.1f µs "
-                + "(%.1f µs); the machine %.2f of %d cores busy, %s", mem.get("app"), none.get("app"), mem.get("load"),
-                none.get("load"), mem.get("busy"), cores, load));
+                + "(%.1f µs); the machine %.2f of %d cores busy, %s; each round's ratio %s", mem.get("app"),
+                none.get("app"), mem.get("load"), none.get("load"), mem.get("busy"), cores, load,
+                ratios(apps.get(1), apps.get(0))));
         record(with(onMemory, SPRING_BOOT));
         Map<String, Object> onRedis = against(line("Spring polylimit filter, redis", median(apps.get(2).rates), "req/s"),
                 "no limiter", plain);
         onRedis.put("bound", String.format("CPU per request: app %.1f µs + redis-server %.1f µs (no limiter %.1f µs), "
-                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s", red.get("app"), red.get("redis"),
-                none.get("app"), red.get("load"), red.get("busy"), cores, load));
+                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s; each round's ratio %s", red.get("app"),
+                red.get("redis"), none.get("app"), red.get("load"), red.get("busy"), cores, load,
+                ratios(apps.get(2), apps.get(0))));
         record(with(onRedis, SPRING_BOOT));
     }
 
