@@ -150,7 +150,7 @@ test("a key someone else's data holds is a StoreError naming that store key", as
   const key = prefix('wrongtype');
   const storeKey = `polylimit:token_bucket:default:{${key}}`;
   assert.equal(await redis.command(`SET ${storeKey} hello`), '+OK\r\n');
-  const limiter = new Limiter({ policy: { rate: '10/s' }, store: redis.url });
+  const limiter = new Limiter({ policy: { rate: '10/s' }, store: redis.url, timeout: '10s' }); // a slow CI check would fall back, not raise
   await assert.rejects(limiter.check(key), (e) => {
     assert.ok(e instanceof StoreError, e.name);
     assert.equal(e.key, storeKey);

@@ -153,7 +153,7 @@ def test_a_key_holding_foreign_data_is_a_store_error_naming_it(redis_server) -> 
     key = unique_prefix("wrongtype")
     store_key = f"polylimit:token_bucket:default:{{{key}}}"
     assert redis_server.command(f"SET {store_key} hello") == "+OK"
-    limiter = polylimit.Limiter(policy={"rate": "10/s"}, store=redis_server.url)
+    limiter = polylimit.Limiter(policy={"rate": "10/s"}, store=redis_server.url, timeout="10s")  # a slow CI check would fall back, not raise
     with pytest.raises(polylimit.StoreError) as raised:
         limiter.check_sync(key)
     assert raised.value.key == store_key

@@ -14,7 +14,7 @@ class StoreErrorTest {
         RedisServer().use { redis ->
             val storeKey = "polylimit:token_bucket:default:{wrongtype}"
             assertEquals("+OK", redis.command("SET $storeKey hello"))
-            Limiter("""{"policy": {"rate": "10/s"}, "store": "${redis.url}"}""").use { limiter: Limiter ->
+            Limiter("""{"policy": {"rate": "10/s"}, "store": "${redis.url}", "timeout": "10s"}""").use { limiter: Limiter ->
                 val blocking = assertThrows(PolylimitException.Store::class.java) { limiter.check("wrongtype", null, null) }
                 assertEquals(storeKey, blocking.key)
                 val suspended = assertThrows(PolylimitException.Store::class.java) {
