@@ -123,16 +123,17 @@ rust-build:
 rust-test: rust-build
 	$(CARGO) test --workspace --quiet
 
-## Every release library in one cargo run: the C ABI (Go), the JVM library,
-## the Node addon and the Python extension, for the host's triple, linked by
-## zig against glibc $(RELEASE_GLIBC) (the floor the wheel and the addon ship;
-## Go and the JVM take it too). maturin, napi and the sdist's build later run
-## cargo with the same target, linker and C compiler ($(RELEASE_ENV): cargo
-## hashes the linker into every fingerprint) and the same features (the JVM's
-## uniffi CLI is a default feature left out here), so they find this tree
-## Fresh and compile only their own crate: the core compiles once in release.
-## The Go and JVM libraries are linked into target/release, where the
-## release-tagged Go code and the JVM targets read them.
+## The release libraries of Go (C ABI), the JVM and Node in one cargo run
+## (one feature resolution), for the host's triple, linked by zig against
+## glibc $(RELEASE_GLIBC) (the floor the addon and the wheel ship; Go and the
+## JVM take it too). napi and maturin later run cargo with the same target,
+## linker and C compiler ($(RELEASE_ENV): cargo hashes the linker into every
+## fingerprint): napi finds this tree Fresh and compiles only its crate (the
+## node crate declares what the JVM's uniffi adds to the shared tree; the
+## uniffi CLI is a default feature left out here); maturin builds the wheel's
+## tree once beside it (see python-wheel-%). The Go and JVM libraries are
+## linked into target/release, where the release-tagged Go code and the JVM
+## targets read them.
 RELEASE_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 RELEASE_GLIBC := 2.17
 RELEASE_DIR := $(CARGO_TARGET_DIR)/$(RELEASE_TRIPLE)/release
