@@ -123,11 +123,44 @@ rust-build:
 rust-test: rust-build
 	$(CARGO) test --workspace --quiet
 
-## The release build of the C ABI (Go) and JVM libraries in one cargo run: one
-## feature resolution, so the core and its dependency tree compile once for
-## the benches and `make dist` of both.
-core-release:
-	$(CARGO) build --quiet --release -p polylimit-capi -p polylimit-jvm --lib
+## The release libraries of Go (C ABI), the JVM and Node in one cargo run
+## (one feature resolution), for the host's triple, linked by zig against
+## glibc $(RELEASE_GLIBC) (the floor the addon and the wheel ship; Go and the
+## JVM take it too). napi and maturin later run cargo with the same target,
+## linker and C compiler ($(RELEASE_ENV): cargo hashes the linker into every
+## fingerprint): napi finds this tree Fresh and compiles only its crate (the
+## node crate declares what the JVM's uniffi adds to the shared tree; the
+## uniffi CLI is a default feature left out here); maturin builds the wheel's
+## tree once beside it (see python-wheel-%). The Go and JVM libraries are
+## linked into target/release, where the release-tagged Go code and the JVM
+## targets read them.
+RELEASE_TRIPLE := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+RELEASE_GLIBC := 2.17
+RELEASE_DIR := $(CARGO_TARGET_DIR)/$(RELEASE_TRIPLE)/release
+# zig's C compiler, linker and archiver, through cargo-zigbuild's `zig`
+# subcommands (as its own wrappers do), at a fixed path: one linker for all.
+ZIG_WRAPPERS := $(CARGO_TARGET_DIR)/zig-$(RELEASE_GLIBC)
+RELEASE_TRIPLE_VAR := $(subst -,_,$(RELEASE_TRIPLE))
+RELEASE_ENV = CARGO_TARGET_$(shell echo $(RELEASE_TRIPLE_VAR) | tr a-z A-Z)_LINKER=$(ZIG_WRAPPERS)/cc \
+  CC_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/cc CXX_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/c++ \
+  AR_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/ar RANLIB_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/ranlib
+RELEASE_FEATURES := --no-default-features
+
+.PHONY: zig-wrappers
+zig-wrappers: python-deps
+	@set -e; mkdir -p $(ZIG_WRAPPERS); zt=$$(echo $(RELEASE_TRIPLE) | sed 's/-unknown//'); \
+	for tool in cc c++ ar ranlib; do \
+	  case $$tool in ar|ranlib) args=;; *) args="-g -fno-sanitize=all -target $$zt.$(RELEASE_GLIBC)";; esac; \
+	  printf '#!/bin/sh\nexport CARGO_ZIGBUILD_ZIG_COMMAND=%s CARGO_ZIGBUILD_ZIG_COMMAND_ARGS="-m ziglang"\nexec %s zig %s -- %s "$$@"\n' \
+	    $(PY) $(PY_VENV)/bin/cargo-zigbuild $$tool "$$args" > $(ZIG_WRAPPERS)/$$tool.new; \
+	  chmod +x $(ZIG_WRAPPERS)/$$tool.new; \
+	  cmp -s $(ZIG_WRAPPERS)/$$tool.new $(ZIG_WRAPPERS)/$$tool && rm $(ZIG_WRAPPERS)/$$tool.new || mv $(ZIG_WRAPPERS)/$$tool.new $(ZIG_WRAPPERS)/$$tool; \
+	done
+
+core-release: zig-wrappers
+	$(RELEASE_ENV) $(CARGO) build --quiet --release --target $(RELEASE_TRIPLE) --lib $(RELEASE_FEATURES) \
+	  -p polylimit-capi -p polylimit-jvm -p polylimit-node
+	mkdir -p $(CARGO_TARGET_DIR)/release && ln -f $(RELEASE_DIR)/libpolylimit_capi.a $(RELEASE_DIR)/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/release/
 
 ## The property-based fuzz tests with many more cases than `make test` runs.
 fuzz: deps

@@ -20,8 +20,10 @@ go-deps:
 	cd $(GO_DIR)/bench && $(GO) mod download
 
 ## Regenerates capi/include/polylimit.h with cbindgen (the header test in
-## `cargo test` fails when the checked-in copy is stale).
-go-header:
+## `cargo test` fails when the checked-in copy is stale). After rust-build,
+## which compiled the test: alone it waited on cargo's lock while rust-build
+## ran, holding one of `make test`'s jobs for nothing.
+go-header: rust-build
 	POLYLIMIT_UPDATE_HEADER=1 $(CARGO) test --quiet --workspace --test header
 
 ## The static library cgo links by default: rust-build's (cargo's debug profile).

@@ -8,16 +8,14 @@ NODE_BUILD_SCRIPT := $(if $(filter debug,$(POLYLIMIT_PROFILE)),build:debug,build
 
 .PHONY: node-deps node-build node-test node-bench
 
-# The release addon: linked by zig against glibc $(NODE_DIST_GLIBC) (node-dist
-# says why), in a target dir of its own; one zig: Python's venv has ziglang
-# (maturin links the wheel with it), node-dist-zig adds cargo-zigbuild there.
+# The release addon is core-release's build for the host (linked by zig
+# against glibc $(RELEASE_GLIBC), see node-dist): napi runs cargo in its
+# environment and finds the crates Fresh. Other triples: node-dist.
 DIST_TARGETS ?= x86_64-unknown-linux-gnu
-NODE_DIST_GLIBC ?= 2.17
 NODE_DIST_STAGE := $(CARGO_TARGET_DIR)/node-dist
 NODE_ZIG_VENV ?= $(PY_VENV)
 NODE_HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-NODE_ZIG_BUILD := $(if $(NODE_DIST_GLIBC),$(if $(filter debug,$(POLYLIMIT_PROFILE)),,yes))
-NODE_ZIG_TARGET := $(if $(filter %-linux-gnu,$(NODE_HOST)),$(NODE_HOST).$(NODE_DIST_GLIBC),$(NODE_HOST))
+NODE_RELEASE := $(if $(filter debug,$(POLYLIMIT_PROFILE)),,yes)
 
 ## npm packages at the versions of package-lock.json (skipped when node_modules
 ## matches it). `npm install`, not `npm ci`: some registries lack a few of the
@@ -30,11 +28,10 @@ node-deps:
 
 ## The addon and its loader (cargo decides whether anything needs rebuilding).
 ## The release addon is the one `make dist` ships (see node-dist: linked by
-## zig against glibc $(NODE_DIST_GLIBC)), built once: the suites test it.
-node-build: node-deps $(if $(NODE_ZIG_BUILD),node-dist-zig)
-	cd $(NODE_DIR) && CARGO="$(CARGO)" CARGO_TERM_QUIET=true \
-	  $(if $(NODE_ZIG_BUILD),PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(NODE_DIST_STAGE)/cargo) \
-	  npm run --silent $(NODE_BUILD_SCRIPT) $(if $(NODE_ZIG_BUILD),-- -x --target $(NODE_ZIG_TARGET))
+## zig against glibc $(RELEASE_GLIBC)), built once: the suites test it.
+node-build: node-deps $(if $(NODE_RELEASE),core-release)
+	cd $(NODE_DIR) && CARGO="$(CARGO)" CARGO_TERM_QUIET=true $(if $(NODE_RELEASE),$(RELEASE_ENV)) \
+	  npm run --silent $(NODE_BUILD_SCRIPT) $(if $(NODE_RELEASE),-- --target $(RELEASE_TRIPLE))
 
 node-test: node-build redis-server
 	cd $(NODE_DIR) && node --test --test-concurrency=1 test/*.test.js
@@ -50,15 +47,12 @@ BINDING_BENCHES += node-bench
 ## generated loader, the types; optionalDependencies on every platform package
 ## of package.json's napi.targets) and polylimit-<platform>-<v>.tgz, holding the
 ## stripped addon, for each Rust triple of DIST_TARGETS. Linux glibc addons are
-## linked by zig (`napi build -x`, i.e. cargo-zigbuild; ziglang and
-## cargo-zigbuild come from PyPI into Python's venv) against glibc
-## $(NODE_DIST_GLIBC), so they load on any distribution since then. Cargo hashes
-## the linker into every fingerprint, so these builds have their own target dir
-## (sharing the tests' one would rebuild everything on each switch).
-## NODE_DIST_GLIBC= (empty) ships the host build of `make node-build` instead
-## (no zig; the addon then needs the build machine's glibc). The host's addon
-## is node-build's (one release build for the suites and the package); other
-## triples are built here.
+## linked by zig against glibc $(RELEASE_GLIBC), so they load on any
+## distribution since then. The host's addon is node-build's (core-release's
+## build: one release build for the suites and the package); other triples
+## are cross-built here (`napi build -x`, i.e. cargo-zigbuild; ziglang and
+## cargo-zigbuild come from PyPI into Python's venv) in a target dir of their
+## own (cargo hashes the linker into every fingerprint).
 ## The platform package.json files come from `napi create-npm-dirs`;
 ## scripts/dist.js stamps the version, packs, and fails on a file list other
 ## than expected.
@@ -76,15 +70,11 @@ node-dist: node-build node-dist-zig
 	  out=$(NODE_DIST_STAGE)/$$t; rm -rf $$out; \
 	  if [ $$t = $(NODE_HOST) ]; then \
 	    echo "node-dist: $$t: node-build's addon"; mkdir -p $$out && cp polylimit.*.node $$out/; \
-	  elif [ -n "$(NODE_DIST_GLIBC)" ]; then \
-	    case $$t in *-linux-gnu) zt=$$t.$(NODE_DIST_GLIBC);; *) zt=$$t;; esac; \
+	  else \
+	    case $$t in *-linux-gnu) zt=$$t.$(RELEASE_GLIBC);; *) zt=$$t;; esac; \
 	    echo "node-dist: napi build --release -x --target $$zt"; \
 	    PATH="$(NODE_ZIG_VENV)/bin:$$PATH" CARGO_TARGET_DIR=$(NODE_DIST_STAGE)/cargo CARGO_TERM_QUIET=true \
 	      node_modules/.bin/napi build --platform --release -x --target $$zt --no-js --output-dir $$out >/dev/null; \
-	  else \
-	    echo "node-dist: napi build --release --target $$t"; \
-	    CARGO="$(CARGO)" CARGO_TERM_QUIET=true \
-	      node_modules/.bin/napi build --platform --release --target $$t --no-js --output-dir $$out >/dev/null; \
 	  fi; \
 	  LD_LIBRARY_PATH="$(NODE_RUSTC_SYSROOT)/lib" $(NODE_RUST_OBJCOPY) --strip-all $$out/polylimit.*.node $$out.node; \
 	  addons="$$addons --addon $$t=$$out.node"; \

@@ -8,13 +8,16 @@ PY := $(PY_VENV)/bin/python
 # Rust triples `make dist` builds for (the Node and Go parts read the same).
 DIST_TARGETS ?= x86_64-unknown-linux-gnu
 PY_HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-# zig links against glibc 2.17 symbols: a genuine manylinux2014 wheel from any
-# host. An explicit --target puts the build in $(CARGO_TARGET_DIR)/<triple>/,
-# apart from the gcc-linked target/release the other bindings share, so the
-# two never rebuild each other's crates. Stripping is set in pyproject.toml.
-PY_WHEEL_FLAGS := --release --zig --compatibility manylinux2014 --quiet
+# The host's wheel is linked by zig against glibc 2.17 symbols (a genuine
+# manylinux2014 wheel from any host) with core-release's linker and C compiler
+# ($(RELEASE_ENV)), in the same target dir. maturin builds the crate as a
+# cdylib alone, so cargo compiles its dependencies for LTO as bitcode only,
+# apart from core-release's (an rlib root keeps object code too); the sdist
+# test then reuses them. Other triples are cross-built with maturin's own zig.
+# Stripping is set in pyproject.toml.
+PY_WHEEL_FLAGS := --release --compatibility manylinux2014 --quiet
 PY_WHEELHOUSE := $(CARGO_TARGET_DIR)/python-wheels
-PY_MATURIN = cd $(PY_DIR) && PATH="$(PY_VENV)/bin:$$PATH" maturin
+PY_MATURIN = cd $(PY_DIR) && $(PY_MATURIN_ENV) PATH="$(PY_VENV)/bin:$$PATH" maturin
 PY_SDIST = $(DIST)/polylimit-$(POLYLIMIT_VERSION).tar.gz
 
 .PHONY: python-deps python-build python-test python-bench python-dist python-sdist-test
@@ -26,9 +29,11 @@ python-deps:
 
 # One wheel for a triple into $(PY_WHEELHOUSE)/<triple>/ (cargo does nothing
 # when the sources did not change; maturin then only repacks the wheel).
+python-wheel-$(PY_HOST): zig-wrappers
+python-wheel-$(PY_HOST): PY_MATURIN_ENV = $(RELEASE_ENV)
 python-wheel-%: python-deps
 	rm -rf $(PY_WHEELHOUSE)/$*
-	$(PY_MATURIN) build $(PY_WHEEL_FLAGS) --target $* --out $(PY_WHEELHOUSE)/$*
+	$(PY_MATURIN) build $(PY_WHEEL_FLAGS) $(if $(filter $(PY_HOST),$*),,--zig) --target $* --out $(PY_WHEELHOUSE)/$*
 
 ## The host's release wheel, installed into the venv: the suites test the shipped artifact.
 python-build: python-wheel-$(PY_HOST)
@@ -55,12 +60,13 @@ python-dist: python-build $(addprefix python-wheel-,$(filter-out $(PY_HOST),$(DI
 
 ## The sdist built from source in a fresh venv, as pip does where no wheel fits
 ## (Rust + a C compiler). Its crates compile from the sdist's copy; the
-## crates.io dependencies come from the shared target/release where
-## core-release built them with the same features (a cold build of the whole
-## tree took minutes and tested nothing of the sdist more).
-python-sdist-test: python-dist $(if $(filter test-all,$(MAKECMDGOALS)),core-release)
+## crates.io dependencies come from the host wheel's build (same target,
+## linker, features and crate type: a cold build of the whole tree took
+## minutes and tested nothing of the sdist more).
+python-sdist-test: python-dist
 	rm -rf $(CARGO_TARGET_DIR)/sdist-test && python3 -m venv $(CARGO_TARGET_DIR)/sdist-test/venv
-	cd $(CARGO_TARGET_DIR)/sdist-test && venv/bin/pip install -q --disable-pip-version-check $(PY_SDIST) \
+	cd $(CARGO_TARGET_DIR)/sdist-test && $(RELEASE_ENV) CARGO_BUILD_TARGET=$(RELEASE_TRIPLE) \
+	  venv/bin/pip install -q --disable-pip-version-check $(PY_SDIST) \
 	  && venv/bin/python -c "import polylimit, sys; v = polylimit.__version__; print('sdist build:', v); sys.exit(v != '$(POLYLIMIT_VERSION)')"
 
 BINDING_DEPS += python-deps
