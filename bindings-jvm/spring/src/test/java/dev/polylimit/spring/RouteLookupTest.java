@@ -50,29 +50,29 @@ class RouteLookupTest {
         return "store: memory\nheaders: none\npolicies:\n  api: { algorithm: token_bucket, rate: 2/min }\nrules:\n  - " + rule + "\n";
     }
 
+    /** Sends {@code paths} under one rule (2 per minute), checks the third is refused, returns the lookups. */
+    private static List<String> lookupsFor(String rule, String... paths) throws Exception {
+        Routes routes = new Routes();
+        assertEquals(List.of(200, 200, 429), statuses(rules(rule), routes, paths));
+        return routes.asked;
+    }
+
     @Test
     void noRuleReadsTheRouteSoNoLookup() throws Exception {
-        Routes routes = new Routes();
         // Keyed by ip on the path: /api/a and /api/b share the client's 2 per minute.
-        assertEquals(List.of(200, 200, 429),
-                statuses(rules("{ match: { path: /api/* }, key: [ip, method], policy: api }"), routes, "/api/a", "/api/b", "/api/c"));
-        assertEquals(List.of(), routes.asked);
+        assertEquals(List.of(), lookupsFor("{ match: { path: /api/* }, key: [ip, method], policy: api }", "/api/a", "/api/b", "/api/c"));
     }
 
     @Test
     void aRuleKeyedByRouteLooksItUp() throws Exception {
-        Routes routes = new Routes();
         // Keyed by the route pattern: the three paths share /api/{name}'s 2 per minute.
-        assertEquals(List.of(200, 200, 429),
-                statuses(rules("{ match: { path: /api/* }, key: [route], policy: api }"), routes, "/api/a", "/api/b", "/api/c"));
-        assertEquals(List.of("/api/a", "/api/b", "/api/c"), routes.asked);
+        assertEquals(List.of("/api/a", "/api/b", "/api/c"),
+                lookupsFor("{ match: { path: /api/* }, key: [route], policy: api }", "/api/a", "/api/b", "/api/c"));
     }
 
     @Test
     void aRuleMatchingTheRouteLooksItUp() throws Exception {
-        Routes routes = new Routes();
-        assertEquals(List.of(200, 200, 429),
-                statuses(rules("{ match: { route: \"/api/{name}\" }, key: [ip], policy: api }"), routes, "/x", "/y", "/z"));
-        assertEquals(List.of("/x", "/y", "/z"), routes.asked);
+        assertEquals(List.of("/x", "/y", "/z"),
+                lookupsFor("{ match: { route: \"/api/{name}\" }, key: [ip], policy: api }", "/x", "/y", "/z"));
     }
 }
