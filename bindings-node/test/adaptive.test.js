@@ -117,6 +117,7 @@ test('onAnomaly must be a function', () => {
 // The incident on real traffic: windows of 1 s, horizon 4 s; every client sends 2 requests a
 // second; from WARM s the bad one sends 60 (30x) for ATTACK s, then 2 again for CALM s.
 const GOOD = 50;
+const MAX_LAG_MS = 250;
 const NORMAL = 2;
 const BURST = 60;
 const WARM = 5;
@@ -148,9 +149,12 @@ test('the incident through Express on Redis: the bad client is limited, the good
     log[name] = [];
     let t = bad ? 0 : (seq * 7 + Number(name.split('-')[1] || 0) * 10) % 500 / 1000;
     while (t < WARM + ATTACK + CALM) {
-      const rate = bad && t >= WARM && t < WARM + ATTACK ? BURST : NORMAL;
       const delay = start + t * 1000 - performance.now();
       if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+      // A paced client skips the sends it missed instead of bursting them: on a loaded
+      // host a burst of late calm sends would look like the attack going on.
+      else if (-delay > MAX_LAG_MS) t -= delay / 1000;
+      const rate = bad && t >= WARM && t < WARM + ATTACK ? BURST : NORMAL;
       const sent = (performance.now() - start) / 1000;
       log[name].push([sent, await get(name)]);
       t += 1 / rate;

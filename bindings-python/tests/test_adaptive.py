@@ -1,5 +1,5 @@
 """Adaptive limits (issue 20): the shared vectors through the public API on memory and a real Redis,
-the alert callback's guarantees, and the incident: 50 good clients and one that jumps 30x, served by
+the alert callback's guarantees, and the incident: 20 good clients and one that jumps 30x, served by
 FastAPI on a real Redis."""
 
 from __future__ import annotations
@@ -115,8 +115,10 @@ def test_a_coroutine_callback_runs() -> None:
 
 # The incident, on real traffic: windows of 1 s, a horizon of 4 s. Every client sends 2 requests a
 # second; from WARM s on the bad one sends 60 (30x) for ATTACK s, then 2 again for CALM s.
-WINDOW_MS, GOOD_CLIENTS, NORMAL, BURST = 1000, 50, 2.0, 60.0
+# 20 good clients, not the 50 of Node and Go: client and uvicorn share one interpreter here.
+WINDOW_MS, GOOD_CLIENTS, NORMAL, BURST = 1000, 20, 2.0, 60.0
 WARM, ATTACK, CALM = 5.0, 3.0, 4.0
+MAX_LAG = 0.25
 INCIDENT_POLICY = {
     "name": "payments",
     "rate": "1000/s",
@@ -134,10 +136,14 @@ async def drive(url: str) -> Dict[str, List]:
         log[name] = []
         t = (hash(name) % 500) / 1000.0  # spread the good clients over the first half second
         while t < WARM + ATTACK + CALM:
-            rate = BURST if bad and WARM <= t < WARM + ATTACK else NORMAL
             delay = start + t - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
+            elif -delay > MAX_LAG:
+                # A paced client skips the sends it missed instead of bursting them: on a loaded
+                # host a burst of late calm sends would look like the attack going on.
+                t -= delay
+            rate = BURST if bad and WARM <= t < WARM + ATTACK else NORMAL
             sent = time.monotonic() - start
             r = await http.get("/pay", headers={"x-client": name})
             log[name].append((sent, r.status_code))
