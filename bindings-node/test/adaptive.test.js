@@ -52,7 +52,7 @@ for (const store of ['memory', 'redis']) {
       for (const c of cases) {
         const events = [];
         const limiter = new Limiter({
-          policy: c.policy, store: store === 'memory' ? 'memory' : redis.url, prefix: prefix(),
+          policy: c.policy, store: store === 'memory' ? 'memory' : redis.url, timeout: '10s', prefix: prefix(),
           onAnomaly: collect(events),
         });
         let seen = 0;
@@ -131,7 +131,7 @@ test('the incident through Express on Redis: the bad client is limited, the good
       name: 'payments', rate: '1000/s',
       adaptive: { window: '1s', horizon: '4s', factor: 10, floor: '10/s', minRate: '5/s', alertKeys: 'raw' },
     },
-    store: redis.url, prefix: prefix(), onAnomaly: collect(events),
+    store: redis.url, timeout: '10s', prefix: prefix(), onAnomaly: collect(events),
   });
   const app = express();
   app.use(rateLimit({ limiter, key: ['header:x-client'] }));

@@ -29,6 +29,7 @@ for (const blockCache of [true, 50]) {
     const lim = new Limiter({
       policy: { rate: '10/s', burst: 1 },
       store: redis.url,
+      timeout: '10s', // decisions, not latency
       prefix: `node-bc-${process.pid}-${blockCache}`,
       blockCache,
     });

@@ -21,7 +21,7 @@ test.after(async () => {
 
 let prefixes = 0;
 const make = (store, policy, options = {}) =>
-  new Limiter({ policy, store, prefix: `node-conc-${process.pid}-${prefixes++}`, ...options });
+  new Limiter({ policy, store, timeout: '10s', prefix: `node-conc-${process.pid}-${prefixes++}`, ...options }); // decisions, not latency
 
 async function playVectors(store) {
   const failures = [];

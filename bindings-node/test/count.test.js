@@ -142,7 +142,7 @@ const storeOf = (store) => (store === 'redis' ? redis.url : 'memory');
 for (const store of ['memory', 'redis']) {
   test(`express: the express-rate-limit form with count on ${store}`, async () => {
     const s = await expressApp(
-      rateLimit({ windowMs: 3600000, limit: 3, count: 'failed', store: storeOf(store), prefix: prefix() }),
+      rateLimit({ windowMs: 3600000, limit: 3, count: 'failed', store: storeOf(store), timeout: '10s', prefix: prefix() }),
     );
     try {
       await successesFreeFailuresCount(s.url);
@@ -152,7 +152,7 @@ for (const store of ['memory', 'redis']) {
   });
 
   test(`express: a route rule of a limiter with count, and crashes count, on ${store}`, async () => {
-    const limiter = new Limiter({ policy: WINDOW, store: storeOf(store), prefix: prefix() });
+    const limiter = new Limiter({ policy: WINDOW, store: storeOf(store), timeout: '10s', prefix: prefix() });
     const s = await expressApp(rateLimit({ limiter, key: ['ip'], count: ['4xx', '5xx'] }));
     try {
       await crashesCount(s.url);
@@ -165,6 +165,7 @@ for (const store of ['memory', 'redis']) {
   test(`express: a rules file's count, and a client that goes away is charged as the answer, on ${store}`, async () => {
     const rules = {
       store: storeOf(store),
+      timeout: '10s', // decisions, not latency
       prefix: prefix(),
       policies: { login: WINDOW },
       rules: [{ match: { path: '/login' }, key: ['ip'], policy: 'login', count: 'successful' }],
@@ -191,13 +192,13 @@ for (const store of ['memory', 'redis']) {
   });
 
   test(`fastify: plugin options and a route config with count on ${store}`, async () => {
-    const plugin = await fastifyApp({ policy: WINDOW, count: 'failed', store: storeOf(store), prefix: prefix() });
+    const plugin = await fastifyApp({ policy: WINDOW, count: 'failed', store: storeOf(store), timeout: '10s', prefix: prefix() });
     try {
       await successesFreeFailuresCount(plugin.url);
     } finally {
       await plugin.close();
     }
-    const limiter = new Limiter({ policy: WINDOW, store: storeOf(store), prefix: prefix() });
+    const limiter = new Limiter({ policy: WINDOW, store: storeOf(store), timeout: '10s', prefix: prefix() });
     const routed = await fastifyApp({ limiter, global: false }, { key: ['ip'], count: 'failed' });
     try {
       await crashesCount(routed.url);

@@ -62,6 +62,7 @@ trustScenarios(test, listen, () => redis.url, 'express');
 test('express: path rules follow Express routing: case-insensitive, trailing slash ignored, unless configured', async () => {
   const rules = {
     store: redis.url,
+    timeout: '10s', // decisions, not latency
     headers: 'none',
     policies: { api: { rate: '1/min', burst: 2 } },
     rules: [{ match: { path: '/api/items' }, key: ['global'], policy: 'api' }],
@@ -108,6 +109,7 @@ test('express: keyGenerator keys, skip and handler', async () => {
   const app = await serve({
     policy: { rate: '2/s' },
     store: redis.url,
+    timeout: '10s', // decisions, not latency
     prefix: prefix(),
     keyGenerator: (req) => req.get('x-tenant') || 'anonymous',
     skip: (req) => req.get('x-internal') === '1',
@@ -155,6 +157,7 @@ test('express: behind a trusted proxy the client is the forwarded address, from 
   const app = await serve({
     policy: { rate: '1/min', burst: 1 },
     store: redis.url,
+    timeout: '10s', // decisions, not latency
     prefix: prefix(),
     trustedProxies: ['127.0.0.0/8'],
     requestPropertyName: 'limit',
@@ -210,6 +213,7 @@ test('express: a rules file with a route template and key dimensions', async () 
     file,
     [
       `store: ${redis.url}`,
+      'timeout: 10s',
       `prefix: ${prefix()}`,
       'headers: ietf',
       'policies:',

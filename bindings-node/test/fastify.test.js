@@ -50,6 +50,7 @@ trustScenarios(test, listen, () => redis.url, 'fastify');
 test('fastify: path rules follow Fastify routing: case-sensitive and trailing slash significant by default, else as configured', async () => {
   const rules = {
     store: redis.url,
+    timeout: '10s', // decisions, not latency
     headers: 'none',
     policies: { api: { rate: '1/min', burst: 2 } },
     rules: [{ match: { path: '/api/items' }, key: ['global'], policy: 'api' }],
@@ -75,7 +76,7 @@ test('fastify: path rules follow Fastify routing: case-sensitive and trailing sl
 });
 
 test('fastify: route-level config: exempt routes and a route with its own policy', async () => {
-  const srv = await serve({ policy: { rate: '1/min', burst: 1 }, store: redis.url, prefix: prefix() }, (app) => {
+  const srv = await serve({ policy: { rate: '1/min', burst: 1 }, store: redis.url, timeout: '10s', prefix: prefix() }, (app) => {
     app.get('/api/search', { config: { rateLimit: { policy: { rate: '3/min', name: 'search' } } } }, async () => 'found');
   });
   try {
@@ -100,6 +101,7 @@ test('fastify: a rules file keyed by route template and header', async () => {
   const srv = await serve({
     rules: {
       store: redis.url,
+      timeout: '10s', // decisions, not latency
       prefix: prefix(),
       headers: 'legacy',
       policies: { per_tenant: { algorithm: 'fixed_window', rate: '2/min' } },
@@ -127,7 +129,7 @@ test('fastify: a rules file keyed by route template and header', async () => {
 
 
 test('fastify: a route naming a policy checks through the limiter the plugin built from its rules', async () => {
-  const rules = `prefix: ${prefix()}\nstore: ${redis.url}\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 2 }\n  site: { rate: 1/min, burst: 100 }\nrules:\n  - { match: { path: /api/* }, key: [ip], policy: site }\n`;
+  const rules = `prefix: ${prefix()}\nstore: ${redis.url}\ntimeout: 10s\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 2 }\n  site: { rate: 1/min, burst: 100 }\nrules:\n  - { match: { path: /api/* }, key: [ip], policy: site }\n`;
   const srv = await serve({ rules, global: false }, (app) => {
     app.get('/x', { config: { rateLimit: { policy: 'api' } } }, async () => 'x');
     app.get('/y', { config: { rateLimit: { policy: 'api' } } }, async () => 'y');
@@ -156,7 +158,7 @@ test('fastify: a route with its own policy under a rules-file plugin: the docume
   const rulesFile = path.join(os.tmpdir(), `polylimit-fastify-${process.pid}-${seq++}.yaml`);
   fs.writeFileSync(
     rulesFile,
-    `prefix: ${prefix()}\nstore: ${redis.url}\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 1 }\nrules:\n  - { key: [ip], policy: api }\n`,
+    `prefix: ${prefix()}\nstore: ${redis.url}\ntimeout: 10s\nheaders: legacy\npolicies:\n  api: { rate: 1/min, burst: 1 }\nrules:\n  - { key: [ip], policy: api }\n`,
   );
   try {
     const srv = await serve({ rulesFile }, (app) => {

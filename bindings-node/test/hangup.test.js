@@ -27,7 +27,7 @@ const WINDOW = { algorithm: 'fixed_window', rate: '2/h' };
 
 /** A limiter whose `complete` emits 'settled' once the core has settled the request. */
 function watchedLimiter(store) {
-  const limiter = new Limiter({ policy: WINDOW, store, prefix: `node-hangup-${process.pid}-${seq++}` });
+  const limiter = new Limiter({ policy: WINDOW, store, timeout: '10s', prefix: `node-hangup-${process.pid}-${seq++}` });
   const settled = new EventEmitter();
   const complete = limiter.complete.bind(limiter);
   limiter.complete = (token, status) =>

@@ -76,7 +76,7 @@ function scenarios(t, start, redisUrl, label) {
   const prefix = () => `node-${process.pid}-${Date.now()}-${n++}`;
 
   t(`${label}: 15 sequential requests: 10 x 200 then 5 x 429, exact headers and body`, async () => {
-    const app = await start({ policy, store: redisUrl(), prefix: prefix() });
+    const app = await start({ policy, store: redisUrl(), timeout: '10s', prefix: prefix() });
     try {
       const results = [];
       for (let i = 0; i < 15; i++) {
@@ -114,7 +114,7 @@ function scenarios(t, start, redisUrl, label) {
   });
 
   t(`${label}: 50 concurrent requests: exactly 10 x 200`, async () => {
-    const app = await start({ policy, store: redisUrl(), prefix: prefix() });
+    const app = await start({ policy, store: redisUrl(), timeout: '10s', prefix: prefix() });
     try {
       const results = await Promise.all(Array.from({ length: 50 }, () => request(`${app.url}/api/items`)));
       const statuses = results.map((r) => r.status);
@@ -129,7 +129,7 @@ function scenarios(t, start, redisUrl, label) {
   // `nowMs` 2 s in the past (the same rule and key as a request from this
   // client); the requests that follow are decided on the store's clock, now.
   t(`${label}: drained 2 s ago: 200 200 429`, async () => {
-    const app = await start({ policy, store: redisUrl(), prefix: prefix() });
+    const app = await start({ policy, store: redisUrl(), timeout: '10s', prefix: prefix() });
     try {
       const drain = { method: 'GET', path: '/api/items', peer: '127.0.0.1', nowMs: Date.now() - 2000 };
       for (let i = 0; i < 10; i++) assert.equal((await app.limiter.checkRequest(drain)).status, null);
@@ -209,7 +209,7 @@ function trustScenarios(t, listen, redisUrl, label) {
   const xff = (v) => ({ headers: { 'X-Forwarded-For': v } });
 
   t(`${label}: on a Unix socket without unix trusted, every request is the one client unknown (limited, never skipped)`, async () => {
-    const srv = await listen({ policy, store: redisUrl(), prefix: prefix(), trustedProxies: ['10.0.0.0/8'] }, socketPath());
+    const srv = await listen({ policy, store: redisUrl(), timeout: '10s', prefix: prefix(), trustedProxies: ['10.0.0.0/8'] }, socketPath());
     try {
       const got = await statuses(srv.at, [['/api/items', xff('198.51.100.1')], ['/api/items', xff('198.51.100.2')], ['/api/items', {}]]);
       assert.deepStrictEqual(got, [200, 429, 429]);
@@ -219,7 +219,7 @@ function trustScenarios(t, listen, redisUrl, label) {
   });
 
   t(`${label}: on a Unix socket with trustedProxies [unix], the forwarded header names the client`, async () => {
-    const srv = await listen({ policy, store: redisUrl(), prefix: prefix(), trustedProxies: ['unix'] }, socketPath());
+    const srv = await listen({ policy, store: redisUrl(), timeout: '10s', prefix: prefix(), trustedProxies: ['unix'] }, socketPath());
     try {
       const got = await statuses(srv.at, [
         ['/api/items', xff('198.51.100.1')],
@@ -236,6 +236,7 @@ function trustScenarios(t, listen, redisUrl, label) {
     const srv = await listen({
       policy,
       store: redisUrl(),
+      timeout: '10s', // decisions, not latency
       prefix: prefix(),
       trustedProxies: ['127.0.0.0/8'],
       forwardedHeader: 'forwarded',
@@ -256,6 +257,7 @@ function trustScenarios(t, listen, redisUrl, label) {
   t(`${label}: a GET rule limits HEAD, and an absolute-form target matches its path`, async () => {
     const rules = (pattern) => ({
       store: redisUrl(),
+      timeout: '10s', // decisions, not latency
       prefix: prefix(),
       headers: 'none',
       policies: { api: policy },

@@ -173,6 +173,7 @@ for (const store of ['memory', 'redis']) {
     const limiter = new Limiter({
       policy: { rate: '1/min' },
       store: store === 'memory' ? 'memory' : redis.url,
+      timeout: '10s', // decisions, not latency
       prefix: `node-reset-${process.pid}`,
     });
     assert.equal((await limiter.check('user:1')).allowed, true);

@@ -22,6 +22,7 @@ function limiter(store) {
   return new Limiter({
     policy: { algorithm: 'fixed_window', rate: '3/h', name: 'api' },
     store,
+    timeout: '10s', // decisions, not latency
     prefix: `node-ov-${process.pid}-${prefixes++}`,
     overrides: true,
   });

@@ -39,7 +39,7 @@ const seen = (o) => [o.status, o.headers, o.body, o.decisions.map((d) => d.remai
 
 test('peek is the next check and charges nothing', async () => {
   for (const [name, store] of stores()) {
-    const limiter = new Limiter({ policy: { rate: '10/s', burst: 3 }, store, prefix: prefix('key') });
+    const limiter = new Limiter({ policy: { rate: '10/s', burst: 3 }, store, timeout: '10s', prefix: prefix('key') });
     const metrics = limiter.metricsText();
     for (let i = 0; i < 5; i++) {
       const first = await limiter.peek('k', { nowMs: NOW });
@@ -64,7 +64,7 @@ test('peek is the next check and charges nothing', async () => {
 
 test('peekRequest and resetRequest', async () => {
   for (const [name, store] of stores()) {
-    const limiter = Limiter.fromRules({ ...RULES, store, prefix: prefix('req') });
+    const limiter = Limiter.fromRules({ ...RULES, store, timeout: '10s', prefix: prefix('req') });
     const [ann, bob] = ['203.0.113.7', '198.51.100.9'];
     for (let i = 0; i < 6; i++) {
       const req = login(ann, 'ann', NOW + i * 1000);
@@ -104,7 +104,7 @@ test('peekRequest and resetRequest', async () => {
 test('reset forgets a penalty block', async () => {
   for (const [name, store] of stores()) {
     const policy = { rate: '1/h', burst: 1, penalty: { threshold: 1, within: '1m', cooldowns: ['1h'] } };
-    const limiter = new Limiter({ policy, store, prefix: prefix('reset') });
+    const limiter = new Limiter({ policy, store, timeout: '10s', prefix: prefix('reset') });
     assert.ok((await limiter.check('k', { nowMs: NOW })).allowed);
     assert.equal((await limiter.check('k', { nowMs: NOW })).source, 'penalty');
     assert.equal((await limiter.peek('k', { nowMs: NOW + 1000 })).source, 'penalty', name);

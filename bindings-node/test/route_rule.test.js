@@ -27,6 +27,7 @@ function userLimiter(store) {
   return new Limiter({
     policies: { api: { rate: '1/min', burst: 3 }, other: { rate: '1/min', burst: 100 } },
     store: store(),
+    timeout: '10s', // decisions, not latency
     prefix: `node-route-rule-${process.pid}-${seq++}`,
   });
 }
