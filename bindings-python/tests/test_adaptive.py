@@ -45,7 +45,7 @@ def test_adaptive_vectors(store: str) -> None:
         assert cases, path
         for case in cases:
             events = Events()
-            limiter = polylimit.Limiter(policy=case["policy"], store=store, prefix=unique_prefix("adaptive"),
+            limiter = polylimit.Limiter(policy=case["policy"], store=store, timeout="10s", prefix=unique_prefix("adaptive"),
                                         on_anomaly=events)
             seen = 0
             for i, step in enumerate(case["steps"]):
@@ -158,7 +158,7 @@ async def drive(url: str) -> Dict[str, List]:
 
 def test_incident_through_fastapi_on_redis(redis_server) -> None:
     events = Events()
-    limiter = polylimit.Limiter(policy=INCIDENT_POLICY, store=redis_server.url, prefix=unique_prefix("incident"),
+    limiter = polylimit.Limiter(policy=INCIDENT_POLICY, store=redis_server.url, timeout="10s", prefix=unique_prefix("incident"),
                                 on_anomaly=events)
     app = FastAPI()
     install(app)

@@ -18,7 +18,7 @@ def hits(limiter):
 @pytest.mark.parametrize("block_cache", [True, 50])
 def test_a_denied_key_is_answered_from_the_cache(redis_server, block_cache):
     limiter = polylimit.Limiter(
-        {"rate": "10/s", "burst": 1}, redis_server.url, prefix=unique_prefix("bc"), block_cache=block_cache
+        {"rate": "10/s", "burst": 1}, redis_server.url, timeout="10s", prefix=unique_prefix("bc"), block_cache=block_cache
     )
     assert limiter.check_sync("k", now_ms=NOW).allowed
     denied = limiter.check_sync("k", now_ms=NOW)

@@ -19,6 +19,7 @@ POLICY = {"algorithm": "concurrency", "limit": 2, "lease": "10s"}
 
 
 def make(store: str, policy=POLICY, **options) -> polylimit.Limiter:
+    options.setdefault("timeout", "10s")  # decisions, not latency; a test of timeouts gives its own
     return polylimit.Limiter(policy=policy, store=store, prefix=unique_prefix("conc"), **options)
 
 

@@ -56,7 +56,7 @@ def login_app(limiter: polylimit.Limiter) -> FastAPI:
 
 @pytest.fixture
 def server(store: str) -> Iterator[Server]:
-    limiter = polylimit.Limiter(policy=WINDOW, store=store, prefix=unique_prefix("count"))
+    limiter = polylimit.Limiter(policy=WINDOW, store=store, timeout="10s", prefix=unique_prefix("count"))
     srv = Server(login_app(limiter))
     yield srv
     srv.stop()

@@ -80,7 +80,7 @@ def build_app(limiter: polylimit.Limiter) -> FastAPI:
 
 @pytest.fixture
 def app_server(store: str) -> Iterator[Server]:
-    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("fa"))
+    limiter = polylimit.Limiter(policy=SLOW, store=store, timeout="10s", prefix=unique_prefix("fa"))
     server = Server(build_app(limiter))
     yield server
     server.stop()
@@ -150,7 +150,7 @@ def test_drain_then_wait_two_seconds(store: str) -> None:
     """Drained 2 s ago, the route has refilled 2. No sleep: the drain goes through the check the
     decorator makes (the same rule and key), with ``now_ms`` 2 s in the past; the requests that
     follow are decided on the store's clock, now."""
-    limiter = polylimit.Limiter(policy=REFILL, store=store, prefix=unique_prefix("drain"))
+    limiter = polylimit.Limiter(policy=REFILL, store=store, timeout="10s", prefix=unique_prefix("drain"))
     server = Server(build_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
@@ -201,7 +201,7 @@ def middleware_app(limiter: polylimit.Limiter) -> FastAPI:
 def test_middleware_rules_file(store: str, tmp_path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(RULES))
-    limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("mw"))
+    limiter = polylimit.Limiter.from_file(path, store=store, timeout="10s", prefix=unique_prefix("mw"))
     server = Server(middleware_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
@@ -212,7 +212,7 @@ def test_middleware_rules_file(store: str, tmp_path) -> None:
             assert [r.status_code for r in pay] == [429, 429, 429]  # api is drained too: both rules apply
     finally:
         server.stop()
-    limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("mw"))
+    limiter = polylimit.Limiter.from_file(path, store=store, timeout="10s", prefix=unique_prefix("mw"))
     server = Server(middleware_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
@@ -228,7 +228,7 @@ def test_middleware_takes_the_options_of_limiter(store: str) -> None:
     # No limiter: the middleware builds one through the core from Limiter's own options.
     app = FastAPI()
     app.add_middleware(PolylimitMiddleware, policy={"rate": "10/min", "burst": 2}, key=["header:x-user"],
-                       store=store, prefix=unique_prefix("mwopt"), headers="ietf")
+                       store=store, timeout="10s", prefix=unique_prefix("mwopt"), headers="ietf")
 
     @app.get("/health")
     async def health():
@@ -340,7 +340,7 @@ def test_unix_socket_peer(store: str, tmp_path, trusted: List[str], want: List[i
     """uvicorn --uds gives no client address: without ``unix`` trusted every request is the one client
     ``unknown`` (limited, never skipped); with it, X-Forwarded-For names the client."""
     limiter = polylimit.Limiter.from_rules(
-        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, prefix=unique_prefix("uds"),
+        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, timeout="10s", prefix=unique_prefix("uds"),
         trusted_proxies=trusted,
     )
     server = Server(trust_app(limiter), uds=str(tmp_path / "app.sock"))
@@ -356,7 +356,7 @@ def test_unix_socket_peer(store: str, tmp_path, trusted: List[str], want: List[i
 def test_forwarded_header_kwarg(store: str) -> None:
     """``forwarded_header="forwarded"``: an X-Forwarded-For added by the client does not pick the key."""
     limiter = polylimit.Limiter.from_rules(
-        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, prefix=unique_prefix("fwd"),
+        {"policies": {"api": {"rate": "1/min", "burst": 1}}}, store=store, timeout="10s", prefix=unique_prefix("fwd"),
         trusted_proxies=["127.0.0.0/8"], forwarded_header="forwarded",
     )
     server = Server(trust_app(limiter))
@@ -386,7 +386,7 @@ def test_head_and_absolute_form_targets_match_get_rules(store: str) -> None:
         "rules": [{"match": {"method": "GET", "path": "/api/items"}, "key": ["global"], "policy": "api"}],
     }
     for first, method in (("/api/items", "HEAD"), ("http://evil.example/api/items?x=1", "GET")):
-        limiter = polylimit.Limiter.from_rules(rules, store=store, prefix=unique_prefix("norm"))
+        limiter = polylimit.Limiter.from_rules(rules, store=store, timeout="10s", prefix=unique_prefix("norm"))
         app = FastAPI()
         app.add_middleware(PolylimitMiddleware, limiter=limiter)
 
@@ -438,7 +438,7 @@ def shared_app(limiter: polylimit.Limiter, handle_closed: bool = True) -> FastAP
 
 
 def test_decorators_and_dependencies_share_the_parent(store: str) -> None:
-    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("share"))
+    limiter = polylimit.Limiter(policy=SLOW, store=store, timeout="10s", prefix=unique_prefix("share"))
     server = Server(shared_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
@@ -498,7 +498,7 @@ def request_response_app(limiter: polylimit.Limiter) -> FastAPI:
 
 
 def test_endpoints_declaring_request_or_response(store: str) -> None:
-    limiter = polylimit.Limiter(policy=SLOW, store=store, prefix=unique_prefix("reqresp"))
+    limiter = polylimit.Limiter(policy=SLOW, store=store, timeout="10s", prefix=unique_prefix("reqresp"))
     server = Server(request_response_app(limiter))
     try:
         with httpx.Client(base_url=server.url) as client:
@@ -543,7 +543,7 @@ def test_middleware_key_hook_keys_the_rule_built_from_policy(store: str) -> None
     # key=callable with policy: the core keys the one rule by the hook's result, not by the client IP.
     app = FastAPI()
     app.add_middleware(PolylimitMiddleware, policy={"rate": "10/min", "burst": 1}, store=store,
-                       prefix=unique_prefix("mwkey"), key=lambda request: request.headers.get("x-tenant"))
+                       timeout="10s", prefix=unique_prefix("mwkey"), key=lambda request: request.headers.get("x-tenant"))
 
     @app.get("/x")
     async def x():

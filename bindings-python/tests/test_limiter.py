@@ -28,6 +28,7 @@ def arun(make_awaitable):
 
 
 def make(store: str, policy=POLICY, **options) -> polylimit.Limiter:
+    options.setdefault("timeout", "10s")  # decisions, not latency; a test of timeouts gives its own
     return polylimit.Limiter(policy=policy, store=store, prefix=unique_prefix("lim"), **options)
 
 
@@ -202,7 +203,7 @@ def test_from_file(tmp_path, redis_server) -> None:
         "rules:\n  - match: { path: /api/* }\n    key: [ip]\n    policy: api\n"
     )
     for store in ("memory", redis_server.url):
-        limiter = polylimit.Limiter.from_file(path, store=store, prefix=unique_prefix("file"))
+        limiter = polylimit.Limiter.from_file(path, store=store, timeout="10s", prefix=unique_prefix("file"))
         req = {"path": "/api/x", "peer": "203.0.113.7", "now_ms": 1_700_000_000_000}
         statuses = [limiter.check_request_sync(req).status for _ in range(3)]
         assert statuses == [None, None, 429]

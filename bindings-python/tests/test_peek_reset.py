@@ -38,7 +38,7 @@ def seen(outcome: polylimit.Outcome) -> tuple:
 
 
 def test_peek_is_the_next_check_and_charges_nothing(store: str) -> None:
-    limiter = polylimit.Limiter(policy={"rate": "10/s", "burst": 3}, store=store, prefix=unique_prefix("peek"))
+    limiter = polylimit.Limiter(policy={"rate": "10/s", "burst": 3}, store=store, timeout="10s", prefix=unique_prefix("peek"))
 
     async def main() -> None:
         for i in range(5):
@@ -65,7 +65,7 @@ def test_peek_is_the_next_check_and_charges_nothing(store: str) -> None:
 
 
 def test_peek_request_and_reset_request(store: str) -> None:
-    limiter = polylimit.Limiter(rules=dict(RULES, store=store, prefix=unique_prefix("req")))
+    limiter = polylimit.Limiter(rules=dict(RULES, store=store, timeout="10s", prefix=unique_prefix("req")))
     ann, bob = "203.0.113.7", "198.51.100.9"
 
     async def main() -> None:
@@ -103,7 +103,7 @@ def test_peek_request_and_reset_request(store: str) -> None:
 
 def test_reset_forgets_a_penalty_block(store: str) -> None:
     policy = {"rate": "1/h", "burst": 1, "penalty": {"threshold": 1, "within": "1m", "cooldowns": ["1h"]}}
-    limiter = polylimit.Limiter(policy=policy, store=store, prefix=unique_prefix("reset"))
+    limiter = polylimit.Limiter(policy=policy, store=store, timeout="10s", prefix=unique_prefix("reset"))
     assert limiter.check_sync("k", now_ms=NOW).allowed
     assert limiter.check_sync("k", now_ms=NOW).source == "penalty"
     assert limiter.peek_sync("k", now_ms=NOW + 1000).source == "penalty"
