@@ -226,7 +226,7 @@ func TestIncidentThroughNetHTTPOnRedis(t *testing.T) {
 	l, err := New(Options{
 		Policy: &Policy{Name: "payments", Rate: "1000/s", Adaptive: &Adaptive{
 			Window: time.Second, Horizon: 4 * time.Second, Factor: 10, Floor: "10/s", MinRate: "5/s", AlertKeys: "raw"}},
-		KeyBy: []string{"header:x-client"}, Store: redis.url(), Prefix: "go-incident", OnAnomaly: events.add,
+		KeyBy: []string{"header:x-client"}, Store: redis.url(), Timeout: 10 * time.Second, Prefix: "go-incident", OnAnomaly: events.add,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func load(t *testing.T, goroutines, each int, check func(key string) (Decision, 
 func TestThousandGoroutinesDoNotNeedAThreadEach(t *testing.T) {
 	redis := startRedis(t)
 	l := newLimiter(t, Options{Policy: &Policy{Algorithm: "gcra", Rate: "1000000/s"}, Store: redis.url(),
-		Prefix: "go-threads", Timeout: 5 * time.Second})
+		Prefix: "go-threads"})
 	ctx := context.Background()
 	if _, err := l.Check(ctx, "warm"); err != nil {
 		t.Fatal(err)

@@ -126,7 +126,7 @@ func concurrencyLimiter(t *testing.T, store string, limit uint64, lease time.Dur
 	// A generous store timeout: these tests count admissions, and on a busy
 	// machine a first call past the 100 ms default is decided by the fallback.
 	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: limit, Lease: lease}, Store: store,
-		Timeout: 5 * time.Second, Prefix: fmt.Sprintf("go-lease-%s-%d", t.Name(), time.Now().UnixNano())})
+		Timeout: 10 * time.Second, Prefix: fmt.Sprintf("go-lease-%s-%d", t.Name(), time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,6 +219,7 @@ func TestCompositionByNestingAndByRulesFile(t *testing.T) {
 
 			rules, err := FromRules(fmt.Sprintf(`
 store: %q
+timeout: 10s
 prefix: %s-r
 policies:
   global: { rate: 1/min, burst: 6 }

@@ -78,7 +78,7 @@ func TestRedisKilledMidFlightAcquiresFallBack(t *testing.T) {
 	ctx := context.Background()
 	redis := startRedis(t)
 	l, err := New(Options{Policy: &Policy{Algorithm: "concurrency", Limit: 100, OnStoreError: "local"}, Store: redis.url(),
-		Timeout: 3 * time.Second, Prefix: fmt.Sprintf("go-lease-kill-%d", time.Now().UnixNano())})
+		Timeout: 10 * time.Second, Prefix: fmt.Sprintf("go-lease-kill-%d", time.Now().UnixNano())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ func TestSyncedPolicyAdmitsFromItsShare(t *testing.T) {
 		Policy:  &Policy{Algorithm: "fixed_window", Rate: "100/10s", Sync: &Sync{Interval: time.Second, Share: 10}},
 		Store:   redis.url(),
 		Prefix:  "go-sync",
-		Timeout: 5 * time.Second, // never the fallback
+		Timeout: 10 * time.Second, // never the fallback
 	})
 	if err != nil {
 		t.Fatal(err)
