@@ -3,7 +3,7 @@ const express = require('express');
 const { rateLimit } = require('polylimit/express');
 
 const app = express();
-const limit = rateLimit({ policy: { name: 'api', rate: '10/hour' }, store: process.env.REDIS_URL || 'memory', key: ['ip'] });
+const limit = rateLimit({ policy: { name: 'api', rate: '10/hour' }, store: process.env.REDIS_URL || 'memory', timeout: '10s', key: ['ip'] }); // decisions, not latency
 app.get('/hello', limit, (req, res) => res.json({ hello: 'world' }));
 app.get('/version', (req, res) =>
   res.json({ version: require('polylimit/package.json').version, module: require.resolve('polylimit') }));

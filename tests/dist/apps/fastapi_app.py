@@ -7,7 +7,8 @@ from fastapi import FastAPI
 
 import polylimit
 
-limiter = polylimit.Limiter(policy={"name": "api", "rate": "10/hour"}, store=os.environ.get("REDIS_URL", "memory"))
+limiter = polylimit.Limiter(policy={"name": "api", "rate": "10/hour"}, store=os.environ.get("REDIS_URL", "memory"),
+                             timeout="10s")  # decisions, not latency: a loaded CI host must not fall back
 app = FastAPI()
 
 

@@ -18,7 +18,8 @@ func main() {
 	if store == "" {
 		store = "memory"
 	}
-	limiter, err := polylimit.New(polylimit.Options{Policy: &polylimit.Policy{Name: "api", Rate: "10/hour"}, Store: store})
+	limiter, err := polylimit.New(polylimit.Options{Policy: &polylimit.Policy{Name: "api", Rate: "10/hour"}, Store: store,
+		Timeout: 10 * time.Second}) // decisions, not latency: a loaded CI host must not fall back
 	if err != nil {
 		log.Fatal(err)
 	}
