@@ -69,6 +69,7 @@ class AdaptiveTest {
             val options = JsonObject().apply {
                 add("policy", case["policy"])
                 addProperty("store", store)
+                addProperty("timeout", "10s") // decisions, not latency, are under test
                 addProperty("prefix", "jvm-adaptive-${ProcessHandle.current().pid()}-${prefixes.incrementAndGet()}")
             }
             val received = Alerts()

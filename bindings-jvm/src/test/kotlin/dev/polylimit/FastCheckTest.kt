@@ -50,7 +50,7 @@ class FastCheckTest {
         RedisServer().use { redis ->
             for (store in listOf("memory", redis.url)) {
                 fun options(prefix: String) =
-                    """{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 2}, "store": "$store", "prefix": "$prefix"}"""
+                    """{"policy": {"algorithm": "gcra", "rate": "10/s", "burst": 2}, "store": "$store", "timeout": "10s", "prefix": "$prefix"}"""
                 Limiter(options("fast")).use { fast: Limiter ->
                     Limiter(options("slow")).use { slow: Limiter ->
                         for (now in listOf(0L, 0L, 0L, 0L, 50L, 100L, 250L)) {
