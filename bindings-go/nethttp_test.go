@@ -266,11 +266,13 @@ rules:
 }
 
 func TestMiddlewareHoldsShapedRequestsForTheirDelay(t *testing.T) {
-	l := newLimiter(t, Options{Policy: &Policy{Name: "shape", Algorithm: "leaky_bucket", Mode: "shape", Rate: "5/s", Burst: 3}})
+	l := newLimiter(t, Options{Policy: &Policy{Name: "shape", Algorithm: "leaky_bucket", Mode: "shape", Rate: "1/s", Burst: 3}})
 	srv := httptest.NewServer(l.Middleware()(hello))
 	defer srv.Close()
-	// 5/s with a queue of 3: at once, four requests are served after about
-	// 0, 200 and 400 ms, and the fourth is refused (it would wait 600 ms).
+	// 1/s with a queue of 3: at once, four requests are served after about
+	// 0, 1000 and 2000 ms, and the fourth is refused (it would wait 3 s).
+	// Steps of a second: the first answer has half of one to arrive on a
+	// loaded CI host.
 	type result struct {
 		status int
 		took   time.Duration
@@ -297,7 +299,7 @@ func TestMiddlewareHoldsShapedRequestsForTheirDelay(t *testing.T) {
 	if len(served) != 3 || refused != 1 {
 		t.Fatalf("served %v, refused %d", served, refused)
 	}
-	if served[0] > 150*time.Millisecond || served[1] < 180*time.Millisecond || served[2] < 380*time.Millisecond {
+	if served[0] > 500*time.Millisecond || served[1] < 900*time.Millisecond || served[2] < 1900*time.Millisecond {
 		t.Fatalf("served after %v", served)
 	}
 }
