@@ -255,6 +255,6 @@ def test_real_server_429_wait_then_success_and_budget_exceeded() -> None:
                 if answer.status_code == 429:
                     break
             assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 1  # at once: short of the 1 s Retry-After it would wait out
     finally:
         server.stop()

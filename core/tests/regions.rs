@@ -13,6 +13,10 @@ use serde_json::{json, Value};
 use support::RedisServer;
 
 const NOW: i64 = 1_700_000_000_000;
+/// The store (and connect) timeout: the time bounds below are fractions and
+/// multiples of it, so a loaded CI host (5x slower) passes and a wait on a
+/// hung lender still fails.
+const TIMEOUT: Duration = Duration::from_secs(1);
 
 fn at(now_ms: i64) -> CheckOptions {
     CheckOptions {
@@ -26,8 +30,8 @@ fn limiter(policy: Value, regions: Value, region: &str) -> Limiter {
         "policy": policy,
         "regions": regions,
         "region": region,
-        "timeout": "150ms",
-        "connect_timeout": "150ms",
+        "timeout": format!("{}ms", TIMEOUT.as_millis()),
+        "connect_timeout": format!("{}ms", TIMEOUT.as_millis()),
         "failure_threshold": 3,
         "cooldown": "30s",
     }))
@@ -161,17 +165,14 @@ async fn the_other_region_down_leaves_the_local_share() {
     for _ in 0..4 {
         let started = Instant::now();
         let d = eu.check_with("k", at(NOW)).await.unwrap();
-        assert!(
-            started.elapsed() < Duration::from_millis(100),
-            "the local share needs no lender"
-        );
+        assert!(started.elapsed() < TIMEOUT / 2, "the local share needs no lender");
         admitted += d.allowed as u64;
     }
     for _ in 0..6 {
         let started = Instant::now();
         let d = eu.check_with("k", at(NOW)).await.unwrap();
         assert!(
-            started.elapsed() < Duration::from_millis(1000),
+            started.elapsed() < 2 * TIMEOUT,
             "a hung lender costs at most the timeout: {:?}",
             started.elapsed()
         );
@@ -182,11 +183,7 @@ async fn the_other_region_down_leaves_the_local_share() {
     assert_eq!(borrows(&eu, "us", "unavailable"), 6);
     let started = Instant::now();
     assert!(!eu.check_with("k", at(NOW)).await.unwrap().allowed);
-    assert!(
-        started.elapsed() < Duration::from_millis(50),
-        "breaker open: {:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < TIMEOUT / 2, "breaker open: {:?}", started.elapsed());
     us_redis.resume();
 
     // Killed: refused connections, same outcome, on a fresh key and a fresh limiter.

@@ -160,4 +160,4 @@ def test_a_retry_after_past_the_cap_comes_back_at_once(app, client, go_client):
     elapsed = time.monotonic() - started
     # Locked for up to 15 minutes: longer than the 5 s cap, so no wait and no retry.
     assert got == {"status": 429, "attempts": 1}, got
-    assert elapsed < 3, elapsed
+    assert elapsed < 5, elapsed  # short of the 5 s cap: it did not wait
