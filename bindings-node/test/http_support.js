@@ -173,7 +173,7 @@ function scenarios(t, start, redisUrl, label) {
       policy: { rate: '10/s', on_store_error: 'fail_closed' },
       store: down.url,
       prefix: prefix(),
-      timeout: 100,
+      timeout: '10s', // the first request is the store's; a killed Redis refuses at once
       failureThreshold: 100,
     });
     try {

@@ -192,7 +192,7 @@ test('redis down: local fallback, then back to the store', async () => {
     policy: { rate: '100/s' },
     store: down.url,
     prefix: `node-fallback-${process.pid}`,
-    timeout: '100ms',
+    timeout: '10s', // the first check is the store's; a killed Redis refuses at once
     failureThreshold: 2,
     cooldown: 50,
     halfOpenProbes: 1,
