@@ -222,6 +222,7 @@ fn two_policies(store: &str, prefix: &str) -> LimiterConfig {
     let mut config = LimiterConfig::new(wide).with_store(store);
     config.policies.push(narrow);
     config.prefix = prefix.into();
+    config.timeout = std::time::Duration::from_secs(10); // decisions, not latency
     config
 }
 

@@ -11,7 +11,16 @@ use support::Topology;
 
 fn limiter_on(url: &str) -> Limiter {
     let policy = Policy::from_value(&json!({"rate": "1/h", "burst": 3}), "policy").expect("a valid policy");
-    Limiter::new(LimiterConfig::new(policy).with_store(url)).expect("a valid config")
+    Limiter::new(generous(LimiterConfig::new(policy).with_store(url))).expect("a valid config")
+}
+
+/// Decisions, not latency: a TLS handshake or a Sentinel lookup on a loaded CI
+/// host can take longer than the 1 s connect and 100 ms call defaults, and the
+/// check then falls back. A wrong password or CA fails at once all the same.
+fn generous(mut config: LimiterConfig) -> LimiterConfig {
+    config.timeout = std::time::Duration::from_secs(10);
+    config.connect_timeout = std::time::Duration::from_secs(10);
+    config
 }
 
 async fn decides_with_the_password_and_falls_back_without(kind: &str) {
@@ -56,7 +65,7 @@ async fn decides_over_tls_with_its_ca(kind: &str) {
     let policy = || Policy::from_value(&json!({"rate": "1/h", "burst": 3}), "policy").expect("a valid policy");
     let mut config = LimiterConfig::new(policy()).with_store(&topology.url);
     config.tls_ca = topology.ca.clone();
-    let trusted = Limiter::new(config).expect("a valid config");
+    let trusted = Limiter::new(generous(config)).expect("a valid config");
     let d = trusted.check("k").await.expect("a decision");
     assert_eq!((d.allowed, d.remaining, d.source), (true, 2, Source::Store));
     let untrusted = limiter_on(&topology.url);
