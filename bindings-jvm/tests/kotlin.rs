@@ -16,7 +16,10 @@ fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
     let mut build = Command::new(env!("CARGO"));
-    build.args(["build", "--quiet", "-p", "polylimit-jvm"]);
+    // The units of `cargo test --workspace` (Fresh after `make test`'s
+    // rust-build): `-p polylimit-jvm` alone resolved other features and
+    // compiled the core and 53 more units once more.
+    build.args(["build", "--quiet", "--workspace", "--test", "kotlin"]);
     // The environment cargo gives a test (its library path, this package's
     // variables) would make build scripts and units look changed: a rebuild
     // here and another in the next plain `cargo build`.
@@ -34,7 +37,7 @@ fn cdylib() -> PathBuf {
         build.arg("--release");
     }
     let status = build.status().expect("run cargo build");
-    assert!(status.success(), "cargo build -p polylimit-jvm: {status}");
+    assert!(status.success(), "cargo build --workspace --test kotlin: {status}");
     let lib = profile_dir.join(format!(
         "{}polylimit_jvm{}",
         std::env::consts::DLL_PREFIX,
