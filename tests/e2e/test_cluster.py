@@ -35,7 +35,10 @@ def cluster() -> Iterator[Tuple[Dict[str, App], dict]]:
         line = harness.stdout.readline()
         assert line, "the cluster harness did not start"
         described = json.loads(line)
-        env = {"REDIS_URL": described["url"], "POLYLIMIT_RULES": str(Path(__file__).parent / "polylimit.yaml")}
+        # A 1 s store timeout: ten times what a loaded host needs, and short, so that
+        # while a killed primary's replica takes over the checks fall back quickly.
+        env = {"REDIS_URL": described["url"], "POLYLIMIT_RULES": str(Path(__file__).parent / "polylimit.yaml"),
+               "POLYLIMIT_TIMEOUT": "1s"}
         with running(APP_NAMES, env) as started:
             # Each app's first requests, before anything is measured: a JVM just started
             # loads and compiles its request path, and on a busy 2-core machine that
