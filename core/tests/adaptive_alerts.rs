@@ -16,6 +16,7 @@ fn limiter(store: &str, prefix: &str, events: Arc<Mutex<Vec<AnomalyEvent>>>) -> 
     )
     .unwrap();
     let mut config = LimiterConfig::new(policy).with_store(store);
+    config.timeout = support::DECISIONS;
     config.prefix = prefix.into();
     let limiter = Limiter::new(config).unwrap();
     limiter.set_anomaly_log(false);

@@ -10,6 +10,7 @@ use polylimit::bridge::{Bridge, Wake};
 use polylimit::wire::packed::{read_record, Reply};
 use polylimit::{Limiter, LimiterConfig, Policy};
 use serde_json::json;
+use support::ForDecisions;
 
 const CHECKS: u64 = 200;
 
@@ -28,7 +29,7 @@ fn reads(redis: &support::RedisServer) -> u64 {
 async fn checks_submitted_together_leave_in_few_writes() {
     let redis = support::RedisServer::start();
     let policy = Policy::from_value(&json!({"rate": "100/s", "burst": 1000}), "").unwrap();
-    let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
+    let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url()).for_decisions()).unwrap();
     limiter.check("warm-up").await.unwrap();
 
     let bridge = Bridge::new(&tokio::runtime::Handle::current(), Wake::None);

@@ -37,6 +37,7 @@ fn limiters(p: serde_json::Value, prefix: &str) -> Vec<(&'static str, Limiter)> 
 /// A limiter with overrides on.
 fn with_overrides(mut config: LimiterConfig) -> Limiter {
     config.overrides = true;
+    config.timeout = support::DECISIONS;
     Limiter::new(config).unwrap()
 }
 
@@ -328,6 +329,7 @@ async fn a_cross_slot_refund_gives_back_under_the_override() {
         config.policies.push(narrow);
         config.prefix = "ovcontention".into();
         config.overrides = true;
+        config.timeout = support::DECISIONS;
         config
     };
     let options = at(1_000_000);
@@ -372,6 +374,7 @@ async fn overrides_are_opt_in() {
     let p = json!({"algorithm": "fixed_window", "rate": "3/1h"});
     let mut config = LimiterConfig::new(policy(p.clone())).with_store(REDIS.url());
     config.prefix = "optin".into();
+    config.timeout = support::DECISIONS;
     let plain = Limiter::new(config.clone()).unwrap();
     let e = plain
         .set_override("k", &spec("9/1h", None, None, NOW))

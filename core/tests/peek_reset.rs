@@ -26,6 +26,7 @@ fn two_policies(store: &str, prefix: &str) -> Limiter {
     )
     .unwrap();
     let mut config = LimiterConfig::new(bucket).with_store(store);
+    config.timeout = support::DECISIONS;
     config.policies.push(window);
     config.prefix = prefix.to_string();
     Limiter::new(config).unwrap()
@@ -123,6 +124,7 @@ async fn peeks_are_not_counted_in_the_metrics() {
 fn rules_file(store: &str, prefix: &str) -> Value {
     json!({
         "store": store,
+        "timeout": "10s", // decisions, not latency
         "prefix": prefix,
         "allowlist": ["10.0.0.0/8"],
         "policies": {

@@ -5,6 +5,7 @@ mod support;
 
 use polylimit::{CheckOptions, Error, Limiter, LimiterConfig, Policy, Source};
 use serde_json::json;
+use support::ForDecisions;
 
 fn policy(v: serde_json::Value) -> Policy {
     Policy::from_value(&v, "").unwrap()
@@ -19,7 +20,9 @@ fn pttl(redis: &support::RedisServer, key: &str) -> i64 {
 async fn keys_follow_the_layout_and_expire_when_idle() {
     let redis = support::RedisServer::start();
     let limiter = Limiter::new(
-        LimiterConfig::new(policy(json!({"rate": "10/s", "burst": 10, "name": "api"}))).with_store(redis.url()),
+        LimiterConfig::new(policy(json!({"rate": "10/s", "burst": 10, "name": "api"})))
+            .with_store(redis.url())
+            .for_decisions(),
     )
     .unwrap();
     // Redis expires a key whose TTL runs out; what the store owns is the
@@ -42,7 +45,9 @@ async fn keys_follow_the_layout_and_expire_when_idle() {
 async fn the_server_clock_decides_without_now_ms() {
     let redis = support::RedisServer::start();
     let limiter = Limiter::new(
-        LimiterConfig::new(policy(json!({"algorithm": "fixed_window", "rate": "5/1h"}))).with_store(redis.url()),
+        LimiterConfig::new(policy(json!({"algorithm": "fixed_window", "rate": "5/1h"})))
+            .with_store(redis.url())
+            .for_decisions(),
     )
     .unwrap();
     let result = limiter.check_all("k", CheckOptions::default()).await.unwrap();
@@ -78,7 +83,7 @@ async fn decisions_send_the_server_clock_instead_of_asking_time() {
     let algorithms = ["fixed_window", "token_bucket", "gcra", "sliding_window_counter"];
     for algorithm in algorithms {
         let policy = policy(json!({"algorithm": algorithm, "rate": "1000000/h"}));
-        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
+        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url()).for_decisions()).unwrap();
         for _ in 0..1000 {
             assert!(limiter.check("k").await.unwrap().allowed);
         }
@@ -109,7 +114,14 @@ async fn limiters_sharing_a_redis_agree_on_the_window() {
     let redis = support::RedisServer::start();
     let policy = policy(json!({"algorithm": "fixed_window", "rate": "10/h"}));
     let limiters: Vec<Limiter> = (0..2)
-        .map(|_| Limiter::new(LimiterConfig::new(policy.clone()).with_store(redis.url())).unwrap())
+        .map(|_| {
+            Limiter::new(
+                LimiterConfig::new(policy.clone())
+                    .with_store(redis.url())
+                    .for_decisions(),
+            )
+            .unwrap()
+        })
         .collect();
     let mut ends = vec![];
     for n in 0..12 {
@@ -133,8 +145,12 @@ async fn limiters_sharing_a_redis_agree_on_the_window() {
 #[tokio::test]
 async fn decisions_are_a_function_reloaded_when_the_server_loses_it() {
     let redis = support::RedisServer::start();
-    let limiter =
-        Limiter::new(LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3}))).with_store(redis.url())).unwrap();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3})))
+            .with_store(redis.url())
+            .for_decisions(),
+    )
+    .unwrap();
     assert_eq!(limiter.check("k").await.unwrap().remaining, 2);
     let library = &polylimit::library().function;
     assert!(redis.command("FUNCTION LIST").unwrap().contains(library.as_str()));
@@ -176,7 +192,7 @@ async fn the_common_shapes_each_take_a_function_of_their_own() {
         ("sliding_window_counter", general.clone()),
     ] {
         let policy = policy(json!({"algorithm": algorithm, "rate": "10/h"}));
-        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url())).unwrap();
+        let limiter = Limiter::new(LimiterConfig::new(policy).with_store(redis.url()).for_decisions()).unwrap();
         assert_eq!(limiter.check("k").await.unwrap().remaining, 9, "{algorithm}");
         assert_eq!(last_function(&redis), function, "{algorithm}");
         // A peek is not a common shape: the general check decides it.
@@ -194,7 +210,12 @@ async fn without_functions_decisions_are_a_script_reloaded_on_noscript() {
         .unwrap();
     assert_eq!(reply, "+OK\r\n");
     let url = redis.url().replace("redis://", "redis://scripts:pw@");
-    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3}))).with_store(url)).unwrap();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"rate": "1/h", "burst": 3})))
+            .with_store(url)
+            .for_decisions(),
+    )
+    .unwrap();
     assert_eq!(limiter.check("k").await.unwrap().remaining, 2);
     assert_eq!(redis.command("SCRIPT FLUSH").unwrap(), "+OK\r\n");
     let d = limiter.check("k").await.unwrap();
@@ -210,7 +231,12 @@ async fn without_functions_decisions_are_a_script_reloaded_on_noscript() {
 #[tokio::test]
 async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
     let redis = support::RedisServer::start();
-    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "10/s"}))).with_store(redis.url())).unwrap();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"rate": "10/s"})))
+            .with_store(redis.url())
+            .for_decisions(),
+    )
+    .unwrap();
     redis.command("HSET polylimit:token_bucket:default:{hash} a 1").unwrap();
     redis
         .command("SET polylimit:token_bucket:default:{junk} hello")
@@ -240,7 +266,12 @@ async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
 #[tokio::test]
 async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
     let redis = support::RedisServer::start();
-    let limiter = Limiter::new(LimiterConfig::new(policy(json!({"rate": "10/s"}))).with_store(redis.url())).unwrap();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"rate": "10/s"})))
+            .with_store(redis.url())
+            .for_decisions(),
+    )
+    .unwrap();
     let at = CheckOptions {
         cost: 1,
         now_ms: Some(1_000),
@@ -268,6 +299,7 @@ async fn composite_policies_charge_nothing_when_one_denies() {
         json!({"algorithm": "fixed_window", "rate": "2/1m", "name": "per_minute"}),
     ));
     config.store = redis.url();
+    config.timeout = support::DECISIONS;
     let limiter = Limiter::new(config).unwrap();
     let at = |now_ms| CheckOptions {
         cost: 1,
@@ -292,7 +324,9 @@ async fn composite_policies_charge_nothing_when_one_denies() {
 async fn reset_forgets_a_key() {
     let redis = support::RedisServer::start();
     let limiter = Limiter::new(
-        LimiterConfig::new(policy(json!({"algorithm": "sliding_window_log", "rate": "1/h"}))).with_store(redis.url()),
+        LimiterConfig::new(policy(json!({"algorithm": "sliding_window_log", "rate": "1/h"})))
+            .with_store(redis.url())
+            .for_decisions(),
     )
     .unwrap();
     assert!(limiter.check("k").await.unwrap().allowed);
@@ -308,7 +342,8 @@ async fn long_keys_are_stored_hashed() {
         "algorithm": "sliding_window_log", "rate": "1/h",
         "penalty": {"threshold": 1, "within": "1m", "cooldowns": ["1s"]}
     })))
-    .with_store(redis.url());
+    .with_store(redis.url())
+    .for_decisions();
     let limiter = Limiter::new(config).unwrap();
     let at = CheckOptions {
         cost: 1,

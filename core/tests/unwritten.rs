@@ -28,6 +28,7 @@ async fn a_limiter_ignoring_overrides_says_so_once() {
         Limiter::from_value(&json!({
             "policy": { "algorithm": "fixed_window", "rate": "2/h" },
             "store": redis.url(),
+            "timeout": "10s", // decisions, not latency
             "prefix": prefix,
             "overrides": overrides,
         }))

@@ -13,6 +13,23 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The store timeout of a test that asserts decisions, not latency: on a
+/// loaded CI host a store call can miss the 100 ms default and fall back. A
+/// test of timeouts sets its own.
+pub const DECISIONS: Duration = Duration::from_secs(10);
+
+/// `LimiterConfig::new(p).with_store(url).for_decisions()`: the [`DECISIONS`] timeout.
+pub trait ForDecisions {
+    fn for_decisions(self) -> Self;
+}
+
+impl ForDecisions for polylimit::LimiterConfig {
+    fn for_decisions(mut self) -> Self {
+        self.timeout = DECISIONS;
+        self
+    }
+}
+
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
