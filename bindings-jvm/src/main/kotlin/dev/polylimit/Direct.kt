@@ -135,6 +135,23 @@ internal class Scratch {
     )
 
     /**
+     * The outcome a request call packed at OUTPUT_AT (or, when it outgrew
+     * OUTPUT_CAP, into bytes of the core's, freed here).
+     */
+    fun outcome(): Outcome {
+        val n = buf.getLong(OUT_LEN_AT)
+        val owned = buf.getLong(OWNED_AT)
+        if (owned == 0L) {
+            return PackedReader(buf, OUTPUT_AT, OUTPUT_AT + n.toInt()).outcome()
+        }
+        try {
+            return PackedReader(Pointer(owned).getByteBuffer(0, n), 0, n.toInt()).outcome()
+        } finally {
+            CAbi.polylimit_bytes_free(owned, n)
+        }
+    }
+
+    /**
      * `text` as UTF-8 at INPUT_AT; its length, or -1 when it does not fit or
      * is not valid UTF-16 (the caller then takes another way).
      */

@@ -2,7 +2,6 @@ package dev.polylimit
 
 import java.util.concurrent.CompletableFuture
 import java.util.concurrent.atomic.LongAdder
-import com.sun.jna.Pointer
 import kotlinx.coroutines.future.await
 
 /**
@@ -103,7 +102,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     fun checkPacked(request: PackedRequest): Outcome {
         val scratch = Scratch.get()
         val packer = request.pack(scratch)
-        return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags(), blocking = true)?.join0() }
+        return packer?.let { decidePacked(scratch, it, request.cost, request.nowMs, request.flags()) }
             ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
     }
 
@@ -165,36 +164,36 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     private fun startPacked(
         s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int, blocking: Boolean,
-    ): CompletableFuture<Outcome>? {
+    ): CompletableFuture<Outcome>? = when (callPacked(s, packer, cost, nowMs, flags) ?: return null) {
+        OK -> CompletableFuture.completedFuture(s.outcome())
+        PENDING -> Bridge.submit(s.pending, blocking) { it as Outcome }
+        else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
+    }
+
+    /**
+     * [startPacked] for a caller that blocks: an outcome decided in the call
+     * (the memory store) is returned as is, with no future around it.
+     */
+    private fun decidePacked(s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Outcome? =
+        when (callPacked(s, packer, cost, nowMs, flags) ?: return null) {
+            OK -> s.outcome()
+            PENDING -> Bridge.submit(s.pending, blocking = true) { it as Outcome }.join0()
+            else -> throw errorAt(s.error, free = true)
+        }
+
+    /** The direct call's code (OK, PENDING or an error's), or null when it cannot be made. */
+    private fun callPacked(s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Int? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
             return null
         }
         val all = flags or (if (nowMs != null) HAS_NOW_MS else 0)
         val a = s.address
-        val code = direct.use {
+        return direct.use {
             CAbi.polylimit_limiter_try_check_request(
                 it, packer.address, packer.size.toLong(), cost ?: 0, nowMs ?: 0, all, a + Scratch.OUTPUT_AT,
                 Scratch.OUTPUT_CAP.toLong(), a + Scratch.OUT_LEN_AT, a + Scratch.OWNED_AT, a + Scratch.PENDING_AT,
                 a + Scratch.ERROR_AT,
             )
-        } ?: return null
-        return when (code) {
-            OK -> {
-                val n = s.buf.getLong(Scratch.OUT_LEN_AT)
-                val owned = s.buf.getLong(Scratch.OWNED_AT)
-                val outcome = if (owned == 0L) {
-                    PackedReader(s.buf, Scratch.OUTPUT_AT, Scratch.OUTPUT_AT + n.toInt()).outcome()
-                } else {
-                    try {
-                        PackedReader(Pointer(owned).getByteBuffer(0, n), 0, n.toInt()).outcome()
-                    } finally {
-                        CAbi.polylimit_bytes_free(owned, n)
-                    }
-                }
-                CompletableFuture.completedFuture(outcome)
-            }
-            PENDING -> Bridge.submit(s.pending, blocking) { it as Outcome }
-            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
 

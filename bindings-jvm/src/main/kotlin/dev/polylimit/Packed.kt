@@ -28,7 +28,7 @@ internal class PackedRecord(val ctx: Long, val value: Any?, val error: Polylimit
 
 /** Reads packed bytes from `start` to `end` of `buf` (any byte order: absolute reads, little-endian). */
 internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
-    private val buf: ByteBuffer = buf.duplicate().order(ByteOrder.LITTLE_ENDIAN)
+    private val buf: ByteBuffer = if (buf.order() == ByteOrder.LITTLE_ENDIAN) buf else buf.duplicate().order(ByteOrder.LITTLE_ENDIAN)
     private var pos = start
 
     /** Whether every byte was read. */
@@ -64,6 +64,15 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
 
     private fun required(): String = string() ?: throw PolylimitException.Internal("polylimit: a packed string is absent")
 
+    /** A header name: [Names]' copy when it has one (the core's names are few and the same on every outcome). */
+    private fun name(): String {
+        val n = u32()
+        if (n == ABSENT) {
+            throw PolylimitException.Internal("polylimit: a packed string is absent")
+        }
+        return Names.get(buf, take(n), n)
+    }
+
     /** A decision after its `bits` (1 allowed, 4 has a retry-after). */
     private fun decision(bits: Int): Decision {
         val limit = saturated()
@@ -83,7 +92,7 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
         val delay = saturated()
         val n = u32()
         val headers = ArrayList<Header>(n.coerceIn(0, 16))
-        repeat(n) { headers.add(Header(required(), required())) }
+        repeat(n) { headers.add(Header(name(), required())) }
         val body = if (hasBody) required() else null
         val count = u32()
         val decisions = if (count == 0) emptyList() else ArrayList<RuleDecision>(count.coerceAtMost(64))
@@ -129,5 +138,43 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
             else -> throw PolylimitException.Internal("polylimit: unknown packed record kind $kind")
         }
         return PackedRecord(ctx, value, null)
+    }
+}
+
+/**
+ * The header names outcomes carried, decoded once: a name is looked up by
+ * its bytes (hash, then compare) instead of decoded on every outcome. A slot
+ * holds the last name that hashed to it; the entries are immutable, so
+ * threads may race on a slot and still read a whole one.
+ */
+internal object Names {
+    private class Entry(val bytes: ByteArray, val name: String)
+
+    private const val SLOTS = 64
+    private val slots = arrayOfNulls<Entry>(SLOTS)
+
+    /** The `n` UTF-8 bytes at `at` of `buf` as a String. */
+    fun get(buf: ByteBuffer, at: Int, n: Int): String {
+        var h = n
+        for (i in 0 until n) {
+            h = 31 * h + buf.get(at + i)
+        }
+        val slot = h and (SLOTS - 1)
+        val e = slots[slot]
+        if (e != null && e.bytes.size == n && same(e.bytes, buf, at)) {
+            return e.name
+        }
+        val bytes = ByteArray(n)
+        buf.get(at, bytes)
+        return String(bytes, Charsets.UTF_8).also { slots[slot] = Entry(bytes, it) }
+    }
+
+    private fun same(bytes: ByteArray, buf: ByteBuffer, at: Int): Boolean {
+        for (i in bytes.indices) {
+            if (bytes[i] != buf.get(at + i)) {
+                return false
+            }
+        }
+        return true
     }
 }

@@ -125,4 +125,21 @@ class PackedTest {
         val e = runCatching { PackedReader(ByteBuffer.wrap(b), 0, b.size).record() }.exceptionOrNull()
         assertTrue(e is PolylimitException.Internal, "$e")
     }
+
+    /** A header name is decoded once and shared; names that share a slot still read as themselves. */
+    @Test
+    fun `header names are decoded once and never mixed up`() {
+        fun read(name: String): String {
+            val b = name.toByteArray(Charsets.UTF_8)
+            return Names.get(ByteBuffer.wrap(b), 0, b.size)
+        }
+        val first = read("RateLimit-Policy")
+        assertEquals("RateLimit-Policy", first)
+        assertTrue(first === read("RateLimit-Policy"), "the second read is the first's String")
+        // 65 names: at least two of the 64 slots' names collide, and each evicts the other.
+        val names = (0..64).map { "X-Name-$it-é" }
+        repeat(2) { names.forEach { assertEquals(it, read(it)) } }
+        assertEquals("RateLimit", read("RateLimit"))
+        assertEquals("RateLimit-Policy", read("RateLimit-Policy"))
+    }
 }

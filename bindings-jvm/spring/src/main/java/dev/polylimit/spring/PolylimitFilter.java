@@ -15,7 +15,6 @@ import java.nio.charset.StandardCharsets;
 import java.util.Enumeration;
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import java.util.function.Supplier;
 import org.springframework.web.filter.OncePerRequestFilter;
@@ -47,6 +46,10 @@ import org.springframework.web.util.ServletRequestPathUtils;
 public class PolylimitFilter extends OncePerRequestFilter {
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
+    /** The handler mappings the route lookup asks, in order (FoundHandler left out): found on the first request. */
+    private volatile HandlerMapping[] lookups;
+    /** {@link #getAlreadyFilteredAttributeName()}'s answer, built once (the filter's name is set at init). */
+    private volatile String alreadyFiltered;
     private Function<HttpServletRequest, String> user = r -> null;
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
@@ -65,8 +68,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
     public PolylimitFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
         this.limiter = limiter;
         this.readsRoute = limiter.readsRoute();
-        AtomicReference<List<HandlerMapping>> found = new AtomicReference<>();
-        this.mappings = () -> found.updateAndGet(m -> m != null ? m : mappings.get());
+        this.mappings = mappings;
     }
 
     /** The authenticated user of a request (the {@code user} dimension), {@code null} when anonymous. */
@@ -86,6 +88,16 @@ public class PolylimitFilter extends OncePerRequestFilter {
      */
     public void setKey(Function<HttpServletRequest, String> key) {
         this.key = key == null ? r -> null : key;
+    }
+
+    @Override
+    protected String getAlreadyFilteredAttributeName() {
+        String name = alreadyFiltered;
+        if (name == null) {
+            name = super.getAlreadyFilteredAttributeName();
+            alreadyFiltered = name;
+        }
+        return name;
     }
 
     @Override
@@ -193,10 +205,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
             ServletRequestPathUtils.parseAndCache(request);
         }
         try {
-            for (HandlerMapping mapping : mappings.get()) {
-                if (mapping instanceof FoundHandler) {
-                    continue;
-                }
+            for (HandlerMapping mapping : lookups()) {
                 HandlerExecutionChain handler = mapping.getHandler(request);
                 if (handler != null) {
                     FoundHandler.remember(request, handler);
@@ -212,5 +221,15 @@ public class PolylimitFilter extends OncePerRequestFilter {
                 ServletRequestPathUtils.clearParsedRequestPath(request);
             }
         }
+    }
+
+    /** The handler mappings, in order, without the filter's own {@link FoundHandler}. */
+    private HandlerMapping[] lookups() {
+        HandlerMapping[] found = lookups;
+        if (found == null) {
+            found = mappings.get().stream().filter(m -> !(m instanceof FoundHandler)).toArray(HandlerMapping[]::new);
+            lookups = found;
+        }
+        return found;
     }
 }
