@@ -1,12 +1,12 @@
 //! Reply parsing: a decision's reply becomes verdicts, and a failed call
 //! an error, foreign data on a key told apart from the store failing.
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use super::args::RedisCheck;
 use super::connection::unavailable;
 use super::state::RedisStore;
-use crate::algorithm::Verdict;
+use crate::algorithm::{fixed_window, Verdict};
 use crate::error::{Error, Result};
 
 impl RedisStore {
@@ -65,9 +65,25 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     KEY_CODES.contains(&inner)
 }
 
-/// A shape function's reply (shapes.lua): `allowed now remaining reset retry`.
-pub(super) fn parse_shape_reply(values: &[i64]) -> Result<(i64, Vec<Verdict>)> {
-    let &[allowed, now, remaining, reset, retry] = values else {
+/// A shape function's reply (shapes.lua): `allowed now remaining reset
+/// retry`, or (a fixed window's common case) one integer, the count now's
+/// window held before the decision, from which the verdict follows by the
+/// same rules as in the function ([`fixed_window::decide`]) at the `now` sent.
+pub(super) fn parse_shape_reply(
+    value: Value,
+    check: &RedisCheck<'_>,
+    now: Option<i64>,
+    cost: i64,
+) -> Result<(i64, Vec<Verdict>)> {
+    if let (Value::Int(used), Some(now)) = (&value, now) {
+        let p = check.params;
+        let start = now - now.rem_euclid(p.period);
+        let (verdict, _) = fixed_window::decide(p, Some(&[start, *used, start]), now, cost);
+        return Ok((now, vec![verdict]));
+    }
+    let values: Vec<i64> =
+        redis::from_redis_value(value).map_err(|e| Error::Internal(format!("decision function: {e}")))?;
+    let &[allowed, now, remaining, reset, retry] = values.as_slice() else {
         return Err(Error::Internal(format!(
             "decision function returned {} values, not 5",
             values.len()
