@@ -6,7 +6,7 @@ use redis::{RedisError, Value};
 use super::args::RedisCheck;
 use super::connection::unavailable;
 use super::state::RedisStore;
-use crate::algorithm::{fixed_window, Verdict};
+use crate::algorithm::{fixed_window, token_bucket, Kind, Verdict};
 use crate::error::{Error, Result};
 
 impl RedisStore {
@@ -66,19 +66,30 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
 }
 
 /// A shape function's reply (shapes.lua): `allowed now remaining reset
-/// retry`, or (a fixed window's common case) one integer, the count now's
-/// window held before the decision, from which the verdict follows by the
-/// same rules as in the function ([`fixed_window::decide`]) at the `now` sent.
+/// retry`, or (the common case, `now` sent) one integer, the state the
+/// function decided on: a fixed window's count in now's window, a token
+/// bucket's tokens refilled to now. The verdict follows from it by the same
+/// rules as in the function (the algorithm's `decide`) at the `now` sent.
 pub(super) fn parse_shape_reply(
     value: Value,
     check: &RedisCheck<'_>,
     now: Option<i64>,
     cost: i64,
 ) -> Result<(i64, Vec<Verdict>)> {
-    if let (Value::Int(used), Some(now)) = (&value, now) {
+    if let (Value::Int(state), Some(now)) = (&value, now) {
         let p = check.params;
-        let start = now - now.rem_euclid(p.period);
-        let (verdict, _) = fixed_window::decide(p, Some(&[start, *used, start]), now, cost);
+        let (verdict, _) = match p.kind {
+            Kind::FixedWindow => {
+                let start = now - now.rem_euclid(p.period);
+                fixed_window::decide(p, Some(&[start, *state, start]), now, cost)
+            }
+            Kind::TokenBucket => token_bucket::decide_continuous(p, Some(&[*state, now, now]), now, cost),
+            kind => {
+                return Err(Error::Internal(format!(
+                    "a {kind:?} decision function answered one integer"
+                )))
+            }
+        };
         return Ok((now, vec![verdict]));
     }
     let values: Vec<i64> =
