@@ -5,12 +5,17 @@
 //! other processes share the cores). Every decision is an allowed one (the
 //! write path). Ours is measured with the clock sent (what the limiter
 //! sends) and with `now_ms` empty (a `TIME` inside the function), and
-//! beside the floor of its state format ([`BOUNDS`]).
+//! beside the floor of its state format ([`BOUNDS`]). When valgrind is
+//! installed, the same calls are also counted in instructions redis-server
+//! executes per call (callgrind): deterministic, so the ratio holds on a
+//! busy machine, where the µs lines are noise.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 const CHECKS: &str = "200000";
 const RUNS: usize = 8;
@@ -77,12 +82,17 @@ end
 redis.register_function('reply_only', reply_only)
 redis.register_function('get_set', get_set)";
 
+/// A fixed window's limit: below 10^6, the one-integer state's bound
+/// (common.lua), and above the decisions of a run, each on an empty key.
+const FW_LIMIT: &str = "999999";
+
 /// The lowest usec_per_call of `command` over [`RUNS`] runs.
 fn usec_per_call(redis: &support::RedisServer, stat: &str, command: &[&str]) -> f64 {
     let reply = support::redis_cli(redis.port, command);
     assert!(!reply.contains("ERR"), "{command:?} answered {reply}");
     (0..RUNS)
         .map(|_| {
+            redis.command("FLUSHDB").unwrap();
             redis.command("CONFIG RESETSTAT").unwrap();
             let status = Command::new("redis-benchmark")
                 .args(["-p", &redis.port.to_string(), "-n", CHECKS, "-c", "4", "-P", "16", "-q"])
@@ -102,6 +112,145 @@ fn usec_per_call(redis: &support::RedisServer, stat: &str, command: &[&str]) -> 
         .fold(f64::INFINITY, f64::min)
 }
 
+/// A redis-server run under callgrind, to count the instructions it
+/// executes per call. Stopped (by its pid) when dropped.
+struct Callgrind {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+/// Calls per count.
+const IR_CALLS: u64 = 20_000;
+
+impl Callgrind {
+    /// `None` when valgrind is not installed.
+    fn start() -> Option<Callgrind> {
+        let installed = |tool: &str| {
+            Command::new(tool)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !installed("valgrind") || !installed("callgrind_control") {
+            return None;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let dir = std::env::temp_dir().join(format!("polylimit-callgrind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let child = Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}/cg.%p.out", dir.display()))
+            .args([
+                "redis-server",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let server = Callgrind { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !support::redis_cli(port, &["PING"]).contains("PONG") {
+            assert!(Instant::now() < deadline, "redis-server under valgrind did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Some(server)
+    }
+
+    /// Instructions per call of `command` ([`IR_CALLS`] calls, on an empty database).
+    fn ir_per_call(&self, command: &[&str]) -> u64 {
+        let reply = support::redis_cli(self.port, command);
+        assert!(!reply.contains("ERR"), "{command:?} answered {reply}");
+        support::redis_cli(self.port, &["FLUSHDB"]);
+        let pid = self.child.id().to_string();
+        let control = |flag: &str| {
+            let status = Command::new("callgrind_control")
+                .args([flag, &pid])
+                .stdout(Stdio::null())
+                .status()
+                .expect("callgrind_control");
+            assert!(status.success());
+        };
+        control("-z");
+        let status = Command::new("redis-benchmark")
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-n",
+                &IR_CALLS.to_string(),
+                "-c",
+                "4",
+                "-P",
+                "16",
+                "-q",
+            ])
+            .args(command)
+            .stdout(Stdio::null())
+            .status()
+            .expect("redis-benchmark (make deps installs it)");
+        assert!(status.success());
+        control("-d");
+        let mut total = None;
+        for entry in std::fs::read_dir(&self.dir).unwrap().flatten() {
+            // The dump of this count (numbered `.1`, `.2`… after the pid).
+            if entry.path().extension().is_some_and(|e| e != "out") {
+                let text = std::fs::read_to_string(entry.path()).unwrap();
+                total = text.lines().find_map(|l| {
+                    l.strip_prefix("summary:")
+                        .or_else(|| l.strip_prefix("totals:"))
+                        .and_then(|v| v.split_whitespace().next())
+                        .and_then(|v| v.parse::<u64>().ok())
+                });
+                std::fs::remove_file(entry.path()).unwrap();
+            }
+        }
+        total.expect("a callgrind dump") / IR_CALLS
+    }
+}
+
+impl Drop for Callgrind {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `FCALL` arguments of a shape's function: a fixed window takes `now cost
+/// period limit`, the others `now cost count period burst`.
+fn shape_args<'a>(shape: &str, key: &'a str, now: &'a str) -> Vec<&'a str> {
+    match shape {
+        "fixed_window" => vec!["1", key, now, "1", "60000", FW_LIMIT],
+        _ => vec!["1", key, now, "1", "1000000000", "60000", "1000000000"],
+    }
+}
+
+/// The peer's call for `shape`: its name and its command.
+fn peer(shape: &str, rlf: &str, redis_rate: &str) -> (&'static str, Vec<String>) {
+    let args: &[&str] = match shape {
+        "gcra" => &["EVALSHA", redis_rate, "1", "rr", "1000000000", "1000000000", "60", "1"],
+        _ => &["EVALSHA", rlf, "1", "rlf", "1", "60"],
+    };
+    let name = if shape == "gcra" {
+        "redis_rate v10"
+    } else {
+        "rate-limiter-flexible 11.4"
+    };
+    (name, args.iter().map(|a| a.to_string()).collect())
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -110,46 +259,60 @@ fn main() {
     let library = polylimit::library();
     support::redis_cli(redis.port, &["FUNCTION", "LOAD", "REPLACE", &library.code]);
     support::redis_cli(redis.port, &["FUNCTION", "LOAD", "REPLACE", BOUNDS]);
-    let sha = |script: &str| {
-        support::redis_cli(redis.port, &["SCRIPT", "LOAD", script])
-            .trim()
-            .to_string()
-    };
-    let (rlf, redis_rate) = (sha(RLF), sha(REDIS_RATE));
+    let sha = |port: u16, script: &str| support::redis_cli(port, &["SCRIPT", "LOAD", script]).trim().to_string();
+    let (rlf, redis_rate) = (sha(redis.port, RLF), sha(redis.port, REDIS_RATE));
     // The clock as the limiter sends it (its estimate of the server's).
     let now = format!("{}", std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_millis());
-    let fcall = |function: &str, now: &str, key: &str| {
-        let args = ["1", key, now, "1", "1000000000", "60000", "1000000000"];
+    let fcall = |function: &str, args: Vec<&str>| {
         let command: Vec<&str> = ["FCALL", function].into_iter().chain(args).collect();
         usec_per_call(&redis, "fcall", &command)
     };
-    let ours = |shape: &str, now: &str, key: &str| fcall(&format!("{}_{shape}", library.function), now, key);
+    let ours = |shape: &str, now: &str, key: &str| {
+        fcall(&format!("{}_{shape}", library.function), shape_args(shape, key, now))
+    };
     println!("redis-server µs per decision (INFO commandstats, lowest of {RUNS} runs, -c 4 -P 16):");
     for shape in ["fixed_window", "token_bucket", "gcra"] {
         let sent = ours(shape, &now, &format!("{shape}:sent"));
         let time = ours(shape, "", &format!("{shape}:time"));
-        let (peer, value) = match shape {
-            "gcra" => (
-                "redis_rate v10",
-                usec_per_call(
-                    &redis,
-                    "evalsha",
-                    &["EVALSHA", &redis_rate, "1", "rr", "1000000000", "1000000000", "60", "1"],
-                ),
-            ),
-            _ => (
-                "rate-limiter-flexible 11.4",
-                usec_per_call(&redis, "evalsha", &["EVALSHA", &rlf, "1", "rlf", "1", "60"]),
-            ),
-        };
+        let (peer, command) = peer(shape, &rlf, &redis_rate);
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        let value = usec_per_call(&redis, "evalsha", &command);
         println!(
             "  {shape:<13} now sent {sent:>5.2}  TIME inside {time:>5.2}  {peer} {value:>5.2}  ratio {:.2} (target <= 1.00)",
             sent / value
         );
     }
+    let bound = |function| {
+        fcall(
+            function,
+            vec!["1", "bound", &now, "1", "1000000000", "60000", "1000000000"],
+        )
+    };
     println!(
         "  bounds: an FCALL answering 5 values {:.2}; with the GET and SET PX of packed cells {:.2}",
-        fcall("reply_only", &now, "bound"),
-        fcall("get_set", &now, "bound")
+        bound("reply_only"),
+        bound("get_set")
     );
+    let Some(callgrind) = Callgrind::start() else {
+        println!("redis-server instructions per decision: valgrind not installed: skipped");
+        return;
+    };
+    support::redis_cli(callgrind.port, &["FUNCTION", "LOAD", "REPLACE", &library.code]);
+    let (rlf, redis_rate) = (sha(callgrind.port, RLF), sha(callgrind.port, REDIS_RATE));
+    println!("redis-server instructions per decision (callgrind, {IR_CALLS} calls, -c 4 -P 16, now sent):");
+    for shape in ["fixed_window", "token_bucket", "gcra"] {
+        let function = format!("{}_{shape}", library.function);
+        let command: Vec<&str> = ["FCALL", &function]
+            .into_iter()
+            .chain(shape_args(shape, "k", &now))
+            .collect();
+        let ours = callgrind.ir_per_call(&command);
+        let (peer, command) = peer(shape, &rlf, &redis_rate);
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        let theirs = callgrind.ir_per_call(&command);
+        println!(
+            "  {shape:<13} {ours:>7} Ir  {peer} {theirs:>7} Ir  ratio {:.2} (target <= 1.00)",
+            ours as f64 / theirs as f64
+        );
+    }
 }

@@ -28,10 +28,8 @@ local CELLS = '<Blll'
 local CELLS_MARK = 1
 local CELLS_SIZE = 25
 
--- The three cells of a key as three values (no table), or nil.
-local function cells_of(key)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
+-- The three cells in `raw` (a key's value) as three values.
+local function cells_in(key, raw)
   if #raw == CELLS_SIZE and string.byte(raw, 1) == CELLS_MARK then
     local _, a, b, c = struct.unpack(CELLS, raw)
     return a, b, c
@@ -41,6 +39,13 @@ local function cells_of(key)
     error({err = 'POLYLIMIT_STATE key ' .. key .. ' does not hold polylimit state'})
   end
   return tonumber(a), tonumber(b), tonumber(c)
+end
+
+-- The three cells of a key as three values (no table), or nil.
+local function cells_of(key)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  return cells_in(key, raw)
 end
 
 -- The cells as a table {a, b, c}, or nil (refunds).
@@ -65,6 +70,33 @@ end
 
 local function write_cells(key, a, b, c, ttl)
   redis.call('SET', key, struct.pack(CELLS, CELLS_MARK, a, b, c), 'PX', expire_after(ttl))
+end
+
+-- A fixed window's state, when it fits, is one integer, created_ms * 10^6
+-- + count (decimal, so it stays exact past 2^53), that INCRBY bumps in place
+-- and keeps the key's expiry: the shape function charges a window with one
+-- INCRBY instead of a SET PX. The window is the one created_ms falls in
+-- (created_ms is its start or the first admission's ms in it). Counts of
+-- 10^6 and up, and a negative or far created_ms, keep the packed cells.
+local FW_SCALE = 1000000
+local FW_CREATED_MAX = 9000000000000
+
+-- Cells {window_start_ms, count, created_ms} of a fixed window's key, or nil.
+local function fixed_window_cells(key, period)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  if not tonumber(raw) then return cells_in(key, raw) end
+  local created = #raw > 6 and string.sub(raw, 1, -7) + 0 or 0
+  return created - created % period, string.sub(raw, -6) + 0, created
+end
+
+local function write_fixed_window(key, window, used, created, ttl)
+  if used < 0 or used >= FW_SCALE or created < window or created > FW_CREATED_MAX or window < 0 then
+    return write_cells(key, window, used, created, ttl)
+  end
+  local value = fmt(used)
+  if created > 0 then value = string.format('%d%06d', created, used) end
+  redis.call('SET', key, value, 'PX', expire_after(ttl))
 end
 
 -- `max(TAT, now) - now` in scaled units, from cells tat_ms, tat_rem (nil: none).

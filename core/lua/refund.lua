@@ -118,6 +118,7 @@ local CELL_REFUNDS = {
   token_bucket_refund, token_bucket_interval_refund, tat_refund, leaky_bucket_refund,
   tat_refund, fixed_window_refund, false, sliding_window_counter_refund,
 }
+local FIXED_WINDOW = 6
 local SLIDING_WINDOW_LOG = 7
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
 
@@ -145,13 +146,19 @@ for b = 3, #ARGV, 5 do
   end
   local key = KEYS[keys_at]
   local c = nil
-  if not gone then c = read_cells(key) end
+  if not gone and kind == FIXED_WINDOW then
+    local w, u, created = fixed_window_cells(key, period)
+    if w then c = {w, u, created} end
+  elseif not gone then
+    c = read_cells(key)
+  end
   if c and kind == SLIDING_WINDOW_LOG then
     if sliding_window_log_refund(key, KEYS[keys_at + 1], c, now, cost, period) then refunded = refunded + 1 end
   elseif c then
     local cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
     if cells then
-      write_cells(key, cells[1], cells[2], cells[3], ttl)
+      local write = kind == FIXED_WINDOW and write_fixed_window or write_cells
+      write(key, cells[1], cells[2], cells[3], ttl)
       refunded = refunded + 1
     end
   end

@@ -1,11 +1,11 @@
 -- The common shapes, one function each (registered beside the general
 -- check): one policy on one key, no penalty, adaptive spec, override,
--- shadow, lease or peek. ARGV: now_ms ('' = the server's TIME), cost, count,
--- period_ms, burst (or limit). The same algorithm functions as the general
--- path, without its argument walk, dispatch tables and override read.
--- Returns {allowed, now, remaining, reset_after_ms, retry_after_ms (-1 = none)}.
-local function decide_shape(algorithm, keys, argv)
-  local now = argv[1]
+-- shadow, lease or peek. The same algorithm functions as the general path,
+-- without its argument walk, dispatch tables and override read.
+
+-- ARGV now_ms ('' = the server's TIME) and the policy's numbers: the decision
+-- as {allowed, now, remaining, reset_after_ms, retry_after_ms (-1 = none)}.
+local function decide_shape(algorithm, write, keys, now, cost, count, period, burst)
   if now == '' then
     local t = redis.call('TIME')
     now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -13,12 +13,69 @@ local function decide_shape(algorithm, keys, argv)
     now = now + 0
   end
   local allowed, remaining, reset, retry, _, a, b, c, ttl =
-    algorithm(keys, 1, now, argv[2] + 0, argv[3] + 0, argv[4] + 0, argv[5] + 0, 0)
-  if allowed then write_cells(keys[1], a, b, c, ttl) end
+    algorithm(keys, 1, now, cost, count, period, burst, 0)
+  if allowed then write(keys[1], a, b, c, ttl) end
   remaining, reset, retry = reply_values(remaining, reset, retry)
   return {allowed and 1 or 0, now, remaining, reset, retry}
 end
 
-local function check_fixed_window(keys, argv) return decide_shape(fixed_window, keys, argv) end
-local function check_token_bucket(keys, argv) return decide_shape(token_bucket, keys, argv) end
-local function check_gcra(keys, argv) return decide_shape(gcra, keys, argv) end
+-- ARGV: now_ms, cost, period_ms, limit. The common case (now sent, the
+-- key empty or holding the one-integer state of now's window or an earlier
+-- one, counts below FW_SCALE) answers one integer: the count now's window
+-- held before this decision. The client derives the verdict from it with
+-- the same rules (fixed_window.rs); a charge is one INCRBY, which keeps the
+-- key's expiry (the window's end). Anything else (the server's clock, a
+-- clock gone back into an earlier window, packed cells) answers decide_shape's five values.
+local function check_fixed_window(keys, argv)
+  local now, cost, period, limit = argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0
+  if now ~= '' and limit < FW_SCALE then
+    now = now + 0
+    local start = now - now % period
+    local raw = redis.call('GET', keys[1])
+    local used, window = 0, start
+    -- Up to 19 characters: the integer (packed cells take 25 bytes). A
+    -- check with tonumber would cost a twentieth of the call.
+    if raw and #raw < 20 then
+      local created = #raw > 6 and string.sub(raw, 1, -7) + 0 or 0
+      window = created - created % period
+      if window == start then used = string.sub(raw, -6) + 0 end
+    elseif raw then
+      window = now + period -- packed cells: the general form below
+    end
+    if window <= start and now >= 0 and now <= FW_CREATED_MAX then
+      if used + cost <= limit then
+        if raw and window == start then
+          redis.call('INCRBY', keys[1], cost)
+        else
+          write_fixed_window(keys[1], start, cost, raw and start or now, start + period - now)
+        end
+      end
+      return used
+    end
+  end
+  return decide_shape(fixed_window, write_fixed_window, keys, argv[1], cost, 0, period, limit)
+end
+
+-- ARGV: now_ms, cost, count, period_ms, burst. With now sent and the
+-- key's last refill not after it, one integer: the tokens (scaled by the
+-- period) after the refill to now and before this decision's charge, from
+-- which the client derives the verdict (token_bucket.rs, like the fixed
+-- window's count); otherwise decide_shape's five values.
+local function check_token_bucket(keys, argv)
+  local now, cost, count, period, burst = argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0, argv[5] + 0
+  if now ~= '' then
+    now = now + 0
+    local allowed, _, _, _, _, tokens, last, admitted, ttl = token_bucket(keys, 1, now, cost, count, period, burst)
+    if last == now then
+      if not allowed then return tokens end
+      write_cells(keys[1], tokens, last, admitted, ttl)
+      return tokens + cost * period
+    end
+  end
+  return decide_shape(token_bucket, write_cells, keys, argv[1], cost, count, period, burst)
+end
+
+-- ARGV: now_ms, cost, count, period_ms, burst.
+local function check_gcra(keys, argv)
+  return decide_shape(gcra, write_cells, keys, argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0, argv[5] + 0)
+end

@@ -13,8 +13,9 @@ local function token_bucket(keys, k, now, cost, count, period, burst)
     last = now
   end
   local lag = last - now
+  -- A denial returns the cells too (unwritten): the shape function answers them.
   if cost > burst then
-    return false, fdiv(tokens, period), lag + ceil_div(cap - tokens, count), false, 0
+    return false, fdiv(tokens, period), lag + ceil_div(cap - tokens, count), false, 0, tokens, last
   end
   local need = cost * period
   if tokens >= need then
@@ -22,7 +23,8 @@ local function token_bucket(keys, k, now, cost, count, period, burst)
     local reset = lag + ceil_div(cap - tokens, count)
     return true, fdiv(tokens, period), reset, false, 0, tokens, last, admitted, reset
   end
-  return false, fdiv(tokens, period), lag + ceil_div(cap - tokens, count), lag + ceil_div(need - tokens, count), 0
+  return false, fdiv(tokens, period), lag + ceil_div(cap - tokens, count), lag + ceil_div(need - tokens, count), 0,
+    tokens, last
 end
 
 -- token_bucket (refill: interval): cells {tokens, last_refill_ms, admitted_ms}

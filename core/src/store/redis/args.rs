@@ -132,15 +132,21 @@ impl Shape {
     }
 }
 
-/// `1 key now cost count period burst`: a shape function's arguments (shapes.lua).
-pub(super) fn push_shape_args(cmd: &mut Cmd, check: &RedisCheck<'_>, now: Option<i64>, cost: i64) {
+/// A shape function's arguments (shapes.lua): `1 key now cost period limit`
+/// for a fixed window (it has no count), `1 key now cost count period burst`
+/// for the others.
+pub(super) fn push_shape_args(cmd: &mut Cmd, shape: Shape, check: &RedisCheck<'_>, now: Option<i64>, cost: i64) {
     cmd.arg(1).arg(check.keys[0].as_str());
     match now {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
     let p = check.params;
-    cmd.arg(cost).arg(p.count).arg(p.period).arg(p.burst);
+    cmd.arg(cost);
+    if shape != Shape::FixedWindow {
+        cmd.arg(p.count);
+    }
+    cmd.arg(p.period).arg(p.burst);
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags

@@ -1,12 +1,12 @@
 //! Reply parsing: a decision's reply becomes verdicts, and a failed call
 //! an error, foreign data on a key told apart from the store failing.
 
-use redis::RedisError;
+use redis::{RedisError, Value};
 
 use super::args::RedisCheck;
 use super::connection::unavailable;
 use super::state::RedisStore;
-use crate::algorithm::Verdict;
+use crate::algorithm::{fixed_window, token_bucket, Kind, Verdict};
 use crate::error::{Error, Result};
 
 impl RedisStore {
@@ -65,9 +65,36 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     KEY_CODES.contains(&inner)
 }
 
-/// A shape function's reply (shapes.lua): `allowed now remaining reset retry`.
-pub(super) fn parse_shape_reply(values: &[i64]) -> Result<(i64, Vec<Verdict>)> {
-    let &[allowed, now, remaining, reset, retry] = values else {
+/// A shape function's reply (shapes.lua): `allowed now remaining reset
+/// retry`, or (the common case, `now` sent) one integer, the state the
+/// function decided on: a fixed window's count in now's window, a token
+/// bucket's tokens refilled to now. The verdict follows from it by the same
+/// rules as in the function (the algorithm's `decide`) at the `now` sent.
+pub(super) fn parse_shape_reply(
+    value: Value,
+    check: &RedisCheck<'_>,
+    now: Option<i64>,
+    cost: i64,
+) -> Result<(i64, Vec<Verdict>)> {
+    if let (Value::Int(state), Some(now)) = (&value, now) {
+        let p = check.params;
+        let (verdict, _) = match p.kind {
+            Kind::FixedWindow => {
+                let start = now - now.rem_euclid(p.period);
+                fixed_window::decide(p, Some(&[start, *state, start]), now, cost)
+            }
+            Kind::TokenBucket => token_bucket::decide_continuous(p, Some(&[*state, now, now]), now, cost),
+            kind => {
+                return Err(Error::Internal(format!(
+                    "a {kind:?} decision function answered one integer"
+                )))
+            }
+        };
+        return Ok((now, vec![verdict]));
+    }
+    let values: Vec<i64> =
+        redis::from_redis_value(value).map_err(|e| Error::Internal(format!("decision function: {e}")))?;
+    let &[allowed, now, remaining, reset, retry] = values.as_slice() else {
         return Err(Error::Internal(format!(
             "decision function returned {} values, not 5",
             values.len()

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::LazyLock;
 
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind, Value};
 
 use super::args::push_args;
 use super::args::push_refund_args;
@@ -136,14 +136,15 @@ impl RedisStore {
         cost: i64,
         peek: bool,
     ) -> Result<(i64, Vec<Verdict>)> {
-        let mut reply = Err(RedisError::from((ErrorKind::Client, "no call made")));
+        let mut reply: Result<Value, RedisError> = Err(RedisError::from((ErrorKind::Client, "no call made")));
         // Scripts (Redis < 7, Cluster) always run the general check.
         let shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
         // A function call sends the estimate of the server's clock (the
         // caller's `now` wins), or samples it (`sent`: when); scripts read TIME.
         let mut sent = None;
+        let mut estimate = now;
         if self.functions.load(Ordering::Relaxed) {
-            let estimate = match now {
+            estimate = match now {
                 Some(now) => Some(now),
                 None => {
                     let local = self.clock.local_us();
@@ -166,10 +167,14 @@ impl RedisStore {
         if !self.functions.load(Ordering::Relaxed) {
             reply = self.call_script(connection, checks, now, cost, peek).await;
         }
-        let values = reply.map_err(|e| self.call_failed(generation, checks, e))?;
+        let value = reply.map_err(|e| self.call_failed(generation, checks, e))?;
         let decided = match shape {
-            Some(_) if self.functions.load(Ordering::Relaxed) => parse_shape_reply(&values)?,
-            _ => parse_reply(&values, checks.len())?,
+            Some(_) if self.functions.load(Ordering::Relaxed) => parse_shape_reply(value, &checks[0], estimate, cost)?,
+            _ => {
+                let values: Vec<i64> = redis::from_redis_value(value)
+                    .map_err(|e| crate::error::Error::Internal(format!("decision script: {e}")))?;
+                parse_reply(&values, checks.len())?
+            }
         };
         if let Some(sent) = sent {
             self.clock.record(generation, sent, self.clock.local_us(), decided.0);
@@ -281,13 +286,13 @@ impl RedisStore {
         now: Option<i64>,
         cost: i64,
         peek: bool,
-    ) -> Result<Vec<i64>, RedisError> {
+    ) -> Result<Value, RedisError> {
         let library = library();
         let mut cmd = redis::cmd("FCALL");
         match shape {
             Some(shape) => {
                 cmd.arg(library.shape_function(shape));
-                push_shape_args(&mut cmd, &checks[0], now, cost);
+                push_shape_args(&mut cmd, shape, &checks[0], now, cost);
             }
             None => {
                 cmd.arg(&library.function);
@@ -313,7 +318,7 @@ impl RedisStore {
         now: Option<i64>,
         cost: i64,
         peek: bool,
-    ) -> Result<Vec<i64>, RedisError> {
+    ) -> Result<Value, RedisError> {
         Self::eval(connection, &CHECK_SHA, SCRIPT, |cmd| {
             push_args(cmd, checks, now, cost, peek)
         })
