@@ -34,11 +34,14 @@ local function check_fixed_window(keys, argv)
     local raw = redis.call('GET', keys[1])
     local used, window = 0, start
     -- Up to 19 characters: the integer (packed cells take 25 bytes). A
-    -- check with tonumber would cost a twentieth of the call.
+    -- check with tonumber would cost a twentieth of the call: both parts
+    -- go through arithmetic instead, so a foreign value raises, and the
+    -- client asks the general check, which names the key (scripts.rs).
     if raw and #raw < 20 then
       local created = #raw > 6 and string.sub(raw, 1, -7) + 0 or 0
+      local count = string.sub(raw, -6) + 0
       window = created - created % period
-      if window == start then used = string.sub(raw, -6) + 0 end
+      if window == start then used = count end
     elseif raw then
       window = now + period -- packed cells: the general form below
     end

@@ -263,6 +263,51 @@ async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
     assert_eq!(limiter.breaker_state(), polylimit::BreakerState::Closed);
 }
 
+/// A fixed window's fast path reads its one-integer state without a check
+/// of its own: a short foreign value still gets the error naming the key.
+#[tokio::test]
+async fn a_foreign_value_on_a_fixed_window_key_is_reported_for_that_key() {
+    let redis = support::RedisServer::start();
+    let limiter = Limiter::new(
+        LimiterConfig::new(policy(json!({"algorithm": "fixed_window", "rate": "10/s"})))
+            .with_store(redis.url())
+            .for_decisions(),
+    )
+    .unwrap();
+    let at = CheckOptions {
+        cost: 1,
+        now_ms: Some(1_000_000_000),
+    };
+    // The fast path is what decides here: a second admission is one INCRBY.
+    limiter.check_with("fine", at).await.unwrap();
+    limiter.check_with("fine", at).await.unwrap();
+    assert_eq!(redis.calls("incrby"), 1);
+    for (key, value) in [("short", "hello"), ("long", "hello1234"), ("tail", "123abcdef")] {
+        redis
+            .command(&format!("SET polylimit:fixed_window:default:{{{key}}} {value}"))
+            .unwrap();
+        match limiter.check_with(key, at).await {
+            Err(Error::Store {
+                key: store_key,
+                message,
+            }) => {
+                assert!(store_key.contains(&format!("{{{key}}}")), "{store_key}");
+                assert!(message.contains("POLYLIMIT_STATE"), "{message}");
+            }
+            other => panic!("{key}: expected a store error, got {other:?}"),
+        }
+        assert_eq!(
+            redis
+                .command(&format!("GET polylimit:fixed_window:default:{{{key}}}"))
+                .unwrap(),
+            format!("${}\r\n{value}\r\n", value.len()),
+            "{key}: left as it was"
+        );
+    }
+    assert_eq!(limiter.check("fine").await.unwrap().source, Source::Store);
+    assert_eq!(limiter.breaker_state(), polylimit::BreakerState::Closed);
+}
+
 #[tokio::test]
 async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
     let redis = support::RedisServer::start();

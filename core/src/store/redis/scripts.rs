@@ -138,7 +138,7 @@ impl RedisStore {
     ) -> Result<(i64, Vec<Verdict>)> {
         let mut reply: Result<Value, RedisError> = Err(RedisError::from((ErrorKind::Client, "no call made")));
         // Scripts (Redis < 7, Cluster) always run the general check.
-        let shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
+        let mut shape = Shape::of(checks, peek).filter(|_| !GENERAL_ONLY.load(Ordering::Relaxed));
         // A function call sends the estimate of the server's clock (the
         // caller's `now` wins), or samples it (`sent`: when); scripts read TIME.
         let mut sent = None;
@@ -160,6 +160,12 @@ impl RedisStore {
             reply = self
                 .call_function(connection, checks, shape, estimate, cost, peek)
                 .await;
+            if shape.is_some() && matches!(&reply, Err(e) if state_unreadable_fast(e)) {
+                // The fast path reads a fixed window's integer unchecked; the
+                // general check reads the same key and names what it holds.
+                shape = None;
+                reply = self.call_function(connection, checks, None, estimate, cost, peek).await;
+            }
             if matches!(&reply, Err(e) if functions_unusable(e)) {
                 self.functions.store(false, Ordering::Relaxed);
             }
@@ -351,6 +357,12 @@ impl RedisStore {
 
 /// The server cannot run polylimit's function: Redis < 7 has no FCALL or
 /// FUNCTION (`ERR unknown command`), or an ACL refuses them (`NOPERM`).
+/// A shape function that hit a value it cannot do arithmetic on (a foreign
+/// value under a fixed window's key).
+fn state_unreadable_fast(e: &RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("attempt to perform arithmetic"))
+}
+
 fn functions_unusable(e: &RedisError) -> bool {
     match e.code() {
         Some("NOPERM") => true,
