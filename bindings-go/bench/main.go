@@ -150,10 +150,14 @@ type line struct {
 	Bound string `json:"bound,omitempty"`
 }
 
-// against sets the line's baseline and ratio (value / baseline).
+// against sets the line's baseline and ratio (value / baseline). A baseline
+// that was not run (-handlers left it out: zero) gives no ratio.
 func (l line) against(name string, value float64) line {
-	ratio := l.Value / value
-	l.Baseline, l.BaselineValue, l.Ratio = name, &value, &ratio
+	l.Baseline = name
+	if value > 0 {
+		ratio := l.Value / value
+		l.BaselineValue, l.Ratio = &value, &ratio
+	}
 	return l
 }
 
@@ -171,14 +175,17 @@ func (l line) with(peers ...string) line {
 	return l
 }
 
-// record prints l and appends it to $POLYLIMIT_BENCH_OUT when set.
-func record(l line) {
+// text is l as printed: value, ratio and target, or why there is no ratio.
+func (l line) text() string {
 	text := fmt.Sprintf("  %-64s %10.0f %s", l.What, l.Value, l.Unit)
 	if l.Unit == "ms" {
 		text = fmt.Sprintf("  %-64s %10.3f %s", l.What, l.Value, l.Unit)
 	}
-	if l.Ratio != nil {
+	switch {
+	case l.Ratio != nil:
 		text += fmt.Sprintf("  %.2fx %s", *l.Ratio, l.Baseline)
+	case l.Baseline != "":
+		return text + fmt.Sprintf("  (no ratio: %s not run)", l.Baseline)
 	}
 	if l.Target != nil {
 		met := "met"
@@ -187,7 +194,12 @@ func record(l line) {
 		}
 		text += fmt.Sprintf(" (target >= %g: %s)", *l.Target, met)
 	}
-	fmt.Println(text)
+	return text
+}
+
+// record prints l and appends it to $POLYLIMIT_BENCH_OUT when set.
+func record(l line) {
+	fmt.Println(l.text())
 	if l.Bound != "" {
 		fmt.Println("    " + l.Bound)
 	}
