@@ -1,6 +1,7 @@
 """MkDocs hook: the generated API references in the site.
 
-- api/rust/ (rustdoc) and api/node/ (TypeDoc), built by `make api-html`, are
+- api/rust/ (rustdoc), api/node/ (TypeDoc) and api/jvm/ (Dokka), built by
+  `make api-html`, are
   added to the site's files rather than copied after the build, so
   `mkdocs build --strict` checks the links docs/reference/api.md makes into
   them like any other link: a missing reference fails the build.
@@ -16,7 +17,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PARTS = ("rust", "node")
+PARTS = ("rust", "node", "jvm")
 GO_PACKAGES = [".", "./client"]  # in bindings-go
 
 

@@ -216,7 +216,8 @@ def render(tables):
         "  on an undocumented export, class member or interface property (`tests/docs/typedoc.json`).",
         "- **Go**: [Go API](go.md), `go doc -all` of the module; the check below reads every",
         "  exported const, var, func, type, method and struct field with go/doc.",
-        "- **Kotlin / Java**: the KDoc of the sources, shown by your IDE.",
+        "- **Kotlin / Java**: [Dokka of the Kotlin sources](../api/jvm/index.html); the check below",
+        "  reads the KDoc of every public declaration of the hand-written sources.",
         "",
     ]
     for (title, source, _), items in zip(LANGUAGES, tables):
