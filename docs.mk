@@ -1,8 +1,11 @@
 ## The API reference of each language (docs/reference/api.md), read from the
-## bindings' doc comments by tests/docs/api_reference.py, and two generated
-## references the site serves and links to (tests/docs/api_html.py adds them):
-## rustdoc for the core at api/rust/, TypeDoc for bindings-node/index.d.ts at
-## api/node/. Both fail on a public item without a doc comment: rustdoc by
+## bindings' doc comments by tests/docs/api_reference.py (griffe for Python,
+## go/doc for Go, the KDoc of the hand-written Kotlin), which fails on a public
+## item without one; and the generated references the site serves: rustdoc for
+## the core at api/rust/, TypeDoc for bindings-node/index.d.ts at api/node/ and
+## Dokka for the Kotlin sources at api/jvm/ (built here, added to the site by
+## tests/docs/api_html.py), mkdocstrings' Python page and `go doc -all` (built
+## with the site). rustdoc fails on a public item without a doc comment by
 ## `#![deny(missing_docs)]` under -D warnings, TypeDoc by validation.notDocumented
 ## with treatWarningsAsErrors (tests/docs/typedoc.json). TypeDoc is a
 ## devDependency of tests/docs/package.json, not of the published npm package.
@@ -20,14 +23,17 @@ docs-strict-check: docs
 	    rm -rf $$tmp; echo "mkdocs build --strict passed a broken link"; exit 1; fi; \
 	  grep -q "gone.md" $$tmp/log && rm -rf $$tmp && echo "docs-strict-check: a broken link fails the build"
 
-.PHONY: api-docs api-docs-check api-html api-rust api-node docs-deps-node
+.PHONY: api-docs api-docs-check api-html api-rust api-node api-jvm docs-deps-node docs-deps-python
+api-docs api-docs-check: docs-deps-python
 api-docs:
-	python3 tests/docs/api_reference.py
+	$(PY) tests/docs/api_reference.py
 api-docs-check:
-	python3 tests/docs/api_reference.py --check
+	$(PY) tests/docs/api_reference.py --check
+docs-deps-python: python-deps
+	@$(PY) -m pip install -q --disable-pip-version-check -r tests/docs/requirements.txt
 docs-test: api-docs-check
 
-api-html: api-rust api-node
+api-html: api-rust api-node api-jvm
 docs: api-html
 # With --workspace and --examples cargo resolves features as lint's clippy and
 # rust-build do (every member, the core's dev-dependencies), so the dependencies'
@@ -40,6 +46,10 @@ api-rust:
 	@rm -rf $(API_HTML)/api/rust && mkdir -p $(API_HTML)/api && cp -r $(CARGO_TARGET_DIR)/doc $(API_HTML)/api/rust
 api-node: docs-deps-node
 	cd tests/docs && node node_modules/typedoc/bin/typedoc --logLevel Warn --out $(API_HTML)/api/node
+# Dokka (tests/docs/dokka/pom.xml): about 45 s of CPU.
+api-jvm:
+	@rm -rf $(API_HTML)/api/jvm
+	cd tests/docs/dokka && mvn -q -B org.jetbrains.dokka:dokka-maven-plugin:2.2.0:dokka -Dapi.out=$(API_HTML)/api/jvm
 docs-deps-node:
 	@command -v node >/dev/null || { echo "node (>= 18) is required"; exit 1; }
 	@cd tests/docs && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \

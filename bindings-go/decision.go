@@ -52,7 +52,7 @@ type Decision struct {
 	// Meaningful only when HasRetryAfter (false when allowed, and when the
 	// cost can never fit).
 	RetryAfter    time.Duration
-	HasRetryAfter bool
+	HasRetryAfter bool // whether RetryAfter is set
 	// Delay: shape mode, how long to hold the request before serving it.
 	Delay time.Duration
 	// Source: who decided.

@@ -33,9 +33,9 @@ var (
 // Error is an error from the core: a kind (one of the sentinels) and a
 // message; Key is the store key an ErrStore concerns.
 type Error struct {
-	Kind    error
-	Message string
-	Key     string
+	Kind    error  // the sentinel: ErrStore, ErrStoreUnavailable, ErrClosed, ErrInternal, …
+	Message string // what went wrong
+	Key     string // the store key an ErrStore concerns
 }
 
 // Error returns the message, prefixed with "polylimit: ".
@@ -48,9 +48,9 @@ func (e *Error) Unwrap() error { return e.Kind }
 // in Options' names (Policy.Rate, IPv6Subnet) or a rules document's
 // (policies.api.rate); Value is what was given (JSON syntax).
 type ConfigError struct {
-	Field   string
-	Value   string
-	Message string
+	Field   string // the option at fault, as written (Policy.Rate)
+	Value   string // the value given, in JSON syntax
+	Message string // the whole message, naming the field and the value
 }
 
 // Error returns the message, which names the field and value at fault, prefixed with "polylimit: ".

@@ -30,10 +30,10 @@ type Sync struct {
 
 // Penalty blocks a key after repeated denials (SPEC §6).
 type Penalty struct {
-	Threshold   uint64
-	Within      time.Duration
-	Cooldowns   []time.Duration
-	ForgetAfter time.Duration
+	Threshold   uint64          // denials within Within that block the key
+	Within      time.Duration   // the time the Threshold denials must fall within
+	Cooldowns   []time.Duration // block lengths, one step per block; the last repeats
+	ForgetAfter time.Duration   // the level drops one step per ForgetAfter without a denial
 }
 
 // Adaptive shrinks the budget of a key whose rate jumps far above its own
@@ -86,7 +86,7 @@ type Options struct {
 	// global limit. Region names this process's region; its store is the
 	// limiter's store (leave Store empty or the same).
 	Regions map[string]RegionStore
-	Region  string
+	Region  string // this process's region, one of Regions
 
 	TrustedProxies  []string // CIDRs (and "unix") whose forwarded header is believed
 	ForwardedHeader string   // "x-forwarded-for" (default) or "forwarded"

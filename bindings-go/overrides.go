@@ -34,11 +34,11 @@ type Override struct {
 
 // OverrideInfo is a per-key override in force.
 type OverrideInfo struct {
-	Policy string `json:"policy"`
-	Key    string `json:"key"`
-	Rate   string `json:"rate"`
-	Burst  uint64 `json:"burst"`
-	Limit  uint64 `json:"limit"`
+	Policy string `json:"policy"` // the policy's name
+	Key    string `json:"key"`    // the key
+	Rate   string `json:"rate"`   // the key's rate, "<n>/<duration>"
+	Burst  uint64 `json:"burst"`  // its bucket capacity (the limit per window for window algorithms)
+	Limit  uint64 `json:"limit"`  // the Limit of its decisions (as Burst)
 	// ExpiresAtMs is when it ends (ms since the epoch, the store's clock); 0: never.
 	ExpiresAtMs int64 `json:"expires_at_ms"`
 }

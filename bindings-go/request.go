@@ -10,7 +10,7 @@ import (
 
 // RequestInfo is what the core needs to know about an HTTP request.
 type RequestInfo struct {
-	Method string `json:"method,omitempty"`
+	Method string `json:"method,omitempty"` // the HTTP method (GET, POST, …)
 	// Path is the path the router saw, or the request target: the core
 	// reduces an absolute-form target to its path, drops the query and
 	// fragment and decodes unreserved percent-escapes before matching.
@@ -21,16 +21,16 @@ type RequestInfo struct {
 	// Peer is the TCP peer address; "" or "@" (a Unix socket) is a peer
 	// without an address, trusted only with "unix" in TrustedProxies.
 	Peer    string      `json:"peer,omitempty"`
-	Headers [][2]string `json:"headers,omitempty"`
-	User    string      `json:"user,omitempty"`
-	APIKey  string      `json:"api_key,omitempty"`
-	Key     string      `json:"key,omitempty"` // the "key" dimension, chosen by the caller
-	Cost    uint64      `json:"cost,omitempty"`
-	NowMs   *int64      `json:"now_ms,omitempty"` // tests and simulations only
+	Headers [][2]string `json:"headers,omitempty"` // name/value pairs, repeated names in order
+	User    string      `json:"user,omitempty"`    // the "user" dimension; "" for anonymous
+	APIKey  string      `json:"api_key,omitempty"` // the "api_key" dimension; "" for none
+	Key     string      `json:"key,omitempty"`     // the "key" dimension, chosen by the caller
+	Cost    uint64      `json:"cost,omitempty"`    // units the request consumes; 0: 1
+	NowMs   *int64      `json:"now_ms,omitempty"`  // tests and simulations only
 	// The router's path matching: case-insensitive, one trailing slash
 	// ignored. Both false for net/http's ServeMux.
-	CaseInsensitive     bool `json:"case_insensitive,omitempty"`
-	IgnoreTrailingSlash bool `json:"ignore_trailing_slash,omitempty"`
+	CaseInsensitive     bool `json:"case_insensitive,omitempty"`      // paths match whatever their case
+	IgnoreTrailingSlash bool `json:"ignore_trailing_slash,omitempty"` // "/a/" matches "/a"
 }
 
 // Outcome says how to answer a request.
@@ -41,7 +41,7 @@ type Outcome struct {
 	Headers [][2]string
 	// Body of a refusal (JSON); HasBody says whether there is one.
 	Body    string
-	HasBody bool
+	HasBody bool // whether Body is set
 	// Delay: hold the request this long before serving it (shape mode).
 	Delay time.Duration
 	// Decisions: every policy's decision.
@@ -54,10 +54,10 @@ type Outcome struct {
 
 // RuleDecision is one policy's decision for a request.
 type RuleDecision struct {
-	Rule     string
-	Policy   string
-	Shadow   bool
-	Decision Decision
+	Rule     string   // the rule's name
+	Policy   string   // the policy's name
+	Shadow   bool     // the rule only records: its denial never refuses
+	Decision Decision // the policy's decision
 }
 
 // The compact encodings of polylimit_limiter_try_check_request (the core's

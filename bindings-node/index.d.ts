@@ -2,6 +2,7 @@
 
 /** A policy, the same object in every language (SPEC §2; snake_case fields). */
 export interface Policy {
+  /** The algorithm (default `token_bucket`); `concurrency` limits requests in flight instead of a rate. */
   algorithm?: 'token_bucket' | 'leaky_bucket' | 'gcra' | 'fixed_window' | 'sliding_window_log' | 'sliding_window_counter' | 'concurrency';
   /** `"10/s"`, `"100/min"`, `"5/10s"`, `"1000 per hour"` (every algorithm but `concurrency`). */
   rate?: string;
@@ -9,30 +10,60 @@ export interface Policy {
   limit?: number;
   /** `concurrency`: how long an unreleased slot is held (default `"60s"`). */
   lease?: Duration;
+  /** Bucket capacity for `token_bucket`, `leaky_bucket` and `gcra` (default: the rate's count). */
   burst?: number;
+  /** Another name for `burst`. */
   capacity?: number;
+  /** `token_bucket`: `continuous` (default), or `interval` (whole tokens per elapsed period). */
   refill?: 'continuous' | 'interval';
+  /** `leaky_bucket`: `police` rejects the overflow (default), `shape` admits it with a delay (`delayMs`). */
   mode?: 'police' | 'shape';
+  /** Shape mode: the longest delay granted (default `(burst-1)` times the emission interval). */
   max_delay?: string;
+  /** What decides while the store is down: `local` (default), `fail_open` or `fail_closed`. */
   on_store_error?: 'local' | 'fail_open' | 'fail_closed';
-  penalty?: { threshold: number; within: string; cooldowns: string[]; forget_after?: string };
+  /** Blocks a key for `cooldowns[i]` after `threshold` denials `within` a time (docs/features/penalties.md). */
+  penalty?: {
+    /** Denials within `within` that block the key. */
+    threshold: number;
+    /** The time the `threshold` denials must fall within (`"1m"`). */
+    within: string;
+    /** The block lengths of each step (`["10s", "1m", "10m"]`); the last one repeats. */
+    cooldowns: string[];
+    /** The level drops one step for each `forget_after` without a denial. */
+    forget_after?: string;
+  };
   /** Adaptive limits per key (docs/features/adaptive.md). */
   adaptive?: {
+    /** The short window a key's rate is measured over (default 2 min). */
     window?: Duration;
+    /** The baseline's horizon, a multiple of `window` (default 10 min). */
     horizon?: Duration;
+    /** A key is anomalous above `factor` times its baseline… */
     factor?: number;
+    /** …and at least this rate (`"1/s"`). */
     floor?: string;
+    /** The rate a mitigated key keeps at least (`"1/s"`). */
     minRate?: string;
+    /** How alerts show the key: its `dimensions` with `ip` and `key` hashed (default), the whole key `hash`ed, or `raw`. */
     alertKeys?: 'dimensions' | 'hash' | 'raw';
   };
+  /** The label in headers, metrics and store keys (default `default`; 1 to 128 bytes). */
   name?: string;
   /** Admit from a local share, taken from the store at most once per `interval` per key (docs/features/sync.md). */
-  sync?: { interval?: Duration; share?: number };
+  sync?: {
+    /** How often a process takes a share from the store, per key (default 100 ms). */
+    interval?: Duration;
+    /** How much of the limit each take is (default a tenth of it, at least 1). */
+    share?: number;
+  };
 }
 
 /** An alert of an adaptive policy: a key became anomalous (`action: 'limit'`) or recovered (`'restore'`). */
 export interface AnomalyEvent {
+  /** Which alert: the key became anomalous, or it recovered. */
   event: 'polylimit.anomalous' | 'polylimit.recovered';
+  /** The name of the adaptive policy that raised it. */
   policy: string;
   /** The key as the policy's `alertKeys` says: by default a rule's dimensions with `ip` and `key` values hashed. */
   key: string;
@@ -40,9 +71,11 @@ export interface AnomalyEvent {
   rate: number;
   /** The key's baseline, requests per second. */
   baseline: number;
+  /** `limit`: the key is held to `limitedTo`; `restore`: back to its policy's limit. */
   action: 'limit' | 'restore';
   /** The budget while anomalous, requests per second (0 on recovery). */
   limitedTo: number;
+  /** When it was raised (ms since the epoch). */
   atMs: number;
   /** Alerts of this policy dropped by the storm limit since the last one delivered. */
   suppressed: number;
@@ -58,11 +91,13 @@ export type Duration = number | string;
  * beside `rules`/`rulesFile` override the document's.
  */
 export interface LimiterOptions {
+  /** The limiter's one policy (for several, `policies`). */
   policy?: Policy;
   /** Called with every alert of the adaptive policies; a throw or rejection is counted, never reaches a request. */
   onAnomaly?: (event: AnomalyEvent) => void | Promise<void>;
   /** Adaptive alerts also write one JSON line each to stderr: true or 'stderr' (default), false or 'off'. */
   anomalyLog?: boolean | 'stderr' | 'off';
+  /** Several policies, decided as one atomic decision: none is charged when one denies. */
   policies?: Policy[] | Record<string, Policy>;
   /** Key dimensions of the one rule built from `policy`/`policies`: `ip`, `route`, `user`, `header:<name>`, … Default `['ip']`. */
   key?: string | string[];
@@ -84,10 +119,21 @@ export interface LimiterOptions {
    * shares sum to 1). Each region's store holds its share of every policy; a region out of quota
    * borrows from another, never above the global limit. The local region's store is the limiter's.
    */
-  regions?: Record<string, string | { store: string; share?: number }>;
+  regions?: Record<
+    string,
+    | string
+    | {
+        /** The region's store URL. */
+        store: string;
+        /** The region's part of every limit, from 0 to 1 (default: equal parts). */
+        share?: number;
+      }
+  >;
   /** This process's region: one of `regions`. */
   region?: string;
+  /** The first segment of every store key (default `polylimit`). */
   prefix?: string;
+  /** The most keys the memory store (and the local fallback) holds (default 1,000,000). */
   maxKeys?: number;
   /** Every check reads the key's per-key override (setOverride); default false. */
   overrides?: boolean;
@@ -99,12 +145,17 @@ export interface LimiterOptions {
   connectTimeout?: Duration;
   /** PEM file of the CA signing the Redis servers' certificates (`rediss…`); default: the public web CAs. */
   tlsCa?: string;
+  /** Consecutive store failures that open the circuit breaker (default 5). */
   failureThreshold?: number;
+  /** How long the breaker stays open before it probes the store again (default 30 s). */
   cooldown?: Duration;
+  /** Good probes that close the breaker again (default 3). */
   halfOpenProbes?: number;
   /** express-rate-limit style: a fixed window of `windowMs` with `limit` (or `max`) requests. */
   windowMs?: Duration;
+  /** express-rate-limit style: requests per `windowMs` (default 5). */
   limit?: number;
+  /** Another name for `limit`. */
   max?: number;
   /**
    * Rate-limit headers. `draft-6` | `draft-7` | `draft-8`: byte for byte express-rate-limit's
@@ -113,16 +164,19 @@ export interface LimiterOptions {
   headers?: HeaderSet | HeaderSet[];
   /** express-rate-limit style: `true` is `ietf`; a draft name is that draft's exact headers. */
   standardHeaders?: boolean | 'draft-6' | 'draft-7' | 'draft-8';
+  /** express-rate-limit style: the X-RateLimit-* headers on or off (default true). */
   legacyHeaders?: boolean;
   /** Proxies whose forwarding header names the client: CIDRs, and `unix` for a proxy on a Unix socket. */
   trustedProxies?: string[];
   /** The one header read from a trusted proxy (the other is ignored). Default `x-forwarded-for`. */
   forwardedHeader?: 'x-forwarded-for' | 'forwarded';
+  /** The prefix length IPv6 clients are keyed by (default 64). */
   ipv6Subnet?: number;
   /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   allowlist?: string[];
   /** CIDRs and typed keys: `user:<id>`, `api_key:<key>`, `key:<key>`. */
   denylist?: string[];
+  /** Decide, count and set headers, but never refuse (default false). */
   shadow?: boolean;
   /** Set by a middleware given a `keyGenerator`: `key` defaults to `['key']`, and some rule must read `key`. */
   keyFunction?: boolean;
@@ -160,10 +214,15 @@ export interface OverrideOptions {
 
 /** A per-key override in force. */
 export interface Override {
+  /** The name of the policy it applies to. */
   policy: string;
+  /** The key it applies to. */
   key: string;
+  /** The key's rate, as a policy's (`"100/min"`). */
   rate: string;
+  /** The key's bucket capacity (the limit per window for window algorithms). */
   burst: number;
+  /** The `limit` of its decisions (as `burst`). */
   limit: number;
   /** When it ends (ms since the epoch, the store's clock); null: never. */
   expiresAtMs: number | null;
@@ -171,19 +230,25 @@ export interface Override {
 
 /** One policy's answer for one key: allowed or not, and the numbers behind it. */
 export interface Decision {
+  /** Whether the request may go ahead. */
   allowed: boolean;
+  /** The policy's limit: the burst, or the window's count. */
   limit: number;
+  /** How many more requests of cost 1 would be allowed now. */
   remaining: number;
+  /** Milliseconds until the key is back to its full limit. */
   resetAfterMs: number;
   /** When denied: ms until the same request could pass; null when allowed or when the cost can never fit. */
   retryAfterMs: number | null;
   /** Shape mode: how long to hold the request. */
   delayMs: number;
+  /** What answered: the store, a local cache, a fallback, a penalty, a list or adaptive. */
   source: Source;
 }
 
 /** What the HTTP layer knows about a request (the core's `RequestInfo`). */
 export interface RequestInfo {
+  /** The HTTP method (`GET`, `POST`, …). */
   method?: string;
   /** The request target or the path the router saw; the core normalises it. */
   path?: string;
@@ -191,11 +256,17 @@ export interface RequestInfo {
   route?: string;
   /** The peer address; absent (or `''`) for a Unix socket. */
   peer?: string;
+  /** The request's headers: an object, or name/value pairs (repeated names kept in order). */
   headers?: Record<string, string> | Array<[string, string]>;
+  /** The authenticated user (the `user` dimension); null: anonymous. */
   user?: string | null;
+  /** The API key (the `api_key` dimension); null: none. */
   apiKey?: string | null;
+  /** Your own key (the `key` dimension, e.g. from a `keyGenerator`); null: none. */
   key?: string | null;
+  /** Units the request consumes (a positive integer, default 1). */
   cost?: number;
+  /** For tests and simulations: the time to decide at (ms since the epoch). */
   nowMs?: number;
   /** The router matches paths case-insensitively (Express's default). */
   caseInsensitive?: boolean;
@@ -205,15 +276,25 @@ export interface RequestInfo {
 
 /** One rule's decision behind an `Outcome` (`shadow`: the rule only records, never refuses). */
 export interface RuleDecision {
+  /** The name of the rule that decided. */
   rule: string;
+  /** The name of the rule's policy. */
   policy: string;
+  /** Whether this rule lets the request through. */
   allowed: boolean;
+  /** The policy's limit: the burst, or the window's count. */
   limit: number;
+  /** How many more requests of cost 1 this rule would allow now. */
   remaining: number;
+  /** Milliseconds until the key is back to its full limit. */
   resetAfterMs: number;
+  /** When denied: ms until the same request could pass; null when allowed. */
   retryAfterMs: number | null;
+  /** Shape mode: how long to hold the request. */
   delayMs: number;
+  /** What answered: the store, a local cache, a fallback, a penalty, a list or adaptive. */
   source: Source;
+  /** The rule only records (shadow mode): its denial never refuses the request. */
   shadow: boolean;
 }
 
@@ -225,7 +306,9 @@ export interface Outcome {
   headers: Array<[string, string]>;
   /** JSON body when refused. */
   body: string | null;
+  /** Shape mode: how long to hold the request before letting it through. */
   delayMs: number;
+  /** Every rule's decision behind the outcome, in the rules' order. */
   decisions: RuleDecision[];
   /**
    * Present when the request was allowed and a rule counts only some responses (`count`): pass it
@@ -265,7 +348,15 @@ export class Limiter {
    * A check that, for a concurrency policy, takes `cost` slots until released. `lease` is null when
    * denied or when no policy is a concurrency one; `check` refuses a concurrency policy.
    */
-  acquire(key: string, options?: CheckOptions): Promise<{ decision: Decision; lease: Lease | null }>;
+  acquire(
+    key: string,
+    options?: CheckOptions,
+  ): Promise<{
+    /** The strictest decision, as `check` gives it. */
+    decision: Decision;
+    /** The slots taken, to release; null when denied or when no policy is a concurrency one. */
+    lease: Lease | null;
+  }>;
   /**
    * A rule for one route, checked through this limiter (same store, state, metrics, `close()`):
    * the middlewares' `rateLimit({ limiter, key, policy })`. No `key`: `['ip']`, or `['key']` with
@@ -303,6 +394,7 @@ export class Limiter {
 
 /** An opaque rule for one route, from `Limiter.routeRule`; only the limiter that built it checks with it. */
 export interface RouteRule {
+  /** Brands the type (no such property exists at run time). */
   readonly __polylimitRouteRule: unique symbol;
 }
 
@@ -403,6 +495,7 @@ export interface ExpressOptions extends MiddlewareOptions {
 
 /** The Express middleware `rateLimit` returns; `limiter` is the limiter it checks with. */
 export type RateLimitMiddleware = ((req: any, res: any, next: (err?: unknown) => void) => Promise<void>) & {
+  /** The limiter the middleware checks with (given, or built from the options). */
   limiter: Limiter;
 };
 

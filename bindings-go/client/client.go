@@ -54,8 +54,9 @@ type RetryTransport struct {
 
 	// Sleep waits d or until ctx is done (tests inject one); default a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
-	// Now is the wall clock (default time.Now); Rand gives [0, 1) (default math/rand/v2).
-	Now  func() time.Time
+	// Now is the wall clock (default time.Now).
+	Now func() time.Time
+	// Rand gives a number in [0, 1) for the jitter (default math/rand/v2).
 	Rand func() float64
 }
 

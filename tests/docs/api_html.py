@@ -1,19 +1,24 @@
-"""MkDocs hook: serve the generated API references (`make api-html`) under
-api/rust/ (rustdoc) and api/node/ (TypeDoc).
+"""MkDocs hook: the generated API references in the site.
 
-They are added to the site's files rather than copied after the build, so
-`mkdocs build --strict` checks the links docs/reference/api.md makes into them
-like any other link: a missing reference fails the build.
+- api/rust/ (rustdoc), api/node/ (TypeDoc) and api/jvm/ (Dokka), built by
+  `make api-html`, are
+  added to the site's files rather than copied after the build, so
+  `mkdocs build --strict` checks the links docs/reference/api.md makes into
+  them like any other link: a missing reference fails the build.
+- reference/go.md is `go doc -all` of each Go package, generated here at every
+  build (Go's own reference generator; the module is not on pkg.go.dev yet).
 """
 
 import os
 import pathlib
+import subprocess
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PARTS = ("rust", "node")
+PARTS = ("rust", "node", "jvm")
+GO_PACKAGES = [".", "./client"]  # in bindings-go
 
 
 class Asset(File):
@@ -22,6 +27,27 @@ class Asset(File):
 
     def is_documentation_page(self):
         return False
+
+
+def go_page():
+    out = [
+        "# Go API",
+        "",
+        "`go doc -all` of the module `github.com/polylimit/polylimit/bindings-go`, generated at",
+        "every build of the site from the doc comments (`make docs-test` fails on an exported",
+        "identifier without one: `tests/docs/godoc.go`). The same text in a checkout:",
+        "`cd bindings-go && go doc -all .`",
+        "",
+    ]
+    for package in GO_PACKAGES:
+        try:
+            text = subprocess.run(
+                ["go", "doc", "-all", package], cwd=ROOT / "bindings-go", capture_output=True, text=True, check=True
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise PluginError(f"`go doc -all {package}` in bindings-go failed (Go >= 1.23 is needed): {e}")
+        out += [f"## {text.splitlines()[0].split(' // ')[0]}", "", "```go", text.rstrip(), "```", ""]
+    return "\n".join(out)
 
 
 def on_files(files, config):
@@ -33,4 +59,5 @@ def on_files(files, config):
         for path in sorted((src / "api" / part).rglob("*")):
             if path.is_file():
                 files.append(Asset(path.relative_to(src).as_posix(), str(src), config["site_dir"], False))
+    files.append(File.generated(config, "reference/go.md", content=go_page()))
     return files

@@ -4,11 +4,13 @@
 For each language it lists the public items and the first line of each
 one's doc comment, and writes them as content tabs into docs/reference/api.md:
 
-    Python  the names of polylimit.__all__, in the .pyi stubs, and their
-            public methods (docstrings)
+    Python  the names of __all__ of polylimit, polylimit.client and
+            polylimit.fastapi and their classes' public members, read by griffe
+            (the .pyi stubs merged with the sources; docstrings)
     Node    every export of bindings-node/index.d.ts and the members of its
             exported classes (the /** ... */ comment before each)
-    Go      every exported func, type and method of bindings-go (// comment)
+    Go      every exported const, var, func, type, method and struct field of
+            bindings-go and bindings-go/client, read by go/doc (tests/docs/godoc.go)
     JVM     every public class, object, interface and fun of the hand-written
             Kotlin sources (KDoc); polylimit_jvm.kt is uniffi's output
 
@@ -21,9 +23,10 @@ core/src/lib.rs makes an undocumented public item a build error there.
                                                  # no doc comment or a stale page
 """
 
-import ast
+import json
 import pathlib
 import re
+import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,60 +44,42 @@ def first_line(text):
 
 
 # ---------------------------------------------------------------- Python
+PYTHON_MODULES = [("polylimit", ""), ("polylimit.client", "client."), ("polylimit.fastapi", "fastapi.")]
+
+
 def python_items():
-    pkg = ROOT / "bindings-python/python/polylimit"
-    init = ast.parse((pkg / "__init__.py").read_text())
-    exported = []
-    for node in init.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
-            exported = [e.value for e in node.value.elts]
-    defs, native = {}, {}
-    for node in ast.parse((pkg / "_polylimit.pyi").read_text()).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
-            native[node.name] = defs[node.name] = node
-    # What __init__.pyi defines wins; a subclass of a native class (`Limiter(_NativeLimiter)`)
-    # also lists the native class's methods.
-    for node in ast.parse((pkg / "__init__.pyi").read_text()).body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
-            defs[node.name] = node
+    """The names each module exports (``__all__``) and their classes' public members, as
+    griffe reads them for the site's Python page (mkdocstrings): the .pyi stubs of the
+    native module merged with the Python sources. The constructor is the class's docstring."""
+    import griffe  # tests/docs/requirements.txt, in the checkout's .venv
+
+    def docstring(obj):
+        obj = obj.final_target if obj.is_alias else obj
+        return first_line(obj.docstring.value if obj.docstring else "")
+
     items = []
-    for name in exported:
-        if name == "__version__":
-            items.append((name, "The version of the installed package, as a string."))
-            continue
-        node = defs.get(name)
-        if node is None:
-            items.append((name, ""))
-            continue
-        items.append((name, first_line(ast.get_docstring(node))))
-        if isinstance(node, ast.ClassDef):
-            members = list(node.body)
-            if native.get(name) not in (None, node):
-                own = {m.name for m in members if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-                members += [m for m in native[name].body if getattr(m, "name", None) not in own]
-            for member in members:
-                # the constructor is the class's docstring
-                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)) and not member.name.startswith("_"):
-                    doc = first_line(ast.get_docstring(member))
-                    items.append((f"{name}.{member.name}", doc))
+    for module, prefix in PYTHON_MODULES:
+        mod = griffe.load(module, search_paths=[ROOT / "bindings-python/python"], allow_inspection=False)
+        for name in mod.exports if mod.exports is not None else mod.members:
+            obj = mod.members[name]
+            items.append((prefix + name, docstring(obj)))
+            obj = obj.final_target if obj.is_alias else obj
+            if obj.is_class:
+                # all_members: a subclass of a native class (`Limiter(_NativeLimiter)`) lists its methods too
+                for member, value in obj.all_members.items():
+                    if not member.startswith("_"):
+                        items.append((f"{prefix}{name}.{member}", docstring(value)))
     return items
 
 
 # ---------------------------------------------------------------- comments before a line
-def doc_before(lines, i, style):
-    """The doc comment ending right above lines[i] (skipping annotations)."""
+def doc_before(lines, i):
+    """The /** ... */ comment ending right above lines[i] (skipping annotations)."""
     j = i - 1
     while j >= 0 and lines[j].strip().startswith("@"):
         j -= 1
     if j < 0:
         return ""
-    if style == "slash":
-        block = []
-        while j >= 0 and lines[j].strip().startswith("//"):
-            block.insert(0, lines[j].strip()[2:].strip())
-            j -= 1
-        return first_line("\n".join(block))
-    # /** ... */
     if not lines[j].strip().endswith("*/"):
         return ""
     block = []
@@ -120,7 +105,7 @@ def node_items():
         m = decl.match(line)
         if m:
             kind, name = m.groups()
-            items.append((name, doc_before(lines, i, "jsdoc")))
+            items.append((name, doc_before(lines, i)))
             cls = name if kind == "class" and not line.rstrip().endswith("{}") else None
             continue
         if line.startswith("}"):
@@ -128,28 +113,21 @@ def node_items():
         elif cls:
             m = member.match(line)
             if m and not m.group(1).startswith("_"):
-                items.append((f"{cls}.{m.group(1)}", doc_before(lines, i, "jsdoc")))
+                items.append((f"{cls}.{m.group(1)}", doc_before(lines, i)))
     return items
 
 
 # ---------------------------------------------------------------- Go
+GO_PACKAGES = ["bindings-go", "bindings-go/client"]
+
+
 def go_items():
-    items = []
-    decl = re.compile(r"^(?:func (?:\(\w+ \*?(\w+)\) )?([A-Z]\w*)|type ([A-Z]\w*))")
-    for path in sorted((ROOT / "bindings-go").glob("*.go")):
-        if path.name.endswith("_test.go"):
-            continue
-        lines = path.read_text().splitlines()
-        for i, line in enumerate(lines):
-            m = decl.match(line)
-            if not m:
-                continue
-            recv, func, typ = m.groups()
-            if recv and not recv[0].isupper():
-                continue
-            name = typ or (f"{recv}.{func}" if recv else func)
-            items.append((name, doc_before(lines, i, "slash")))
-    return sorted(items)
+    """Every exported const, var, func, type, method and struct field, as go/doc
+    reads them (tests/docs/godoc.go), with the first sentence of its comment."""
+    out = subprocess.run(
+        ["go", "run", "tests/docs/godoc.go", *GO_PACKAGES], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [(i["name"], i["doc"]) for i in map(json.loads, out.splitlines())]
 
 
 # ---------------------------------------------------------------- JVM
@@ -165,7 +143,7 @@ def generated_interfaces(lines):
         elif iface is not None:
             m = re.match(r"^    (?:suspend )?fun `(\w+)`\(", line)
             if m:
-                iface[m.group(1)] = doc_before(lines, i, "jsdoc")
+                iface[m.group(1)] = doc_before(lines, i)
     return out
 
 
@@ -176,7 +154,8 @@ def jvm_items():
     top = re.compile(
         r"^(?:public )?(?:data |sealed |enum |abstract |open |fun )?(class|interface|object) (\w+)|^(?:public )?fun (?:<[^>]+> )?(?:([\w.]+)\.)?(\w+)\("
     )
-    member = re.compile(r"^    (?:public )?(override )?(?:suspend )?fun (?:<[^>]+> )?(\w+)\(")
+    # a class's funs, and its companion object's (8 spaces)
+    member = re.compile(r"^    (?:    )?(?:public )?(override )?(?:suspend )?fun (?:<[^>]+> )?(\w+)\(")
     for path in sorted(src.glob("*.kt")):
         if path.name == "polylimit_jvm.kt":
             continue
@@ -188,7 +167,7 @@ def jvm_items():
                 kind, name, recv, fun = m.groups()
                 if name:
                     cls = name
-                    items.append((name, doc_before(lines, i, "jsdoc")))
+                    items.append((name, doc_before(lines, i)))
                     # `: FooInterface by native`: the generated methods are the class's too,
                     # documented where uniffi wrote them (overrides inherit that KDoc).
                     delegated = {}
@@ -198,7 +177,7 @@ def jvm_items():
                         items.append((f"{cls}.{fun_name}", doc))
                 else:
                     cls = None
-                    items.append((f"{recv}.{fun}" if recv else fun, doc_before(lines, i, "jsdoc")))
+                    items.append((f"{recv}.{fun}" if recv else fun, doc_before(lines, i)))
                 continue
             if line.startswith(("private ", "internal ")):
                 cls = None
@@ -208,14 +187,14 @@ def jvm_items():
                 override, fun_name = m.groups()
                 if override and fun_name in delegated:
                     continue  # listed with the interface's KDoc
-                items.append((f"{cls}.{fun_name}", doc_before(lines, i, "jsdoc")))
+                items.append((f"{cls}.{fun_name}", doc_before(lines, i)))
     return items
 
 
 LANGUAGES = [
-    ("Python", "bindings-python/python/polylimit/*.pyi", python_items),
+    ("Python", "bindings-python/python/polylimit/*.pyi, *.py", python_items),
     ("Node.js", "bindings-node/index.d.ts", node_items),
-    ("Go", "bindings-go/*.go", go_items),
+    ("Go", "bindings-go/*.go, bindings-go/client/*.go", go_items),
     ("Kotlin / Java", "bindings-jvm/src/main/kotlin/dev/polylimit/*.kt", jvm_items),
 ]
 
@@ -231,11 +210,14 @@ def render(tables):
         "",
         "- **Rust core**: [rustdoc of the `polylimit` crate](../api/rust/polylimit/index.html); the",
         "  core denies an undocumented public item (`#![deny(missing_docs)]`).",
-        "- **Node.js**: [TypeDoc of `index.d.ts`](../api/node/index.html); TypeDoc fails the",
-        "  build on an undocumented export or class member (`tests/docs/typedoc.json`).",
-        "- **Go**: `go doc -all` in `bindings-go`.",
-        "- **Python**: `help(polylimit.Limiter)`; the stubs are `polylimit/*.pyi`.",
-        "- **Kotlin / Java**: the KDoc of the sources, shown by your IDE.",
+        "- **Python**: [Python API](python.md), mkdocstrings' page of the `.pyi` stubs and the",
+        "  sources; the check below covers every name it shows.",
+        "- **Node.js**: [TypeDoc of `index.d.ts`](../api/node/index.html); TypeDoc fails the build",
+        "  on an undocumented export, class member or interface property (`tests/docs/typedoc.json`).",
+        "- **Go**: [Go API](go.md), `go doc -all` of the module; the check below reads every",
+        "  exported const, var, func, type, method and struct field with go/doc.",
+        "- **Kotlin / Java**: [Dokka of the Kotlin sources](../api/jvm/index.html); the check below",
+        "  reads the KDoc of every public declaration of the hand-written sources.",
         "",
     ]
     for (title, source, _), items in zip(LANGUAGES, tables):

@@ -23,34 +23,53 @@ from ._polylimit import (
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
-# `count`: "all", "failed", "successful", a status class ("4xx") or code (401), or a list of them.
+"""A rule's key: a dimension (``"ip"``, ``"user"``, ``"header:<name>"``, …), a list of them, or a function of the request."""
 CountSpec = Union[str, int, Sequence[Union[str, int]]]
+"""Which responses a rule charges: ``"all"``, ``"failed"``, ``"successful"``, a status class (``"4xx"``) or code (401), or a list of them."""
 
 class Override(TypedDict):
     """A per-key override in force (``Limiter.set_override``)."""
 
     policy: str
+    """The name of the policy it applies to."""
     key: str
+    """The key it applies to."""
     rate: str
+    """The key's rate, as a policy's (``"100/min"``)."""
     burst: int
+    """The key's bucket capacity (the limit per window for window algorithms)."""
     limit: int
+    """The ``limit`` of its decisions (as ``burst``)."""
     expires_at_ms: Optional[int]
+    """When it ends (ms since the epoch, the store's clock); None: never."""
 
 class Policy:
     """One limit: a rate and algorithm, with its burst, mode, fallback, penalty and lease options."""
 
     rate: Optional[str]
+    """``"10/s"``, ``"100/min"``, ``"5/10s"``, ``"1000 per hour"`` (every algorithm but ``concurrency``)."""
     algorithm: str
+    """``token_bucket`` (default), ``leaky_bucket``, ``gcra``, ``fixed_window``, ``sliding_window_log``, ``sliding_window_counter`` or ``concurrency``."""
     burst: Optional[int]
+    """Bucket capacity for ``token_bucket``, ``leaky_bucket`` and ``gcra`` (default: the rate's count)."""
     refill: Optional[str]
+    """``token_bucket``: ``continuous`` (default), or ``interval`` (whole tokens per elapsed period)."""
     mode: Optional[str]
+    """``leaky_bucket``: ``police`` rejects the overflow (default), ``shape`` admits it with a delay."""
     max_delay: Optional[str]
+    """Shape mode: the longest delay granted (default ``(burst-1)`` times the emission interval)."""
     on_store_error: Optional[str]
+    """What decides while the store is down: ``local`` (default), ``fail_open`` or ``fail_closed``."""
     penalty: Optional[Dict[str, Any]]
+    """Blocks a key after repeated denials: ``threshold``, ``within``, ``cooldowns``, ``forget_after``."""
     name: Optional[str]
+    """The label in headers, metrics and store keys (default ``default``)."""
     limit: Optional[int]
+    """``concurrency``: the most requests in flight per key."""
     lease: Optional[str]
+    """``concurrency``: how long an unreleased slot is held (default ``"60s"``)."""
     sync: Optional[Dict[str, Any]]
+    """Admit from a local share taken from the store at most once per ``interval`` per key: ``interval``, ``share``."""
     def __init__(
         self,
         rate: Optional[str] = None,

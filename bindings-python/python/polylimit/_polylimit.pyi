@@ -7,6 +7,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optio
 from . import Override
 
 __version__: str
+"""The version of the installed package, as a string."""
 
 Source = Literal["store", "local", "fail_open", "fail_closed", "penalty", "allowlist", "denylist", "adaptive"]
 BreakerStateName = Literal["closed", "open", "half_open"]
@@ -15,12 +16,15 @@ class PolylimitError(Exception):
     """The base of every error polylimit raises; ``kind`` names which."""
 
     kind: str
+    """Which error: ``config``, ``store_unavailable``, ``store``, ``closed`` or ``internal``."""
 
 class ConfigError(PolylimitError):
     """A bad option or rules file, found when the limiter is built; ``field`` and ``value`` name it."""
 
     field: str
+    """The option at fault, e.g. ``policy.rate``."""
     value: str
+    """The value at fault, as given."""
 
 class StoreUnavailableError(PolylimitError):
     """The store could not be reached and the policy fails closed (``on_store_error``)."""
@@ -29,6 +33,7 @@ class StoreError(PolylimitError):
     """The store answered with an error; ``key`` is the store key it concerned."""
 
     key: str
+    """The store key the error concerns."""
 
 class ClosedError(PolylimitError):
     """A call on a limiter after ``close()``."""

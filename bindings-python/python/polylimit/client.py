@@ -61,13 +61,21 @@ class RetryPolicy:
     ``ValueError`` naming it and its value."""
 
     max_retries: int = _DEFAULTS["max_retries"]
+    """The most retries of one request (default 3)."""
     max_wait: float = _DEFAULTS["max_wait"]
+    """The longest ``Retry-After`` waited, in seconds (default 60); a longer one returns the response."""
     budget: float = _DEFAULTS["budget"]
+    """Seconds from the first attempt past which no wait may end (default 120)."""
     jitter: float = _DEFAULTS["jitter"]
+    """Up to this fraction of the wait is added at random, from 0 to 1 (default 0.1)."""
     statuses: Tuple[int, ...] = DEFAULT_STATUSES
+    """The statuses retried (default 429 and 503)."""
     retry_non_idempotent: bool = _DEFAULTS["retry_non_idempotent"]
+    """Retry POST, PATCH… on a status other than 429 too (default False)."""
     clock: Callable[[], float] = field(default=time.time, repr=False)
+    """The wall clock in epoch seconds (default ``time.time``; tests inject one)."""
     random: Callable[[], float] = field(default=_random.random, repr=False)
+    """Gives a number in [0, 1) for the jitter (default ``random.random``)."""
 
     def __post_init__(self) -> None:
         self.statuses = tuple(int(s) for s in self.statuses)
@@ -133,10 +141,14 @@ class RetryTransport(httpx.BaseTransport if httpx else object):  # type: ignore[
                  sleep: Callable[[float], None] = time.sleep, **options: Any) -> None:
         _require_httpx()
         self.transport = transport if transport is not None else httpx.HTTPTransport()
+        """The transport that sends each attempt."""
         self.policy = _policy(policy, options)
+        """When to retry and how long to wait."""
         self.sleep = sleep
+        """Waits the given seconds."""
 
     def handle_request(self, request: "httpx.Request") -> "httpx.Response":
+        """Sends ``request``, again after each retried response's ``Retry-After``; returns the last response."""
         replayable = _replayable(request)  # before sending: a read stream turns into bytes
         started = self.policy.clock()
         retries = 0
@@ -150,6 +162,7 @@ class RetryTransport(httpx.BaseTransport if httpx else object):  # type: ignore[
             retries += 1
 
     def close(self) -> None:
+        """Closes the wrapped transport."""
         self.transport.close()
 
 
@@ -161,10 +174,14 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport if httpx else object):  # typ
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, **options: Any) -> None:
         _require_httpx()
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        """The transport that sends each attempt."""
         self.policy = _policy(policy, options)
+        """When to retry and how long to wait."""
         self.sleep = sleep
+        """Waits the given seconds (awaitable)."""
 
     async def handle_async_request(self, request: "httpx.Request") -> "httpx.Response":
+        """Sends ``request``, again after each retried response's ``Retry-After``; returns the last response."""
         replayable = _replayable(request)  # before sending: a read stream turns into bytes
         started = self.policy.clock()
         retries = 0
@@ -178,4 +195,5 @@ class AsyncRetryTransport(httpx.AsyncBaseTransport if httpx else object):  # typ
             retries += 1
 
     async def aclose(self) -> None:
+        """Closes the wrapped transport."""
         await self.transport.aclose()

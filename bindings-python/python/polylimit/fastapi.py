@@ -306,6 +306,7 @@ class RateLimitExceeded(HTTPException):
         body = json.loads(outcome.body) if outcome.body else None
         super().__init__(status_code=outcome.status, detail=body, headers=dict(outcome.headers))
         self.outcome = outcome
+        """The core's refusal: status, headers and body."""
 
 
 def depends(
@@ -461,8 +462,11 @@ class PolylimitMiddleware:
         elif options:
             raise TypeError(f"PolylimitMiddleware takes limiter= or limiter options, not both ({', '.join(options)})")
         self.app = app
+        """The ASGI app the middleware wraps."""
         self.limiter = limiter
+        """The limiter whose rules decide each request."""
         self.hooks = {"user": user, "api_key": api_key, "key": hook}
+        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -31,6 +31,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     // uniffi's cleaner frees the NativeLimiter's.
     private val cleanable = directCleaner.register(this, direct.closer())
 
+    /** The limiter's factories from a rules document (Java: `Limiter.Companion.fromRulesFile(path)`). */
     companion object {
         /** A limiter from a rules file's text (YAML or JSON). */
         @Throws(PolylimitException::class)
