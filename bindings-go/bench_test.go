@@ -87,16 +87,3 @@ func BenchmarkRedisAcquireRelease(b *testing.B) {
 	})
 	b.ReportMetric(float64(cpuTime()-started)/float64(b.N), "cpu-ns/op")
 }
-
-// canonicalName over an allowed request's five header names (headers: both).
-func BenchmarkCanonicalName(b *testing.B) {
-	names := []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit-Policy", "RateLimit"}
-	b.ReportAllocs()
-	n := 0
-	for i := 0; i < b.N; i++ {
-		for _, name := range names {
-			n += len(canonicalName(name))
-		}
-	}
-	_ = n
-}

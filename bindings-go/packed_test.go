@@ -3,7 +3,6 @@ package polylimit
 import (
 	"encoding/binary"
 	"net/http/httptest"
-	"net/textproto"
 	"testing"
 )
 
@@ -90,15 +89,5 @@ func TestPackedRequestLeavesEmptyStringsOut(t *testing.T) {
 	want = append(want, 1, 0, 0, 0, 1, 0, 0, 0, 'A', 0, 0, 0, 0)
 	if string(p.buf) != string(want) {
 		t.Fatalf("packed %v, want %v", p.buf, want)
-	}
-}
-
-// The core's header names, written pre-canonicalised: each as http.Header.Set would.
-func TestCanonicalNameOfEveryCoreHeader(t *testing.T) {
-	for _, name := range []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "RateLimit",
-		"RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After", "x-other-name"} {
-		if got, want := canonicalName(name), textproto.CanonicalMIMEHeaderKey(name); got != want {
-			t.Errorf("canonicalName(%q) = %q, want %q", name, got, want)
-		}
 	}
 }

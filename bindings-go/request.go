@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"math"
 	"net/textproto"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -151,30 +153,36 @@ func (p *packer) request(req *RequestInfo) {
 	p.setCount(at, len(req.Headers))
 }
 
-// canonicalName is the canonical form (what http.Header.Set would use) of a
-// header name the core writes: the core's names (http/headers.rs) are a
-// fixed few, spelled out here so the middleware writes them straight into
-// the header map, with no canonicalising or lookup per request.
+// canonicalNames maps the header names the core writes to their canonical
+// form (what http.Header.Set would use), computed once per name: the core
+// writes a handful of names, so the map stays small (and stops growing at
+// maxCanonicalNames).
+var canonicalNames atomic.Pointer[map[string]string]
+
+const maxCanonicalNames = 64
+
+var canonicalMu sync.Mutex
+
 func canonicalName(name string) string {
-	switch name {
-	case "X-RateLimit-Limit":
-		return "X-Ratelimit-Limit"
-	case "X-RateLimit-Remaining":
-		return "X-Ratelimit-Remaining"
-	case "X-RateLimit-Reset":
-		return "X-Ratelimit-Reset"
-	case "RateLimit":
-		return "Ratelimit"
-	case "RateLimit-Policy":
-		return "Ratelimit-Policy"
-	case "RateLimit-Limit":
-		return "Ratelimit-Limit"
-	case "RateLimit-Remaining":
-		return "Ratelimit-Remaining"
-	case "RateLimit-Reset":
-		return "Ratelimit-Reset"
-	case "Retry-After":
-		return "Retry-After"
+	if m := canonicalNames.Load(); m != nil {
+		if c, ok := (*m)[name]; ok {
+			return c
+		}
 	}
-	return textproto.CanonicalMIMEHeaderKey(name)
+	c := textproto.CanonicalMIMEHeaderKey(name)
+	canonicalMu.Lock()
+	defer canonicalMu.Unlock()
+	old := canonicalNames.Load()
+	if old != nil && len(*old) >= maxCanonicalNames {
+		return c
+	}
+	next := make(map[string]string, 8)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[strings.Clone(name)] = c
+	canonicalNames.Store(&next)
+	return c
 }
