@@ -355,14 +355,14 @@ impl RedisStore {
     }
 }
 
-/// The server cannot run polylimit's function: Redis < 7 has no FCALL or
-/// FUNCTION (`ERR unknown command`), or an ACL refuses them (`NOPERM`).
 /// A shape function that hit a value it cannot do arithmetic on (a foreign
 /// value under a fixed window's key).
 fn state_unreadable_fast(e: &RedisError) -> bool {
     e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("attempt to perform arithmetic"))
 }
 
+/// The server cannot run polylimit's function: Redis < 7 has no FCALL or
+/// FUNCTION (`ERR unknown command`), or an ACL refuses them (`NOPERM`).
 fn functions_unusable(e: &RedisError) -> bool {
     match e.code() {
         Some("NOPERM") => true,
