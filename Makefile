@@ -33,7 +33,7 @@ BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
--include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk
+-include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk tests/gateway/make.mk
 include docs.mk
 
 ## Every suite, TEST_JOBS at a time (each starts its own servers on free

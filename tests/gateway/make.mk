@@ -1,0 +1,40 @@
+# polylimit-server's tests from the outside (issue 36): a Go module of its own
+# (tests/gateway) with Envoy's generated RLS client (go-control-plane) and
+# grpc-go. Included by the root Makefile.
+GATEWAY_DIR := tests/gateway
+# envoyproxy/ratelimit, the peer of the benchmark, built from its Go module
+# (the module proxy's latest when this was written); nothing of it is committed.
+GATEWAY_PEER_VERSION := v1.4.1-0.20260122083618-3fb702589d36
+GATEWAY_PEER := $(CARGO_TARGET_DIR)/gateway-peer/service_cmd
+
+.PHONY: gateway-deps gateway-server gateway-test gateway-peer gateway-bench
+
+gateway-deps: go-deps
+	cd $(GATEWAY_DIR) && $(GO) mod download
+
+## The debug server binary with the feature set of `cargo test --workspace`
+## (--tests unifies the dev-dependencies' features): after rust-build only the
+## binary links.
+gateway-server: rust-build
+	$(CARGO) build --workspace --quiet --bins --tests
+
+## The HTTP vectors through gRPC on memory and Redis, the shared budget with
+## the FastAPI and Go apps, the faults.
+gateway-test: gateway-deps gateway-server python-build examples-go redis-server
+	@cd $(GATEWAY_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
+	cd $(GATEWAY_DIR) && $(GO) vet ./... && POLYLIMIT_GATEWAY_PYTHON=$(PY) $(GO) test -count=1 ./...
+
+gateway-peer: gateway-deps
+	@test -x $(GATEWAY_PEER) && $(GO) version -m $(GATEWAY_PEER) | grep -q 'mod.*github.com/envoyproxy/ratelimit.*$(GATEWAY_PEER_VERSION)' || { \
+	  echo "building envoyproxy/ratelimit $(GATEWAY_PEER_VERSION) from the Go module proxy"; \
+	  GOBIN=$(dir $(GATEWAY_PEER)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(GATEWAY_PEER_VERSION); }
+
+## envoyproxy/ratelimit beside polylimit-server (release) on one Redis.
+GATEWAY_BENCH_FLAGS ?= -seconds 3 -rounds 3
+gateway-bench: gateway-peer redis-server
+	$(CARGO) build --release --quiet -p polylimit-server
+	cd $(GATEWAY_DIR) && $(GO) run ./bench $(GATEWAY_BENCH_FLAGS)
+
+BINDING_DEPS += gateway-deps
+BINDING_TESTS += gateway-test
+BINDING_BENCHES += gateway-bench
