@@ -3,9 +3,11 @@
 //! from the libraries' own rules file.
 
 mod cli;
+mod descriptor;
 mod grpc;
 mod http;
 mod log;
+mod reply;
 mod state;
 
 use std::process::ExitCode;
@@ -52,7 +54,7 @@ async fn check(rules: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            println!("{rules}: {e}");
+            eprintln!("{rules}: {e}");
             ExitCode::FAILURE
         }
     }
