@@ -1,29 +1,204 @@
-//! The HTTP listener: /check for nginx, Traefik and Caddy, health,
-//! readiness and metrics (placeholder: the edge helper fills the router).
+//! The HTTP listener: `/check` for nginx, Traefik and Caddy (see `check`),
+//! `/healthz` (the process answers), `/readyz` (rules loaded and the store's
+//! breaker not open, not shutting down), `/metrics` (the core's Prometheus
+//! text and the server's counters). No log line per request: a summary of
+//! the /check answers every minute there were some.
 
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State as Extract};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::routing::{any, get};
 use axum::Router;
+use futures_util::FutureExt;
+use polylimit::{BreakerState, Outcome};
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::check::{self, BadRequest};
 use crate::state::State;
+use crate::{log, ops};
 
-/// The HTTP routes.
-fn router(_state: Arc<State>) -> Router {
+/// The summary's period.
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
+
+#[derive(Clone)]
+struct Http {
+    state: Arc<State>,
+    /// `POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK=1` (tests only): `X-Polylimit-Now-Ms` sets `now_ms`.
+    trust_clock: bool,
+    stopping: watch::Receiver<bool>,
+}
+
+fn router(http: Http) -> Router {
     Router::new()
+        .route("/check", any(check))
+        .route("/healthz", get(|| async { text(StatusCode::OK, "ok\n") }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(http)
 }
 
 /// Serves HTTP on `listener` until `shutdown` turns true, then finishes the
 /// requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await
+pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+    let http = Http {
+        state,
+        trust_clock: std::env::var("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK").as_deref() == Ok("1"),
+        stopping: shutdown.clone(),
+    };
+    tokio::spawn(summaries());
+    let mut shutdown = shutdown;
+    axum::serve(
+        listener,
+        router(http).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    })
+    .await
+}
+
+async fn check(
+    Extract(http): Extract<Http>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let decided = AssertUnwindSafe(decide(&http, peer, &method, uri.query(), &headers))
+        .catch_unwind()
+        .await;
+    let response = decided.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        log::error("panic in /check", &[("panic", what.into())]);
+        error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the check failed")
+    });
+    ops::count_check(response.status().as_u16());
+    response
+}
+
+async fn decide(http: &Http, peer: SocketAddr, method: &Method, query: Option<&str>, headers: &HeaderMap) -> Response {
+    let limiter = http.state.current();
+    let request = check::params(query).and_then(|params| {
+        check::request(&limiter, method, headers, peer, &params, http.trust_clock).map(|r| (r, params))
+    });
+    let (request, params) = match request {
+        Ok(r) => r,
+        Err(BadRequest(message)) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
+    };
+    match limiter.check_request(&request).await {
+        Ok(outcome) => answer(outcome, params.body_header).await,
+        Err(e) => {
+            log::error("check failed", &[("error", e.to_string().into())]);
+            error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string())
+        }
+    }
+}
+
+/// 200 with the outcome's headers (after its shaping delay), or its status
+/// with its headers and JSON body. Concurrency leases are not released here
+/// (the proxy never says when the response ends): they end with their lease.
+async fn answer(outcome: Outcome, body_header: bool) -> Response {
+    let status = outcome.status.unwrap_or(200);
+    let mut response = Response::builder().status(status);
+    for (name, value) in &outcome.headers {
+        response = response.header(name, value);
+    }
+    let response = match outcome.body.filter(|_| outcome.status.is_some()) {
+        Some(body) => {
+            response = response.header(header::CONTENT_TYPE, "application/json");
+            if body_header {
+                response = response.header(check::BODY_HEADER, &body);
+            }
+            response.body(Body::from(body))
+        }
+        None => {
+            if outcome.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(outcome.delay_ms)).await;
+            }
+            response.body(Body::empty())
+        }
+    };
+    response.unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string()))
+}
+
+async fn readyz(Extract(http): Extract<Http>) -> Response {
+    let breaker = http.state.current().breaker_state();
+    let (status, body) = if *http.stopping.borrow() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"ready": false, "reason": "shutting down"}),
+        )
+    } else if breaker == BreakerState::Open {
+        let reason = "the store's circuit breaker is open: decisions come from each policy's on_store_error";
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"ready": false, "reason": reason}),
+        )
+    } else {
+        (StatusCode::OK, json!({"ready": true, "breaker": breaker.as_str()}))
+    };
+    json_response(status, &body)
+}
+
+async fn metrics(Extract(http): Extract<Http>) -> Response {
+    let mut body = http.state.current().metrics_text();
+    body.push_str(&ops::metrics_text());
+    let mut response = text(StatusCode::OK, body);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    response
+}
+
+/// One `info` line a minute with the /check answers of that minute by status.
+async fn summaries() {
+    let mut last = ops::checks();
+    let mut ticks = tokio::time::interval(SUMMARY_EVERY);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let now = ops::checks();
+        let fields: Vec<(String, Value)> = now
+            .iter()
+            .zip(&last)
+            .filter(|((_, n), (_, l))| n > l)
+            .map(|((status, n), (_, l))| (status.to_string(), (n - l).into()))
+            .collect();
+        if !fields.is_empty() {
+            let fields: Vec<(&str, Value)> = fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            log::info("checks in the last minute by status", &fields);
+        }
+        last = now;
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = status;
+    response
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = text(status, body.to_string());
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn error(status: StatusCode, error: &str, message: &str) -> Response {
+    json_response(status, &json!({"error": error, "message": message}))
 }

@@ -2,11 +2,14 @@
 //! endpoint for nginx, Traefik and Caddy, deciding with the polylimit core
 //! from the libraries' own rules file.
 
+mod check;
 mod cli;
 mod descriptor;
 mod grpc;
 mod http;
 mod log;
+mod ops;
+mod reload;
 mod reply;
 mod state;
 
@@ -86,6 +89,7 @@ async fn run(config: Config) -> ExitCode {
             ("http", addr(&http_listener).into()),
         ],
     );
+    reload::on_hangup(state.clone());
     let (stop, stopped) = watch::channel(false);
     let grpc = tokio::spawn(grpc::serve(
         grpc_listener,
