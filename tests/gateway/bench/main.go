@@ -12,8 +12,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -155,7 +153,7 @@ func bench() error {
 			return err
 		}
 	}
-	if text, err := metrics(server.HTTP); err == nil && !strings.Contains(text, "polylimit_store_errors_total 0\n") {
+	if text, err := server.Metrics(); err == nil && !strings.Contains(text, "polylimit_store_errors_total 0\n") {
 		return fmt.Errorf("polylimit-server's store calls failed (decided by the fallback): %s", grep(text, "polylimit_store_errors_total"))
 	}
 	return nil
@@ -294,17 +292,6 @@ func record(line map[string]any) error {
 	}
 	defer f.Close()
 	return json.NewEncoder(f).Encode(line)
-}
-
-// metrics is the server's /metrics text.
-func metrics(addr string) (string, error) {
-	res, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	return string(b), err
 }
 
 func grep(text, prefix string) string {

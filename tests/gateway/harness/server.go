@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -158,4 +160,18 @@ func (s *Server) Stop() {
 func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
+}
+
+// Metrics is the server's /metrics text.
+func (s *Server) Metrics() (string, error) {
+	res, err := http.Get("http://" + s.HTTP + "/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err == nil && res.StatusCode != http.StatusOK {
+		err = fmt.Errorf("/metrics: status %d", res.StatusCode)
+	}
+	return string(b), err
 }
