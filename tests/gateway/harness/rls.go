@@ -35,8 +35,9 @@ type Client struct {
 }
 
 // Dial connects (lazily, as grpc-go does) to addr in plaintext.
-func Dial(addr string) (*Client, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func Dial(addr string, options ...grpc.DialOption) (*Client, error) {
+	options = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, options...)
+	conn, err := grpc.NewClient(addr, options...)
 	if err != nil {
 		return nil, err
 	}

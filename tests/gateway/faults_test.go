@@ -1,0 +1,285 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/polylimit/polylimit/tests/gateway/harness"
+)
+
+// writeRules writes a rules file into the test's directory.
+func writeRules(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "polylimit.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The timeout of the fallback test: a stopped Redis is given up on after it.
+const pausedTimeout = 300 * time.Millisecond
+
+const pausedRules = `store: %s
+timeout: 300ms
+headers: legacy
+policies:
+  local:  { algorithm: token_bucket, rate: 1/min, burst: 5, on_store_error: local }
+  open:   { algorithm: token_bucket, rate: 1/min, burst: 5, on_store_error: fail_open }
+  closed: { algorithm: token_bucket, rate: 1/min, burst: 5, on_store_error: fail_closed }
+rules:
+  - { match: { path: /local }, key: [ip], policy: local }
+  - { match: { path: /open }, key: [ip], policy: open }
+  - { match: { path: /closed }, key: [ip], policy: closed }
+`
+
+// Redis SIGSTOPped: every policy's fallback answers through gRPC and /check
+// within the timeout (plus this machine's scheduling), never hangs: local
+// decides on the server's own counters, fail_open lets through without
+// headers, fail_closed refuses with the 503 body.
+func TestRedisPausedFallback(t *testing.T) {
+	redis, err := harness.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redis.Kill()
+	server, err := harness.StartServer(harness.ServerOptions{Rules: writeRules(t, fmt.Sprintf(pausedRules, redis.URL()))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Stop()
+	client, err := harness.Dial(server.Grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ask := func(path string) (*rlsv3.RateLimitResponse, time.Duration) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		began := time.Now()
+		reply, err := client.ShouldRateLimit(ctx, "polylimit", 0, harness.Descriptor(nil,
+			harness.Entry{Key: "remote_address", Value: "203.0.113.7"}, harness.Entry{Key: "path", Value: path}))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		return reply, time.Since(began)
+	}
+	check := func(path string) (int, http.Header, string, time.Duration) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, "http://"+server.HTTP+"/check", nil)
+		req.Header.Set("X-Forwarded-Uri", path)
+		began := time.Now()
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("/check %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(body), time.Since(began)
+	}
+	// Through Redis first: each policy has spent one of its 5.
+	for _, path := range []string{"/local", "/open", "/closed"} {
+		if reply, _ := ask(path); reply.GetOverallCode() != rlsv3.RateLimitResponse_OK || reply.GetStatuses()[0].GetLimitRemaining() != 4 {
+			t.Fatalf("%s before the pause: %v", path, reply)
+		}
+	}
+	if err := redis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	// The timeout, and this loaded machine's scheduling of the server.
+	within := pausedTimeout + 700*time.Millisecond
+	reply, took := ask("/local")
+	if reply.GetOverallCode() != rlsv3.RateLimitResponse_OK || took > within {
+		t.Errorf("/local with Redis stopped: %v in %v; want OK from the local fallback within %v", reply, took, within)
+	}
+	reply, took = ask("/open")
+	if reply.GetOverallCode() != rlsv3.RateLimitResponse_OK || took > within {
+		t.Errorf("/open with Redis stopped: %v in %v; want OK within %v", reply, took, within)
+	}
+	reply, took = ask("/closed")
+	if reply.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !unavailable(reply.GetRawBody()) || took > within {
+		t.Errorf("/closed with Redis stopped: %v in %v; want OVER_LIMIT with the 503 body within %v", reply, took, within)
+	}
+	code, _, _, took := check("/local")
+	if code != http.StatusOK || took > within {
+		t.Errorf("/check /local with Redis stopped: %d in %v", code, took)
+	}
+	code, _, body, took := check("/closed")
+	if code != http.StatusServiceUnavailable || !unavailable([]byte(body)) || took > within {
+		t.Errorf("/check /closed with Redis stopped: %d %q in %v; want 503 with its body", code, body, took)
+	}
+}
+
+// unavailable is whether body is the 503 refusal's (its retry_after is the
+// breaker's wait, which depends on when it opened).
+func unavailable(body []byte) bool {
+	var refusal struct {
+		Error, Message string
+		RetryAfter     *int `json:"retry_after"`
+	}
+	return json.Unmarshal(body, &refusal) == nil && refusal.Error == "rate_limiter_unavailable" &&
+		refusal.Message == "Service Unavailable" && refusal.RetryAfter != nil && *refusal.RetryAfter >= 1
+}
+
+const restartRules = `store: %s
+timeout: 10s   # decisions, not latency
+headers: legacy
+policies:
+  budget: { algorithm: fixed_window, rate: %d/h }
+rules:
+  - { match: { path: "/*" }, key: [key], policy: budget }
+`
+
+// The server stopped and started again while 16 clients keep calling: every
+// call gets an answer or a transport error the client sees (none hangs, none
+// is answered twice), the admitted calls never exceed the budget, and every
+// charge in Redis was answered OK or failed before the client got it (with
+// SIGTERM, which finishes the calls in flight: answered OK, exactly).
+func TestRestartUnderLoad(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { restartUnderLoad(t, sig) })
+	}
+}
+
+func restartUnderLoad(t *testing.T, sig syscall.Signal) {
+	const budget, calls, workers = 300, 2000, 16
+	redis, err := harness.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redis.Kill()
+	rules := writeRules(t, fmt.Sprintf(restartRules, redis.URL(), budget))
+	// The same window throughout: the test clock pins now.
+	options := harness.ServerOptions{Rules: rules, TrustClientClock: true}
+	server, err := harness.StartServer(options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next server listens on the same addresses, where the client reconnects.
+	options.Grpc, options.HTTP = server.Grpc, server.HTTP
+	// Reconnect quickly: grpc-go's default backoff starts at 1 s.
+	client, err := harness.Dial(server.Grpc, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	now := time.Now().UnixMilli()
+	key := fmt.Sprintf("run-%d", now)
+	restarted := make(chan struct{})
+	call := func() (*rlsv3.RateLimitResponse, error) {
+		ctx, cancel := context.WithTimeout(harness.WithNow(context.Background(), now), 20*time.Second)
+		defer cancel()
+		// Once the server is back, a call waits for the connection instead
+		// of failing while the client reconnects.
+		return client.RLS.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "polylimit",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{harness.Descriptor(nil, harness.Entry{Key: "key", Value: key})}},
+			grpc.WaitForReady(closed(restarted)))
+	}
+
+	var next, ok, over, transport atomic.Int64
+	var mu sync.Mutex
+	var failures []string
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= calls {
+				reply, err := call()
+				switch {
+				case status.Code(err) == codes.Unavailable:
+					transport.Add(1) // refused or cut: the client knows
+					<-restarted      // and calls again once the server is back
+				case err != nil:
+					mu.Lock()
+					failures = append(failures, err.Error())
+					mu.Unlock()
+				case reply.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+					ok.Add(1)
+				default:
+					over.Add(1)
+				}
+				// Before the restart, leave budget for after it.
+				for ok.Load() >= budget/2 && !closed(restarted) {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	// Under load: stop the server with calls in flight, start it again.
+	for ok.Load() < budget/3 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := server.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	<-server.Exited()
+	if sig == syscall.SIGTERM && server.ExitCode() != 0 {
+		t.Errorf("SIGTERM: exit code %d, want 0:\n%s", server.ExitCode(), server.Log())
+	}
+	beforeRestart := ok.Load()
+	server, err = harness.StartServer(options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Stop()
+	close(restarted)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d calls failed otherwise than by the transport (a call lost?): %v", len(failures), failures[:min(5, len(failures))])
+	}
+	// What Redis charged: one more call reads the window's remaining.
+	reply, err := call()
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged := int64(budget) - int64(reply.GetStatuses()[0].GetLimitRemaining())
+	if reply.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+		charged-- // this call's own charge
+	}
+	t.Logf("%v: %d calls: %d OK (%d before the restart), %d over the limit, %d transport errors; %d charged of %d",
+		sig, calls, ok.Load(), beforeRestart, over.Load(), transport.Load(), charged, budget)
+	if got := ok.Load() + over.Load() + transport.Load(); got != calls {
+		t.Errorf("%d answers for %d calls", got, calls)
+	}
+	if ok.Load() > budget {
+		t.Errorf("%d admitted, over the budget of %d", ok.Load(), budget)
+	}
+	if ok.Load() > charged || charged > ok.Load()+transport.Load() {
+		t.Errorf("%d charged: not between the %d admitted and those plus the %d transport errors", charged, ok.Load(), transport.Load())
+	}
+	if sig == syscall.SIGTERM && charged != ok.Load() {
+		t.Errorf("SIGTERM: %d charged but %d answered OK: a call in flight was not finished", charged, ok.Load())
+	}
+	if transport.Load() == 0 {
+		t.Errorf("no call met the restart: not under load")
+	}
+}
+
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
