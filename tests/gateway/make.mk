@@ -7,20 +7,15 @@ GATEWAY_DIR := tests/gateway
 GATEWAY_PEER_VERSION := v1.4.1-0.20260122083618-3fb702589d36
 GATEWAY_PEER := $(CARGO_TARGET_DIR)/gateway-peer/service_cmd
 
-.PHONY: gateway-deps gateway-server gateway-test gateway-peer gateway-bench
+.PHONY: gateway-deps gateway-test gateway-peer gateway-bench
 
 gateway-deps: go-deps
 	cd $(GATEWAY_DIR) && $(GO) mod download
 
-## The debug server binary with the feature set of `cargo test --workspace`
-## (--tests unifies the dev-dependencies' features): after rust-build only the
-## binary links.
-gateway-server: rust-build
-	$(CARGO) build --workspace --quiet --bins --tests
-
 ## The HTTP vectors through gRPC on memory and Redis, the shared budget with
-## the FastAPI and Go apps, the faults.
-gateway-test: gateway-deps gateway-server python-build examples-go redis-server
+## the FastAPI and Go apps, the faults; on rust-build's target/debug/polylimit-server
+## (server/tests runs the binary, so `cargo test --no-run` links it).
+gateway-test: gateway-deps rust-build python-build examples-go redis-server
 	@cd $(GATEWAY_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
 	cd $(GATEWAY_DIR) && $(GO) vet ./... && POLYLIMIT_GATEWAY_PYTHON=$(PY) $(GO) test -count=1 ./...
 
