@@ -21,7 +21,7 @@ import (
 // a request after its response, no peek, no delay in the answer, and the
 // proxy sends the path as the client wrote it.
 const (
-	whyCompletion = "after a completion: RLS has no call that completes a request after its response (count refunds, concurrency slots)"
+	whyCompletion = "after a completion: RLS has no call that completes a request after its response (the server leaves a count rule's token unused: every request counts)"
 	whyPeek       = "a peek: RLS has no call that decides without charging"
 	whyRouter     = "a framework's own path matching (case_insensitive, ignore_trailing_slash): a proxy sends the path as the client wrote it"
 	whyLease      = "after a concurrency slot is taken: RLS cannot say when a request ends, so the server gives a slot back as soon as it is decided (docs/server.md)"
