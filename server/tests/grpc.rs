@@ -267,6 +267,24 @@ async fn bad_input_is_invalid_argument_and_the_server_keeps_serving() {
 }
 
 #[tokio::test]
+async fn a_concurrency_slot_is_given_back_once_decided() {
+    // Envoy never says when a request ends: a slot held until its lease ran
+    // out would refuse the next request for 5 s.
+    let one = "store: memory\npolicies:\n  c: { algorithm: concurrency, limit: 1, lease: 5s }\nrules:\n  - key: [key]\n    policy: c\n";
+    let server = Server::start(one);
+    let mut client = server.client().await;
+    let d = descriptor(&[("key", "k")]);
+    for i in 0..3 {
+        let got = call(&mut client, vec![d.clone()], 0, Some(T0 + i)).await.unwrap();
+        assert_eq!(
+            (got.overall_code, got.statuses[0].limit_remaining),
+            (Code::Ok as i32, 0),
+            "call {i}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_clients_clock_is_ignored_unless_trusted() {
     let daily = "store: memory\npolicies:\n  d: { algorithm: fixed_window, rate: 1/day }\nrules:\n  - key: [key]\n    policy: d\n";
     let server = Server::start_with(daily, &[]);
