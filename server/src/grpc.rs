@@ -73,8 +73,8 @@ impl RateLimit {
             .enumerate()
             .map(|(i, o)| o.map_err(|e| status_of(i, e)))
             .collect::<Result<Vec<Outcome>, Status>>()?;
-        release_leases(&limiter, &outcomes).await;
-        Ok(reply::response(&limiter, &outcomes))
+        release_leases(&limiter, &outcomes, now_ms).await;
+        Ok(reply::response(&limiter, outcomes))
     }
 }
 
@@ -82,10 +82,14 @@ impl RateLimit {
 /// rule's slot is given back as soon as it is decided: through the gRPC
 /// service such a rule limits simultaneous decisions, not requests in flight.
 /// (A `count` rule's completion token is left unused: every request counts.)
-async fn release_leases(limiter: &Limiter, outcomes: &[Outcome]) {
+async fn release_leases(limiter: &Limiter, outcomes: &[Outcome], now_ms: Option<i64>) {
     for outcome in outcomes.iter().filter(|o| !o.leases.is_empty()) {
         // A store that is down ends the lease by its TTL; the core meters it.
-        let _ = limiter.release(&outcome.leases).await;
+        let _ = match now_ms {
+            // At the decision's own time (a lease is live until then + lease).
+            Some(now) => limiter.release_at(&outcome.leases, now).await,
+            None => limiter.release(&outcome.leases).await,
+        };
     }
 }
 
@@ -118,21 +122,14 @@ fn now_ms(metadata: &MetadataMap) -> Result<Option<i64>, Status> {
         })
 }
 
-/// Runs a call's handler; a panic in it answers `INTERNAL` (and is logged)
-/// instead of dropping the connection: the server keeps serving.
+/// Runs a call's handler; a panic in it (logged by the panic hook, see
+/// main) answers `INTERNAL` instead of dropping the connection, and the
+/// server keeps serving.
 async fn guarded<T>(call: impl std::future::Future<Output = Result<T, Status>>) -> Result<T, Status> {
-    match AssertUnwindSafe(call).catch_unwind().await {
-        Ok(result) => result,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            log::error("panic in a call", &[("error", what.into())]);
-            Err(Status::internal("internal error (logged by the server)"))
-        }
-    }
+    AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(Status::internal("internal error (logged by the server)")))
 }
 
 /// Serves gRPC on `listener` until `shutdown` turns true, then finishes the

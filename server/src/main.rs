@@ -35,6 +35,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A panic is one JSON log line too (a call's answers INTERNAL: grpc::guarded).
+    std::panic::set_hook(Box::new(|info| {
+        log::error("panic", &[("error", info.to_string().into())])
+    }));
     let runtime = match polylimit::build_runtime(None) {
         Ok(rt) => rt,
         Err(e) => {

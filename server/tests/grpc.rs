@@ -260,10 +260,33 @@ async fn bad_input_is_invalid_argument_and_the_server_keeps_serving() {
         invalid(client.should_rate_limit(request).await.map(tonic::Response::into_inner)),
         "x-polylimit-now-ms: \"yesterday\" is not a time in ms since the epoch"
     );
+    // A message above gRPC's 4 MiB is refused before it is read whole.
+    let big = descriptor(&[("x-big", &"b".repeat(8192))]);
+    let status = call(&mut client, vec![big; 600], 0, Some(T0)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().ends_with("the limit is: 4194304 bytes"), "{status:?}");
     // None of those charged anything, and the server still answers.
     let got = call(&mut client, vec![ok], 0, Some(T0)).await.unwrap();
     assert_eq!(got.overall_code, Code::Ok as i32);
     assert!(server.running());
+}
+
+#[tokio::test]
+async fn a_concurrency_slot_is_given_back_once_decided() {
+    // Envoy never says when a request ends: a slot held until its lease ran
+    // out would refuse the next request for 5 s.
+    let one = "store: memory\npolicies:\n  c: { algorithm: concurrency, limit: 1, lease: 5s }\nrules:\n  - key: [key]\n    policy: c\n";
+    let server = Server::start(one);
+    let mut client = server.client().await;
+    let d = descriptor(&[("key", "k")]);
+    for i in 0..3 {
+        let got = call(&mut client, vec![d.clone()], 0, Some(T0 + i)).await.unwrap();
+        assert_eq!(
+            (got.overall_code, got.statuses[0].limit_remaining),
+            (Code::Ok as i32, 0),
+            "call {i}"
+        );
+    }
 }
 
 #[tokio::test]

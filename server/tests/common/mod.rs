@@ -146,14 +146,14 @@ pub async fn call(
     client.should_rate_limit(request).await.map(tonic::Response::into_inner)
 }
 
-/// Waits until `f` holds, for at most 10 s.
-pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+/// Waits until the future `f` resolves to true, for at most 10 s.
+pub async fn eventually_async<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if f() {
+        if f().await {
             return;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{what}: not within 10 s");
+    panic!("not within 10 s");
 }
