@@ -4,11 +4,13 @@
 
 mod check;
 mod cli;
+mod descriptor;
 mod grpc;
 mod http;
 mod log;
 mod ops;
 mod reload;
+mod reply;
 mod state;
 
 use std::process::ExitCode;
@@ -33,6 +35,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A panic is one JSON log line too (a call's answers INTERNAL: grpc::guarded).
+    std::panic::set_hook(Box::new(|info| {
+        log::error("panic", &[("error", info.to_string().into())])
+    }));
     let runtime = match polylimit::build_runtime(None) {
         Ok(rt) => rt,
         Err(e) => {
@@ -55,7 +61,7 @@ async fn check(rules: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            println!("{rules}: {e}");
+            eprintln!("{rules}: {e}");
             ExitCode::FAILURE
         }
     }

@@ -44,3 +44,32 @@ impl State {
         &self.path
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_file_on_reload_keeps_the_old_limiter() {
+        let path = std::env::temp_dir().join(format!("polylimit-state-{}.yaml", std::process::id()));
+        let rules =
+            |rate: &str| format!("store: memory\npolicies:\n  p: {{ algorithm: fixed_window, rate: {rate} }}\n");
+        let rate = |state: &State| state.current().policies().next().map(|p| p.count());
+        std::fs::write(&path, rules("3/min")).unwrap();
+        let state = State::load(&path).unwrap();
+        let before = state.current();
+        std::fs::write(&path, rules("5/min")).unwrap();
+        state.reload(state.path()).unwrap();
+        assert_eq!(rate(&state), Some(5));
+        // A call that took the limiter before keeps it.
+        assert_eq!(before.policies().next().map(|p| p.count()), Some(3));
+        std::fs::write(&path, rules("often")).unwrap();
+        let err = state.reload(state.path()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "policies.p.rate: \"often\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0"
+        );
+        assert_eq!(rate(&state), Some(5));
+        let _ = std::fs::remove_file(&path);
+    }
+}
