@@ -272,6 +272,8 @@ async fn check_answers_what_the_core_decides_for_the_http_vectors() {
                 let mut mapped = request.clone();
                 mapped.peer = Some(std::net::Ipv4Addr::from(from).to_string());
                 let outcome = core.check_request(&mapped).await.unwrap();
+                // /check gives a concurrency slot back once decided (see below).
+                core.release_at(&outcome.leases, mapped.now_ms.unwrap()).await.unwrap();
                 let delay = outcome.delay_ms;
                 let want = expected(outcome);
                 if got != want {
@@ -406,4 +408,31 @@ async fn sigterm_finishes_the_check_in_flight() {
         tokio::net::TcpStream::connect(http).await.is_err(),
         "still accepting after shutdown"
     );
+}
+
+/// A concurrency rule's slot is given back once /check has decided (the
+/// proxy never says when the response ends): one after the other, every
+/// check gets the one slot.
+#[tokio::test]
+async fn a_concurrency_slot_is_given_back_after_the_check() {
+    let dir = temp_dir("concurrency");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        "store: memory\npolicies: { one: { algorithm: concurrency, limit: 1, lease: 1h } }\n\
+         rules: [{ match: { path: /reports/* }, key: [ip], policy: one }]\n",
+    )
+    .unwrap();
+    let server = Server::start(&path);
+    for _ in 0..3 {
+        let answer = send(
+            server.http,
+            [127, 0, 0, 1],
+            "GET",
+            "/check",
+            &check_headers("/reports/1"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
 }
