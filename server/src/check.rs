@@ -12,8 +12,10 @@
 //! The check URL's own query string is the proxy operator's (the client's
 //! URI travels in a header): `route` (a route template), `user_header`,
 //! `api_key_header`, `key_header` (the client header to read that dimension
-//! from) and `body_header=1` (repeat a refusal's body in `X-Polylimit-Body`,
-//! for nginx, whose `auth_request` drops bodies).
+//! from) and `proxy=nginx`: nginx's `auth_request` drops the answer's body
+//! and turns any status but 2xx, 401 and 403 into a 500 with an error in its
+//! log, so a refusal is answered 403 with its status in `X-Polylimit-Status`
+//! and its body in `X-Polylimit-Body`, for the nginx config to rebuild.
 
 use std::net::SocketAddr;
 
@@ -25,7 +27,8 @@ const METHOD_HEADERS: [&str; 2] = ["x-forwarded-method", "x-original-method"];
 const URI_HEADERS: [&str; 2] = ["x-forwarded-uri", "x-original-uri"];
 /// The test clock's header (only with `POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK=1`).
 pub const NOW_HEADER: &str = "x-polylimit-now-ms";
-/// Where `body_header=1` repeats a refusal's body.
+/// Where `proxy=nginx` puts a refusal's status and body.
+pub const STATUS_HEADER: &str = "x-polylimit-status";
 pub const BODY_HEADER: &str = "x-polylimit-body";
 
 /// What the check URL's query string asks for.
@@ -35,8 +38,8 @@ pub struct Params {
     user_header: Option<HeaderName>,
     api_key_header: Option<HeaderName>,
     key_header: Option<HeaderName>,
-    /// Repeat a refusal's body in `X-Polylimit-Body`.
-    pub body_header: bool,
+    /// `proxy=nginx`: a refusal as 403 with its status and body in headers.
+    pub nginx: bool,
 }
 
 /// A request the proxy should not have sent: answered 400 with this text.
@@ -67,10 +70,11 @@ pub fn params(query: Option<&str>) -> Result<Params, BadRequest> {
             "user_header" => params.user_header = Some(header(&value)?),
             "api_key_header" => params.api_key_header = Some(header(&value)?),
             "key_header" => params.key_header = Some(header(&value)?),
-            "body_header" => params.body_header = matches!(value.as_str(), "1" | "true"),
+            "proxy" if value == "nginx" => params.nginx = true,
+            "proxy" => return Err(BadRequest(format!("check parameter proxy: {value:?} is not nginx"))),
             _ => {
                 return Err(BadRequest(format!(
-                    "unknown check parameter {name:?} (route, user_header, api_key_header, key_header, body_header)"
+                    "unknown check parameter {name:?} (route, user_header, api_key_header, key_header, proxy)"
                 )))
             }
         }
@@ -234,7 +238,7 @@ mod tests {
                 ("x-forwarded-method", "POST"),
                 ("x-forwarded-uri", "http://example.com/api/pay"),
             ],
-            Some("route=%2Fapi%2Fpay%2F%7Bid%7D&user_header=X-User&body_header=1"),
+            Some("route=%2Fapi%2Fpay%2F%7Bid%7D&user_header=X-User&proxy=nginx"),
         )
         .unwrap();
         assert_eq!(
@@ -294,7 +298,7 @@ mod tests {
         );
         assert_eq!(
             bad(Method::GET, &[("x-original-uri", "/a")], Some("usr=1")),
-            "unknown check parameter \"usr\" (route, user_header, api_key_header, key_header, body_header)"
+            "unknown check parameter \"usr\" (route, user_header, api_key_header, key_header, proxy)"
         );
         assert_eq!(
             bad(Method::GET, &[("x-original-uri", "/a")], Some("user_header=a%20b")),

@@ -72,6 +72,7 @@ async fn check(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
+    let _in_flight = ops::InFlight::start();
     let decided = AssertUnwindSafe(decide(&http, peer, &method, uri.query(), &headers))
         .catch_unwind()
         .await;
@@ -98,7 +99,18 @@ async fn decide(http: &Http, peer: SocketAddr, method: &Method, query: Option<&s
         Err(BadRequest(message)) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
     };
     match limiter.check_request(&request).await {
-        Ok(outcome) => answer(outcome, params.body_header).await,
+        Ok(outcome) => {
+            // As through gRPC: the proxy never says when the response ends, so a
+            // concurrency rule's slot is given back at once (it limits
+            // simultaneous checks); a `count` rule's completion stays unused.
+            if !outcome.leases.is_empty() {
+                let _ = match request.now_ms {
+                    Some(now) => limiter.release_at(&outcome.leases, now).await,
+                    None => limiter.release(&outcome.leases).await,
+                };
+            }
+            answer(outcome, params.nginx).await
+        }
         Err(e) => {
             log::error("check failed", &[("error", e.to_string().into())]);
             error(StatusCode::INTERNAL_SERVER_ERROR, "internal", &e.to_string())
@@ -107,19 +119,20 @@ async fn decide(http: &Http, peer: SocketAddr, method: &Method, query: Option<&s
 }
 
 /// 200 with the outcome's headers (after its shaping delay), or its status
-/// with its headers and JSON body. Concurrency leases are not released here
-/// (the proxy never says when the response ends): they end with their lease.
-async fn answer(outcome: Outcome, body_header: bool) -> Response {
+/// with its headers and JSON body (`nginx`: 403 carrying them, see `check`).
+async fn answer(outcome: Outcome, nginx: bool) -> Response {
     let status = outcome.status.unwrap_or(200);
-    let mut response = Response::builder().status(status);
+    let mut response = Response::builder().status(if nginx && status != 200 { 403 } else { status });
     for (name, value) in &outcome.headers {
         response = response.header(name, value);
     }
     let response = match outcome.body.filter(|_| outcome.status.is_some()) {
         Some(body) => {
             response = response.header(header::CONTENT_TYPE, "application/json");
-            if body_header {
-                response = response.header(check::BODY_HEADER, &body);
+            if nginx {
+                response = response
+                    .header(check::STATUS_HEADER, status)
+                    .header(check::BODY_HEADER, &body);
             }
             response.body(Body::from(body))
         }

@@ -1,0 +1,438 @@
+//! The HTTP side of the real `polylimit-server` binary (port 0, the
+//! `listening` line): `/check` answers exactly what the core decides for the
+//! HTTP vectors it can carry, a bad rules file on SIGHUP keeps the old rules,
+//! and SIGTERM finishes a /check in flight.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use polylimit::{Limiter, RequestInfo};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+/// A running server, stopped by pid when dropped.
+struct Server {
+    child: Child,
+    http: SocketAddr,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Server {
+    fn start(rules: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_polylimit-server"))
+            .args([
+                "--rules",
+                rules.to_str().unwrap(),
+                "--grpc",
+                "127.0.0.1:0",
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .env("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK", "1")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start polylimit-server");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a JSON log line: {line}"));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut server = Server {
+            child,
+            http: "0.0.0.0:0".parse().unwrap(),
+            lines,
+        };
+        let listening = server.line("listening");
+        server.http = listening["http"].as_str().unwrap().parse().unwrap();
+        server
+    }
+
+    /// The next log line whose `msg` starts with `msg` (10 s at most).
+    fn line(&self, msg: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no log line {msg:?}"));
+            if line["msg"].as_str().unwrap_or("").starts_with(msg) {
+                return line;
+            }
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer: status, headers (names lower case, in order), body.
+#[derive(Debug, PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+/// One HTTP/1.1 request on a fresh connection from `from`.
+async fn send(server: SocketAddr, from: [u8; 4], method: &str, target: &str, headers: &[(String, String)]) -> Answer {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    let mut stream = socket.connect(server).await.unwrap();
+    let mut request = format!("{method} {target} HTTP/1.1\r\nhost: polylimit\r\nconnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head: {raw:?}"));
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers = lines
+        .map(|l| l.split_once(": ").unwrap())
+        .filter(|(name, _)| !matches!(*name, "date" | "content-length" | "connection"))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    Answer {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("polylimit-server-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The core's outcome for `request`, as /check should answer it.
+fn expected(outcome: polylimit::Outcome) -> Answer {
+    let mut headers: Vec<(String, String)> = outcome
+        .headers
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .collect();
+    if outcome.status.is_some() && outcome.body.is_some() {
+        headers.push(("content-type".into(), "application/json".into()));
+    }
+    Answer {
+        status: outcome.status.unwrap_or(200),
+        headers,
+        body: outcome.status.and(outcome.body).unwrap_or_default(),
+    }
+}
+
+/// The vector's request as /check's headers and query, or why /check cannot carry it.
+fn as_check(request: &RequestInfo) -> Result<(String, Vec<(String, String)>), String> {
+    if request.cost.is_some() || request.case_insensitive || request.ignore_trailing_slash {
+        return Err("cost or a framework's matching".into());
+    }
+    let now = request.now_ms.ok_or("no now_ms")?;
+    let mut headers = vec![
+        ("x-original-method".to_string(), request.method.clone()),
+        ("x-original-uri".to_string(), request.path.clone()),
+        ("x-polylimit-now-ms".to_string(), now.to_string()),
+    ];
+    let mut query = Vec::new();
+    if let Some(route) = &request.route {
+        let escaped: String = route
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        query.push(format!("route={escaped}"));
+    }
+    for (dimension, value) in [
+        ("user", &request.user),
+        ("api_key", &request.api_key),
+        ("key", &request.key),
+    ] {
+        if let Some(value) = value {
+            query.push(format!("{dimension}_header=x-test-{dimension}"));
+            headers.push((format!("x-test-{dimension}"), value.clone()));
+        }
+    }
+    for (name, value) in &request.headers {
+        let name = name.to_ascii_lowercase();
+        if name.starts_with("x-original-")
+            || matches!(
+                name.as_str(),
+                "x-forwarded-method" | "x-forwarded-uri" | "x-polylimit-now-ms"
+            )
+            || name.starts_with("x-test-")
+        {
+            return Err(format!("header {name} is /check's own"));
+        }
+        headers.push((name, value.clone()));
+    }
+    let printable = |s: &str| s.bytes().all(|b| (0x20..0x7f).contains(&b)) && !s.is_empty();
+    if !headers
+        .iter()
+        .all(|(n, v)| printable(n) && (printable(v) || v.is_empty()))
+    {
+        return Err("a value a header line cannot carry".into());
+    }
+    let target = if query.is_empty() {
+        "/check".to_string()
+    } else {
+        format!("/check?{}", query.join("&"))
+    };
+    Ok((target, headers))
+}
+
+/// Every HTTP vector case /check can carry (no completions, peeks or
+/// costs): played through the binary, each request from its own loopback
+/// address standing for the vector's peer, and compared with the core's
+/// own outcome for the same requests on the same rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_answers_what_the_core_decides_for_the_http_vectors() {
+    let dir = temp_dir("vectors");
+    let vectors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/http");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&vectors)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let (mut played, mut steps, mut skipped) = (0, 0, BTreeMap::<String, usize>::new());
+    let mut failures = Vec::new();
+    for file in &files {
+        let vectors: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        'case: for case in vectors["cases"].as_array().unwrap() {
+            let mut requests = Vec::new();
+            for step in case["requests"].as_array().unwrap() {
+                let Some(request) = step
+                    .get("request")
+                    .filter(|_| step.get("peek").is_none() && step.get("complete").is_none())
+                else {
+                    *skipped.entry("completions or peeks".into()).or_default() += 1;
+                    continue 'case;
+                };
+                let request = RequestInfo::from_value(request).unwrap();
+                if let Err(why) = as_check(&request) {
+                    *skipped.entry(why).or_default() += 1;
+                    continue 'case;
+                }
+                requests.push(request);
+            }
+            // Each distinct peer becomes a loopback address of its own.
+            let mut peers: Vec<Option<String>> = Vec::new();
+            for r in &requests {
+                if !peers.contains(&r.peer) {
+                    peers.push(r.peer.clone());
+                }
+            }
+            let address = |peer: &Option<String>| {
+                let i = peers.iter().position(|p| p == peer).unwrap() as u8;
+                [127, 0, 0, 2 + i]
+            };
+            let mut rules = case["rules"].clone();
+            rules["store"] = "memory".into();
+            rules["timeout"] = "10s".into();
+            let path = dir.join("rules.json");
+            std::fs::write(&path, rules.to_string()).unwrap();
+            let core = Limiter::from_rules(&rules.to_string()).unwrap();
+            let server = Server::start(&path);
+            for (i, request) in requests.iter().enumerate() {
+                steps += 1;
+                let from = address(&request.peer);
+                let (target, headers) = as_check(request).unwrap();
+                let started = Instant::now();
+                let got = send(server.http, from, "GET", &target, &headers).await;
+                let mut mapped = request.clone();
+                mapped.peer = Some(std::net::Ipv4Addr::from(from).to_string());
+                let outcome = core.check_request(&mapped).await.unwrap();
+                // /check gives a concurrency slot back once decided (see below).
+                core.release_at(&outcome.leases, mapped.now_ms.unwrap()).await.unwrap();
+                let delay = outcome.delay_ms;
+                let want = expected(outcome);
+                if got != want {
+                    failures.push(format!(
+                        "{name}: {:?} request {i}: expected {want:?}, got {got:?}",
+                        case["name"]
+                    ));
+                }
+                if started.elapsed() < Duration::from_millis(delay) {
+                    failures.push(format!(
+                        "{name}: {:?} request {i}: answered before its delay of {delay} ms",
+                        case["name"]
+                    ));
+                }
+            }
+            played += 1;
+        }
+    }
+    eprintln!("/check played {played} cases ({steps} requests); skipped cases: {skipped:?}");
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        played >= 40 && steps >= 150,
+        "only {played} cases, {steps} requests played"
+    );
+}
+
+const RULES: &str = "store: memory\npolicies: { api: { algorithm: fixed_window, rate: 2/min } }\n\
+                     rules: [{ match: { path: /api/* }, key: [ip], policy: api }]\n";
+
+fn check_headers(uri: &str) -> Vec<(String, String)> {
+    vec![
+        ("x-original-uri".into(), uri.into()),
+        ("x-polylimit-now-ms".into(), "1700000000000".into()),
+    ]
+}
+
+fn limit(answer: &Answer) -> &str {
+    answer
+        .headers
+        .iter()
+        .find(|(n, _)| n == "x-ratelimit-limit")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("-")
+}
+
+async fn metrics(server: &Server) -> String {
+    send(server.http, [127, 0, 0, 1], "GET", "/metrics", &[]).await.body
+}
+
+/// SIGHUP with a bad file: the error names the field, the old rules stay,
+/// the reload is counted; a good file then takes effect.
+#[tokio::test]
+async fn a_bad_rules_file_on_reload_keeps_serving_the_old_rules() {
+    let dir = temp_dir("reload");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES).unwrap();
+    let server = Server::start(&path);
+    let first = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+    assert_eq!((first.status, limit(&first)), (200, "2"));
+
+    std::fs::write(&path, RULES.replace("rate: 2/min", "rate: 2/min, burts: 3")).unwrap();
+    server.signal("HUP");
+    let failed = server.line("rules reload failed");
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.contains("burts"), "the error names the field: {error}");
+    let kept = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+    assert_eq!((kept.status, limit(&kept)), (200, "2"));
+    let denied = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+    assert_eq!(denied.status, 429, "the old rules' counters are kept too");
+
+    std::fs::write(&path, RULES.replace("2/min", "5/min")).unwrap();
+    server.signal("HUP");
+    server.line("rules reloaded");
+    let fresh = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+    assert_eq!((fresh.status, limit(&fresh)), (200, "5"));
+    let text = metrics(&server).await;
+    assert!(
+        text.contains("polylimit_config_reloads_total{result=\"ok\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("polylimit_config_reloads_total{result=\"error\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("polylimit_server_checks_total{status=\"429\"} 1\n"),
+        "{text}"
+    );
+}
+
+/// SIGTERM while a shaped /check is held: it is answered, new connections
+/// are refused, the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_check_in_flight() {
+    let dir = temp_dir("sigterm");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        "store: memory\npolicies: { shaped: { algorithm: leaky_bucket, mode: shape, rate: 1/s, burst: 3 } }\n\
+         rules: [{ match: { path: /api/* }, key: [ip], policy: shaped }]\n",
+    )
+    .unwrap();
+    let mut server = Server::start(&path);
+    let http = server.http;
+    let first = send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+    assert_eq!(first.status, 200);
+    // The second request is held 1 s (shaping) before its 200.
+    let held = tokio::spawn(async move { send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !metrics(&server).await.contains("polylimit_server_checks_in_flight 1\n") {
+        assert!(Instant::now() < deadline, "the held check never showed in flight");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.signal("TERM");
+    server.line("shutting down");
+    let answer = held.await.unwrap();
+    assert_eq!((answer.status, limit(&answer)), (200, "3"));
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.child.wait().unwrap();
+        (status, server)
+    })
+    .await
+    .unwrap()
+    .0;
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        tokio::net::TcpStream::connect(http).await.is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+/// A concurrency rule's slot is given back once /check has decided (the
+/// proxy never says when the response ends): one after the other, every
+/// check gets the one slot.
+#[tokio::test]
+async fn a_concurrency_slot_is_given_back_after_the_check() {
+    let dir = temp_dir("concurrency");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        "store: memory\npolicies: { one: { algorithm: concurrency, limit: 1, lease: 1h } }\n\
+         rules: [{ match: { path: /reports/* }, key: [ip], policy: one }]\n",
+    )
+    .unwrap();
+    let server = Server::start(&path);
+    for _ in 0..3 {
+        let answer = send(
+            server.http,
+            [127, 0, 0, 1],
+            "GET",
+            "/check",
+            &check_headers("/reports/1"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+    }
+}

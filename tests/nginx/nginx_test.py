@@ -1,0 +1,180 @@
+"""A real nginx (Debian's package) with auth_request to polylimit-server's
+/check, in front of the Go example app, answers exactly as the app's own
+middleware does on the same rules file (examples/polylimit.yaml): status,
+rate-limit headers and body, allowed and refused.
+
+The site is tests/nginx/site.conf as docs/server.md shows it; only its
+addresses are rewritten to free ports. Two Go apps run: one limiting by
+itself (the reference, asked directly) and one behind nginx that limits
+nothing (so nginx's decision is the only one). nginx runs as this user from
+a temporary prefix, in the foreground, stopped by pid like everything else.
+
+    POLYLIMIT_SERVER_BIN=target/debug/polylimit-server python3 tests/nginx/nginx_test.py
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+
+from servers import App, free_port  # noqa: E402
+
+SITE = Path(__file__).resolve().parent / "site.conf"
+RULES = REPO / "examples" / "polylimit.yaml"
+RATE_LIMIT_HEADERS = {"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "ratelimit-policy",
+                      "ratelimit", "retry-after"}
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited at start ({proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+def stop(proc: Optional[subprocess.Popen]) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def request(port: int, method: str, path: str, headers: Dict[str, str]) -> Tuple[int, List[Tuple[str, str]], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, headers=headers)
+        res = conn.getresponse()
+        return res.status, res.getheaders(), res.read()
+    finally:
+        conn.close()
+
+
+def essential(answer: Tuple[int, List[Tuple[str, str]], bytes]) -> dict:
+    """Status, rate-limit headers (names in lower case, sorted: Go writes them
+    sorted, nginx in its config's order) and body, plus the Content-Type of a refusal."""
+    status, headers, body = answer
+    kept = sorted((k.lower(), v) for k, v in headers if k.lower() in RATE_LIMIT_HEADERS)
+    if status >= 400:
+        kept += [(k.lower(), v) for k, v in headers if k.lower() == "content-type"]
+    return {"status": status, "headers": kept, "body": body.decode()}
+
+
+def nginx_conf(prefix: Path, port: int, server_http: str, app_port: int) -> str:
+    site = SITE.read_text()
+    for old, new in [("127.0.0.1:8080", server_http), ("127.0.0.1:8000", f"127.0.0.1:{app_port}"),
+                     ("listen 80;", f"listen 127.0.0.1:{port};")]:
+        assert old in site, f"{SITE} lost {old!r}"
+        site = site.replace(old, new)
+    (prefix / "site.conf").write_text(site)
+    temp = prefix / "tmp"
+    temp.mkdir()
+    paths = "\n".join(f"    {kind}_temp_path {temp}/{kind};" for kind in
+                      ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"])
+    return f"""daemon off;
+master_process off;
+pid {prefix}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+{paths}
+    include {prefix}/site.conf;
+}}
+"""
+
+
+def main() -> int:
+    binary = os.environ.get("POLYLIMIT_SERVER_BIN", str(REPO / "target" / "debug" / "polylimit-server"))
+    nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
+    prefix = Path(tempfile.mkdtemp(prefix="polylimit-nginx-"))
+    procs: List[subprocess.Popen] = []
+    apps: List[App] = []
+    try:
+        server = subprocess.Popen([binary, "--rules", str(RULES), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+                                  stdout=subprocess.PIPE, text=True)
+        procs.append(server)
+        listening = json.loads(server.stdout.readline())
+        assert listening["msg"] == "listening", listening
+
+        reference = App("go").start()
+        apps.append(reference)
+        nolimit = prefix / "nolimit.yaml"
+        nolimit.write_text("store: memory\npolicies: { none: { rate: 1/s } }\nrules: []\n")
+        backend = App("go", env={"POLYLIMIT_RULES": str(nolimit)}).start()
+        apps.append(backend)
+        for app in apps:
+            app.wait_ready()
+
+        port = free_port()
+        (prefix / "nginx.conf").write_text(nginx_conf(prefix, port, listening["http"], backend.port))
+        nginx = subprocess.Popen([nginx_bin, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr"])
+        procs.append(nginx)
+        wait_port(port, nginx, "nginx")
+
+        # A fresh client per run: 127.0.0.1 (the test, nginx) is a trusted proxy, so the rules
+        # key by the X-Forwarded-For client, which nginx passes on to /check and to the app.
+        # The api rule (token bucket, burst 10) for one client, then the payments rule
+        # (GCRA, burst 5, per user and route, under the api rule) for another, then no rule.
+        one, other = random.sample(range(1, 255), 2)
+        plan = [("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}) for _ in range(13)]
+        plan += [("POST", f"/api/payments/{i}", {"X-Forwarded-For": f"203.0.113.{other}", "X-User": "alice"})
+                 for i in range(8)]
+        plan += [("GET", "/stats", {})]
+        seen = set()
+        failures = []
+        # The app and nginx decide each pair a few ms apart, on the real clock: X-RateLimit-Reset
+        # (a Unix second) is the same for both unless a key's first request falls at the turn of a
+        # second. Start 100-300 ms into one; each key's requests then take well under a second.
+        while not 0.1 <= time.time() % 1 <= 0.3:
+            time.sleep(0.01)
+        for i, (method, path, headers) in enumerate(plan):
+            # Each pair is sent back to back, so both decide in the same second.
+            direct = essential(request(reference.port, method, path, headers))
+            edge = essential(request(port, method, path, headers))
+            seen.add((path.split("/")[2] if path.startswith("/api/") else path, direct["status"]))
+            if edge != direct:
+                failures.append(f"#{i} {method} {path}:\n  app:   {direct}\n  nginx: {edge}")
+        if failures:
+            print("nginx → /check differs from the app's own middleware:\n" + "\n".join(failures))
+            return 1
+        want = {("hello", 200), ("hello", 429), ("payments", 200), ("payments", 429), ("/stats", 200)}
+        if seen != want:
+            print(f"the plan should see {sorted(want)}, saw {sorted(seen)}")
+            return 1
+        print(f"nginx auth_request → polylimit-server /check: {len(plan)} requests answered as the Go app's "
+              "own middleware does (status, rate-limit headers, body)")
+        return 0
+    finally:
+        for app in apps:
+            app.stop()
+        for proc in reversed(procs):
+            stop(proc)
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
