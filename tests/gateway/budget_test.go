@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,16 +18,18 @@ import (
 	"github.com/polylimit/polylimit/tests/gateway/harness"
 )
 
-// One rules file for the server and the apps: payments keyed by the X-User
-// header, which the gRPC descriptor, /check and the apps all see alike (the
-// route template is a framework's: /check and Envoy see only the path).
+// One rules file for the server and the apps, the examples' payments rule:
+// per user and route template. Each edge is told both as the apps know them:
+// Envoy's descriptor carries user and route entries, nginx's site passes
+// /check the X-User header and the location's template, as a direct /check
+// caller (Traefik, Caddy) does in its URL.
 const budgetRules = `store: %s
 timeout: 10s   # decisions, not latency: a loaded machine must not fall back
 headers: both
 policies:
   payments: { algorithm: token_bucket, rate: 1/min, burst: 30 }
 rules:
-  - { name: payments, match: { method: POST, path: /api/payments/* }, key: ["header:x-user"], policy: payments }
+  - { name: payments, match: { method: POST, path: /api/payments/* }, key: [user, route], policy: payments }
 `
 
 // payer is one way a payment reaches the limit: it reports admitted or denied.
@@ -55,7 +58,17 @@ func TestOneBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	payers := []payer{grpcPayer(client), checkPayer(server.HTTP)}
+	// What nginx lets through reaches a backend that limits nothing.
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"paid":true}`))
+	}))
+	defer backend.Close()
+	nginx, err := harness.StartNginx(server.HTTP, backend.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nginx.Stop()
+	payers := []payer{grpcPayer(client), checkPayer(server.HTTP), appPayer("nginx", nginx.Addr())}
 	for _, name := range []string{"fastapi", "go"} {
 		app, err := harness.StartApp(name, rules)
 		if err != nil {
@@ -122,7 +135,8 @@ func grpcPayer(c *harness.Client) payer {
 		reply, err := c.ShouldRateLimit(ctx, "polylimit", 0, harness.Descriptor(nil,
 			harness.Entry{Key: ":method", Value: "POST"},
 			harness.Entry{Key: ":path", Value: fmt.Sprintf("/api/payments/%d", i)},
-			harness.Entry{Key: "x-user", Value: user}))
+			harness.Entry{Key: "route", Value: "/api/payments/{id}"},
+			harness.Entry{Key: "user", Value: user}))
 		if err != nil {
 			return false, err
 		}
@@ -130,10 +144,10 @@ func grpcPayer(c *harness.Client) payer {
 	}}
 }
 
-// checkPayer asks /check as nginx's auth_request does.
+// checkPayer asks /check as Traefik's ForwardAuth or Caddy's forward_auth does.
 func checkPayer(addr string) payer {
 	return payer{"/check", func(i int, user string) (bool, error) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/check", nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/check?user_header=x-user&route=/api/payments/%7Bid%7D", nil)
 		req.Header.Set("X-Forwarded-Method", "POST")
 		req.Header.Set("X-Forwarded-Uri", fmt.Sprintf("/api/payments/%d", i))
 		req.Header.Set("X-User", user)
@@ -141,7 +155,7 @@ func checkPayer(addr string) payer {
 	}}
 }
 
-// appPayer pays through an example app's own middleware.
+// appPayer pays through an example app's own middleware, or nginx.
 func appPayer(name, addr string) payer {
 	return payer{name, func(i int, user string) (bool, error) {
 		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/api/payments/%d", addr, i), nil)
