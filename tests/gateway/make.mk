@@ -13,8 +13,9 @@ gateway-deps: go-deps
 	cd $(GATEWAY_DIR) && $(GO) mod download
 
 ## The HTTP vectors through gRPC on memory and Redis, one budget over gRPC,
-## /check, nginx (tests/nginx/site.conf) and the FastAPI and Go apps, the faults; on rust-build's target/debug/polylimit-server
-## (server/tests runs the binary, so `cargo test --no-run` links it).
+## /check, nginx (tests/nginx/site.conf) and the FastAPI and Go apps, the
+## faults; on rust-build's target/debug/polylimit-server (server/tests runs
+## the binary, so `cargo test --no-run` links it).
 gateway-test: gateway-deps rust-build python-build examples-go redis-server nginx
 	@cd $(GATEWAY_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
 	cd $(GATEWAY_DIR) && $(GO) vet ./... && POLYLIMIT_GATEWAY_PYTHON=$(PY) $(GO) test -count=1 ./...
