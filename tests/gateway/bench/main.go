@@ -106,7 +106,8 @@ func bench() error {
 	if err := os.WriteFile(rules, []byte(ourRules(redis.URL())), 0o644); err != nil {
 		return err
 	}
-	server, err := harness.StartServer(harness.ServerOptions{Binary: harness.ServerBinary("release"), Rules: rules})
+	binary := harness.ServerBinary("release")
+	server, err := harness.StartServer(harness.ServerOptions{Binary: binary, Rules: rules})
 	if err != nil {
 		return err
 	}
@@ -130,8 +131,8 @@ func bench() error {
 			t.clients = append(t.clients, c)
 		}
 	}
-	fmt.Printf("gateway: %s %s and %s (release) on one redis-server, fixed window per user over %d users, %d gRPC connections each, %d × %.0f s per level\n",
-		peerName, peer.Version, ourName, *keys, *conns, *rounds, *seconds)
+	fmt.Printf("gateway: %s %s and %s (%s) on one redis-server, fixed window per user over %d users, %d gRPC connections each, %d × %g s per level\n",
+		peerName, peer.Version, ourName, binary, *keys, *conns, *rounds, *seconds)
 
 	for _, field := range strings.Split(*levels, ",") {
 		level, err := strconv.Atoi(strings.TrimSpace(field))
