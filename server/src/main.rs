@@ -85,6 +85,11 @@ async fn run(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The signal handlers before the listening line: a supervisor (or a test)
+    // may signal as soon as it reads it, and the default action of SIGHUP and
+    // SIGTERM is to kill the process.
+    reload::on_hangup(state.clone());
+    let shutdown = shutdown_signal();
     let addr = |l: &TcpListener| l.local_addr().map(|a| a.to_string()).unwrap_or_default();
     log::info(
         "listening",
@@ -93,7 +98,6 @@ async fn run(config: Config) -> ExitCode {
             ("http", addr(&http_listener).into()),
         ],
     );
-    reload::on_hangup(state.clone());
     let (stop, stopped) = watch::channel(false);
     let grpc = tokio::spawn(grpc::serve(
         grpc_listener,
@@ -102,7 +106,7 @@ async fn run(config: Config) -> ExitCode {
         stopped.clone(),
     ));
     let http = tokio::spawn(http::serve(http_listener, state, stopped));
-    shutdown_signal().await;
+    shutdown.await;
     log::info("shutting down", &[]);
     let _ = stop.send(true);
     let mut code = ExitCode::SUCCESS;
@@ -132,19 +136,23 @@ async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT; both handlers are registered now, not at the first poll.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+    let term = signal(SignalKind::terminate());
+    let interrupt = signal(SignalKind::interrupt());
+    async move {
+        match (term, interrupt) {
+            (Ok(mut term), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
             }
-        }
-        Err(e) => {
-            log::warn("no SIGTERM handler", &[("error", Value::from(e.to_string()))]);
-            let _ = tokio::signal::ctrl_c().await;
+            (Err(e), _) | (_, Err(e)) => {
+                log::warn("no SIGTERM handler", &[("error", Value::from(e.to_string()))]);
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -281,5 +282,146 @@ func closed(c chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+const reloadRules = `store: %s
+timeout: 10s
+policies:
+  api: { algorithm: fixed_window, rate: %s }
+rules:
+  - { match: { path: "/*" }, key: [key], policy: api }
+`
+
+// SIGHUP while 8 clients keep calling: a bad rules file keeps the old rules
+// (the error names the field), a good one takes effect; no call fails and
+// every answer is the old rules' or the new ones'.
+func TestReloadUnderLoad(t *testing.T) {
+	redis, err := harness.StartRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redis.Kill()
+	rules := writeRules(t, fmt.Sprintf(reloadRules, redis.URL(), "1000000/h"))
+	server, err := harness.StartServer(harness.ServerOptions{Rules: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Stop()
+	client, err := harness.Dial(server.Grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	limit := func() (uint32, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		reply, err := client.ShouldRateLimit(ctx, "polylimit", 0, harness.Descriptor(nil, harness.Entry{Key: "key", Value: "reload"}))
+		if err != nil {
+			return 0, err
+		}
+		return reply.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), nil
+	}
+
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	seen := map[uint32]int{}
+	var failures []string
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !closed(stop) {
+				n, err := limit()
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err.Error())
+				} else {
+					seen[n]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	// Bad, good, bad, good…: each good file doubles the limit.
+	limits := []string{"1000000/h", "2000000/h", "4000000/h"}
+	for round := 1; round < len(limits); round++ {
+		if err := os.WriteFile(rules, []byte(fmt.Sprintf(reloadRules, redis.URL(), limits[round])+"  - { match: { path: \"/*\" }, key: [ip], policy: nope }\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		failed, err := server.WaitLog("rules reload failed, the previous rules stay in force", round, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if msg := fmt.Sprint(failed["error"]); !strings.Contains(msg, "nope") {
+			t.Errorf("the reload error does not name the unknown policy: %s", msg)
+		}
+		if n, err := limit(); err != nil || n != uint32(1000000<<(round-1)) {
+			t.Fatalf("after a bad file: limit %d (%v), want the old rules' %d", n, err, 1000000<<(round-1))
+		}
+		if err := os.WriteFile(rules, []byte(fmt.Sprintf(reloadRules, redis.URL(), limits[round])), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := server.WaitLog("rules reloaded", round, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := limit(); err != nil || n != uint32(1000000<<round) {
+			t.Fatalf("after a good file: limit %d (%v), want %d", n, err, 1000000<<round)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(failures) > 0 {
+		t.Fatalf("%d calls failed during the reloads, the first: %v", len(failures), failures[:min(5, len(failures))])
+	}
+	for n := range seen {
+		if n != 1000000 && n != 2000000 && n != 4000000 {
+			t.Errorf("an answer with limit %d, neither the old rules' nor the new", n)
+		}
+	}
+	t.Logf("calls during the reloads, by the limit they saw: %v", seen)
+}
+
+// A supervisor may signal as soon as it reads the listening line: SIGHUP
+// then reloads and SIGTERM stops cleanly (exit 0), where the signal's default
+// action would kill the process.
+func TestSignalsRightAfterListening(t *testing.T) {
+	rules := writeRules(t, "store: memory\npolicies: { api: { rate: 1/s } }\nrules: [{ match: { path: \"/*\" }, key: [ip], policy: api }]\n")
+	for i := 0; i < 5; i++ {
+		server, err := harness.StartServer(harness.ServerOptions{Rules: rules})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := server.WaitLog("rules reloaded", 1, 10*time.Second); err != nil {
+			server.Kill()
+			t.Fatalf("SIGHUP right after listening: %v (exit %v)", err, server.ExitCode())
+		}
+		server.Stop()
+		server, err = harness.StartServer(harness.ServerOptions{Rules: rules})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := server.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-server.Exited():
+		case <-time.After(10 * time.Second):
+			server.Kill()
+			t.Fatal("SIGTERM right after listening: still running after 10 s")
+		}
+		if server.ExitCode() != 0 {
+			t.Fatalf("SIGTERM right after listening: exit %d, want 0:\n%s", server.ExitCode(), server.Log())
+		}
 	}
 }

@@ -175,3 +175,29 @@ func (s *Server) Metrics() (string, error) {
 	}
 	return string(b), err
 }
+
+// WaitLog waits until the server has printed n lines whose msg is msg, and
+// returns the last.
+func (s *Server) WaitLog(msg string, n int, timeout time.Duration) (map[string]any, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		var found []map[string]any
+		for _, line := range s.log {
+			var l map[string]any
+			if json.Unmarshal([]byte(line), &l) == nil && l["msg"] == msg {
+				found = append(found, l)
+			}
+		}
+		s.mu.Unlock()
+		if len(found) >= n {
+			return found[n-1], nil
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("the server exited (%s) before %d× %q:\n%s", s.cmd.ProcessState, n, msg, s.Log())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("no %d× %q in the server's log in %v:\n%s", n, msg, timeout, s.Log())
+}
