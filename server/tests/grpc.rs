@@ -378,3 +378,31 @@ fn check_mode_prints_ok_or_the_error_naming_the_field() {
         )
     );
 }
+
+#[test]
+fn a_bad_rules_file_at_startup_is_one_error_line_and_exit_1() {
+    let path = common::rules_file("policies:\n  a: { rate: 3/fortnight }\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_polylimit-server"))
+        .args([
+            "--rules",
+            path.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        line,
+        serde_json::json!({
+            "level": "error",
+            "msg": "bad rules file",
+            "path": path.to_str().unwrap(),
+            "error": "policies.a.rate: \"3/fortnight\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0",
+        })
+    );
+}
