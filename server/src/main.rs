@@ -7,6 +7,7 @@ mod descriptor;
 mod grpc;
 mod http;
 mod log;
+mod proto;
 mod reply;
 mod state;
 
