@@ -1,6 +1,6 @@
 //! Envoy's rate-limit service, `envoy.service.ratelimit.v3.RateLimitService`,
-//! on tonic with the protos of the `envoy-types` crate (Envoy's own API
-//! definitions, pre-generated: no protoc, no build script).
+//! on tonic with Envoy's own protos as `envoy-types` generates them (see
+//! `proto`: no protoc, no build script).
 //!
 //! Each descriptor is decided alone, like envoyproxy/ratelimit: every
 //! descriptor is charged whether or not another is over its limit (each
@@ -11,10 +11,10 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::future::join_all;
 use futures_util::FutureExt;
 use polylimit::{Error, Limiter, Outcome};
@@ -81,7 +81,8 @@ impl RateLimit {
 /// Envoy cannot tell the service when a request ends, so a concurrency
 /// rule's slot is given back as soon as it is decided: through the gRPC
 /// service such a rule limits simultaneous decisions, not requests in flight.
-/// (A `count` rule's completion token is left unused: every request counts.)
+/// (A `count` rule's completion token is left unused: every request counts;
+/// the core keeps a bounded number of tokens, forgetting the oldest.)
 async fn release_leases(limiter: &Limiter, outcomes: &[Outcome], now_ms: Option<i64>) {
     for outcome in outcomes.iter().filter(|o| !o.leases.is_empty()) {
         // A store that is down ends the lease by its TTL; the core meters it.
@@ -97,7 +98,7 @@ async fn release_leases(limiter: &Limiter, outcomes: &[Outcome], now_ms: Option<
 fn status_of(index: usize, error: Error) -> Status {
     match error {
         Error::Config { .. } => Status::invalid_argument(format!("descriptors[{index}]: {error}")),
-        Error::Closed => Status::unavailable("the limiter is closed: the server is stopping"),
+        Error::Closed => Status::unavailable("the limiter is closed"),
         other => {
             log::error("check failed", &[("error", other.to_string().into())]);
             Status::internal(format!("descriptors[{index}]: {other}"))
