@@ -436,3 +436,94 @@ async fn a_concurrency_slot_is_given_back_after_the_check() {
         assert_eq!(answer.status, 200, "{answer:?}");
     }
 }
+
+/// The forms a proxy or a hostile client may send: an absolute-form URI and
+/// percent-escapes count on the same key as the plain path, HEAD gets the
+/// headers without a body, and what /check cannot decide is a 400 naming
+/// the header.
+#[tokio::test]
+async fn hostile_forms_through_the_binary() {
+    let dir = temp_dir("hostile");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES.replace("2/min", "5/min")).unwrap();
+    let server = Server::start(&path);
+    let remaining = |a: &Answer| {
+        a.headers
+            .iter()
+            .find(|(n, _)| n == "x-ratelimit-remaining")
+            .map(|(_, v)| v.clone())
+    };
+    let mut left = Vec::new();
+    for (method, uri) in [
+        ("GET", "/api/a"),
+        ("GET", "http://example.com/api/a?x=1"),
+        ("HEAD", "/api/%61"),
+    ] {
+        let answer = send(server.http, [127, 0, 0, 1], method, "/check", &check_headers(uri)).await;
+        assert_eq!((answer.status, answer.body.as_str()), (200, ""), "{uri}: {answer:?}");
+        left.push(remaining(&answer).unwrap());
+    }
+    assert_eq!(left, ["4", "3", "2"], "one key for the three forms");
+
+    let bad = |headers: Vec<(String, String)>| async move {
+        let answer = send(server.http, [127, 0, 0, 1], "GET", "/check", &headers).await;
+        assert_eq!(answer.status, 400, "{answer:?}");
+        let body: Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(body["error"], "bad_request");
+        body["message"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        bad(vec![]).await,
+        "X-Forwarded-Uri or X-Original-URI is missing: the original request's URI"
+    );
+    let twice = vec![
+        ("x-forwarded-uri".to_string(), "/api/a".to_string()),
+        ("x-forwarded-uri".to_string(), "/api/b".to_string()),
+    ];
+    assert_eq!(bad(twice).await, "X-Forwarded-Uri has several field lines");
+    let text = metrics(&server).await;
+    assert!(
+        text.contains("polylimit_server_checks_total{status=\"400\"} 2\n"),
+        "{text}"
+    );
+}
+
+/// /readyz: ready on a store that answers; not ready once the store's
+/// breaker opens (5 failed calls to a Redis that is not there).
+#[tokio::test]
+async fn readyz_follows_the_stores_breaker() {
+    let dir = temp_dir("readyz");
+    let path = dir.join("rules.yaml");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    std::fs::write(
+        &path,
+        RULES.replace("store: memory", &format!("store: redis://{closed}\ntimeout: 50ms")),
+    )
+    .unwrap();
+    let server = Server::start(&path);
+    let ready = send(server.http, [127, 0, 0, 1], "GET", "/readyz", &[]).await;
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (200, r#"{"breaker":"closed","ready":true}"#)
+    );
+    let health = send(server.http, [127, 0, 0, 1], "GET", "/healthz", &[]).await;
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    for _ in 0..6 {
+        let answer = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+        assert!(
+            matches!(answer.status, 200 | 429),
+            "the local fallback decides: {answer:?}"
+        );
+    }
+    let ready = send(server.http, [127, 0, 0, 1], "GET", "/readyz", &[]).await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    let body: Value = serde_json::from_str(&ready.body).unwrap();
+    assert_eq!(body["ready"], false);
+    assert!(
+        body["reason"].as_str().unwrap().contains("circuit breaker is open"),
+        "{body}"
+    );
+}
