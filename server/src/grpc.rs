@@ -74,7 +74,7 @@ impl RateLimit {
             .map(|(i, o)| o.map_err(|e| status_of(i, e)))
             .collect::<Result<Vec<Outcome>, Status>>()?;
         release_leases(&limiter, &outcomes, now_ms).await;
-        Ok(reply::response(&limiter, &outcomes))
+        Ok(reply::response(&limiter, outcomes))
     }
 }
 

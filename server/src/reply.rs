@@ -17,8 +17,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::google::protobuf::Duration;
 use polylimit::{Limiter, Outcome, Policy, RuleDecision};
 
-/// The response to a request whose descriptors had `outcomes`, in order.
-pub fn response(limiter: &Limiter, outcomes: &[Outcome]) -> RateLimitResponse {
+/// The response to a request whose descriptors had `outcomes`, in order
+/// (the shown one's headers and body are moved into it).
+pub fn response(limiter: &Limiter, mut outcomes: Vec<Outcome>) -> RateLimitResponse {
     let described: Vec<Option<&RuleDecision>> = outcomes.iter().map(described).collect();
     let statuses = outcomes
         .iter()
@@ -37,18 +38,17 @@ pub fn response(limiter: &Limiter, outcomes: &[Outcome]) -> RateLimitResponse {
         statuses,
         ..RateLimitResponse::default()
     };
-    if let Some(outcome) = shown.map(|i| &outcomes[i]) {
-        response.response_headers_to_add = outcome
-            .headers
-            .iter()
+    if let Some(outcome) = shown.map(|i| &mut outcomes[i]) {
+        response.response_headers_to_add = std::mem::take(&mut outcome.headers)
+            .into_iter()
             .map(|(key, value)| HeaderValue {
-                key: key.clone(),
-                value: value.clone(),
+                key,
+                value,
                 ..HeaderValue::default()
             })
             .collect();
-        if let (Some(_), Some(body)) = (outcome.status, &outcome.body) {
-            response.raw_body = body.clone().into_bytes();
+        if let (Some(_), Some(body)) = (outcome.status, outcome.body.take()) {
+            response.raw_body = body.into_bytes();
             response.response_headers_to_add.push(HeaderValue {
                 key: "content-type".into(),
                 value: "application/json".into(),

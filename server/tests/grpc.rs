@@ -260,6 +260,11 @@ async fn bad_input_is_invalid_argument_and_the_server_keeps_serving() {
         invalid(client.should_rate_limit(request).await.map(tonic::Response::into_inner)),
         "x-polylimit-now-ms: \"yesterday\" is not a time in ms since the epoch"
     );
+    // A message above gRPC's 4 MiB is refused before it is read whole.
+    let big = descriptor(&[("x-big", &"b".repeat(8192))]);
+    let status = call(&mut client, vec![big; 600], 0, Some(T0)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().ends_with("the limit is: 4194304 bytes"), "{status:?}");
     // None of those charged anything, and the server still answers.
     let got = call(&mut client, vec![ok], 0, Some(T0)).await.unwrap();
     assert_eq!(got.overall_code, Code::Ok as i32);
