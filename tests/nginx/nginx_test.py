@@ -172,7 +172,9 @@ def main() -> int:
     # A fresh client per run: 127.0.0.1 (the test, nginx) is a trusted proxy, so the rules
     # key by the X-Forwarded-For client, which nginx passes on to /check and to the app.
     one, other = random.sample(range(1, 255), 2)
-    hello = [("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}) for _ in range(13)]
+    hello = [("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}) for _ in range(12)]
+    # A client naming another URI in /check's own header: nginx does not pass it on.
+    hello.insert(2, ("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}", "X-Forwarded-Uri": "/free"}))
     payments = [("POST", f"/api/payments/{i}", {"X-Forwarded-For": f"203.0.113.{other}", "X-User": "alice"})
                 for i in range(8)]
     # The api rule (token bucket, burst 10) for one client, then the payments rule (GCRA,
