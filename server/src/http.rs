@@ -25,9 +25,6 @@ use crate::check::{self, BadRequest};
 use crate::state::State;
 use crate::{log, ops};
 
-/// The summary's period.
-const SUMMARY_EVERY: Duration = Duration::from_secs(60);
-
 #[derive(Clone)]
 struct Http {
     state: Arc<State>,
@@ -53,7 +50,7 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
         trust_clock: std::env::var("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK").as_deref() == Ok("1"),
         stopping: shutdown.clone(),
     };
-    tokio::spawn(summaries());
+    tokio::spawn(ops::summaries());
     let mut shutdown = shutdown;
     axum::serve(
         listener,
@@ -169,28 +166,6 @@ async fn metrics(Extract(http): Extract<Http>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     response
-}
-
-/// One `info` line a minute with the /check answers of that minute by status.
-async fn summaries() {
-    let mut last = ops::checks();
-    let mut ticks = tokio::time::interval(SUMMARY_EVERY);
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        let now = ops::checks();
-        let fields: Vec<(String, Value)> = now
-            .iter()
-            .zip(&last)
-            .filter(|((_, n), (_, l))| n > l)
-            .map(|((status, n), (_, l))| (status.to_string(), (n - l).into()))
-            .collect();
-        if !fields.is_empty() {
-            let fields: Vec<(&str, Value)> = fields.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-            log::info("checks in the last minute by status", &fields);
-        }
-        last = now;
-    }
 }
 
 fn text(status: StatusCode, body: impl Into<Body>) -> Response {
