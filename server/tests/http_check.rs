@@ -3,6 +3,9 @@
 //! HTTP vectors it can carry, a bad rules file on SIGHUP keeps the old rules,
 //! and SIGTERM finishes a /check in flight.
 
+#[path = "../../core/tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -215,7 +218,19 @@ fn as_check(request: &RequestInfo) -> Result<(String, Vec<(String, String)>), St
 /// own outcome for the same requests on the same rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_answers_what_the_core_decides_for_the_http_vectors() {
-    let dir = temp_dir("vectors");
+    play_vectors("memory").await;
+}
+
+/// The same on a real Redis (the server and the core's reference under
+/// prefixes of their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_answers_what_the_core_decides_for_the_http_vectors_on_redis() {
+    let redis = support::RedisServer::start();
+    play_vectors(&redis.url()).await;
+}
+
+async fn play_vectors(store: &str) {
+    let dir = temp_dir(if store == "memory" { "vectors" } else { "vectors-redis" });
     let vectors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/http");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&vectors)
         .unwrap()
@@ -257,11 +272,14 @@ async fn check_answers_what_the_core_decides_for_the_http_vectors() {
                 [127, 0, 0, 2 + i]
             };
             let mut rules = case["rules"].clone();
-            rules["store"] = "memory".into();
+            rules["store"] = store.into();
             rules["timeout"] = "10s".into();
+            let case_id = format!("{name}-{played}");
+            rules["prefix"] = format!("core-{case_id}").into();
+            let core = Limiter::from_rules(&rules.to_string()).unwrap();
+            rules["prefix"] = format!("edge-{case_id}").into();
             let path = dir.join("rules.json");
             std::fs::write(&path, rules.to_string()).unwrap();
-            let core = Limiter::from_rules(&rules.to_string()).unwrap();
             let server = Server::start(&path);
             for (i, request) in requests.iter().enumerate() {
                 steps += 1;
@@ -292,7 +310,7 @@ async fn check_answers_what_the_core_decides_for_the_http_vectors() {
             played += 1;
         }
     }
-    eprintln!("/check played {played} cases ({steps} requests); skipped cases: {skipped:?}");
+    eprintln!("/check on {store} played {played} cases ({steps} requests); skipped cases: {skipped:?}");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
