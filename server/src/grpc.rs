@@ -81,7 +81,8 @@ impl RateLimit {
 /// Envoy cannot tell the service when a request ends, so a concurrency
 /// rule's slot is given back as soon as it is decided: through the gRPC
 /// service such a rule limits simultaneous decisions, not requests in flight.
-/// (A `count` rule's completion token is left unused: every request counts.)
+/// (A `count` rule's completion token is left unused: every request counts;
+/// the core keeps a bounded number of tokens, forgetting the oldest.)
 async fn release_leases(limiter: &Limiter, outcomes: &[Outcome], now_ms: Option<i64>) {
     for outcome in outcomes.iter().filter(|o| !o.leases.is_empty()) {
         // A store that is down ends the lease by its TTL; the core meters it.
@@ -97,7 +98,7 @@ async fn release_leases(limiter: &Limiter, outcomes: &[Outcome], now_ms: Option<
 fn status_of(index: usize, error: Error) -> Status {
     match error {
         Error::Config { .. } => Status::invalid_argument(format!("descriptors[{index}]: {error}")),
-        Error::Closed => Status::unavailable("the limiter is closed: the server is stopping"),
+        Error::Closed => Status::unavailable("the limiter is closed"),
         other => {
             log::error("check failed", &[("error", other.to_string().into())]);
             Status::internal(format!("descriptors[{index}]: {other}"))

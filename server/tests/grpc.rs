@@ -173,6 +173,50 @@ async fn each_descriptor_is_charged_alone() {
 }
 
 #[tokio::test]
+async fn the_headers_are_the_first_denial_else_the_closest_to_one() {
+    let server = Server::start(PER_KEY);
+    let mut client = server.client().await;
+    let costly = |key: &str, hits: u64| {
+        let mut d = descriptor(&[(":path", "/bucket"), ("key", key)]);
+        d.hits_addend = Some(UInt64Value { value: hits });
+        d
+    };
+    let remaining_header = |r: &RateLimitResponse| {
+        let h = r
+            .response_headers_to_add
+            .iter()
+            .find(|h| h.key == "X-RateLimit-Remaining");
+        h.map(|h| h.value.clone())
+    };
+    // x keeps 2 of 10, y keeps 7: x's headers.
+    let got = call(&mut client, vec![costly("y", 3), costly("x", 8)], 0, Some(T0))
+        .await
+        .unwrap();
+    let left: Vec<u32> = got.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!((got.overall_code, left), (Code::Ok as i32, vec![7, 2]));
+    assert_eq!(
+        remaining_header(&got).as_deref(),
+        Some("2"),
+        "{:?}",
+        got.response_headers_to_add
+    );
+    // y is over (8 > 7) and x keeps 1: y's refusal, whatever x's remaining.
+    let got = call(&mut client, vec![costly("x", 1), costly("y", 8)], 0, Some(T0))
+        .await
+        .unwrap();
+    let left: Vec<u32> = got.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!((got.overall_code, left), (Code::OverLimit as i32, vec![1, 7]));
+    assert_eq!(
+        remaining_header(&got).as_deref(),
+        Some("7"),
+        "{:?}",
+        got.response_headers_to_add
+    );
+    assert!(got.response_headers_to_add.iter().any(|h| h.key == "Retry-After"));
+    assert!(!got.raw_body.is_empty());
+}
+
+#[tokio::test]
 async fn the_cost_is_the_descriptors_hits_else_the_requests() {
     let server = Server::start(PER_KEY);
     let mut client = server.client().await;
@@ -332,5 +376,33 @@ fn check_mode_prints_ok_or_the_error_naming_the_field() {
             "FILE: policies.a.rate: \"3/fortnight\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0\n"
                 .into()
         )
+    );
+}
+
+#[test]
+fn a_bad_rules_file_at_startup_is_one_error_line_and_exit_1() {
+    let path = common::rules_file("policies:\n  a: { rate: 3/fortnight }\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_polylimit-server"))
+        .args([
+            "--rules",
+            path.to_str().unwrap(),
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        line,
+        serde_json::json!({
+            "level": "error",
+            "msg": "bad rules file",
+            "path": path.to_str().unwrap(),
+            "error": "policies.a.rate: \"3/fortnight\" is not \"<n>/<duration>\" or \"<n> per <duration>\" with n and duration > 0",
+        })
     );
 }

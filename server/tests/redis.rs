@@ -115,3 +115,46 @@ async fn while_redis_hangs_each_policys_fallback_answers_within_the_timeout() {
         "{strict_took:?} {lenient_took:?}"
     );
 }
+
+#[tokio::test]
+async fn on_redis_the_answers_are_the_memory_stores() {
+    let redis = RedisServer::start();
+    let rules = |store: &str| {
+        format!(
+            "store: {store}\ntimeout: 10s\nheaders: both\npolicies:\n  api: {{ algorithm: sliding_window_counter, rate: 3/min }}\n\
+             rules:\n  - match: {{ path: /api/* }}\n    key: [ip]\n    policy: api\n"
+        )
+    };
+    let server = Server::start(&rules(&redis.url()));
+    let mut client = server.client().await;
+    let memory = Limiter::from_rules(&rules("memory")).unwrap();
+    let d = descriptor(&[("remote_address", "203.0.113.7"), (":path", "/api/items")]);
+    let info = RequestInfo {
+        path: "/api/items".into(),
+        peer: Some("203.0.113.7".into()),
+        ..RequestInfo::default()
+    };
+    let mut codes = Vec::new();
+    for i in 0..5 {
+        let now = T0 + 10_000 * i;
+        let got = call(&mut client, vec![d.clone()], 0, Some(now)).await.unwrap();
+        let want = memory
+            .check_request(&RequestInfo {
+                now_ms: Some(now),
+                ..info.clone()
+            })
+            .await
+            .unwrap();
+        let headers: Vec<(String, String)> = got
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .filter(|(k, _)| k != "content-type")
+            .collect();
+        assert_eq!(headers, want.headers, "call {i}");
+        assert_eq!(got.raw_body, want.body.unwrap_or_default().into_bytes(), "call {i}");
+        codes.push((got.overall_code, got.statuses[0].limit_remaining));
+    }
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    assert_eq!(codes, [(ok, 2), (ok, 1), (ok, 0), (over, 0), (over, 0)]);
+}
