@@ -23,6 +23,7 @@ use tokio::net::TcpSocket;
 struct Server {
     child: Child,
     http: SocketAddr,
+    grpc: SocketAddr,
     lines: mpsc::Receiver<Value>,
 }
 
@@ -36,6 +37,8 @@ impl Server {
                 "127.0.0.1:0",
                 "--http",
                 "127.0.0.1:0",
+                "--domain",
+                "edge",
             ])
             .env("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK", "1")
             .stdout(Stdio::piped())
@@ -54,10 +57,12 @@ impl Server {
         let mut server = Server {
             child,
             http: "0.0.0.0:0".parse().unwrap(),
+            grpc: "0.0.0.0:0".parse().unwrap(),
             lines,
         };
         let listening = server.line("listening");
         server.http = listening["http"].as_str().unwrap().parse().unwrap();
+        server.grpc = listening["grpc"].as_str().unwrap().parse().unwrap();
         server
     }
 
@@ -543,5 +548,90 @@ async fn readyz_follows_the_stores_breaker() {
     assert!(
         body["reason"].as_str().unwrap().contains("circuit breaker is open"),
         "{body}"
+    );
+}
+
+/// SIGTERM while a gRPC call and a /check wait on a Redis that hangs
+/// (SIGSTOP, `timeout: 2s`): both listeners stop accepting, both calls are
+/// answered (by the local fallback, once the timeout is up), the process
+/// exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+    let redis = support::RedisServer::start();
+    let dir = temp_dir("sigterm-both");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        RULES.replace("store: memory", &format!("store: {}\ntimeout: 2s", redis.url())),
+    )
+    .unwrap();
+    let mut server = Server::start(&path);
+    let (http, grpc) = (server.http, server.grpc);
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.unwrap();
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: ":path".into(),
+                value: "/api/a".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    // Both paths connected while Redis answers.
+    let first = client.should_rate_limit(request.clone()).await.unwrap().into_inner();
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    assert_eq!(
+        send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/b"))
+            .await
+            .status,
+        200
+    );
+
+    redis.pause();
+    let started = Instant::now();
+    let held_grpc = tokio::spawn(async move { client.should_rate_limit(request).await });
+    let held_check =
+        tokio::spawn(async move { send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/b")).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !metrics(&server).await.contains("polylimit_server_checks_in_flight 1\n") {
+        assert!(Instant::now() < deadline, "the held check never showed in flight");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The gRPC call left at the same time; it has 2 s of timeout to be in.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.signal("TERM");
+    server.line("shutting down");
+    let answer = held_grpc
+        .await
+        .unwrap()
+        .expect("the gRPC call in flight is answered")
+        .into_inner();
+    assert_eq!(answer.overall_code, Code::Ok as i32, "{answer:?}");
+    assert_eq!(held_check.await.unwrap().status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "answered after the store's timeout"
+    );
+    let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    redis.resume();
+    assert!(
+        tokio::net::TcpStream::connect(http).await.is_err(),
+        "HTTP still accepting after shutdown"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        "gRPC still accepting after shutdown"
     );
 }
