@@ -23,8 +23,15 @@ use axum::http::{HeaderMap, HeaderName, Method};
 use percent_encoding::percent_decode_str;
 use polylimit::{Limiter, RequestInfo};
 
-const METHOD_HEADERS: [&str; 2] = ["x-forwarded-method", "x-original-method"];
-const URI_HEADERS: [&str; 2] = ["x-forwarded-uri", "x-original-uri"];
+/// The headers naming the original method and URI: (name, as errors spell it).
+const METHOD_HEADERS: [(&str, &str); 2] = [
+    ("x-forwarded-method", "X-Forwarded-Method"),
+    ("x-original-method", "X-Original-Method"),
+];
+const URI_HEADERS: [(&str, &str); 2] = [
+    ("x-forwarded-uri", "X-Forwarded-Uri"),
+    ("x-original-uri", "X-Original-URI"),
+];
 /// The test clock's header (only with `POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK=1`).
 pub const NOW_HEADER: &str = "x-polylimit-now-ms";
 /// Where `proxy=nginx` puts a refusal's status and body.
@@ -84,38 +91,25 @@ pub fn params(query: Option<&str>) -> Result<Params, BadRequest> {
 
 /// The one value of whichever of `names` the proxy sent; two field lines,
 /// or the two headers disagreeing, is an error naming them.
-fn original<'a>(headers: &'a HeaderMap, names: &[&str; 2]) -> Result<Option<&'a str>, BadRequest> {
+fn original<'a>(headers: &'a HeaderMap, names: &[(&str, &'static str); 2]) -> Result<Option<&'a str>, BadRequest> {
     let mut found: Option<(&str, &str)> = None;
-    for name in names {
-        let mut values = headers.get_all(*name).iter();
+    for &(name, spelled) in names {
+        let mut values = headers.get_all(name).iter();
         let Some(value) = values.next() else { continue };
         if values.next().is_some() {
-            return Err(BadRequest(format!("{} has several field lines", canonical(name))));
+            return Err(BadRequest(format!("{spelled} has several field lines")));
         }
         let value = value
             .to_str()
-            .map_err(|_| BadRequest(format!("{} is not visible ASCII", canonical(name))))?;
+            .map_err(|_| BadRequest(format!("{spelled} is not visible ASCII")))?;
         match found {
             Some((first, v)) if v != value => {
-                return Err(BadRequest(format!(
-                    "{} {v:?} and {} {value:?} disagree",
-                    canonical(first),
-                    canonical(name)
-                )))
+                return Err(BadRequest(format!("{first} {v:?} and {spelled} {value:?} disagree")))
             }
-            _ => found = Some((name, value)),
+            _ => found = Some((spelled, value)),
         }
     }
     Ok(found.map(|(_, v)| v))
-}
-
-fn canonical(name: &str) -> &'static str {
-    match name {
-        "x-forwarded-method" => "X-Forwarded-Method",
-        "x-original-method" => "X-Original-Method",
-        "x-forwarded-uri" => "X-Forwarded-Uri",
-        _ => "X-Original-URI",
-    }
 }
 
 /// A header value as the apps' frameworks read it: bytes as Latin-1.
@@ -133,7 +127,7 @@ pub fn request(
     trust_clock: bool,
 ) -> Result<RequestInfo, BadRequest> {
     let method = match original(headers, &METHOD_HEADERS)? {
-        Some(m) if Method::from_bytes(m.as_bytes()).is_err() || m.is_empty() => {
+        Some(m) if Method::from_bytes(m.as_bytes()).is_err() => {
             return Err(BadRequest(format!("original method {m:?} is not an HTTP method")))
         }
         Some(m) => m.to_string(),
@@ -153,7 +147,7 @@ pub fn request(
         ),
     };
     let named = |name: &Option<HeaderName>| name.as_ref().and_then(|n| headers.get(n)).map(text);
-    let own = |name: &str| METHOD_HEADERS.contains(&name) || URI_HEADERS.contains(&name) || name == NOW_HEADER;
+    let own = |name: &str| METHOD_HEADERS.iter().chain(&URI_HEADERS).any(|(n, _)| *n == name) || name == NOW_HEADER;
     let client_headers = headers
         .iter()
         .filter(|(name, _)| !own(name.as_str()) && limiter.reads_header(name.as_str()))

@@ -5,6 +5,14 @@
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::log;
+
+/// The log summary's period.
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
 /// The statuses /check answers, in the order `/metrics` lists them.
 const STATUSES: [u16; 6] = [200, 400, 403, 429, 500, 503];
@@ -50,6 +58,33 @@ pub fn checks() -> Vec<(u16, u64)> {
         .collect()
 }
 
+/// One `info` line a minute with the /check answers of that minute by
+/// status (none in a minute without any): no log line per request.
+pub async fn summaries() {
+    let mut last = checks();
+    let mut ticks = tokio::time::interval(SUMMARY_EVERY);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let now = checks();
+        let fields = since(&now, &last);
+        if !fields.is_empty() {
+            let fields: Vec<(&str, Value)> = fields.iter().map(|(k, n)| (k.as_str(), (*n).into())).collect();
+            log::info("checks in the last minute by status", &fields);
+        }
+        last = now;
+    }
+}
+
+/// The answers counted between two `checks()`, by status, those with none left out.
+fn since(now: &[(u16, u64)], last: &[(u16, u64)]) -> Vec<(String, u64)> {
+    now.iter()
+        .zip(last)
+        .filter(|((_, n), (_, l))| n > l)
+        .map(|((status, n), (_, l))| (status.to_string(), n - l))
+        .collect()
+}
+
 /// The server's counters in Prometheus text format.
 pub fn metrics_text() -> String {
     let mut out = String::new();
@@ -75,4 +110,20 @@ pub fn metrics_text() -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_the_answers_of_its_minute_only() {
+        let last = [(200, 10), (400, 1), (429, 5)];
+        let now = [(200, 25), (400, 1), (429, 7)];
+        assert_eq!(
+            since(&now, &last),
+            vec![("200".to_string(), 15), ("429".to_string(), 2)]
+        );
+        assert!(since(&now, &now).is_empty());
+    }
 }

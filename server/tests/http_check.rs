@@ -3,6 +3,9 @@
 //! HTTP vectors it can carry, a bad rules file on SIGHUP keeps the old rules,
 //! and SIGTERM finishes a /check in flight.
 
+#[path = "../../core/tests/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -20,6 +23,7 @@ use tokio::net::TcpSocket;
 struct Server {
     child: Child,
     http: SocketAddr,
+    grpc: SocketAddr,
     lines: mpsc::Receiver<Value>,
 }
 
@@ -33,6 +37,8 @@ impl Server {
                 "127.0.0.1:0",
                 "--http",
                 "127.0.0.1:0",
+                "--domain",
+                "edge",
             ])
             .env("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK", "1")
             .stdout(Stdio::piped())
@@ -51,10 +57,12 @@ impl Server {
         let mut server = Server {
             child,
             http: "0.0.0.0:0".parse().unwrap(),
+            grpc: "0.0.0.0:0".parse().unwrap(),
             lines,
         };
         let listening = server.line("listening");
         server.http = listening["http"].as_str().unwrap().parse().unwrap();
+        server.grpc = listening["grpc"].as_str().unwrap().parse().unwrap();
         server
     }
 
@@ -215,7 +223,19 @@ fn as_check(request: &RequestInfo) -> Result<(String, Vec<(String, String)>), St
 /// own outcome for the same requests on the same rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_answers_what_the_core_decides_for_the_http_vectors() {
-    let dir = temp_dir("vectors");
+    play_vectors("memory").await;
+}
+
+/// The same on a real Redis (the server and the core's reference under
+/// prefixes of their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_answers_what_the_core_decides_for_the_http_vectors_on_redis() {
+    let redis = support::RedisServer::start();
+    play_vectors(&redis.url()).await;
+}
+
+async fn play_vectors(store: &str) {
+    let dir = temp_dir(if store == "memory" { "vectors" } else { "vectors-redis" });
     let vectors = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/http");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&vectors)
         .unwrap()
@@ -257,11 +277,14 @@ async fn check_answers_what_the_core_decides_for_the_http_vectors() {
                 [127, 0, 0, 2 + i]
             };
             let mut rules = case["rules"].clone();
-            rules["store"] = "memory".into();
+            rules["store"] = store.into();
             rules["timeout"] = "10s".into();
+            let case_id = format!("{name}-{played}");
+            rules["prefix"] = format!("core-{case_id}").into();
+            let core = Limiter::from_rules(&rules.to_string()).unwrap();
+            rules["prefix"] = format!("edge-{case_id}").into();
             let path = dir.join("rules.json");
             std::fs::write(&path, rules.to_string()).unwrap();
-            let core = Limiter::from_rules(&rules.to_string()).unwrap();
             let server = Server::start(&path);
             for (i, request) in requests.iter().enumerate() {
                 steps += 1;
@@ -292,7 +315,7 @@ async fn check_answers_what_the_core_decides_for_the_http_vectors() {
             played += 1;
         }
     }
-    eprintln!("/check played {played} cases ({steps} requests); skipped cases: {skipped:?}");
+    eprintln!("/check on {store} played {played} cases ({steps} requests); skipped cases: {skipped:?}");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
@@ -435,4 +458,180 @@ async fn a_concurrency_slot_is_given_back_after_the_check() {
         .await;
         assert_eq!(answer.status, 200, "{answer:?}");
     }
+}
+
+/// The forms a proxy or a hostile client may send: an absolute-form URI and
+/// percent-escapes count on the same key as the plain path, HEAD gets the
+/// headers without a body, and what /check cannot decide is a 400 naming
+/// the header.
+#[tokio::test]
+async fn hostile_forms_through_the_binary() {
+    let dir = temp_dir("hostile");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES.replace("2/min", "5/min")).unwrap();
+    let server = Server::start(&path);
+    let remaining = |a: &Answer| {
+        a.headers
+            .iter()
+            .find(|(n, _)| n == "x-ratelimit-remaining")
+            .map(|(_, v)| v.clone())
+    };
+    let mut left = Vec::new();
+    for (method, uri) in [
+        ("GET", "/api/a"),
+        ("GET", "http://example.com/api/a?x=1"),
+        ("HEAD", "/api/%61"),
+    ] {
+        let answer = send(server.http, [127, 0, 0, 1], method, "/check", &check_headers(uri)).await;
+        assert_eq!((answer.status, answer.body.as_str()), (200, ""), "{uri}: {answer:?}");
+        left.push(remaining(&answer).unwrap());
+    }
+    assert_eq!(left, ["4", "3", "2"], "one key for the three forms");
+
+    let bad = |headers: Vec<(String, String)>| async move {
+        let answer = send(server.http, [127, 0, 0, 1], "GET", "/check", &headers).await;
+        assert_eq!(answer.status, 400, "{answer:?}");
+        let body: Value = serde_json::from_str(&answer.body).unwrap();
+        assert_eq!(body["error"], "bad_request");
+        body["message"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        bad(vec![]).await,
+        "X-Forwarded-Uri or X-Original-URI is missing: the original request's URI"
+    );
+    let twice = vec![
+        ("x-forwarded-uri".to_string(), "/api/a".to_string()),
+        ("x-forwarded-uri".to_string(), "/api/b".to_string()),
+    ];
+    assert_eq!(bad(twice).await, "X-Forwarded-Uri has several field lines");
+    let text = metrics(&server).await;
+    assert!(
+        text.contains("polylimit_server_checks_total{status=\"400\"} 2\n"),
+        "{text}"
+    );
+}
+
+/// /readyz: ready on a store that answers; not ready once the store's
+/// breaker opens (5 failed calls to a Redis that is not there).
+#[tokio::test]
+async fn readyz_follows_the_stores_breaker() {
+    let dir = temp_dir("readyz");
+    let path = dir.join("rules.yaml");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    std::fs::write(
+        &path,
+        RULES.replace("store: memory", &format!("store: redis://{closed}\ntimeout: 50ms")),
+    )
+    .unwrap();
+    let server = Server::start(&path);
+    let ready = send(server.http, [127, 0, 0, 1], "GET", "/readyz", &[]).await;
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (200, r#"{"breaker":"closed","ready":true}"#)
+    );
+    let health = send(server.http, [127, 0, 0, 1], "GET", "/healthz", &[]).await;
+    assert_eq!((health.status, health.body.as_str()), (200, "ok\n"));
+    for _ in 0..6 {
+        let answer = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
+        assert!(
+            matches!(answer.status, 200 | 429),
+            "the local fallback decides: {answer:?}"
+        );
+    }
+    let ready = send(server.http, [127, 0, 0, 1], "GET", "/readyz", &[]).await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    let body: Value = serde_json::from_str(&ready.body).unwrap();
+    assert_eq!(body["ready"], false);
+    assert!(
+        body["reason"].as_str().unwrap().contains("circuit breaker is open"),
+        "{body}"
+    );
+}
+
+/// SIGTERM while a gRPC call and a /check wait on a Redis that hangs
+/// (SIGSTOP, `timeout: 2s`): both listeners stop accepting, both calls are
+/// answered (by the local fallback, once the timeout is up), the process
+/// exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        rate_limit_descriptor::Entry, RateLimitDescriptor,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+    let redis = support::RedisServer::start();
+    let dir = temp_dir("sigterm-both");
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        RULES.replace("store: memory", &format!("store: {}\ntimeout: 2s", redis.url())),
+    )
+    .unwrap();
+    let mut server = Server::start(&path);
+    let (http, grpc) = (server.http, server.grpc);
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}")).await.unwrap();
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: ":path".into(),
+                value: "/api/a".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    };
+    // Both paths connected while Redis answers.
+    let first = client.should_rate_limit(request.clone()).await.unwrap().into_inner();
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    assert_eq!(
+        send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/b"))
+            .await
+            .status,
+        200
+    );
+
+    redis.pause();
+    let started = Instant::now();
+    let held_grpc = tokio::spawn(async move { client.should_rate_limit(request).await });
+    let held_check =
+        tokio::spawn(async move { send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/b")).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !metrics(&server).await.contains("polylimit_server_checks_in_flight 1\n") {
+        assert!(Instant::now() < deadline, "the held check never showed in flight");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The gRPC call left at the same time; it has 2 s of timeout to be in.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.signal("TERM");
+    server.line("shutting down");
+    let answer = held_grpc
+        .await
+        .unwrap()
+        .expect("the gRPC call in flight is answered")
+        .into_inner();
+    assert_eq!(answer.overall_code, Code::Ok as i32, "{answer:?}");
+    assert_eq!(held_check.await.unwrap().status, 200);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "answered after the store's timeout"
+    );
+    let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    redis.resume();
+    assert!(
+        tokio::net::TcpStream::connect(http).await.is_err(),
+        "HTTP still accepting after shutdown"
+    );
+    assert!(
+        tokio::net::TcpStream::connect(grpc).await.is_err(),
+        "gRPC still accepting after shutdown"
+    );
 }

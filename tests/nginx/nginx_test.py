@@ -1,7 +1,8 @@
 """A real nginx (Debian's package) with auth_request to polylimit-server's
 /check, in front of the Go example app, answers exactly as the app's own
 middleware does on the same rules file (examples/polylimit.yaml): status,
-rate-limit headers and body, allowed and refused.
+rate-limit headers and body: allowed, refused (429), and refused by a
+fail_closed policy whose Redis is not there (503).
 
 The site is tests/nginx/site.conf as docs/server.md shows it; only its
 addresses are rewritten to free ports. Two Go apps run: one limiting by
@@ -107,7 +108,14 @@ http {{
 """
 
 
-def main() -> int:
+def rule_of(path: str) -> str:
+    """The rule of examples/polylimit.yaml a path of the plan falls under."""
+    return "payments" if path.startswith("/api/payments/") else "api" if path.startswith("/api/") else "none"
+
+
+def compare(title: str, env: Dict[str, str], plan: List[Tuple[str, str, Dict[str, str]]], want: set) -> bool:
+    """Plays `plan` against the reference app and through nginx, pair by pair;
+    `want`: the (rule, status) pairs the reference must answer."""
     binary = os.environ.get("POLYLIMIT_SERVER_BIN", str(REPO / "target" / "debug" / "polylimit-server"))
     nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
     prefix = Path(tempfile.mkdtemp(prefix="polylimit-nginx-"))
@@ -115,12 +123,12 @@ def main() -> int:
     apps: List[App] = []
     try:
         server = subprocess.Popen([binary, "--rules", str(RULES), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
-                                  stdout=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ, **env))
         procs.append(server)
         listening = json.loads(server.stdout.readline())
         assert listening["msg"] == "listening", listening
 
-        reference = App("go").start()
+        reference = App("go", env=env).start()
         apps.append(reference)
         nolimit = prefix / "nolimit.yaml"
         nolimit.write_text("store: memory\npolicies: { none: { rate: 1/s } }\nrules: []\n")
@@ -135,15 +143,6 @@ def main() -> int:
         procs.append(nginx)
         wait_port(port, nginx, "nginx")
 
-        # A fresh client per run: 127.0.0.1 (the test, nginx) is a trusted proxy, so the rules
-        # key by the X-Forwarded-For client, which nginx passes on to /check and to the app.
-        # The api rule (token bucket, burst 10) for one client, then the payments rule
-        # (GCRA, burst 5, per user and route, under the api rule) for another, then no rule.
-        one, other = random.sample(range(1, 255), 2)
-        plan = [("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}) for _ in range(13)]
-        plan += [("POST", f"/api/payments/{i}", {"X-Forwarded-For": f"203.0.113.{other}", "X-User": "alice"})
-                 for i in range(8)]
-        plan += [("GET", "/stats", {})]
         seen = set()
         failures = []
         # The app and nginx decide each pair a few ms apart, on the real clock: X-RateLimit-Reset
@@ -152,28 +151,51 @@ def main() -> int:
         while not 0.1 <= time.time() % 1 <= 0.3:
             time.sleep(0.01)
         for i, (method, path, headers) in enumerate(plan):
-            # Each pair is sent back to back, so both decide in the same second.
             direct = essential(request(reference.port, method, path, headers))
             edge = essential(request(port, method, path, headers))
-            seen.add((path.split("/")[2] if path.startswith("/api/") else path, direct["status"]))
+            seen.add((rule_of(path), direct["status"]))
             if edge != direct:
                 failures.append(f"#{i} {method} {path}:\n  app:   {direct}\n  nginx: {edge}")
         if failures:
-            print("nginx → /check differs from the app's own middleware:\n" + "\n".join(failures))
-            return 1
-        want = {("hello", 200), ("hello", 429), ("payments", 200), ("payments", 429), ("/stats", 200)}
+            print(f"{title}: nginx → /check differs from the app's own middleware:\n" + "\n".join(failures))
+            return False
         if seen != want:
-            print(f"the plan should see {sorted(want)}, saw {sorted(seen)}")
-            return 1
-        print(f"nginx auth_request → polylimit-server /check: {len(plan)} requests answered as the Go app's "
-              "own middleware does (status, rate-limit headers, body)")
-        return 0
+            print(f"{title}: the plan should see {sorted(want)}, saw {sorted(seen)}")
+            return False
+        print(f"{title}: {len(plan)} requests through nginx auth_request → polylimit-server /check answered "
+              "as the Go app's own middleware does (status, rate-limit headers, body)")
+        return True
     finally:
         for app in apps:
             app.stop()
         for proc in reversed(procs):
             stop(proc)
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+def main() -> int:
+    # A fresh client per run: 127.0.0.1 (the test, nginx) is a trusted proxy, so the rules
+    # key by the X-Forwarded-For client, which nginx passes on to /check and to the app.
+    one, other = random.sample(range(1, 255), 2)
+    hello = [("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}) for _ in range(12)]
+    # A client naming another URI in /check's own header: nginx does not pass it on.
+    hello.insert(2, ("GET", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}", "X-Forwarded-Uri": "/free"}))
+    # HEAD, and a percent-escaped path: the same rule and key as GET /api/hello.
+    hello.insert(4, ("HEAD", "/api/hello", {"X-Forwarded-For": f"203.0.113.{one}"}))
+    hello.insert(6, ("GET", "/api/h%65llo", {"X-Forwarded-For": f"203.0.113.{one}"}))
+    payments = [("POST", f"/api/payments/{i}", {"X-Forwarded-For": f"203.0.113.{other}", "X-User": "alice"})
+                for i in range(8)]
+    # The api rule (token bucket, burst 10) for one client, then the payments rule (GCRA,
+    # burst 5, per user and route, under the api rule) for another, then no rule.
+    ok = compare("memory store", {}, hello + payments + [("GET", "/stats", {})],
+                 {("api", 200), ("api", 429), ("payments", 200), ("payments", 429), ("none", 200)})
+    # A Redis that is not there: the api policy falls back to its local limit; payments is
+    # fail_closed, so the app answers 503 and nginx must too (the 503 body and Retry-After).
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = {"REDIS_URL": f"redis://127.0.0.1:{closed.getsockname()[1]}"}
+        ok = compare("Redis down", down, hello[:3] + payments[:3], {("api", 200), ("payments", 503)}) and ok
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
