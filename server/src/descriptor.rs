@@ -9,8 +9,8 @@
 //! field lines). The cost is the descriptor's `hits_addend` if set, else the
 //! request's, 0 meaning 1 (Envoy's rule); the core bounds it.
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use polylimit::RequestInfo;
 
 /// At most this many descriptors per request (Envoy sends one per matching
@@ -139,8 +139,8 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{Entry, RateLimitOverride};
-    use envoy_types::pb::google::protobuf::UInt64Value;
+    use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{Entry, RateLimitOverride};
+    use crate::proto::google::protobuf::UInt64Value;
 
     fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
         RateLimitDescriptor {

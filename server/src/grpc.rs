@@ -1,6 +1,6 @@
 //! Envoy's rate-limit service, `envoy.service.ratelimit.v3.RateLimitService`,
-//! on tonic with the protos of the `envoy-types` crate (Envoy's own API
-//! definitions, pre-generated: no protoc, no build script).
+//! on tonic with Envoy's own protos as `envoy-types` generates them (see
+//! `proto`: no protoc, no build script).
 //!
 //! Each descriptor is decided alone, like envoyproxy/ratelimit: every
 //! descriptor is charged whether or not another is over its limit (each
@@ -11,10 +11,10 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use futures_util::future::join_all;
 use futures_util::FutureExt;
 use polylimit::{Error, Limiter, Outcome};

@@ -9,6 +9,7 @@ mod grpc;
 mod http;
 mod log;
 mod ops;
+mod proto;
 mod reload;
 mod reply;
 mod state;

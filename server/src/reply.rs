@@ -10,11 +10,11 @@
 //! the proxy's `failure_mode_deny` says (an `UNAVAILABLE` error would let
 //! Envoy's default fail open).
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::google::protobuf::Duration;
+use crate::proto::envoy::config::core::v3::HeaderValue;
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use crate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
+use crate::proto::google::protobuf::Duration;
 use polylimit::{Limiter, Outcome, Policy, RuleDecision};
 
 /// The response to a request whose descriptors had `outcomes`, in order

@@ -5,12 +5,12 @@
 
 mod common;
 
+use common::proto::envoy::config::core::v3::HeaderValue;
+use common::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use common::proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
+use common::proto::envoy::service::ratelimit::v3::RateLimitResponse;
+use common::proto::google::protobuf::{Duration, UInt64Value};
 use common::{call, descriptor, Server};
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus, RateLimit};
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 use polylimit::{Limiter, Outcome, RequestInfo};
 
 const T0: i64 = 1_700_000_040_000; // a whole minute
@@ -254,7 +254,7 @@ async fn bad_input_is_invalid_argument_and_the_server_keeps_serving() {
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
         status.message().to_string()
     };
-    let mut request = tonic::Request::new(envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    let mut request = tonic::Request::new(common::proto::envoy::service::ratelimit::v3::RateLimitRequest {
         domain: "elsewhere".into(),
         descriptors: vec![ok.clone()],
         hits_addend: 0,
@@ -292,7 +292,7 @@ async fn bad_input_is_invalid_argument_and_the_server_keeps_serving() {
         invalid(call(&mut client, vec![descriptor(&many)], 0, Some(T0)).await),
         "descriptors[0]: 33 entries, more than the limit of 32"
     );
-    let mut request = tonic::Request::new(envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest {
+    let mut request = tonic::Request::new(common::proto::envoy::service::ratelimit::v3::RateLimitRequest {
         domain: common::DOMAIN.into(),
         descriptors: vec![ok.clone()],
         hits_addend: 0,

@@ -3,6 +3,8 @@
 //! HTTP vectors it can carry, a bad rules file on SIGHUP keeps the old rules,
 //! and SIGTERM finishes a /check in flight.
 
+#[path = "../src/proto/mod.rs"]
+mod proto;
 #[path = "../../core/tests/support/mod.rs"]
 mod support;
 
@@ -557,12 +559,10 @@ async fn readyz_follows_the_stores_breaker() {
 /// exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-        rate_limit_descriptor::Entry, RateLimitDescriptor,
-    };
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use proto::envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor::Entry, RateLimitDescriptor};
+    use proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
     let redis = support::RedisServer::start();
     let dir = temp_dir("sigterm-both");

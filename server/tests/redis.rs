@@ -8,8 +8,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use common::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use common::{call, descriptor, Server};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use polylimit::{Limiter, RequestInfo};
 use support::RedisServer;
 

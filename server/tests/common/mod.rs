@@ -1,8 +1,11 @@
 //! The real `polylimit-server` binary for tests: started on port 0 with a
 //! rules file written for the test, its address read from its "listening"
 //! log line, stopped by pid when dropped; and a gRPC client from Envoy's
-//! own protos (`envoy-types`).
+//! own protos (the server's `src/proto`).
 #![allow(dead_code)]
+
+#[path = "../../src/proto/mod.rs"]
+pub mod proto;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -10,10 +13,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
 pub const DOMAIN: &str = "edge";
