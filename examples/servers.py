@@ -138,30 +138,44 @@ class Gateway:
         self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
+        self.log = LOGS / "polylimit-server.log"
 
-    def start(self) -> "Gateway":
-        self.proc = subprocess.Popen(
-            [self.binary, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
-            env=self.env, stdout=subprocess.PIPE, text=True,
-        )
+    def start(self, timeout: float = 30) -> "Gateway":
+        LOGS.mkdir(parents=True, exist_ok=True)
+        # A log of its own (several may run at once), removed after a clean exit.
+        self.log = log = LOGS / f"polylimit-server-{os.getpid()}-{id(self)}.log"
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([self.binary, "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT)
         # The server's first line, once both ports are bound:
         # {"level":"info","msg":"listening","grpc":"127.0.0.1:…","http":"127.0.0.1:…"}
-        line = self.proc.stdout.readline()
-        if '"listening"' not in line:
-            self.stop()
-            raise RuntimeError(f"polylimit-server did not start: {line!r}")
-        self.port = int(line.rsplit('"http":"127.0.0.1:', 1)[1].split('"', 1)[0])
-        return self
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            first = log.read_text().partition("\n")
+            if first[1]:
+                if '"listening"' not in first[0]:
+                    self.stop()
+                    raise RuntimeError(f"polylimit-server did not start:\n{log.read_text()}")
+                self.port = int(first[0].rsplit('"http":"127.0.0.1:', 1)[1].split('"', 1)[0])
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"polylimit-server exited at start:\n{log.read_text()}")
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"polylimit-server did not listen within {timeout} s:\n{log.read_text()}")
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.returncode == 0:
+            self.log.unlink(missing_ok=True)
 
     def request(self, path: str, method: str = "GET", headers: Optional[Dict[str, str]] = None,
                 timeout: float = 10) -> Response:

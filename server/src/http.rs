@@ -4,6 +4,7 @@
 //! text and the server's counters). No log line per request: a summary of
 //! the /check answers every minute there were some.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -42,8 +43,12 @@ fn router(http: Http) -> Router {
         .with_state(http)
 }
 
+/// How long a shutdown waits for the connections still open: a client that
+/// never finishes sending its request would otherwise hold it forever.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Serves HTTP on `listener` until `shutdown` turns true, then finishes the
-/// requests in flight.
+/// requests in flight (for [`SHUTDOWN_GRACE`] at most).
 pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
     let http = Http {
         state,
@@ -51,15 +56,19 @@ pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Re
         stopping: shutdown.clone(),
     };
     tokio::spawn(ops::summaries());
-    let mut shutdown = shutdown;
-    axum::serve(
-        listener,
-        router(http).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let stopped = |mut shutdown: watch::Receiver<bool>| async move {
         let _ = shutdown.wait_for(|stop| *stop).await;
-    })
-    .await
+    };
+    let service = router(http).into_make_service_with_connect_info::<SocketAddr>();
+    let graceful = axum::serve(listener, service).with_graceful_shutdown(stopped(shutdown.clone()));
+    tokio::select! {
+        done = graceful.into_future() => done,
+        () = async { stopped(shutdown).await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            let grace = SHUTDOWN_GRACE.as_secs();
+            log::warn("HTTP connections still open after the shutdown grace: closed", &[("grace_s", grace.into())]);
+            Ok(())
+        }
+    }
 }
 
 async fn check(

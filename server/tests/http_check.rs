@@ -3,6 +3,8 @@
 //! HTTP vectors it can carry, a bad rules file on SIGHUP keeps the old rules,
 //! and SIGTERM finishes a /check in flight.
 
+#[path = "../src/proto/mod.rs"]
+mod proto;
 #[path = "../../core/tests/support/mod.rs"]
 mod support;
 
@@ -66,9 +68,9 @@ impl Server {
         server
     }
 
-    /// The next log line whose `msg` starts with `msg` (10 s at most).
+    /// The next log line whose `msg` starts with `msg` (30 s at most).
     fn line(&self, msg: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self
@@ -557,12 +559,10 @@ async fn readyz_follows_the_stores_breaker() {
 /// exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-        rate_limit_descriptor::Entry, RateLimitDescriptor,
-    };
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use proto::envoy::extensions::common::ratelimit::v3::{rate_limit_descriptor::Entry, RateLimitDescriptor};
+    use proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
     let redis = support::RedisServer::start();
     let dir = temp_dir("sigterm-both");
@@ -634,4 +634,37 @@ async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
         tokio::net::TcpStream::connect(grpc).await.is_err(),
         "gRPC still accepting after shutdown"
     );
+}
+
+/// A client that never finishes its request does not hold a shutdown past
+/// the server's grace of 10 s.
+#[tokio::test]
+async fn a_request_never_finished_does_not_hold_the_shutdown() {
+    let dir = temp_dir("unfinished");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES).unwrap();
+    let mut server = Server::start(&path);
+    let mut stream = tokio::net::TcpStream::connect(server.http).await.unwrap();
+    stream
+        .write_all(b"GET /check HTTP/1.1\r\nhost: polylimit\r\n")
+        .await
+        .unwrap();
+    // The server accepts in order: the half request's connection is in once a
+    // whole request sent after it is answered.
+    metrics(&server).await;
+    let started = Instant::now();
+    server.signal("TERM");
+    server.line("shutting down");
+    let warned = server.line("HTTP connections still open after the shutdown grace");
+    assert_eq!(warned["grace_s"], 10);
+    let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    drop(stream);
 }

@@ -16,8 +16,6 @@ a temporary prefix, in the foreground, stopped by pid like everything else.
 from __future__ import annotations
 
 import http.client
-import json
-import os
 import random
 import shutil
 import signal
@@ -32,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples"))
 
-from servers import App, free_port  # noqa: E402
+from servers import App, Gateway, free_port  # noqa: E402
 
 SITE = Path(__file__).resolve().parent / "site.conf"
 RULES = REPO / "examples" / "polylimit.yaml"
@@ -116,17 +114,14 @@ def rule_of(path: str) -> str:
 def compare(title: str, env: Dict[str, str], plan: List[Tuple[str, str, Dict[str, str]]], want: set) -> bool:
     """Plays `plan` against the reference app and through nginx, pair by pair;
     `want`: the (rule, status) pairs the reference must answer."""
-    binary = os.environ.get("POLYLIMIT_SERVER_BIN", str(REPO / "target" / "debug" / "polylimit-server"))
     nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
     prefix = Path(tempfile.mkdtemp(prefix="polylimit-nginx-"))
-    procs: List[subprocess.Popen] = []
+    nginx: Optional[subprocess.Popen] = None
     apps: List[App] = []
+    gateways: List[Gateway] = []
     try:
-        server = subprocess.Popen([binary, "--rules", str(RULES), "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"],
-                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ, **env))
-        procs.append(server)
-        listening = json.loads(server.stdout.readline())
-        assert listening["msg"] == "listening", listening
+        server = Gateway(env=dict(env, POLYLIMIT_RULES=str(RULES))).start()
+        gateways.append(server)
 
         reference = App("go", env=env).start()
         apps.append(reference)
@@ -138,9 +133,8 @@ def compare(title: str, env: Dict[str, str], plan: List[Tuple[str, str, Dict[str
             app.wait_ready()
 
         port = free_port()
-        (prefix / "nginx.conf").write_text(nginx_conf(prefix, port, listening["http"], backend.port))
+        (prefix / "nginx.conf").write_text(nginx_conf(prefix, port, f"127.0.0.1:{server.port}", backend.port))
         nginx = subprocess.Popen([nginx_bin, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr"])
-        procs.append(nginx)
         wait_port(port, nginx, "nginx")
 
         seen = set()
@@ -166,10 +160,9 @@ def compare(title: str, env: Dict[str, str], plan: List[Tuple[str, str, Dict[str
               "as the Go app's own middleware does (status, rate-limit headers, body)")
         return True
     finally:
-        for app in apps:
+        stop(nginx)
+        for app in apps + gateways:
             app.stop()
-        for proc in reversed(procs):
-            stop(proc)
         shutil.rmtree(prefix, ignore_errors=True)
 
 
