@@ -21,6 +21,10 @@ pub struct Config {
     pub http: SocketAddr,
     pub domain: String,
     pub check: bool,
+    /// `POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK=1` (tests only): a call may set
+    /// its decision's `now_ms` (gRPC metadata `x-polylimit-now-ms`, /check
+    /// header `X-Polylimit-Now-Ms`); otherwise those are ignored.
+    pub trust_client_clock: bool,
 }
 
 /// What the command line asks for.
@@ -70,6 +74,7 @@ pub fn parse(args: impl IntoIterator<Item = String>, env: impl Fn(&str) -> Optio
         http: addr(http, "POLYLIMIT_HTTP_ADDR", "--http", "0.0.0.0:8080")?,
         domain: pick(domain, "POLYLIMIT_DOMAIN").unwrap_or_else(|| "polylimit".into()),
         check,
+        trust_client_clock: env("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK").as_deref() == Some("1"),
     }))
 }
 
@@ -97,10 +102,17 @@ mod tests {
         assert_eq!(c.http.to_string(), "0.0.0.0:8080");
         assert_eq!(c.domain, "edge");
         assert!(!c.check);
+        assert!(!c.trust_client_clock);
         let Ok(Command::Run(c)) = run(&["--check"], &[("POLYLIMIT_RULES", "x.yaml")]) else {
             panic!("not a run")
         };
         assert_eq!((c.rules.as_str(), c.check), ("x.yaml", true));
+        for (value, trusted) in [("1", true), ("true", false), ("", false)] {
+            let Ok(Command::Run(c)) = run(&["--rules", "r"], &[("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK", value)]) else {
+                panic!("not a run")
+            };
+            assert_eq!(c.trust_client_clock, trusted, "{value:?}");
+        }
     }
 
     #[test]

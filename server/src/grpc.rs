@@ -134,25 +134,24 @@ async fn guarded<T>(call: impl std::future::Future<Output = Result<T, Status>>) 
 }
 
 /// Serves gRPC on `listener` until `shutdown` turns true, then finishes the
-/// calls in flight.
+/// calls in flight (for [`crate::shutdown::GRACE`] at most).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<State>,
     domain: String,
-    mut shutdown: watch::Receiver<bool>,
+    trust_client_clock: bool,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     let service = RateLimit {
         state,
         domain,
-        trust_client_clock: std::env::var("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK").is_ok_and(|v| v == "1"),
+        trust_client_clock,
     };
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    let serving = tonic::transport::Server::builder()
         .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await
+        .serve_with_incoming_shutdown(incoming, crate::shutdown::requested(shutdown.clone()));
+    crate::shutdown::bounded("gRPC", serving, shutdown).await
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::check::{self, BadRequest};
 use crate::state::State;
-use crate::{log, ops};
+use crate::{log, ops, shutdown};
 
 #[derive(Clone)]
 struct Http {
@@ -43,32 +43,23 @@ fn router(http: Http) -> Router {
         .with_state(http)
 }
 
-/// How long a shutdown waits for the connections still open: a client that
-/// never finishes sending its request would otherwise hold it forever.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 /// Serves HTTP on `listener` until `shutdown` turns true, then finishes the
-/// requests in flight (for [`SHUTDOWN_GRACE`] at most).
-pub async fn serve(listener: TcpListener, state: Arc<State>, shutdown: watch::Receiver<bool>) -> std::io::Result<()> {
+/// requests in flight (for [`shutdown::GRACE`] at most).
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    trust_clock: bool,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
     let http = Http {
         state,
-        trust_clock: std::env::var("POLYLIMIT_SERVER_TRUST_CLIENT_CLOCK").as_deref() == Ok("1"),
+        trust_clock,
         stopping: shutdown.clone(),
     };
     tokio::spawn(ops::summaries());
-    let stopped = |mut shutdown: watch::Receiver<bool>| async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
     let service = router(http).into_make_service_with_connect_info::<SocketAddr>();
-    let graceful = axum::serve(listener, service).with_graceful_shutdown(stopped(shutdown.clone()));
-    tokio::select! {
-        done = graceful.into_future() => done,
-        () = async { stopped(shutdown).await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-            let grace = SHUTDOWN_GRACE.as_secs();
-            log::warn("HTTP connections still open after the shutdown grace: closed", &[("grace_s", grace.into())]);
-            Ok(())
-        }
-    }
+    let graceful = axum::serve(listener, service).with_graceful_shutdown(shutdown::requested(shutdown.clone()));
+    shutdown::bounded("HTTP", graceful.into_future(), shutdown).await
 }
 
 async fn check(

@@ -12,6 +12,7 @@ mod ops;
 mod proto;
 mod reload;
 mod reply;
+mod shutdown;
 mod state;
 
 use std::process::ExitCode;
@@ -104,9 +105,10 @@ async fn run(config: Config) -> ExitCode {
         grpc_listener,
         state.clone(),
         config.domain,
+        config.trust_client_clock,
         stopped.clone(),
     ));
-    let http = tokio::spawn(http::serve(http_listener, state, stopped));
+    let http = tokio::spawn(http::serve(http_listener, state, config.trust_client_clock, stopped));
     shutdown.await;
     log::info("shutting down", &[]);
     let _ = stop.send(true);
