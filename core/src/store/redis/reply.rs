@@ -70,12 +70,26 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
 /// function decided on: a fixed window's count in now's window, a token
 /// bucket's tokens refilled to now. The verdict follows from it by the same
 /// rules as in the function (the algorithm's `decide`) at the `now` sent.
+/// A token bucket answers `tokens last_ms now` otherwise: its state refilled
+/// to the `now` it decided at.
 pub(super) fn parse_shape_reply(
     value: Value,
     check: &RedisCheck<'_>,
     now: Option<i64>,
     cost: i64,
 ) -> Result<(i64, Vec<Verdict>)> {
+    if check.params.kind == Kind::TokenBucket && !matches!(value, Value::Int(_)) {
+        let values: Vec<i64> =
+            redis::from_redis_value(value).map_err(|e| Error::Internal(format!("decision function: {e}")))?;
+        let &[tokens, last, now] = values.as_slice() else {
+            return Err(Error::Internal(format!(
+                "token bucket function returned {} values, not 3",
+                values.len()
+            )));
+        };
+        let (verdict, _) = token_bucket::decide_continuous(check.params, Some(&[tokens, last, now]), now, cost);
+        return Ok((now, vec![verdict]));
+    }
     if let (Value::Int(state), Some(now)) = (&value, now) {
         let p = check.params;
         let (verdict, _) = match p.kind {
