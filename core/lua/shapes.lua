@@ -19,6 +19,15 @@ local function decide_shape(algorithm, write, keys, now, cost, count, period, bu
   return {allowed and 1 or 0, now, remaining, reset, retry}
 end
 
+-- redis.call and the library functions the shape functions use, looked up
+-- on their first call: a library's top level cannot see them (it runs
+-- before Redis opens them to functions), and a global lookup per use costs
+-- the server about 1% of a decision each.
+local call, sub, pack, unpack
+local function bind()
+  call, sub, pack, unpack = redis.call, string.sub, struct.pack, struct.unpack
+end
+
 -- ARGV: now_ms, cost, period_ms, limit. The common case (now sent, the
 -- key empty or holding the one-integer state of now's window or an earlier
 -- one, counts below FW_SCALE) answers one integer: the count now's window
@@ -27,19 +36,20 @@ end
 -- key's expiry (the window's end). Anything else (the server's clock, a
 -- clock gone back into an earlier window, packed cells) answers decide_shape's five values.
 local function check_fixed_window(keys, argv)
+  if not call then bind() end
   local now, cost, period, limit = argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0
   if now ~= '' and limit < FW_SCALE then
     now = now + 0
     local start = now - now % period
-    local raw = redis.call('GET', keys[1])
+    local raw = call('GET', keys[1])
     local used, window = 0, start
     -- Up to 19 characters: the integer (packed cells take 25 bytes). A
     -- check with tonumber would cost a twentieth of the call: both parts
     -- go through arithmetic instead, so a foreign value raises, and the
     -- client asks the general check, which names the key (scripts.rs).
     if raw and #raw < 20 then
-      local created = #raw > 6 and string.sub(raw, 1, -7) + 0 or 0
-      local count = string.sub(raw, -6) + 0
+      local created = #raw > 6 and sub(raw, 1, -7) + 0 or 0
+      local count = sub(raw, -6) + 0
       window = created - created % period
       if window == start then used = count end
     elseif raw then
@@ -48,7 +58,8 @@ local function check_fixed_window(keys, argv)
     if window <= start and now >= 0 and now <= FW_CREATED_MAX then
       if used + cost <= limit then
         if raw and window == start then
-          redis.call('INCRBY', keys[1], cost)
+          -- The cost as sent: a number would go through %.17g.
+          call('INCRBY', keys[1], argv[2])
         else
           write_fixed_window(keys[1], start, cost, raw and start or now, start + period - now)
         end
@@ -66,12 +77,8 @@ end
 -- is not after it (the common case), else {tokens, last_ms, now}. The
 -- client derives the verdict from that state by the same rules
 -- (token_bucket.rs, like the fixed window's count).
--- redis.call and struct's functions, looked up once: a library's top level
--- cannot see them (it runs before Redis opens them to the functions), and a
--- global lookup per use costs the server 1% of this decision each.
-local call, pack, unpack
 local function check_token_bucket(keys, argv)
-  if not call then call, pack, unpack = redis.call, struct.pack, struct.unpack end
+  if not call then bind() end
   local now, need, count, cap = argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0
   local sent = now ~= ''
   if sent then
