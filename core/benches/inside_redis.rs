@@ -229,14 +229,12 @@ impl Drop for Callgrind {
 }
 
 /// `FCALL` arguments of a shape's function (args.rs): a fixed window takes
-/// `now cost period limit`, a token bucket `now need count cap` (need = cost
-/// * period, cap = burst * period), GCRA `now cost count period burst`; the
-/// same limit, 10^9 per minute.
+/// `now cost period limit`, a token bucket and GCRA `now need count cap`
+/// (need = cost * period, cap = burst * period): 10^9 per minute, cost 1.
 fn shape_args<'a>(shape: &str, key: &'a str, now: &'a str) -> Vec<&'a str> {
     match shape {
         "fixed_window" => vec!["1", key, now, "1", "60000", FW_LIMIT],
-        "token_bucket" => vec!["1", key, now, "60000", "1000000000", "60000000000000"],
-        _ => vec!["1", key, now, "1", "1000000000", "60000", "1000000000"],
+        _ => vec!["1", key, now, "60000", "1000000000", "60000000000000"],
     }
 }
 

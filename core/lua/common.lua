@@ -28,9 +28,9 @@ local CELLS = '<Blll'
 local CELLS_MARK = 1
 local CELLS_SIZE = 25
 
--- A token bucket's (continuous refill) state also holds its key's
--- expiry, expires_ms on the decisions' clock: the cells and that, packed
--- after marker 2 (write_bucket).
+-- A token bucket's (continuous refill) and GCRA's state also holds its
+-- key's expiry, expires_ms on the decisions' clock: the cells and that,
+-- packed after marker 2 (write_bucket).
 local BUCKET = '<Bllll'
 local BUCKET_MARK = 2
 local BUCKET_SIZE = 33
@@ -86,8 +86,8 @@ local function write_cells(key, a, b, c, ttl)
   redis.call('SET', key, struct.pack(CELLS, CELLS_MARK, a, b, c), 'PX', expire_after(ttl))
 end
 
--- A token bucket's key lives until the bucket is full again (full_ms) plus
--- the margin. Its state holds the expiry it was given, so the shape
+-- A token bucket's key lives until the bucket is full again (full_ms; for
+-- GCRA, the TAT) plus the margin. Its state holds the expiry it was given, so the shape
 -- function (shapes.lua) can overwrite the cells in place and keep the
 -- expiry while that still covers full_ms and is at most TTL_SLACK_MS later:
 -- a SET with PX costs a sixth of the decision. This writes the state and its

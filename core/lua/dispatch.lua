@@ -7,9 +7,9 @@ local KINDS = {
 }
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1, 1}
 -- The kinds whose admission writes more than one key's cells, or other
--- than packed cells (a token bucket's hold its key's expiry too).
+-- than packed cells (a token bucket's and GCRA's hold their key's expiry too).
 local WRITES = {
-  [1] = token_bucket_write, [6] = fixed_window_write, [7] = sliding_window_log_write, [9] = concurrency_write,
+  [1] = token_bucket_write, [3] = gcra_write, [6] = fixed_window_write, [7] = sliding_window_log_write, [9] = concurrency_write,
 }
 local STRIDE = 12
 

@@ -126,7 +126,55 @@ local function check_token_bucket(keys, argv)
   return {tokens, last, now}
 end
 
--- ARGV: now_ms, cost, count, period_ms, burst.
+-- ARGV: now_ms, need (cost * period_ms), count, cap (burst * period_ms), as
+-- for a token bucket. Answers the wait (scaled: max(TAT, now) - now) before
+-- this decision: one integer when now was sent and the TAT is not far ahead
+-- (the common case), else {tat_ms, tat_rem, now}, the cells it decided on
+-- (now 0 for none). The client derives the verdict from that (gcra.rs). The
+-- key's expiry is kept as a token bucket's is (write_bucket): the key lives
+-- until the TAT plus the margin.
 local function check_gcra(keys, argv)
-  return decide_shape(gcra, write_cells, keys, argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0, argv[5] + 0)
+  if not call then bind() end
+  local now, need, count, cap = argv[1], argv[2] + 0, argv[3] + 0, argv[4] + 0
+  local sent = now ~= ''
+  if sent then
+    now = now + 0
+  else
+    local t = redis.call('TIME')
+    now = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  local key = keys[1]
+  local raw = call('GET', key)
+  -- gcra's rules inline (as gcra.lua and gcra.rs), as for a token bucket.
+  local mark, tat, rem, admitted, expires, wait = 0, now, 0, now, false, 0
+  if raw then
+    if #raw == BUCKET_SIZE then mark, tat, rem, admitted, expires = unpack(BUCKET, raw) end
+    if mark ~= BUCKET_MARK then
+      tat, rem, admitted = cells_in(key, raw)
+      expires = 0
+    end
+    if tat > now then
+      -- Far ahead (far_ahead): it denies, and the client derives how.
+      if tat - now > MAX_WAIT_SCALED / count then return {tat, rem, now} end
+      wait = (tat - now) * count + rem
+    elseif tat == now then
+      wait = rem
+    end
+    if admitted > now then expires = false end -- the clock went back
+  end
+  local next = wait + need
+  if next <= cap and need <= cap then
+    if admitted < now then admitted = now end
+    local d = next + count - 1
+    local full = now + (d - d % count) / count
+    local needed = full + TTL_MARGIN_MS
+    local rest = next % count
+    if expires and expires >= needed and expires <= needed + TTL_SLACK_MS then
+      call('SETRANGE', key, '1', pack(BUCKET_CELLS, now + (next - rest) / count, rest, admitted))
+    else
+      write_bucket(key, now + (next - rest) / count, rest, admitted, full, now, expires)
+    end
+  end
+  if sent then return wait end
+  return {tat, rem, now}
 end

@@ -134,8 +134,8 @@ impl Shape {
 
 /// A shape function's arguments (shapes.lua): `1 key now cost period limit`
 /// for a fixed window (it has no count), `1 key now need count cap` for a
-/// token bucket (need = cost * period, cap = burst * period: its numbers in
-/// the scaled units of its state), `1 key now cost count period burst` for GCRA.
+/// token bucket and GCRA (need = cost * period, cap = burst * period: their
+/// numbers in the scaled units of their state).
 pub(super) fn push_shape_args(cmd: &mut Cmd, shape: Shape, check: &RedisCheck<'_>, now: Option<i64>, cost: i64) {
     cmd.arg(1).arg(check.keys[0].as_str());
     match now {
@@ -147,8 +147,7 @@ pub(super) fn push_shape_args(cmd: &mut Cmd, shape: Shape, check: &RedisCheck<'_
         Shape::FixedWindow => cmd.arg(cost).arg(p.period).arg(p.burst),
         // A cost past the burst is denied whatever the state; saturated, its
         // need stays past the capacity.
-        Shape::TokenBucket => cmd.arg(cost.saturating_mul(p.period)).arg(p.count).arg(p.capacity()),
-        Shape::Gcra => cmd.arg(cost).arg(p.count).arg(p.period).arg(p.burst),
+        Shape::TokenBucket | Shape::Gcra => cmd.arg(cost.saturating_mul(p.period)).arg(p.count).arg(p.capacity()),
     };
 }
 
