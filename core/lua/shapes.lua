@@ -23,9 +23,9 @@ end
 -- on their first call: a library's top level cannot see them (it runs
 -- before Redis opens them to functions), and a global lookup per use costs
 -- the server about 1% of a decision each.
-local call, sub, pack, unpack
+local call, sub, format, pack, unpack
 local function bind()
-  call, sub, pack, unpack = redis.call, string.sub, struct.pack, struct.unpack
+  call, sub, format, pack, unpack = redis.call, string.sub, string.format, struct.pack, struct.unpack
 end
 
 -- ARGV: now_ms, cost, period_ms, limit. The common case (now sent, the
@@ -61,7 +61,11 @@ local function check_fixed_window(keys, argv)
           -- The cost as sent: a number would go through %.17g.
           call('INCRBY', keys[1], argv[2])
         else
-          write_fixed_window(keys[1], start, cost, raw and start or now, start + period - now)
+          -- write_fixed_window's one-integer case, inline (cost < FW_SCALE,
+          -- 0 <= start <= created <= FW_CREATED_MAX).
+          local created = raw and start or now
+          local value = created > 0 and format('%d%06d', created, cost) or argv[2]
+          call('SET', keys[1], value, 'PX', format('%d', start + period - now + TTL_MARGIN_MS))
         end
       end
       return used
