@@ -69,15 +69,16 @@ local retry_after = -1
 return {cost, remaining, tostring(retry_after), tostring(reset_after)}
 "#;
 
-/// What bounds a shape function from below: an FCALL that only answers
-/// five values, and one that also does the GET and SET PX of a key's packed
-/// cells (common.lua's state format), with no decision.
+/// What bounds a shape function from below: an FCALL with a token bucket's
+/// key and four arguments that only answers one integer, and one that also
+/// does the GET and the in-place SETRANGE of a token bucket's cells (the
+/// Redis work of its common case), with no decision.
 const BOUNDS: &str = "#!lua name=bounds
-local function reply_only(keys, argv) return {1, 2, 3, 4, 5} end
+local function reply_only(keys, argv) return 1 end
 local function get_set(keys, argv)
   redis.call('GET', keys[1])
-  redis.call('SET', keys[1], struct.pack('<Blll', 1, 1, 2, 3), 'PX', '61000')
-  return {1, 2, 3, 4, 5}
+  redis.call('SETRANGE', keys[1], '1', struct.pack('<lll', 1, 2, 3))
+  return 1
 end
 redis.register_function('reply_only', reply_only)
 redis.register_function('get_set', get_set)";
@@ -228,12 +229,13 @@ impl Drop for Callgrind {
     }
 }
 
-/// `FCALL` arguments of a shape's function: a fixed window takes `now cost
-/// period limit`, the others `now cost count period burst`.
+/// `FCALL` arguments of a shape's function (args.rs): a fixed window takes
+/// `now cost period limit`, a token bucket and GCRA `now need count cap`
+/// (need = cost * period, cap = burst * period): 10^9 per minute, cost 1.
 fn shape_args<'a>(shape: &str, key: &'a str, now: &'a str) -> Vec<&'a str> {
     match shape {
         "fixed_window" => vec!["1", key, now, "1", "60000", FW_LIMIT],
-        _ => vec!["1", key, now, "1", "1000000000", "60000", "1000000000"],
+        _ => vec!["1", key, now, "60000", "1000000000", "60000000000000"],
     }
 }
 
@@ -282,14 +284,9 @@ fn main() {
             sent / value
         );
     }
-    let bound = |function| {
-        fcall(
-            function,
-            vec!["1", "bound", &now, "1", "1000000000", "60000", "1000000000"],
-        )
-    };
+    let bound = |function| fcall(function, shape_args("token_bucket", "bound", &now));
     println!(
-        "  bounds: an FCALL answering 5 values {:.2}; with the GET and SET PX of packed cells {:.2}",
+        "  bounds: an FCALL answering one integer {:.2}; with a GET and an in-place SETRANGE {:.2}",
         bound("reply_only"),
         bound("get_set")
     );
@@ -298,6 +295,7 @@ fn main() {
         return;
     };
     support::redis_cli(callgrind.port, &["FUNCTION", "LOAD", "REPLACE", &library.code]);
+    support::redis_cli(callgrind.port, &["FUNCTION", "LOAD", "REPLACE", BOUNDS]);
     let (rlf, redis_rate) = (sha(callgrind.port, RLF), sha(callgrind.port, REDIS_RATE));
     println!("redis-server instructions per decision (callgrind, {IR_CALLS} calls, -c 4 -P 16, now sent):");
     for shape in ["fixed_window", "token_bucket", "gcra"] {
@@ -315,4 +313,16 @@ fn main() {
             ours as f64 / theirs as f64
         );
     }
+    let bound = |function: &str| {
+        let command: Vec<&str> = ["FCALL", function]
+            .into_iter()
+            .chain(shape_args("token_bucket", "bound", &now))
+            .collect();
+        callgrind.ir_per_call(&command)
+    };
+    println!(
+        "  bounds: an FCALL answering one integer {} Ir; with a GET and an in-place SETRANGE {} Ir",
+        bound("reply_only"),
+        bound("get_set")
+    );
 }

@@ -28,9 +28,23 @@ local CELLS = '<Blll'
 local CELLS_MARK = 1
 local CELLS_SIZE = 25
 
--- The three cells in `raw` (a key's value) as three values.
+-- A token bucket's (continuous refill) and GCRA's state also holds its
+-- key's expiry, expires_ms on the decisions' clock: the cells and that,
+-- packed after marker 2 (write_bucket).
+local BUCKET = '<Bllll'
+local BUCKET_MARK = 2
+local BUCKET_SIZE = 33
+local BUCKET_CELLS = '<lll' -- the cells alone, at offset 1
+
+-- The three cells in `raw` (a key's value) as three values (a token
+-- bucket's: four, its expires_ms fourth; nil in the older form).
 local function cells_in(key, raw)
-  if #raw == CELLS_SIZE and string.byte(raw, 1) == CELLS_MARK then
+  local size = #raw
+  if size == BUCKET_SIZE and string.byte(raw, 1) == BUCKET_MARK then
+    local _, a, b, c, e = struct.unpack(BUCKET, raw)
+    return a, b, c, e
+  end
+  if size == CELLS_SIZE and string.byte(raw, 1) == CELLS_MARK then
     local _, a, b, c = struct.unpack(CELLS, raw)
     return a, b, c
   end
@@ -70,6 +84,23 @@ end
 
 local function write_cells(key, a, b, c, ttl)
   redis.call('SET', key, struct.pack(CELLS, CELLS_MARK, a, b, c), 'PX', expire_after(ttl))
+end
+
+-- A token bucket's key lives until the bucket is full again (full_ms; for
+-- GCRA, the TAT) plus the margin. Its state holds the expiry it was given, so the shape
+-- function (shapes.lua) can overwrite the cells in place and keep the
+-- expiry while that still covers full_ms and is at most TTL_SLACK_MS later:
+-- a SET with PX costs a sixth of the decision. This writes the state and its
+-- expiry: with `slack` (a key written before, the clock not gone back)
+-- TTL_SLACK_MS later, so the admissions of the next second keep it;
+-- without (a new key, the general check, a refund), exactly full_ms plus
+-- the margin.
+local TTL_SLACK_MS = 1000
+
+local function write_bucket(key, tokens, last, admitted, full, now, slack)
+  local expires = full + TTL_MARGIN_MS
+  if slack then expires = expires + TTL_SLACK_MS end
+  redis.call('SET', key, struct.pack(BUCKET, BUCKET_MARK, tokens, last, admitted, expires), 'PX', fmt(expires - now))
 end
 
 -- A fixed window's state, when it fits, is one integer, created_ms * 10^6

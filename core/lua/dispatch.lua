@@ -7,8 +7,10 @@ local KINDS = {
 }
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1, 1}
 -- The kinds whose admission writes more than one key's cells, or other
--- than packed cells.
-local WRITES = {[6] = fixed_window_write, [7] = sliding_window_log_write, [9] = concurrency_write}
+-- than packed cells (a token bucket's and GCRA's hold their key's expiry too).
+local WRITES = {
+  [1] = token_bucket_write, [3] = gcra_write, [6] = fixed_window_write, [7] = sliding_window_log_write, [9] = concurrency_write,
+}
 local STRIDE = 12
 
 -- Clamps a verdict into the reply's form: nothing negative, -1 for no retry.

@@ -23,3 +23,8 @@ local function gcra(keys, k, now, cost, count, period, burst)
   end
   return false, fdiv(cap - wait, period), ceil_div(wait, count), ceil_div(wait + need - cap, count), 0
 end
+
+-- Writes an admission's cells with the key's expiry (write_bucket).
+local function gcra_write(keys, k, now, cost, lease, tat, rem, admitted, reset)
+  write_bucket(keys[k], tat, rem, admitted, now + reset, now, false)
+end

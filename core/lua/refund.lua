@@ -118,6 +118,8 @@ local CELL_REFUNDS = {
   token_bucket_refund, token_bucket_interval_refund, tat_refund, leaky_bucket_refund,
   tat_refund, fixed_window_refund, false, sliding_window_counter_refund,
 }
+local TOKEN_BUCKET = 1
+local GCRA = 3
 local FIXED_WINDOW = 6
 local SLIDING_WINDOW_LOG = 7
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
@@ -157,8 +159,12 @@ for b = 3, #ARGV, 5 do
   elseif c then
     local cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
     if cells then
-      local write = kind == FIXED_WINDOW and write_fixed_window or write_cells
-      write(key, cells[1], cells[2], cells[3], ttl)
+      if kind == TOKEN_BUCKET or kind == GCRA then
+        write_bucket(key, cells[1], cells[2], cells[3], now + ttl, now, false)
+      else
+        local write = kind == FIXED_WINDOW and write_fixed_window or write_cells
+        write(key, cells[1], cells[2], cells[3], ttl)
+      end
       refunded = refunded + 1
     end
   end

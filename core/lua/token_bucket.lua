@@ -27,6 +27,11 @@ local function token_bucket(keys, k, now, cost, count, period, burst)
     tokens, last
 end
 
+-- Writes an admission's cells (write_bucket: the key's expiry with them).
+local function token_bucket_write(keys, k, now, cost, lease, tokens, last, admitted, reset)
+  write_bucket(keys[k], tokens, last, admitted, now + reset, now, false)
+end
+
 -- token_bucket (refill: interval): cells {tokens, last_refill_ms, admitted_ms}
 local function token_bucket_interval(keys, k, now, cost, count, period, burst)
   local tokens, last, admitted = burst, now, now

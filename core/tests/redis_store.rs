@@ -327,13 +327,80 @@ async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
         .unwrap();
     let d = limiter.check_with("old", at).await.unwrap();
     assert!(d.allowed && d.remaining == 4 && d.source == Source::Store, "{d:?}");
-    // Written back packed: a marker byte and three 64-bit integers.
+    // Written back packed: a marker byte, three 64-bit cells and the key's expiry.
     assert_eq!(
         redis.command("STRLEN polylimit:token_bucket:default:{old}").unwrap(),
-        ":25\r\n"
+        ":33\r\n"
     );
     let d = limiter.check_with("old", at).await.unwrap();
     assert!(d.allowed && d.remaining == 3, "{d:?}");
+}
+
+#[tokio::test]
+async fn a_token_bucket_and_gcra_keep_their_expiry_while_it_covers_the_refill() {
+    let redis = support::RedisServer::start();
+    // The remaining after the clock went back differs: GCRA's TAT stays ahead.
+    for (algorithm, remaining_back) in [("token_bucket", 8), ("gcra", 3)] {
+        let limiter = Limiter::new(
+            LimiterConfig::new(policy(json!({"algorithm": algorithm, "rate": "10/s", "name": "p"})))
+                .with_store(redis.url())
+                .for_decisions(),
+        )
+        .unwrap();
+        let key = format!("polylimit:{algorithm}:p:{{k}}");
+        let check = |now_ms| {
+            let limiter = &limiter;
+            async move {
+                let at = CheckOptions {
+                    cost: 1,
+                    now_ms: Some(now_ms),
+                };
+                limiter.check_with("k", at).await.unwrap()
+            }
+        };
+        // PTTL is `ms` less at most the time since `started`.
+        let ttl_is = |ms: i64, started: std::time::Instant| {
+            let ttl = pttl(&redis, &key);
+            let elapsed = started.elapsed().as_millis() as i64;
+            assert!(
+                (ms - elapsed - 1..=ms).contains(&ttl),
+                "{algorithm}: PTTL {ttl}, not {ms} ({elapsed} ms elapsed)"
+            );
+        };
+        redis.command("CONFIG RESETSTAT").unwrap();
+        let sets = || (redis.calls("set"), redis.calls("setrange"));
+        // A new key: exactly the time back to full (100 ms) plus the 1 s margin.
+        let started = std::time::Instant::now();
+        assert_eq!(check(1_000).await.remaining, 9);
+        ttl_is(1_100, started);
+        // Full 200 ms on: past that expiry, so a SET PX again, with 1 s of
+        // slack for the admissions that follow (full at 1200, + 1 s + 1 s).
+        let started = std::time::Instant::now();
+        assert_eq!(check(1_000).await.remaining, 8);
+        ttl_is(2_200, started);
+        assert_eq!(sets(), (2, 0));
+        // Within the slack: the cells change in place, the expiry stays.
+        // (Set by hand here, so a SET PX would show.)
+        redis.command(&format!("PEXPIRE {key} 777777")).unwrap();
+        let started = std::time::Instant::now();
+        for remaining in (0..8).rev() {
+            assert_eq!(check(1_000).await.remaining, remaining);
+        }
+        ttl_is(777_777, started);
+        assert_eq!(sets(), (2, 8));
+        // Full again at 2000: a later admission is past the expiry it stored (3200).
+        let started = std::time::Instant::now();
+        let d = check(2_500).await;
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 9, 100));
+        ttl_is(2_600 + 2_000 - 2_500, started);
+        // The clock gone back: the TTL is set again, exactly (back to full
+        // at 2700, 700 ms from 2000, plus the margin).
+        let started = std::time::Instant::now();
+        let d = check(2_000).await;
+        assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, remaining_back, 700));
+        ttl_is(1_700, started);
+        assert_eq!(sets(), (4, 8));
+    }
 }
 
 #[tokio::test]

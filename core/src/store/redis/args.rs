@@ -133,8 +133,9 @@ impl Shape {
 }
 
 /// A shape function's arguments (shapes.lua): `1 key now cost period limit`
-/// for a fixed window (it has no count), `1 key now cost count period burst`
-/// for the others.
+/// for a fixed window (it has no count), `1 key now need count cap` for a
+/// token bucket and GCRA (need = cost * period, cap = burst * period: their
+/// numbers in the scaled units of their state).
 pub(super) fn push_shape_args(cmd: &mut Cmd, shape: Shape, check: &RedisCheck<'_>, now: Option<i64>, cost: i64) {
     cmd.arg(1).arg(check.keys[0].as_str());
     match now {
@@ -142,11 +143,12 @@ pub(super) fn push_shape_args(cmd: &mut Cmd, shape: Shape, check: &RedisCheck<'_
         None => cmd.arg(""),
     };
     let p = check.params;
-    cmd.arg(cost);
-    if shape != Shape::FixedWindow {
-        cmd.arg(p.count);
-    }
-    cmd.arg(p.period).arg(p.burst);
+    match shape {
+        Shape::FixedWindow => cmd.arg(cost).arg(p.period).arg(p.burst),
+        // A cost past the burst is denied whatever the state; saturated, its
+        // need stays past the capacity.
+        Shape::TokenBucket | Shape::Gcra => cmd.arg(cost.saturating_mul(p.period)).arg(p.count).arg(p.capacity()),
+    };
 }
 
 /// `numkeys key... now cost (kind count period burst max_delay flags

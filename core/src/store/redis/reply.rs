@@ -6,7 +6,7 @@ use redis::{RedisError, Value};
 use super::args::RedisCheck;
 use super::connection::unavailable;
 use super::state::RedisStore;
-use crate::algorithm::{fixed_window, token_bucket, Kind, Verdict};
+use crate::algorithm::{fixed_window, gcra, token_bucket, Kind, Params, Update, Verdict};
 use crate::error::{Error, Result};
 
 impl RedisStore {
@@ -65,25 +65,47 @@ fn is_key_error_reply(code: &str, detail: &str) -> bool {
     KEY_CODES.contains(&inner)
 }
 
-/// A shape function's reply (shapes.lua): `allowed now remaining reset
-/// retry`, or (the common case, `now` sent) one integer, the state the
-/// function decided on: a fixed window's count in now's window, a token
-/// bucket's tokens refilled to now. The verdict follows from it by the same
-/// rules as in the function (the algorithm's `decide`) at the `now` sent.
+/// A shape function's reply (shapes.lua): one integer (the common case,
+/// `now` sent), the state the function decided on: a fixed window's count in
+/// now's window, a token bucket's tokens refilled to now, GCRA's wait. The
+/// verdict follows from it by the same rules as in the function (the
+/// algorithm's `decide`) at the `now` sent. Otherwise a token bucket answers
+/// `tokens last_ms now` (its cells refilled to the `now` it decided at), GCRA
+/// `tat_ms tat_rem now` (its cells), a fixed window `allowed now remaining
+/// reset retry`.
 pub(super) fn parse_shape_reply(
     value: Value,
     check: &RedisCheck<'_>,
     now: Option<i64>,
     cost: i64,
 ) -> Result<(i64, Vec<Verdict>)> {
+    let p = check.params;
+    let cells_decision = match p.kind {
+        Kind::TokenBucket => Some(token_bucket::decide_continuous as Decide),
+        Kind::Gcra => Some(gcra::decide as Decide),
+        _ => None,
+    };
+    if let (Some(decide), false) = (cells_decision, matches!(value, Value::Int(_))) {
+        let values: Vec<i64> =
+            redis::from_redis_value(value).map_err(|e| Error::Internal(format!("decision function: {e}")))?;
+        let &[a, b, now] = values.as_slice() else {
+            return Err(Error::Internal(format!(
+                "a {:?} decision function returned {} values, not 3",
+                p.kind,
+                values.len()
+            )));
+        };
+        let (verdict, _) = decide(p, Some(&[a, b, now]), now, cost);
+        return Ok((now, vec![verdict]));
+    }
     if let (Value::Int(state), Some(now)) = (&value, now) {
-        let p = check.params;
         let (verdict, _) = match p.kind {
             Kind::FixedWindow => {
                 let start = now - now.rem_euclid(p.period);
                 fixed_window::decide(p, Some(&[start, *state, start]), now, cost)
             }
             Kind::TokenBucket => token_bucket::decide_continuous(p, Some(&[*state, now, now]), now, cost),
+            Kind::Gcra => gcra::decide(p, Some(&gcra::tat_cells(now, *state, p.count, now)), now, cost),
             kind => {
                 return Err(Error::Internal(format!(
                     "a {kind:?} decision function answered one integer"
@@ -112,6 +134,9 @@ pub(super) fn parse_shape_reply(
     };
     Ok((now, vec![verdict]))
 }
+
+/// An algorithm's decision over its cells.
+type Decide = fn(&Params, Option<&[i64; 3]>, i64, i64) -> (Verdict, Option<Update>);
 
 pub(super) fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Verdict>)> {
     // With overrides, three values per check follow: the override's numbers;
