@@ -408,9 +408,10 @@ async fn a_fixed_window_is_one_integer_that_an_admission_bumps_in_place() {
     let redis = support::RedisServer::start();
     let limiter = Limiter::new(
         LimiterConfig::new(policy(
-            json!({"algorithm": "fixed_window", "rate": "3/s", "name": "fw"}),
+            json!({"algorithm": "fixed_window", "rate": "3/min", "name": "fw"}),
         ))
-        .with_store(redis.url()),
+        .with_store(redis.url())
+        .for_decisions(),
     )
     .unwrap();
     let key = "polylimit:fixed_window:fw:{k}";
@@ -418,31 +419,33 @@ async fn a_fixed_window_is_one_integer_that_an_admission_bumps_in_place() {
         cost: 1,
         now_ms: Some(now_ms),
     };
+    // Windows of a minute: the key's expiry (real time) outlasts the test on a loaded host.
     let get = || redis.command(&format!("GET {key}")).unwrap();
     // created_ms * 10^6 + count: the first admission's ms, then the count.
     let d = limiter.check_with("k", at(1_500)).await.unwrap();
-    assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 2, 500));
+    assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 2, 58_500));
     assert_eq!(get(), "$10\r\n1500000001\r\n");
     // The same window: one INCRBY (it keeps the expiry), no SET.
     let d = limiter.check_with("k", at(1_700)).await.unwrap();
-    assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 1, 300));
+    assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 1, 58_300));
     assert_eq!(get(), "$10\r\n1500000002\r\n");
     assert_eq!((redis.calls("set"), redis.calls("incrby")), (1, 1));
     // The general check (a peek: the remaining after it) reads it; a denial writes nothing.
     assert_eq!(limiter.peek_with("k", at(1_800)).await.unwrap().remaining, 0);
     limiter.check_with("k", at(1_900)).await.unwrap();
     let d = limiter.check_with("k", at(1_950)).await.unwrap();
-    assert_eq!((d.allowed, d.remaining, d.retry_after_ms), (false, 0, Some(50)));
+    assert_eq!((d.allowed, d.remaining, d.retry_after_ms), (false, 0, Some(58_050)));
     assert_eq!(get(), "$10\r\n1500000003\r\n");
-    // The next window starts at its start (2000 ms).
-    limiter.check_with("k", at(2_100)).await.unwrap();
-    assert_eq!(get(), "$10\r\n2000000001\r\n");
+    // The next window starts at its start (60 000 ms).
+    limiter.check_with("k", at(60_100)).await.unwrap();
+    assert_eq!(get(), "$11\r\n60000000001\r\n");
     // Counts of 10^6 and up keep the packed cells.
     let big = Limiter::new(
         LimiterConfig::new(policy(
-            json!({"algorithm": "fixed_window", "rate": "2000000/s", "name": "big"}),
+            json!({"algorithm": "fixed_window", "rate": "2000000/min", "name": "big"}),
         ))
-        .with_store(redis.url()),
+        .with_store(redis.url())
+        .for_decisions(),
     )
     .unwrap();
     let d = big
