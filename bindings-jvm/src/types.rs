@@ -165,8 +165,11 @@ impl From<polylimit::Outcome> for Outcome {
             status: o.status.map(i32::from),
             headers: o
                 .headers
-                .into_iter()
-                .map(|(name, value)| Header { name, value })
+                .iter()
+                .map(|(name, value)| Header {
+                    name: name.into(),
+                    value: value.into(),
+                })
                 .collect(),
             body: o.body,
             delay_ms: long(o.delay_ms),
@@ -174,8 +177,8 @@ impl From<polylimit::Outcome> for Outcome {
                 .decisions
                 .into_iter()
                 .map(|d| RuleDecision {
-                    rule: d.rule,
-                    policy: d.policy,
+                    rule: d.rule.to_string(),
+                    policy: d.policy.to_string(),
                     decision: d.decision.into(),
                     shadow: d.shadow,
                 })

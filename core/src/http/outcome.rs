@@ -2,7 +2,10 @@
 //! [`RuleDecision`], made from the engine's decision on a plan's targets:
 //! status, headers, body, shaping delay, leases and completion token.
 
+use std::sync::Arc;
+
 use super::completion::{Completion, Tokens};
+use super::header_list::Headers;
 use super::headers;
 use super::plan::Targets;
 use super::rules::HttpRules;
@@ -14,9 +17,9 @@ use crate::policy::Policy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleDecision {
     /// The rule's label (its name, route or path pattern).
-    pub rule: String,
+    pub rule: Arc<str>,
     /// The policy's name.
-    pub policy: String,
+    pub policy: Arc<str>,
     /// The decision.
     pub decision: Decision,
     /// The rule only observes (`shadow: true`).
@@ -29,7 +32,7 @@ pub struct Outcome {
     /// `None`: let the request through. Otherwise 429, 503 or 403.
     pub status: Option<u16>,
     /// Headers to set on the response, allowed or not.
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     /// The JSON body of a refusal.
     pub body: Option<String>,
     /// Shape mode: hold the request this long before serving it.
@@ -49,7 +52,7 @@ impl Outcome {
     pub(super) fn pass() -> Outcome {
         Outcome {
             status: None,
-            headers: Vec::new(),
+            headers: Headers::new(),
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
@@ -85,7 +88,7 @@ pub(super) fn outcome(
         .zip(&result.decisions)
         .map(|(((p, _), owner), d)| RuleDecision {
             rule: owner.rule.label.clone(),
-            policy: engine.policy_at(*p).name().to_string(),
+            policy: engine.policy_at(*p).shared_name().clone(),
             decision: *d,
             shadow: owner.shadow,
         })
@@ -150,7 +153,9 @@ pub(super) fn outcome(
             .iter()
             .any(|d| blocking(d) && d.decision.source == Source::FailClosed);
         let retry = headers::retry_after_secs(&if fail_closed { denial } else { decision });
-        outcome.headers.push(("Retry-After".into(), retry.to_string()));
+        outcome
+            .headers
+            .push_with("Retry-After", |v| headers::push_decimal(v, retry));
         if fail_closed {
             outcome.status = Some(503);
             outcome.body = Some(headers::unavailable_body(retry));
