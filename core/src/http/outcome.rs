@@ -81,22 +81,20 @@ pub(super) fn outcome(
     record: bool,
     cost: u64,
 ) -> Outcome {
-    let (targets, owners) = (&planned.targets, &planned.owners);
-    let decisions: Vec<RuleDecision> = targets
+    let decisions: Vec<RuleDecision> = planned
         .iter()
-        .zip(owners)
         .zip(&result.decisions)
-        .map(|(((p, _), owner), d)| RuleDecision {
-            rule: owner.rule.label.clone(),
-            policy: engine.policy_at(*p).shared_name().clone(),
+        .map(|(t, d)| RuleDecision {
+            rule: t.owner.rule.label.clone(),
+            policy: engine.policy_at(t.policy).shared_name().clone(),
             decision: *d,
-            shadow: owner.shadow,
+            shadow: t.owner.shadow,
         })
         .collect();
     let blocking = |d: &RuleDecision| !d.decision.allowed && !d.shadow;
     let blocked = decisions.iter().any(blocking);
-    for (d, (p, _)) in decisions.iter().zip(targets).filter(|_| record) {
-        engine.record_request(*p, &d.rule, &d.decision, blocking(d));
+    for (d, t) in decisions.iter().zip(planned).filter(|_| record) {
+        engine.record_request(t.policy, &d.rule, &d.decision, blocking(d));
     }
 
     // Headers describe the enforced limits; shadow ones only when nothing is enforced.
@@ -117,7 +115,10 @@ pub(super) fn outcome(
         .enumerate()
         .map(|(i, o)| {
             let [count, period, burst] = (*o)?;
-            engine.policy_at(targets[i].0).with_limit(count, period, burst).ok()
+            engine
+                .policy_at(planned[i].policy)
+                .with_limit(count, period, burst)
+                .ok()
         })
         .collect();
     let now_ms = if result.now_ms > 0 {
@@ -130,9 +131,9 @@ pub(super) fn outcome(
         policy: overridden
             .get(i)
             .and_then(Option::as_ref)
-            .unwrap_or_else(|| engine.policy_at(targets[i].0)),
+            .unwrap_or_else(|| engine.policy_at(planned[i].policy)),
         decision: &result.decisions[i],
-        key: &targets[i].1,
+        key: &planned[i].key,
     };
     // Only draft-8 lists every enforced policy (no allocation for the other modes).
     let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
@@ -168,12 +169,11 @@ pub(super) fn outcome(
     }
     if result.allowed && !blocked && record {
         let overridden = |n: usize| result.overridden.get(n).is_some_and(Option::is_some);
-        let charges = targets
+        let charges = planned
             .iter()
-            .zip(owners)
             .zip(&result.decisions)
             .enumerate()
-            .map(|(n, (((p, k), owner), d))| (*p, k.as_str(), &*owner.count, *d, overridden(n)));
+            .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
         outcome.completion = tokens.token(Completion::of(result.now_ms, cost, charges, result.leases.clone()));
     }
     outcome.decisions = decisions;
