@@ -165,11 +165,8 @@ impl From<polylimit::Outcome> for Outcome {
             status: o.status.map(i32::from),
             headers: o
                 .headers
-                .iter()
-                .map(|(name, value)| Header {
-                    name: name.into(),
-                    value: value.into(),
-                })
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
                 .collect(),
             body: o.body,
             delay_ms: long(o.delay_ms),

@@ -104,6 +104,16 @@ impl<'a> IntoIterator for &'a Headers {
     }
 }
 
+/// The pairs as owned strings, in order (for a caller that keeps them).
+impl IntoIterator for Headers {
+    type Item = (String, String);
+    type IntoIter = std::vec::IntoIter<(String, String)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.to_vec().into_iter()
+    }
+}
+
 /// Pairs of any strings (the names are copied: for a reader, not the core's hot path).
 impl<N: AsRef<str>, V: AsRef<str>> FromIterator<(N, V)> for Headers {
     fn from_iter<I: IntoIterator<Item = (N, V)>>(pairs: I) -> Headers {
@@ -157,5 +167,7 @@ mod tests {
             r#"[["RateLimit-Limit","10"],["RateLimit","r=9"],["X-Custom",""]]"#
         );
         assert_eq!(headers, headers.iter().collect::<Headers>());
+        let owned: Vec<(String, String)> = headers.clone().into_iter().collect();
+        assert_eq!(owned, headers.to_vec());
     }
 }
