@@ -174,8 +174,8 @@ impl From<polylimit::Outcome> for Outcome {
                 .decisions
                 .into_iter()
                 .map(|d| RuleDecision {
-                    rule: d.rule,
-                    policy: d.policy,
+                    rule: d.rule.to_string(),
+                    policy: d.policy.to_string(),
                     decision: d.decision.into(),
                     shadow: d.shadow,
                 })

@@ -93,7 +93,7 @@ impl PyOutcome {
     /// The rate-limit headers to add to the response, as (name, value) pairs.
     #[getter]
     fn headers(&self) -> Vec<(String, String)> {
-        self.0.headers.clone()
+        self.0.headers.to_vec()
     }
     /// The body to answer with when limited, or None.
     #[getter]

@@ -54,7 +54,10 @@ pub use engine::RefundProbe;
 pub use engine::{CheckOptions, LimiterConfig};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
-pub use http::{ended_status, HeaderDraft, HeaderMode, Outcome, RequestInfo, RouteRule, RouteShorthand, RuleDecision};
+pub use http::{
+    ended_status, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule, RouteShorthand,
+    RuleDecision,
+};
 pub use limiter::{LeaseGuard, Limiter};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};

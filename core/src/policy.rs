@@ -1,6 +1,8 @@
 //! Policies: the JSON/YAML object every language shares, parsed and checked
 //! once, when a limiter is built.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use crate::duration::{parse_duration_ms, MAX_DURATION_MS};
@@ -139,7 +141,8 @@ pub struct Penalty {
 /// A validated policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
-    name: String,
+    /// Shared: every decision of a request names its policy (no copy each time).
+    name: Arc<str>,
     algorithm: Algorithm,
     count: u64,
     period_ms: u64,
@@ -334,10 +337,10 @@ impl Policy {
         }
 
         let name = match obj.get("name") {
-            None => "default".to_string(),
+            None => Arc::from("default"),
             Some(Value::String(s)) => {
                 check_name(&at("name"), s)?;
-                s.clone()
+                Arc::from(s.as_str())
             }
             Some(v) => return Err(Error::config(at("name"), v, NAME_RULE)),
         };
@@ -430,9 +433,13 @@ impl Policy {
     pub fn name(&self) -> &str {
         &self.name
     }
+    /// The name, shared (a request's decisions name their policy with it).
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
     /// Returns the policy with another name.
     pub fn with_name(mut self, name: impl Into<String>) -> Policy {
-        self.name = name.into();
+        self.name = Arc::from(name.into());
         self
     }
     /// The algorithm.
@@ -503,7 +510,7 @@ impl Policy {
     pub fn to_value(&self) -> Value {
         let ms = |n: u64| Value::String(format!("{n}ms"));
         let mut out = serde_json::Map::new();
-        out.insert("name".into(), self.name.clone().into());
+        out.insert("name".into(), self.name().into());
         out.insert("algorithm".into(), self.algorithm.as_str().into());
         if self.algorithm == Algorithm::Concurrency {
             out.insert("limit".into(), self.count.into());

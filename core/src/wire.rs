@@ -101,8 +101,8 @@ impl Serialize for RuleDecisionWire<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let d = &self.d.decision;
         let mut map = serializer.serialize_map(Some(10))?;
-        map.serialize_entry("rule", &self.d.rule)?;
-        map.serialize_entry("policy", &self.d.policy)?;
+        map.serialize_entry("rule", &*self.d.rule)?;
+        map.serialize_entry("policy", &*self.d.policy)?;
         map.serialize_entry("allowed", &d.allowed)?;
         map.serialize_entry("limit", &d.limit)?;
         map.serialize_entry("remaining", &d.remaining)?;
@@ -124,7 +124,7 @@ mod tests {
     fn outcome() -> Outcome {
         Outcome {
             status: Some(429),
-            headers: vec![("Retry-After".into(), "2".into())],
+            headers: [("Retry-After", "2")].into_iter().collect(),
             body: Some("{}".into()),
             delay_ms: 0,
             decisions: vec![RuleDecision {

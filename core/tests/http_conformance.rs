@@ -140,7 +140,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                         }
                         let got = Expect {
                             status: outcome.status,
-                            headers: outcome.headers,
+                            headers: outcome.headers.to_vec(),
                             body: outcome.body,
                             delay_ms: outcome.delay_ms,
                         };

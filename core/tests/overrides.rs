@@ -294,14 +294,7 @@ rules:
         s.policy = Some("free".into());
         limiter.set_override("user=acme", &s).await.unwrap();
         let outcome = limiter.check_request(&request("acme")).await.unwrap();
-        let header = |name: &str| {
-            outcome
-                .headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
-        };
+        let header = |name: &str| outcome.headers.get(name).unwrap_or_default().to_string();
         assert_eq!(header("X-RateLimit-Limit"), "50", "{store}");
         assert_eq!(header("X-RateLimit-Remaining"), "49", "{store}");
         assert_eq!(header("RateLimit-Policy"), "\"free\";q=50;w=3600", "{store}");

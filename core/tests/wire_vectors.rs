@@ -44,7 +44,7 @@ fn outcome(v: &Value) -> Outcome {
     };
     Outcome {
         status: v["status"].as_u64().map(|s| s as u16),
-        headers: strings(&v["headers"]),
+        headers: strings(&v["headers"]).into_iter().collect(),
         body: opt_str(&v["body"]),
         delay_ms: u64_of(&v["delay_ms"]),
         decisions: v["decisions"]
@@ -52,8 +52,8 @@ fn outcome(v: &Value) -> Outcome {
             .unwrap()
             .iter()
             .map(|d| RuleDecision {
-                rule: opt_str(&d["rule"]).unwrap(),
-                policy: opt_str(&d["policy"]).unwrap(),
+                rule: opt_str(&d["rule"]).unwrap().into(),
+                policy: opt_str(&d["policy"]).unwrap().into(),
                 decision: decision(d),
                 shadow: d["shadow"].as_bool().unwrap(),
             })

@@ -152,26 +152,26 @@ pub(crate) fn client_ip(
     last
 }
 
-/// The rate-limit key of an address.
+/// Appends the rate-limit key of an address to `out`.
 ///
 /// IPv4 (and IPv4-mapped IPv6) is the dotted quad ("203.0.113.7"). IPv6 is masked to its first
 /// `ipv6_subnet` bits and written `<network>/<bits>` (`2001:db8:1:2::/64`); 128 (or more) gives the
 /// plain address.
-pub(crate) fn ip_key(ip: IpAddr, ipv6_subnet: u8) -> String {
+pub(crate) fn push_ip_key(out: &mut String, ip: IpAddr, ipv6_subnet: u8) {
+    use std::fmt::Write;
     match canonical(ip) {
         IpAddr::V4(v4) => {
             // The dotted quad, without the formatting machinery (every request has one).
-            let mut key = String::with_capacity(15);
             for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
-                    key.push('.');
+                    out.push('.');
                 }
-                super::headers::push_decimal(&mut key, u64::from(octet));
+                super::headers::push_decimal(out, u64::from(octet));
             }
-            key
         }
-        IpAddr::V6(v6) if ipv6_subnet >= 128 => v6.to_string(),
-        IpAddr::V6(v6) => format!("{}/{}", mask_v6(v6, ipv6_subnet), ipv6_subnet),
+        // Writing to a String cannot fail.
+        IpAddr::V6(v6) if ipv6_subnet >= 128 => _ = write!(out, "{v6}"),
+        IpAddr::V6(v6) => _ = write!(out, "{}/{}", mask_v6(v6, ipv6_subnet), ipv6_subnet),
     }
 }
 
@@ -330,6 +330,12 @@ mod tests {
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
+    }
+
+    fn ip_key(ip: IpAddr, ipv6_subnet: u8) -> String {
+        let mut key = String::from("ip=");
+        push_ip_key(&mut key, ip, ipv6_subnet);
+        key.split_off(3)
     }
 
     fn cidr(text: &str) -> Cidr {

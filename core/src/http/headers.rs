@@ -1,5 +1,6 @@
 //! Rate-limit response headers and bodies, identical in every language.
 
+use super::header_list::Headers;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::policy::{Algorithm, Policy};
@@ -206,58 +207,63 @@ pub(crate) fn retry_after_secs(decision: &Decision) -> u64 {
 /// denying) at `now_ms`; `draft-8` lists every decision of `all` instead, one
 /// comma-separated item per policy (what stacked express-rate-limit
 /// middlewares append, as one field line).
-pub(crate) fn rate_limit_headers(
-    mode: HeaderMode,
-    shown: &Shown<'_>,
-    all: &[Shown<'_>],
-    now_ms: i64,
-) -> Vec<(String, String)> {
+pub(crate) fn rate_limit_headers(mode: HeaderMode, shown: &Shown<'_>, all: &[Shown<'_>], now_ms: i64) -> Headers {
     let (policy, decision) = (shown.policy, shown.decision);
     // Requests in flight have no window and no reset time (SPEC §6, §10): in
     // every mode a concurrency policy's headers leave out the window (`w`)
     // and the reset (`X-RateLimit-Reset`, `t`, `reset`, `RateLimit-Reset`),
     // and keep its limit and what remains.
     let in_flight = policy.algorithm() == Algorithm::Concurrency;
-    let mut headers = Vec::with_capacity(5);
+    // Room for every mode's headers and a `Retry-After`; the values' bytes
+    // of `both` (three numbers, two items of the quoted name) and a
+    // `Retry-After`, so that buffer grows only for draft-8's lists.
+    let mut headers = Headers::with_capacity(8, 72 + 2 * policy.name().len());
+    let number = |n: u64| move |v: &mut String| push_decimal(v, n);
     if mode.legacy() {
-        headers.push(("X-RateLimit-Limit".into(), decimal(decision.limit)));
-        headers.push(("X-RateLimit-Remaining".into(), decimal(decision.remaining)));
+        headers.push_with("X-RateLimit-Limit", number(decision.limit));
+        headers.push_with("X-RateLimit-Remaining", number(decision.remaining));
         if !in_flight {
             let reset_epoch = (now_ms.max(0) as u64 + decision.reset_after_ms).div_ceil(1000);
-            headers.push(("X-RateLimit-Reset".into(), decimal(reset_epoch)));
+            headers.push_with("X-RateLimit-Reset", number(reset_epoch));
         }
     }
     if matches!(mode, HeaderMode::Ietf | HeaderMode::Both) {
         let name = quoted_name(policy.name());
+        let quoted = |v: &mut String| {
+            v.push('"');
+            v.push_str(&name);
+            v.push_str("\";");
+        };
         if in_flight {
             // The draft's quota unit says what `q` counts; no `w`, no `t`.
-            headers.push((
-                "RateLimit-Policy".into(),
-                format!("\"{name}\";q={};qu=\"concurrent-requests\"", decision.limit),
-            ));
-            headers.push(("RateLimit".into(), format!("\"{name}\";r={}", decision.remaining)));
+            headers.push_with("RateLimit-Policy", |v| {
+                quoted(v);
+                v.push_str("q=");
+                push_decimal(v, decision.limit);
+                v.push_str(";qu=\"concurrent-requests\"");
+            });
+            headers.push_with("RateLimit", |v| {
+                quoted(v);
+                v.push_str("r=");
+                push_decimal(v, decision.remaining);
+            });
             return headers;
         }
         // Built by hand, not with format!: every response carries them.
-        let quoted = |capacity: usize| {
-            let mut value = String::with_capacity(name.len() + capacity);
-            value.push('"');
-            value.push_str(&name);
-            value.push_str("\";");
-            value
-        };
-        let mut policy_value = quoted(24);
-        policy_value.push_str("q=");
-        push_decimal(&mut policy_value, decision.limit);
-        policy_value.push_str(";w=");
-        push_decimal(&mut policy_value, window_secs(policy));
-        headers.push(("RateLimit-Policy".into(), policy_value));
-        let mut value = quoted(24);
-        value.push_str("r=");
-        push_decimal(&mut value, decision.remaining);
-        value.push_str(";t=");
-        push_decimal(&mut value, ceil_secs(decision.reset_after_ms));
-        headers.push(("RateLimit".into(), value));
+        headers.push_with("RateLimit-Policy", |v| {
+            quoted(v);
+            v.push_str("q=");
+            push_decimal(v, decision.limit);
+            v.push_str(";w=");
+            push_decimal(v, window_secs(policy));
+        });
+        headers.push_with("RateLimit", |v| {
+            quoted(v);
+            v.push_str("r=");
+            push_decimal(v, decision.remaining);
+            v.push_str(";t=");
+            push_decimal(v, ceil_secs(decision.reset_after_ms));
+        });
     }
     if let HeaderMode::Draft { draft, .. } = mode {
         // express-rate-limit: w = ceil(windowMs / 1000), reset = ceil(ms to the reset / 1000).
@@ -266,26 +272,26 @@ pub(crate) fn rate_limit_headers(
         match draft {
             // draft-6 and draft-7 have no quota unit: the limit alone, no window, no reset.
             HeaderDraft::Draft6 if in_flight => {
-                headers.push(("RateLimit-Policy".into(), limit.to_string()));
-                headers.push(("RateLimit-Limit".into(), limit.to_string()));
-                headers.push(("RateLimit-Remaining".into(), remaining.to_string()));
+                headers.push_with("RateLimit-Policy", number(limit));
+                headers.push_with("RateLimit-Limit", number(limit));
+                headers.push_with("RateLimit-Remaining", number(remaining));
             }
             HeaderDraft::Draft7 if in_flight => {
-                headers.push(("RateLimit-Policy".into(), limit.to_string()));
-                headers.push(("RateLimit".into(), format!("limit={limit}, remaining={remaining}")));
+                headers.push_with("RateLimit-Policy", number(limit));
+                headers.push("RateLimit", &format!("limit={limit}, remaining={remaining}"));
             }
             HeaderDraft::Draft6 => {
-                headers.push(("RateLimit-Policy".into(), format!("{limit};w={w}")));
-                headers.push(("RateLimit-Limit".into(), limit.to_string()));
-                headers.push(("RateLimit-Remaining".into(), remaining.to_string()));
-                headers.push(("RateLimit-Reset".into(), reset.to_string()));
+                headers.push("RateLimit-Policy", &format!("{limit};w={w}"));
+                headers.push_with("RateLimit-Limit", number(limit));
+                headers.push_with("RateLimit-Remaining", number(remaining));
+                headers.push_with("RateLimit-Reset", number(reset));
             }
             HeaderDraft::Draft7 => {
-                headers.push(("RateLimit-Policy".into(), format!("{limit};w={w}")));
-                headers.push((
-                    "RateLimit".into(),
-                    format!("limit={limit}, remaining={remaining}, reset={reset}"),
-                ));
+                headers.push("RateLimit-Policy", &format!("{limit};w={w}"));
+                headers.push(
+                    "RateLimit",
+                    &format!("limit={limit}, remaining={remaining}, reset={reset}"),
+                );
             }
             HeaderDraft::Draft8 => {
                 let (mut lines, mut policies) = (Vec::new(), Vec::new());
@@ -314,19 +320,12 @@ pub(crate) fn rate_limit_headers(
                         partition_key(&pk_source(s.key))
                     ));
                 }
-                headers.push(("RateLimit".into(), lines.join(", ")));
-                headers.push(("RateLimit-Policy".into(), policies.join(", ")));
+                headers.push("RateLimit", &lines.join(", "));
+                headers.push("RateLimit-Policy", &policies.join(", "));
             }
         }
     }
     headers
-}
-
-/// `n` in decimal, without the formatting machinery.
-pub(crate) fn decimal(n: u64) -> String {
-    let mut out = String::with_capacity(20);
-    push_decimal(&mut out, n);
-    out
 }
 
 /// Appends `n` in decimal to `out`.
@@ -445,7 +444,9 @@ mod tests {
     #[test]
     fn decimals_are_those_of_display() {
         for n in [0, 1, 9, 10, 99, 100, 255, 1_000_000_007, u64::MAX] {
-            assert_eq!(decimal(n), n.to_string());
+            let mut out = String::from("x");
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}"));
         }
     }
 
@@ -546,7 +547,7 @@ mod tests {
             legacy: false,
         };
         assert_eq!(
-            rate_limit_headers(mode, &shown, std::slice::from_ref(&shown), 0),
+            rate_limit_headers(mode, &shown, std::slice::from_ref(&shown), 0).to_vec(),
             vec![
                 ("RateLimit".to_string(), "\"10-in-flight\"; r=7".to_string()),
                 (
@@ -566,7 +567,7 @@ mod tests {
             decision: &d,
             key: "ip=127.0.0.1",
         };
-        let lines = |mode| rate_limit_headers(mode, &shown, std::slice::from_ref(&shown), 1_700_000_000_999);
+        let lines = |mode| rate_limit_headers(mode, &shown, std::slice::from_ref(&shown), 1_700_000_000_999).to_vec();
         let pairs = |v: &[(&str, &str)]| {
             v.iter()
                 .map(|(a, b)| (a.to_string(), b.to_string()))

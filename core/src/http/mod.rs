@@ -6,6 +6,7 @@ pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
 pub(crate) mod completion;
+mod header_list;
 pub(crate) mod headers;
 mod outcome;
 mod plan;
@@ -16,6 +17,7 @@ mod route_rule;
 pub(crate) mod rules;
 
 pub use completion::ended_status;
+pub use header_list::{Headers, HeadersIter};
 pub use headers::{HeaderDraft, HeaderMode};
 pub use outcome::{Outcome, RuleDecision};
 pub use request::RequestInfo;

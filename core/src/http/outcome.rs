@@ -2,7 +2,10 @@
 //! [`RuleDecision`], made from the engine's decision on a plan's targets:
 //! status, headers, body, shaping delay, leases and completion token.
 
+use std::sync::Arc;
+
 use super::completion::{Completion, Tokens};
+use super::header_list::Headers;
 use super::headers;
 use super::plan::Targets;
 use super::rules::HttpRules;
@@ -14,9 +17,9 @@ use crate::policy::Policy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleDecision {
     /// The rule's label (its name, route or path pattern).
-    pub rule: String,
+    pub rule: Arc<str>,
     /// The policy's name.
-    pub policy: String,
+    pub policy: Arc<str>,
     /// The decision.
     pub decision: Decision,
     /// The rule only observes (`shadow: true`).
@@ -29,7 +32,7 @@ pub struct Outcome {
     /// `None`: let the request through. Otherwise 429, 503 or 403.
     pub status: Option<u16>,
     /// Headers to set on the response, allowed or not.
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     /// The JSON body of a refusal.
     pub body: Option<String>,
     /// Shape mode: hold the request this long before serving it.
@@ -49,7 +52,7 @@ impl Outcome {
     pub(super) fn pass() -> Outcome {
         Outcome {
             status: None,
-            headers: Vec::new(),
+            headers: Headers::new(),
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
@@ -78,22 +81,20 @@ pub(super) fn outcome(
     record: bool,
     cost: u64,
 ) -> Outcome {
-    let (targets, owners) = (&planned.targets, &planned.owners);
-    let decisions: Vec<RuleDecision> = targets
+    let decisions: Vec<RuleDecision> = planned
         .iter()
-        .zip(owners)
         .zip(&result.decisions)
-        .map(|(((p, _), owner), d)| RuleDecision {
-            rule: owner.rule.label.clone(),
-            policy: engine.policy_at(*p).name().to_string(),
+        .map(|(t, d)| RuleDecision {
+            rule: t.owner.rule.label.clone(),
+            policy: engine.policy_at(t.policy).shared_name().clone(),
             decision: *d,
-            shadow: owner.shadow,
+            shadow: t.owner.shadow,
         })
         .collect();
     let blocking = |d: &RuleDecision| !d.decision.allowed && !d.shadow;
     let blocked = decisions.iter().any(blocking);
-    for (d, (p, _)) in decisions.iter().zip(targets).filter(|_| record) {
-        engine.record_request(*p, &d.rule, &d.decision, blocking(d));
+    for (d, t) in decisions.iter().zip(planned).filter(|_| record) {
+        engine.record_request(t.policy, &d.rule, &d.decision, blocking(d));
     }
 
     // Headers describe the enforced limits; shadow ones only when nothing is enforced.
@@ -114,7 +115,10 @@ pub(super) fn outcome(
         .enumerate()
         .map(|(i, o)| {
             let [count, period, burst] = (*o)?;
-            engine.policy_at(targets[i].0).with_limit(count, period, burst).ok()
+            engine
+                .policy_at(planned[i].policy)
+                .with_limit(count, period, burst)
+                .ok()
         })
         .collect();
     let now_ms = if result.now_ms > 0 {
@@ -127,9 +131,9 @@ pub(super) fn outcome(
         policy: overridden
             .get(i)
             .and_then(Option::as_ref)
-            .unwrap_or_else(|| engine.policy_at(targets[i].0)),
+            .unwrap_or_else(|| engine.policy_at(planned[i].policy)),
         decision: &result.decisions[i],
-        key: &targets[i].1,
+        key: &planned[i].key,
     };
     // Only draft-8 lists every enforced policy (no allocation for the other modes).
     let listed: Vec<headers::Shown<'_>> = if !rules.headers.lists_every_policy() {
@@ -150,7 +154,9 @@ pub(super) fn outcome(
             .iter()
             .any(|d| blocking(d) && d.decision.source == Source::FailClosed);
         let retry = headers::retry_after_secs(&if fail_closed { denial } else { decision });
-        outcome.headers.push(("Retry-After".into(), retry.to_string()));
+        outcome
+            .headers
+            .push_with("Retry-After", |v| headers::push_decimal(v, retry));
         if fail_closed {
             outcome.status = Some(503);
             outcome.body = Some(headers::unavailable_body(retry));
@@ -163,12 +169,11 @@ pub(super) fn outcome(
     }
     if result.allowed && !blocked && record {
         let overridden = |n: usize| result.overridden.get(n).is_some_and(Option::is_some);
-        let charges = targets
+        let charges = planned
             .iter()
-            .zip(owners)
             .zip(&result.decisions)
             .enumerate()
-            .map(|(n, (((p, k), owner), d))| (*p, k.as_str(), &*owner.count, *d, overridden(n)));
+            .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
         outcome.completion = tokens.token(Completion::of(result.now_ms, cost, charges, result.leases.clone()));
     }
     outcome.decisions = decisions;

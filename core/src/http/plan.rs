@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::net::IpAddr;
 
-use super::client_ip::{client_ip, ip_key, parse_peer};
+use super::client_ip::{client_ip, parse_peer, push_ip_key};
 use super::completion;
 use super::request::RequestInfo;
 use super::route::{self, normalize_path};
@@ -23,10 +23,22 @@ pub(super) enum Plan<'r> {
     Decide(Targets<'r>),
 }
 
-/// The (policy index, key) pairs a request's rules name, and each one's [`Owner`].
-pub(super) struct Targets<'r> {
-    pub(super) targets: Vec<(usize, String)>,
-    pub(super) owners: Vec<Owner<'r>>,
+/// The (policy index, key) pairs a request's rules name, each with its
+/// [`Owner`], in one vector (a request has a few: one allocation).
+pub(super) type Targets<'r> = Vec<Planned<'r>>;
+
+/// One (policy index, key) pair of a request and its [`Owner`].
+pub(super) struct Planned<'r> {
+    pub(super) policy: usize,
+    pub(super) key: String,
+    pub(super) owner: Owner<'r>,
+}
+
+impl Planned<'_> {
+    /// What the engine decides: (policy index, key, shadow).
+    pub(super) fn check(&self) -> crate::engine::Target<'_> {
+        (self.policy, &self.key, self.owner.shadow)
+    }
 }
 
 /// What the matching rules that name one (policy, key) pair make of it
@@ -122,18 +134,32 @@ fn present(value: Option<&str>) -> Option<&str> {
 
 struct Resolved<'a> {
     req: &'a RequestInfo,
-    /// The client address key, or `unknown`.
-    ip: String,
+    /// The client address (`None`: unknown) and the IPv6 prefix it is keyed by.
+    ip: Option<IpAddr>,
+    ipv6_subnet: u8,
     /// The route template in canonical form, computed once per request.
     route: Option<Cow<'a, str>>,
 }
 
 impl Resolved<'_> {
+    /// Appends the client address key, or `unknown`, to `out` (written into
+    /// the key, no string of its own: every request has one).
+    fn push_ip(&self, out: &mut String) {
+        match self.ip {
+            Some(ip) => push_ip_key(out, ip, self.ipv6_subnet),
+            None => out.push_str(UNKNOWN_CLIENT),
+        }
+    }
+
     /// The request's value of `dim`, borrowed from the request when it can be.
     fn value(&self, dim: &Dimension) -> Option<Cow<'_, str>> {
         let req = self.req;
         match dim {
-            Dimension::Ip => Some(Cow::Borrowed(&self.ip)),
+            Dimension::Ip => {
+                let mut ip = String::new();
+                self.push_ip(&mut ip);
+                Some(Cow::Owned(ip))
+            }
             Dimension::Route => Some(Cow::Borrowed(self.route.as_deref().unwrap_or(UNMATCHED_ROUTE))),
             Dimension::Method => {
                 let method = effective_method(&req.method);
@@ -175,7 +201,11 @@ impl Resolved<'_> {
                 Dimension::Global => key.push_str("global"),
             }
             key.push('=');
-            escape_part(&self.value(dim)?, &mut key);
+            match dim {
+                // An address key has no separator to escape.
+                Dimension::Ip => self.push_ip(&mut key),
+                _ => escape_part(&self.value(dim)?, &mut key),
+            }
         }
         Some(key)
     }
@@ -220,12 +250,12 @@ pub(super) fn plan<'r>(
 
     let resolved = Resolved {
         req,
-        ip: ip.map_or_else(|| UNKNOWN_CLIENT.to_string(), |ip| ip_key(ip, rules.ipv6_subnet)),
+        ip,
+        ipv6_subnet: rules.ipv6_subnet,
         route: req.route.as_deref().map(route::canonical),
     };
     let path = normalize_path(&req.path, req.case_insensitive, req.ignore_trailing_slash);
-    let mut targets: Vec<(usize, String)> = Vec::new();
-    let mut owners: Vec<Owner<'r>> = Vec::new();
+    let mut targets: Targets<'r> = Vec::new();
     for rule in candidates
         .iter()
         .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
@@ -252,8 +282,8 @@ pub(super) fn plan<'r>(
             // (a request has a few targets: a scan, no set): enforced if
             // any of its rules enforces it, a status charged if any of
             // them counts it, whatever the rules' order.
-            if let Some(i) = targets.iter().position(|(q, k)| *q == p && *k == key) {
-                let owner = &mut owners[i];
+            if let Some(t) = targets.iter_mut().find(|t| t.policy == p && t.key == key) {
+                let owner = &mut t.owner;
                 owner.shadow &= shadow;
                 if *owner.count != rule.count {
                     owner.count = Cow::Owned(owner.count.union(&rule.count));
@@ -265,16 +295,19 @@ pub(super) fn plan<'r>(
             } else {
                 key.clone()
             };
-            targets.push((p, key));
-            owners.push(Owner {
-                rule,
-                shadow,
-                count: Cow::Borrowed(&rule.count),
+            targets.push(Planned {
+                policy: p,
+                key,
+                owner: Owner {
+                    rule,
+                    shadow,
+                    count: Cow::Borrowed(&rule.count),
+                },
             });
         }
     }
     if targets.is_empty() {
         return Ok(Plan::Pass);
     }
-    Ok(Plan::Decide(Targets { targets, owners }))
+    Ok(Plan::Decide(targets))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::completion::Tokens;
 use super::outcome::{outcome, Outcome};
-use super::plan::{plan, Plan};
+use super::plan::{plan, Plan, Planned};
 use super::request::RequestInfo;
 use super::route_rule::RouteRule;
 use super::rules::{HttpRules, Rule};
@@ -50,7 +50,7 @@ impl Requests {
         match plan(engine, rules, &rules.rules, req)? {
             Plan::Forbidden | Plan::Pass => Ok(0),
             Plan::Decide(planned) => {
-                let pairs: Vec<(usize, &str)> = planned.targets.iter().map(|(p, k)| (*p, k.as_str())).collect();
+                let pairs: Vec<(usize, &str)> = planned.iter().map(|t| (t.policy, t.key.as_str())).collect();
                 engine.forget(&pairs).await?;
                 Ok(pairs.len())
             }
@@ -119,21 +119,27 @@ impl Requests {
             cost: req.cost.unwrap_or(1),
             now_ms: req.now_ms,
         };
-        let pairs: Vec<Check<'_>> = planned
-            .targets
-            .iter()
-            .zip(&planned.owners)
-            .map(|((p, k), owner)| (*p, k.as_str(), owner.shadow))
-            .collect();
+        // One target (most requests): no vector of them.
+        let (one, many): ([Check<'_>; 1], Vec<Check<'_>>);
+        let pairs: &[Check<'_>] = match planned.as_slice() {
+            [t] => {
+                one = [t.check()];
+                &one
+            }
+            all => {
+                many = all.iter().map(Planned::check).collect();
+                &many
+            }
+        };
         let decided = if charge {
-            engine.decide(&pairs, options).await
+            engine.decide(pairs, options).await
         } else {
-            engine.peek(&pairs, options).await
+            engine.peek(pairs, options).await
         };
         let result = match decided {
             Ok(result) => result,
             // A key holding foreign data: answer this request as if the store were down.
-            Err(Error::Store { .. }) => engine.fallback(&pairs, options.now_ms, options.cost as i64, charge),
+            Err(Error::Store { .. }) => engine.fallback(pairs, options.now_ms, options.cost as i64, charge),
             Err(e) => return Err(e),
         };
         Ok(outcome(

@@ -1,6 +1,7 @@
 //! The rules file: which requests are limited, by which policies, on which key.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -69,8 +70,9 @@ pub(crate) enum Target {
 
 #[derive(Debug, Clone)]
 pub(crate) struct Rule {
-    /// Bounded label for metrics: the rule's name, route or path pattern.
-    pub label: String,
+    /// Bounded label for metrics: the rule's name, route or path pattern
+    /// (shared: every decision of the rule names it, without a copy).
+    pub label: Arc<str>,
     pub methods: Option<Vec<String>>,
     /// The path glob, its unreserved percent-escapes decoded, as written and in lower case.
     pub path: Option<(String, String)>,
@@ -473,7 +475,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         (decoded, folded)
     });
     Ok(Rule {
-        label,
+        label: Arc::from(label),
         methods,
         path,
         route,

@@ -57,7 +57,7 @@ use std::fmt;
 
 use crate::decision::{Decision, Lease, Source};
 use crate::error::{Error, ErrorKind};
-use crate::http::{Outcome, RequestInfo, RuleDecision};
+use crate::http::{Headers, Outcome, RequestInfo, RuleDecision};
 
 /// The length that marks an absent string in a request.
 pub const ABSENT: u32 = u32::MAX;
@@ -290,9 +290,10 @@ impl<'a> Reader<'a> {
         }
         let delay_ms = self.u64("delay")?;
         let n = self.count(8, "header count")?;
-        let mut headers = Vec::with_capacity(n);
+        let mut headers = Headers::new();
         for _ in 0..n {
-            headers.push((self.text("header name")?, self.text("header value")?));
+            let name = self.text("header name")?;
+            headers.push(name, &self.text("header value")?);
         }
         let body = if has_body == 1 { Some(self.text("body")?) } else { None };
         let n = self.count(8 + DECISION_LEN, "decision count")?;
@@ -301,8 +302,8 @@ impl<'a> Reader<'a> {
             let (rule, policy) = (self.text("rule")?, self.text("policy")?);
             let (decision, shadow) = self.decision()?;
             decisions.push(RuleDecision {
-                rule,
-                policy,
+                rule: rule.into(),
+                policy: policy.into(),
                 decision,
                 shadow,
             });
@@ -766,18 +767,17 @@ mod tests {
     fn full_outcome() -> Outcome {
         Outcome {
             status: Some(429),
-            headers: vec![
-                ("Retry-After".into(), "2".into()),
-                ("RateLimit-Policy".into(), "10;w=1".into()),
-            ],
+            headers: [("Retry-After", "2"), ("RateLimit-Policy", "10;w=1")]
+                .into_iter()
+                .collect(),
             body: Some(r#"{"error":"rate_limit_exceeded"}"#.into()),
             delay_ms: 250,
             decisions: Source::ALL
                 .iter()
                 .enumerate()
                 .map(|(i, &source)| RuleDecision {
-                    rule: format!("rule{i}"),
-                    policy: format!("policy{i}"),
+                    rule: format!("rule{i}").into(),
+                    policy: format!("policy{i}").into(),
                     decision: decision(source, i % 2 == 0, (i % 3 == 0).then_some(u64::MAX - i as u64)),
                     shadow: i % 4 == 1,
                 })
@@ -817,7 +817,7 @@ mod tests {
     fn an_outcome_has_the_documented_bytes() {
         let o = Outcome {
             status: Some(429),
-            headers: vec![("A".into(), "1".into())],
+            headers: [("A", "1")].into_iter().collect(),
             body: Some("{}".into()),
             delay_ms: 0x0102,
             decisions: vec![RuleDecision {
@@ -844,7 +844,7 @@ mod tests {
         // A pass without headers or body: 19 bytes.
         let pass = Outcome {
             status: None,
-            headers: Vec::new(),
+            headers: Headers::new(),
             body: None,
             delay_ms: 0,
             decisions: Vec::new(),
