@@ -32,8 +32,8 @@ fn headers(outcome: &Outcome) -> Vec<HeaderValue> {
         .headers
         .iter()
         .map(|(k, v)| HeaderValue {
-            key: k.clone(),
-            value: v.clone(),
+            key: k.to_string(),
+            value: v.to_string(),
             ..Default::default()
         })
         .collect();

@@ -151,7 +151,7 @@ async fn on_redis_the_answers_are_the_memory_stores() {
             .map(|h| (h.key.clone(), h.value.clone()))
             .filter(|(k, _)| k != "content-type")
             .collect();
-        assert_eq!(headers, want.headers, "call {i}");
+        assert_eq!(headers, want.headers.to_vec(), "call {i}");
         assert_eq!(got.raw_body, want.body.unwrap_or_default().into_bytes(), "call {i}");
         codes.push((got.overall_code, got.statuses[0].limit_remaining));
     }
