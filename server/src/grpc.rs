@@ -45,6 +45,7 @@ impl RateLimitService for RateLimit {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let _in_flight = crate::ops::InFlight::grpc();
         guarded(self.decide(request)).await.map(Response::new)
     }
 }

@@ -69,7 +69,7 @@ async fn check(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let _in_flight = ops::InFlight::start();
+    let _in_flight = ops::InFlight::check();
     let decided = AssertUnwindSafe(decide(&http, peer, &method, uri.query(), &headers))
         .catch_unwind()
         .await;

@@ -17,7 +17,8 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 /// The statuses /check answers, in the order `/metrics` lists them.
 const STATUSES: [u16; 6] = [200, 400, 403, 429, 500, 503];
 static CHECKS: [AtomicU64; STATUSES.len()] = [const { AtomicU64::new(0) }; STATUSES.len()];
-static IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+static CHECKS_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
+static GRPC_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 static RELOADS_OK: AtomicU64 = AtomicU64::new(0);
 static RELOADS_ERROR: AtomicU64 = AtomicU64::new(0);
 
@@ -28,19 +29,29 @@ pub fn count_check(status: u16) {
     }
 }
 
-/// A /check call being decided (or shaped): counted while it lives.
-pub struct InFlight(());
+/// A call being decided (or, on /check, shaped): counted while it lives.
+pub struct InFlight(&'static AtomicU64);
 
 impl InFlight {
-    pub fn start() -> InFlight {
-        IN_FLIGHT.fetch_add(1, Ordering::Relaxed);
-        InFlight(())
+    /// A /check call.
+    pub fn check() -> InFlight {
+        InFlight::start(&CHECKS_IN_FLIGHT)
+    }
+
+    /// A `ShouldRateLimit` call.
+    pub fn grpc() -> InFlight {
+        InFlight::start(&GRPC_IN_FLIGHT)
+    }
+
+    fn start(gauge: &'static AtomicU64) -> InFlight {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        InFlight(gauge)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        IN_FLIGHT.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -93,13 +104,24 @@ pub fn metrics_text() -> String {
     for (status, n) in checks() {
         let _ = writeln!(out, "polylimit_server_checks_total{{status=\"{status}\"}} {n}");
     }
-    out.push_str("# HELP polylimit_server_checks_in_flight /check calls being decided or shaped.\n");
-    out.push_str("# TYPE polylimit_server_checks_in_flight gauge\n");
-    let _ = writeln!(
-        out,
-        "polylimit_server_checks_in_flight {}",
-        IN_FLIGHT.load(Ordering::Relaxed)
-    );
+    for (name, help, gauge) in [
+        (
+            "polylimit_server_checks_in_flight",
+            "/check calls being decided or shaped.",
+            &CHECKS_IN_FLIGHT,
+        ),
+        (
+            "polylimit_server_grpc_in_flight",
+            "ShouldRateLimit calls being decided.",
+            &GRPC_IN_FLIGHT,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
+            gauge.load(Ordering::Relaxed)
+        );
+    }
     out.push_str("# HELP polylimit_config_reloads_total Reloads of the rules file (SIGHUP) by result.\n");
     out.push_str("# TYPE polylimit_config_reloads_total counter\n");
     for (result, n) in [("ok", &RELOADS_OK), ("error", &RELOADS_ERROR)] {

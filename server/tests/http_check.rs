@@ -602,12 +602,16 @@ async fn sigterm_finishes_the_calls_in_flight_on_both_listeners() {
     let held_check =
         tokio::spawn(async move { send(http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/b")).await });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !metrics(&server).await.contains("polylimit_server_checks_in_flight 1\n") {
-        assert!(Instant::now() < deadline, "the held check never showed in flight");
+    loop {
+        let text = metrics(&server).await;
+        if text.contains("polylimit_server_checks_in_flight 1\n")
+            && text.contains("polylimit_server_grpc_in_flight 1\n")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the held calls never showed in flight");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The gRPC call left at the same time; it has 2 s of timeout to be in.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     server.signal("TERM");
     server.line("shutting down");
     let answer = held_grpc
@@ -659,6 +663,78 @@ async fn a_request_never_finished_does_not_hold_the_shutdown() {
     assert_eq!(
         (warned["server"].as_str(), warned["grace_s"].as_u64()),
         (Some("HTTP"), Some(10))
+    );
+    let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    drop(stream);
+}
+
+/// A gRPC call whose request never ends does not hold a shutdown past the
+/// grace either (before the bound, only HTTP had one: SIGTERM waited forever).
+#[tokio::test]
+async fn a_grpc_call_never_finished_does_not_hold_the_shutdown() {
+    let dir = temp_dir("unfinished-grpc");
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, RULES).unwrap();
+    let mut server = Server::start(&path);
+    let mut stream = tokio::net::TcpStream::connect(server.grpc).await.unwrap();
+    // HTTP/2 by hand: the preface, empty SETTINGS, then a call's HEADERS with
+    // no body and no END_STREAM, then a PING: its ACK comes after the server
+    // read the HEADERS, so the call's stream is open when SIGTERM comes.
+    let frame = |kind: u8, flags: u8, stream_id: u32, payload: &[u8]| {
+        let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        f.extend([kind, flags]);
+        f.extend(stream_id.to_be_bytes());
+        f.extend(payload);
+        f
+    };
+    let literal = |prefix: u8, value: &str| {
+        let mut v = vec![prefix, value.len() as u8];
+        v.extend(value.as_bytes());
+        v
+    };
+    let mut headers = vec![0x83, 0x86]; // :method POST, :scheme http (HPACK static table)
+    headers.extend(literal(
+        0x44,
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    ));
+    headers.extend(literal(0x41, "polylimit"));
+    headers.extend(literal(0x5f, "application/grpc"));
+    headers.extend(literal(0x40, "te"));
+    headers.extend([8]);
+    headers.extend(b"trailers");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x4, 1, &headers));
+    out.extend(frame(0x6, 0, 0, b"pingpong"));
+    stream.write_all(&out).await.unwrap();
+    loop {
+        let mut head = [0u8; 9];
+        stream.read_exact(&mut head).await.unwrap();
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        stream.read_exact(&mut payload).await.unwrap();
+        match (head[3], head[4]) {
+            (0x4, 0) => stream.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap(),
+            (0x6, 0x1) => break,
+            (0x3 | 0x7, _) => panic!("the server refused the call: frame {head:?} {payload:?}"),
+            _ => {}
+        }
+    }
+    let started = Instant::now();
+    server.signal("TERM");
+    server.line("shutting down");
+    let warned = server.line("connections still open after the shutdown grace");
+    assert_eq!(
+        (warned["server"].as_str(), warned["grace_s"].as_u64()),
+        (Some("gRPC"), Some(10))
     );
     let status = tokio::task::spawn_blocking(move || server.child.wait().unwrap())
         .await

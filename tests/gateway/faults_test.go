@@ -190,6 +190,7 @@ func restartUnderLoad(t *testing.T, sig syscall.Signal) {
 	now := time.Now().UnixMilli()
 	key := fmt.Sprintf("run-%d", now)
 	restarted := make(chan struct{})
+	loaded := make(chan struct{}) // closed when a third of the budget is admitted
 	call := func() (*rlsv3.RateLimitResponse, error) {
 		ctx, cancel := context.WithTimeout(harness.WithNow(context.Background(), now), 20*time.Second)
 		defer cancel()
@@ -219,21 +220,21 @@ func restartUnderLoad(t *testing.T, sig syscall.Signal) {
 					failures = append(failures, err.Error())
 					mu.Unlock()
 				case reply.GetOverallCode() == rlsv3.RateLimitResponse_OK:
-					ok.Add(1)
+					if ok.Add(1) == budget/3 {
+						close(loaded)
+					}
 				default:
 					over.Add(1)
 				}
 				// Before the restart, leave budget for after it.
-				for ok.Load() >= budget/2 && !closed(restarted) {
-					time.Sleep(time.Millisecond)
+				if ok.Load() >= budget/2 {
+					<-restarted
 				}
 			}
 		}()
 	}
 	// Under load: stop the server with calls in flight, start it again.
-	for ok.Load() < budget/3 {
-		time.Sleep(time.Millisecond)
-	}
+	<-loaded
 	if err := server.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
