@@ -27,6 +27,7 @@ class Answer:
     headers: List[Tuple[str, str]]
     body: Optional[str]
     delay_ms: int = 0
+    trailers: Optional[List[Tuple[str, str]]] = None  # a gRPC call's
 
 
 def rate_headers(items: Any) -> List[Tuple[str, str]]:
@@ -63,7 +64,10 @@ def decoded_by_the_server(request: Dict[str, Any]) -> bool:
     return any(escape in request.get("path", "").upper() for escape in ("%2F", "%25"))
 
 
-def play(path: Path, store: str, serve: Serve) -> List[str]:
+def play(path: Path, store: str, serve: Serve, ok: int = 200,
+         through_api: Callable[[Dict[str, Any]], bool] = lambda step: False) -> List[str]:
+    """Plays every case of ``path``; ``ok`` is the status a view answers with when the vector does not
+    complete the request; ``through_api(step)`` names the steps no adapter can play (besides peeks)."""
     failures: List[str] = []
     for case in load(path):
         where = f"{path.name}: {case['name']!r}"
@@ -85,26 +89,28 @@ def play(path: Path, store: str, serve: Serve) -> List[str]:
                 recorder.limiter.complete_sync(done[0], step["complete"])
                 continue
             expect = step["expect"]
-            raises = False
-            if step.get("peek", False) or decoded_by_the_server(step["request"]):
-                # No adapter peeks (nor sees an escaped `/`): the API's answer, for the steps after it.
+            want = Answer(expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0),
+                          [tuple(h) for h in expect["trailers"]] if "trailers" in expect else None)
+            # The status the view ends with: the one the vector completes the request with, now or later.
+            later = [s["complete"] for s in steps[i + 1:] if s.get("of") == i]
+            status = step["complete"] if "complete" in step else later[0] if later else ok
+            if step.get("peek", False) or decoded_by_the_server(step["request"]) or through_api(step):
+                # The API's answer, for the steps after it (no adapter peeks).
                 decide = recorder.limiter.peek_request_sync if step.get("peek", False) else recorder.limiter.check_request_sync
                 got = decide(step["request"])
-                answer = Answer(got.status, got.headers, got.body, got.delay_ms)
+                answer = Answer(got.status, got.headers, got.body, got.delay_ms,
+                                [tuple(h) for h in got.trailers] if want.trailers is not None else None)
+                done = [(got.completion, status)] if got.completion is not None and (later or "complete" in step) else []
             else:
-                # The view answers with the status the vector completes the request with, now or later.
-                later = next((s["complete"] for s in steps[i + 1:] if s.get("of") == i), "none")
-                status = step["complete"] if "complete" in step else later if later != "none" else 200
                 raises = status is None  # no response at all: the view raises
-                answer = serve(recorder, step["request"], status or 200, raises)
-            want = Answer(expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0))
-            if step["request"].get("method") == "HEAD" and answer.body == "":
-                want.body = ""  # a response to HEAD carries no body (Werkzeug's client drops it)
-            if expect["status"] is None and not step.get("peek", False) and raises:
-                want.headers = []  # the view raised: no response carries them
+                answer = serve(recorder, step["request"], ok if raises else status, raises)
+                if step["request"].get("method") == "HEAD" and answer.body == "":
+                    want.body = ""  # a response to HEAD carries no body (Werkzeug's client drops it)
+                if expect["status"] is None and raises:
+                    want.headers = []  # the view raised: no response carries them
+                done, recorder.completions[:] = list(recorder.completions), []
             if answer != want:
                 failures.append(f"{where} request {i}: expected {want}, got {answer}")
-            done, recorder.completions[:] = list(recorder.completions), []
             if len(done) > 1:
                 failures.append(f"{where} request {i}: settled {len(done)} times")
             settled.append(done[0] if done else None)
