@@ -92,6 +92,17 @@ def ended(status: Optional[int], failed: bool = False, gone: bool = False) -> Op
     return ended_status(status or 0, status is not None, failed, gone)
 
 
-def header_pairs(items: Any) -> List[List[str]]:
-    """A framework's request headers as the core's ``[name, value]`` pairs, names in lower case."""
-    return [[k.lower(), v] for k, v in items]
+_CGI_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
+
+
+def environ_headers(environ: Dict[str, Any]) -> List[List[str]]:
+    """A WSGI environ's (or Django ``META``'s) request headers as the core's ``[name, value]`` pairs,
+    names in lower case: read from the ``HTTP_*`` keys directly, a few times cheaper than the
+    frameworks' header views (which title-case every name)."""
+    pairs = []
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            pairs.append([key[5:].replace("_", "-").lower(), value])
+        elif key in _CGI_HEADERS and value:
+            pairs.append([_CGI_HEADERS[key], value])
+    return pairs

@@ -86,7 +86,7 @@ def request_info(
     info: Dict[str, Any] = {
         "method": request.method or "GET",
         "path": request.path_info,
-        "headers": _adapters.header_pairs(request.headers.items()),
+        "headers": _adapters.environ_headers(request.META),
     }
     peer = request.META.get("REMOTE_ADDR")
     if peer:

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, current_app, request
 from flask.cli import AppGroup
 
 from . import _adapters
@@ -53,11 +53,12 @@ def request_info(
 ) -> Dict[str, Any]:
     """The core's ``RequestInfo`` (a dict) for a Flask request (default: the current one): the path
     Flask routes on, and no peer when the server gives none (a Unix socket): the core keys it ``unknown``."""
-    req = request if req is None else req
+    # The request itself, not Flask's proxy: each attribute read through the proxy costs a lookup.
+    req = request._get_current_object() if req is None else req
     info: Dict[str, Any] = {
         "method": req.method,
         "path": req.path,
-        "headers": _adapters.header_pairs(req.headers.items()),
+        "headers": _adapters.environ_headers(req.environ),
     }
     if req.remote_addr:
         info["peer"] = req.remote_addr
@@ -79,14 +80,12 @@ def refusal(outcome: Outcome) -> Response:
     return response
 
 
-# What this request owes after its response, in flask.g: [(limiter, outcome)].
-_PENDING = "_polylimit_pending"
+# What this request owes after its response, in its WSGI environ: [(limiter, outcome)].
+_PENDING = "polylimit.pending"
 
 
 def _pending() -> List[Tuple[Any, Outcome]]:
-    if not hasattr(g, _PENDING):
-        setattr(g, _PENDING, [])
-    return getattr(g, _PENDING)
+    return request.environ.setdefault(_PENDING, [])
 
 
 def _settle(limiter: Any, token: str, status: Optional[int]) -> None:
@@ -127,7 +126,7 @@ class Polylimit:
 
     def request_info(self, hooks: Dict[str, Any]) -> Dict[str, Any]:
         """The core's request for the current request, with the hooks' values."""
-        return request_info(request, **hooks)
+        return request_info(None, **hooks)
 
     def sleep(self, seconds: float) -> None:
         """Holds a request for its shape-mode delay."""
@@ -141,7 +140,7 @@ class Polylimit:
 
     @staticmethod
     def _after(response: Response) -> Response:
-        pending = getattr(g, _PENDING, None)
+        pending = request.environ.get(_PENDING)
         while pending:
             limiter, outcome = pending.pop(0)
             if outcome.status is None:
@@ -153,7 +152,7 @@ class Polylimit:
     @staticmethod
     def _teardown(exc: Optional[BaseException]) -> None:
         # A request that ended without a response (after_request never ran): no status.
-        pending = getattr(g, _PENDING, None)
+        pending = request.environ.get(_PENDING)
         while pending:
             limiter, outcome = pending.pop(0)
             if outcome.completion is not None:
@@ -187,7 +186,7 @@ class Polylimit:
             value = hook(request) if hook is not None else None
             if hook is not None and value is None:
                 return None
-            return _admit(limiter, limiter.check_route_sync(request_info(request, key=value, cost=cost), rule), time.sleep)
+            return _admit(limiter, limiter.check_route_sync(request_info(None, key=value, cost=cost), rule), time.sleep)
 
         def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
             if _is_async(view):
