@@ -190,13 +190,8 @@ def rules(rules_: List[Dict[str, Any]], **policy: Any) -> Dict[str, Any]:
 
 @pytest.fixture
 def settings_rules():
-    """``settings.POLYLIMIT`` for one test: the middleware's limiter is rebuilt from it."""
-    def use(value: Any):
-        pdj._shared.clear()
-        return override_settings(POLYLIMIT=value)
-
-    yield use
-    pdj._shared.clear()
+    """``settings.POLYLIMIT`` for one test: a new Client's middleware builds its limiter from it."""
+    return lambda value: override_settings(POLYLIMIT=value)
 
 
 def test_middleware_from_settings_keys_the_route_template(settings_rules) -> None:

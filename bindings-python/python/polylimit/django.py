@@ -33,6 +33,7 @@ import time
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
 
@@ -57,6 +58,16 @@ def settings_limiter() -> Tuple[Any, Dict[str, Any], Dict[str, Hook]]:
             built = _adapters.from_settings(getattr(settings, "POLYLIMIT", None), "settings.POLYLIMIT")
             _shared.update(limiter=built[0], options=built[1], hooks=built[2])
         return _shared["limiter"], _shared["options"], _shared["hooks"]
+
+
+def _setting_changed(*, setting: str, **_: Any) -> None:
+    # override_settings(POLYLIMIT=...) in a test: the next middleware (a new test Client) builds anew.
+    if setting == "POLYLIMIT":
+        with _lock:
+            _shared.clear()
+
+
+setting_changed.connect(_setting_changed)
 
 
 def route_template(request: HttpRequest) -> Optional[str]:
