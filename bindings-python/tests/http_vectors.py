@@ -40,20 +40,9 @@ class Recorder:
 
     limiter: Any
     completions: List[Tuple[str, Optional[int]]] = field(default_factory=list)
-    issued: int = 0  # outcomes with a completion token
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.limiter, name)
-
-    def _issued(self, outcome: Any) -> Any:
-        self.issued += outcome.completion is not None
-        return outcome
-
-    def check_request_sync(self, request: Dict[str, Any]) -> Any:
-        return self._issued(self.limiter.check_request_sync(request))
-
-    async def check_request(self, request: Dict[str, Any]) -> Any:
-        return self._issued(await self.limiter.check_request(request))
 
     def complete_sync(self, token: str, status: Optional[int] = None) -> None:
         self.completions.append((token, status))

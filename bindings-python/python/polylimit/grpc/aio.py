@@ -14,7 +14,7 @@ import grpc
 import grpc.aio
 
 from .._polylimit import Outcome
-from . import CANCELLED, Hook, _wrap, build, ended_code, handler_behavior, request_info, status_code, terminated_code
+from . import CANCELLED, Hook, _wrap, build, code_number, ended_code, handler_behavior, request_info, status_code, terminated_code
 
 __all__ = ["PolylimitInterceptor"]
 
@@ -46,6 +46,26 @@ class _Once:
         task = asyncio.get_running_loop().create_task(self(code))
         _settling.add(task)
         task.add_done_callback(_settling.discard)
+
+
+class _SettlingContext:
+    """The context a handler gets: grpc.aio sends an aborted call's status inside ``abort``, so the
+    call is settled first (a client's next call then finds its slot released, its charge settled)."""
+
+    def __init__(self, context: grpc.aio.ServicerContext, settle: _Once) -> None:
+        self._context = context
+        self._settle = settle
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> None:
+        await self._settle(code_number(code))
+        await self._context.abort(code, details, trailing_metadata)
+
+    async def abort_with_status(self, status: Any) -> None:
+        await self._settle(code_number(status.code))
+        await self._context.abort_with_status(status)
 
 
 async def _value(value: Any) -> Any:
@@ -97,7 +117,7 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 settle = await admit(context)
                 try:
-                    response = await _value(behavior(request, context))
+                    response = await _value(behavior(request, _SettlingContext(context, settle)))
                 except asyncio.CancelledError:
                     settle.soon(CANCELLED)
                     raise
@@ -112,7 +132,7 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             settle = await admit(context)
             try:
-                async for response in behavior(request, context):
+                async for response in behavior(request, _SettlingContext(context, settle)):
                     yield response
             except (asyncio.CancelledError, GeneratorExit):
                 settle.soon(CANCELLED)
