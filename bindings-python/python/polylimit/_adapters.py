@@ -99,10 +99,6 @@ def environ_headers(environ: Dict[str, Any]) -> List[List[str]]:
     """A WSGI environ's (or Django ``META``'s) request headers as the core's ``[name, value]`` pairs,
     names in lower case: read from the ``HTTP_*`` keys directly, a few times cheaper than the
     frameworks' header views (which title-case every name)."""
-    pairs = []
-    for key, value in environ.items():
-        if key.startswith("HTTP_"):
-            pairs.append([key[5:].replace("_", "-").lower(), value])
-        elif key in _CGI_HEADERS and value:
-            pairs.append([_CGI_HEADERS[key], value])
+    pairs = [[key[5:].replace("_", "-").lower(), value] for key, value in environ.items() if key[:5] == "HTTP_"]
+    pairs += [[name, environ[key]] for key, name in _CGI_HEADERS.items() if environ.get(key)]
     return pairs
