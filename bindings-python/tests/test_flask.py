@@ -156,6 +156,26 @@ def test_hooks_from_config() -> None:
     assert client.get("/items/1").status_code == 200
 
 
+def test_app_factory_pattern_builds_decorated_rules_at_the_first_request() -> None:
+    polylimit_ = Polylimit()  # at import, before any app
+
+    @polylimit_.limit(key="ip", policy="p")  # a policy of the app's config, which does not exist yet
+    def view():
+        return {"ok": True}
+
+    def create_app() -> Flask:
+        app = Flask(__name__)
+        app.config["POLYLIMIT"] = rules([])
+        polylimit_.init_app(app)
+        app.add_url_rule("/v", view_func=view)
+        return app
+
+    client = create_app().test_client()
+    answers = [client.get("/v") for _ in range(3)]
+    assert [r.status_code for r in answers] == [200, 200, 429]
+    assert answers[0].headers["RateLimit-Policy"] == '"p";q=2;w=12'  # the config's policy p
+
+
 def test_cli_prints_the_cores_effective_config(tmp_path) -> None:
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules([{"match": {"path": "/*"}, "key": ["ip"], "policy": "p"}])["rules"]))

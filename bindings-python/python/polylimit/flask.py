@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -107,6 +108,7 @@ class Polylimit:
         """The options the limiter was built from (None for a limiter given)."""
         self.hooks: Dict[str, Hook] = {"user": user, "api_key": api_key, "key": key}
         """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions."""
+        self._initialised = False
         if app is not None:
             self.init_app(app)
 
@@ -119,6 +121,7 @@ class Polylimit:
             self.limiter, self.options, hooks = _adapters.from_settings(config, 'app.config["POLYLIMIT"]')
             self.hooks = {name: given or hooks.get(name) for name, given in self.hooks.items()}
         app.extensions["polylimit"] = self
+        self._initialised = True
         app.before_request(self._before)
         app.after_request(self._after)
         app.teardown_request(self._teardown)
@@ -171,18 +174,31 @@ class Polylimit:
         count: CountSpec = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Limits one view: see the module documentation. The rule is built when the view is
-        decorated (a bad ``rate`` or ``policy`` raises ``ConfigError`` then)."""
+        decorated once ``init_app`` ran (a bad ``rate`` or ``policy`` raises ``ConfigError`` then), else
+        (the app factory pattern: ``Polylimit()`` at import, ``init_app`` in the factory) at its first request."""
         if rate is not None and policy is not None:
             raise TypeError("polylimit: limit takes rate= (a policy of its own) or policy=, not both")
-        if rate is not None:
-            limiter = _adapters.own_limiter(rate, burst, algorithm, _adapters.store_of(self.options))
-        elif self.limiter is None:
-            raise TypeError('polylimit: limit() without rate= needs the app\'s limiter: app.config["POLYLIMIT"] and init_app(app)')
-        else:
-            limiter = self.limiter
-        rule, hook = _adapters.route_rule(limiter, key, policy, per_route, count)
+        built: List[Any] = []  # [limiter, rule, hook] once built
+        lock = threading.Lock()
+
+        def build() -> List[Any]:
+            with lock:
+                if not built:
+                    if rate is not None:
+                        limiter = _adapters.own_limiter(rate, burst, algorithm, _adapters.store_of(self.options))
+                    elif self.limiter is None:
+                        raise TypeError('polylimit: limit() without rate= needs the app\'s limiter: '
+                                        'app.config["POLYLIMIT"] and init_app(app)')
+                    else:
+                        limiter = self.limiter
+                    built.extend([limiter, *_adapters.route_rule(limiter, key, policy, per_route, count)])
+                return built
+
+        if self._initialised:
+            build()
 
         def check() -> Optional[Response]:
+            limiter, rule, hook = built or build()
             value = hook(request) if hook is not None else None
             if hook is not None and value is None:
                 return None
