@@ -43,6 +43,7 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 # as in APPS; each listens on PORT. tests/e2e/test_grpc.py calls every one with grpcio.
 GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
+    "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
 }
 
 

@@ -1,9 +1,10 @@
 """The Greeter demo (examples/grpc/greeter.proto) on grpc.aio, every call decided by the shared rules
-file through polylimit's interceptor. PORT (default 50051), POLYLIMIT_RULES; GRPC_SYNC=1 serves it with
+file through polylimit's interceptor. PORT (default 50051), POLYLIMIT_RULES; `--sync` serves it with
 the sync grpc.server and its interceptor instead."""
 
 import asyncio
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def serve_sync() -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("GRPC_SYNC") == "1":
+    if "--sync" in sys.argv[1:]:
         serve_sync()
     else:
         asyncio.run(serve_aio())

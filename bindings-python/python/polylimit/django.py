@@ -200,7 +200,8 @@ async def _resolve(value: Any) -> Any:
 class PolylimitMiddleware:
     """Applies a limiter's rules to every request: ``settings.POLYLIMIT``'s, or
     ``PolylimitMiddleware(get_response, limiter=..., user=..., api_key=..., key=...)`` built by hand.
-    Hooks are functions of the request (in an async stack they may be ``async def``)."""
+    Hooks are functions of the request; in an async stack they may be ``async def`` (one that reads
+    the database must be: ``(await request.auser()).pk``)."""
 
     sync_capable = True
     async_capable = True
