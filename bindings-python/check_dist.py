@@ -20,7 +20,10 @@ import tarfile
 import zipfile
 from fnmatch import fnmatchcase
 
-PKG_FILES = ["__init__.py", "__init__.pyi", "_polylimit.pyi", "client.py", "fastapi.py", "py.typed"]
+PKG_FILES = ["__init__.py", "__init__.pyi", "_polylimit.pyi", "_adapters.py", "client.py", "django.py", "fastapi.py",
+             "flask.py", "grpc/__init__.py", "grpc/aio.py", "py.typed"]
+# Each framework's extra and the distribution it must require.
+EXTRAS = {"fastapi": "fastapi", "django": "django", "flask": "flask", "grpc": "grpcio"}
 # ELF e_machine per wheel platform architecture.
 ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
 
@@ -121,14 +124,15 @@ def check_metadata(name: str, meta: str, version: str) -> list[str]:
     for line in [
         f"Version: {version}",
         "Requires-Python: >=3.9",
-        "Provides-Extra: fastapi",
+        *(f"Provides-Extra: {extra}" for extra in EXTRAS),
         "License-File: LICENSE",
         "License-Expression: Apache-2.0",
     ]:
         if line not in meta.splitlines():
             errors.append(f"{name}: metadata lacks {line!r}")
-    if not re.search(r"^Requires-Dist: fastapi.*extra == .fastapi.", meta, re.M):
-        errors.append(f"{name}: the fastapi extra does not require fastapi")
+    for extra, dist in EXTRAS.items():
+        if not re.search(rf"^Requires-Dist: {dist}\b.*extra == .{extra}.", meta, re.M):
+            errors.append(f"{name}: the {extra} extra does not require {dist}")
     return errors
 
 

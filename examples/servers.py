@@ -1,5 +1,5 @@
-"""Runs the example apps (FastAPI, Express, Fastify, Go net/http, Spring
-Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
+"""Runs the example apps (FastAPI, Django, Flask, Express, Fastify, Go net/http,
+Spring Boot) and the gRPC demo servers on free loopback ports, and talks to them. `make demo` and tests/e2e
 both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
@@ -28,12 +28,22 @@ LOGS = REPO / "target" / "examples"
 # name → (label, working directory, command)
 APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "fastapi": ("FastAPI", "fastapi", [sys.executable, "app.py"]),
+    "django": ("Django", "django", [sys.executable, "app.py"]),
+    "flask": ("Flask", "flask", [sys.executable, "app.py"]),
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
+}
+
+
+# The gRPC demo servers (examples/grpc/greeter.proto), name → (label, working directory, command)
+# as in APPS; each listens on PORT. tests/e2e/test_grpc.py calls every one with grpcio.
+GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
+    "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
+    "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
 }
 
 
@@ -58,7 +68,7 @@ class App:
 
     def __init__(self, name: str, env: Optional[Dict[str, str]] = None) -> None:
         self.name = name
-        self.label, self.directory, self.command = APPS[name]
+        self.label, self.directory, self.command = APPS[name] if name in APPS else GRPC_APPS[name]
         self.port = free_port()
         self.env = dict(os.environ, PORT=str(self.port), **(env or {}))
         self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))

@@ -1,7 +1,8 @@
 """Installs the release artifacts of dist/ the way a user would, with no Rust on PATH.
 
 For each language, in a fresh directory outside the checkout:
-  Python: a new venv, `pip install dist/polylimit-*.whl fastapi uvicorn`, a FastAPI app (@limiter.limit)
+  Python: a new venv, `pip install dist/polylimit-*.whl fastapi uvicorn`, a FastAPI app (@limiter.limit);
+          the extras django, flask and grpc from the same wheel, their adapters imported
   Node:   `npm install` of the main and platform tarballs and express, an Express app (rateLimit)
   Go:     a new module, `go get` through the dist/ module proxy (no replace), a net/http app, and the
           same app built again from `go mod vendor`
@@ -176,6 +177,10 @@ def install_python(room: Path, env: dict):
     _, command = INSTALL["python"]
     assert str(wheel) in command, f"docs/install.md installs {command[2:]}, `make dist` wrote {wheel.name}"
     run([venv / "bin" / "pip", *command[1:]], room, env, "pip install")
+    # The framework extras (issue 37) install from the same wheel, and their adapters import.
+    run([venv / "bin" / "pip", "install", "-q", f"{wheel}[django,flask,grpc]"], room, env, "pip install extras")
+    run([py, "-I", "-c", "import polylimit.django, polylimit.flask, polylimit.grpc, polylimit.grpc.aio"], room, env,
+        "import the framework adapters")
     shutil.copy(APPS / "fastapi_app.py", room / "app.py")
     return [[py, "-I", room / "app.py"]]
 

@@ -5,6 +5,8 @@
 
 FastAPI/Starlette adapters: ``limiter.limit(...)`` (decorator), ``limiter.depends(...)``
 (``Depends`` form) and ``polylimit.fastapi.PolylimitMiddleware`` (a rules file for a whole app).
+Django (``polylimit.django``), Flask (``polylimit.flask``) and grpcio servers (``polylimit.grpc``,
+``polylimit.grpc.aio``) have their own modules.
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._adapters import route_rule
 from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule, ended_status as _ended_status
 
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
@@ -161,14 +162,10 @@ class _Check:
     def __init__(
         self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: int, per_route: bool, count: CountSpec = None
     ) -> None:
-        self.hook: Hook = key if callable(key) else None
-        dims = None if key is None or callable(key) else [key] if isinstance(key, str) else list(key)
         self.limiter: _NativeLimiter = limiter
-        if count is not None and not isinstance(count, (str, int)):
-            count = list(count)
-        self.rule: RouteRule = limiter.route_rule(
-            dims, policy, key_function=self.hook is not None, per_route=per_route, count=count
-        )
+        self.rule: RouteRule
+        self.hook: Hook
+        self.rule, self.hook = route_rule(limiter, key, policy, per_route, count)
         self.cost = cost
 
     async def __call__(self, request: Request) -> Optional[Outcome]:

@@ -1,7 +1,8 @@
 //! One spelling of a route template for every framework, so the `route` key
 //! dimension and `match: { route }` agree across languages: Express and
 //! Fastify write `/users/:id`, Starlette `/users/{user_id:int}`, Go's
-//! ServeMux `GET /users/{id}`; all become `/users/{}`. Parameter names are
+//! ServeMux `GET /users/{id}`, Django and Flask `/users/<int:id>`; all
+//! become `/users/{}`. Parameter names are
 //! dropped: they do not change which requests a route takes, and two
 //! services seldom name them alike.
 
@@ -11,7 +12,7 @@ use std::borrow::Cow;
 pub(crate) fn canonical(template: &str) -> Cow<'_, str> {
     // Go patterns may start with "METHOD " and a host: the path begins at the first '/'.
     let path = template.find('/').map_or(template, |i| &template[i..]);
-    if !path.contains([':', '{']) {
+    if !path.contains([':', '{', '<']) {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len() + 4);
@@ -30,6 +31,10 @@ fn canonical_segment(segment: &str) -> &str {
     }
     if segment == "{$}" {
         return ""; // Go: this path exactly
+    }
+    // Django and Flask `<id>`, `<int:id>`; `<path:rest>` takes the rest of the path.
+    if let Some(inner) = segment.strip_prefix('<').and_then(|s| s.strip_suffix('>')) {
+        return if inner.starts_with("path:") { "{...}" } else { "{}" };
     }
     match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
         // Go `{rest...}` and Starlette `{rest:path}` take the rest of the path.
@@ -153,11 +158,14 @@ mod tests {
             "POST example.com/api/payments/{id}",
             "/api/payments/:id?",
             "/api/payments/:id(\\d+)",
+            "/api/payments/<payment_id>",
+            "/api/payments/<int:payment_id>",
         ] {
             assert_eq!(canonical(template), "/api/payments/{}", "{template}");
         }
         assert_eq!(canonical("GET /files/{path...}"), "/files/{...}");
         assert_eq!(canonical("/files/{path:path}"), "/files/{...}");
+        assert_eq!(canonical("/files/<path:rest>"), "/files/{...}");
         assert_eq!(canonical("GET /api/{$}"), "/api/");
         assert_eq!(canonical("/plain/path"), "/plain/path");
         assert_eq!(canonical("/"), "/");
