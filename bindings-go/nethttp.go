@@ -291,7 +291,15 @@ func (m *middleware) pack(p *packer, r *http.Request, routeName string) {
 	if m.apiKey != nil {
 		apiKey = m.apiKey(r)
 	}
-	p.fields(r.Method, r.URL.Path, routeName, r.RemoteAddr, user, apiKey, key)
+	// The path as sent, whose escapes r.URL.Path has decoded ("%2F" is no
+	// "/", "%25" no "%"): r.URL.RawPath when it differs from the path's
+	// default encoding, else that encoding (r.URL.Path itself unless it has
+	// a character to escape); the core decodes what it may.
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.EscapedPath()
+	}
+	p.fields(r.Method, path, routeName, r.RemoteAddr, user, apiKey, key)
 	at, n := p.headerCount(), 0
 	for name, values := range r.Header {
 		for _, v := range values {
