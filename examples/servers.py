@@ -1,9 +1,9 @@
-"""Runs the example apps (FastAPI, Express, Fastify, Go net/http, Spring
-Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
-both use it.
+"""Runs the example apps (FastAPI, Express, Fastify, Go net/http, gin, echo,
+Spring Boot) on free loopback ports, and talks to them. `make demo` and
+tests/e2e both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
-.venv, the Node addon, examples/node_modules, target/examples/go-example,
+.venv, the Node addon, examples/node_modules, target/examples/{go,gin,echo}-example,
 target/examples/spring-example.jar).
 """
 
@@ -31,6 +31,8 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
+    "gin": ("Go gin", "gin", [str(LOGS / "gin-example")]),
+    "echo": ("Go echo", "echo", [str(LOGS / "echo-example")]),
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
