@@ -29,7 +29,7 @@ NATIVE_LIBS = "-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 # The checkout's cgo link files: they name cargo's target directory, which a user does not have.
 CHECKOUT_ONLY = {"link_debug.go", "link_release.go"}
 # The framework adapters: module directory -> the files a release of it must hold.
-ADAPTERS = {"ginlimit": "ginlimit.go", "echolimit": "echolimit.go"}
+ADAPTERS = {"ginlimit": "ginlimit.go", "echolimit": "echolimit.go", "grpclimit": "grpclimit.go"}
 
 
 def package_dir(platform: str) -> str:
