@@ -14,9 +14,9 @@ examples-node: node-build
 	@cd $(EXAMPLES_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi
 
-## net/http, gin and echo: target/examples/<dir>-example.
+## net/http, gin, echo and the gRPC Greeter (grpc-go): target/examples/<dir>-example.
 examples-go: go-deps go-capi
-	@set -e; for d in go gin echo; do echo "examples/$$d: go vet, go build"; \
+	@set -e; for d in go gin echo grpc-go; do echo "examples/$$d: go vet, go build"; \
 	  (cd $(EXAMPLES_DIR)/$$d && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(CARGO_TARGET_DIR)/examples/$$d-example .); done
 
 ## The Spring Boot app as an executable jar (`java -jar`), on the polylimit

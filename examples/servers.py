@@ -39,6 +39,13 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 }
 
 
+# The gRPC demo servers (examples/grpc/greeter.proto), name → (label, working directory, command)
+# as in APPS; each listens on PORT. tests/e2e/test_grpc.py calls every one with grpcio.
+GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
+    "grpc-go": ("grpc-go", "grpc-go", [str(LOGS / "grpc-go-example")]),
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +67,7 @@ class App:
 
     def __init__(self, name: str, env: Optional[Dict[str, str]] = None) -> None:
         self.name = name
-        self.label, self.directory, self.command = APPS[name]
+        self.label, self.directory, self.command = APPS[name] if name in APPS else GRPC_APPS[name]
         self.port = free_port()
         self.env = dict(os.environ, PORT=str(self.port), **(env or {}))
         self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
