@@ -8,6 +8,7 @@ use super::completion::{Completion, Tokens};
 use super::header_list::Headers;
 use super::headers;
 use super::plan::Targets;
+use super::request::RequestInfo;
 use super::rules::HttpRules;
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::engine::{process_now_ms, Engine};
@@ -75,7 +76,7 @@ impl Outcome {
     }
 }
 
-/// The answer to a decided request; `record`: it was charged (not a
+/// The answer to decided request `req`; `record`: it was charged (not a
 /// peek): count it in the metrics and give it its completion token.
 pub(super) fn outcome(
     engine: &Engine,
@@ -84,8 +85,7 @@ pub(super) fn outcome(
     planned: &Targets<'_>,
     result: CheckResult,
     record: bool,
-    cost: u64,
-    grpc: bool,
+    req: &RequestInfo,
 ) -> Outcome {
     let decisions: Vec<RuleDecision> = planned
         .iter()
@@ -182,10 +182,10 @@ pub(super) fn outcome(
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
         outcome.completion = tokens.token(Completion::of(
             result.now_ms,
-            cost,
+            req.cost.unwrap_or(1),
             charges,
             result.leases.clone(),
-            grpc,
+            req.grpc,
         ));
     }
     outcome.decisions = decisions;
