@@ -1,6 +1,6 @@
-# The example apps (FastAPI, Express, Fastify, Go net/http, Spring Boot) and
-# what they run on: the Python module, the Node addon, the Go binary, the
-# Spring Boot jar. Included by the root
+# The example apps (FastAPI, Express, Fastify, Go net/http, gin, echo, Spring
+# Boot, the grpc-go Greeter) and what they run on: the Python module, the Node
+# addon, the Go binaries, the Spring Boot jar. Included by the root
 # Makefile; `make demo` runs them, tests/e2e tests them.
 EXAMPLES_DIR := examples
 SPRING_EXAMPLE := $(CARGO_TARGET_DIR)/examples/spring-example.jar
