@@ -4,13 +4,17 @@ The zip holds the package's Go files, the client package's (client/, which calls
 the Retry-After rules), the C header and, per platform, the prebuilt static library in
 build/<goos>-<goarch>/ (as wasmtime-go ships its own), each directory with a Go file of its own so
 `go mod vendor` keeps it. A generated link.go in each package replaces the checkout's link_debug.go /
-link_release.go, which point cgo at cargo's target directory. Standard library only.
+link_release.go, which point cgo at cargo's target directory. Each framework adapter (ginlimit,
+echolimit, grpclimit) is a module of its own, released beside it at the same version: its Go files
+and its go.mod, which requires this module's release instead of replacing it by the checkout's.
+Standard library only.
 
     python3 dist.py --version 0.1.0 --out dist/goproxy --lib linux-amd64=path/to/libpolylimit_capi.a ...
 """
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -24,6 +28,8 @@ LIB = "libpolylimit_capi.a"
 NATIVE_LIBS = "-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 # The checkout's cgo link files: they name cargo's target directory, which a user does not have.
 CHECKOUT_ONLY = {"link_debug.go", "link_release.go"}
+# The framework adapters: module directory -> the files a release of it must hold.
+ADAPTERS = {"ginlimit": "ginlimit.go", "echolimit": "echolimit.go", "grpclimit": "grpclimit.go"}
 
 
 def package_dir(platform: str) -> str:
@@ -102,6 +108,39 @@ def check(files: dict, platforms: dict) -> None:
             sys.exit(f"go dist: {needed} is missing from the module zip")
 
 
+def adapter_files(name: str, version: str) -> dict:
+    """The module of the adapter in bindings-go/<name>: path in the module -> bytes."""
+    at = HERE / name
+    files = {src.name: src.read_bytes() for src in sorted(at.glob("*.go")) if not src.name.endswith("_test.go")}
+    mod = (at / "go.mod").read_text()
+    # The checkout's replace block (its comment and every line up to the closing parenthesis, or one line).
+    released = re.sub(r"\n(//[^\n]*\n)*replace (\([^)]*\)|[^\n]*)\n", "\n", mod)
+    released = released.replace(f"{MODULE} v0.0.0", f"{MODULE} {version}")
+    if "replace" in released or f"{MODULE} {version}" not in released or not released.startswith(f"module {MODULE}/{name}\n"):
+        sys.exit(f"go dist: {name}/go.mod does not read as expected:\n{released}")
+    files["go.mod"] = released.encode()
+    files["LICENSE"] = (ROOT / "LICENSE").read_bytes()
+    if ADAPTERS[name] not in files:
+        sys.exit(f"go dist: {ADAPTERS[name]} is missing from {name}")
+    return files
+
+
+def publish(out: Path, module: str, version: str, files: dict, when: str) -> None:
+    """Writes <out>/<module>/@v/ as a module proxy serves the tagged release `version`."""
+    at = out / module / "@v"
+    at.mkdir(parents=True, exist_ok=True)
+    for old in at.iterdir():
+        old.unlink()
+    stamp = tuple(int(x) for x in (when[0:4], when[5:7], when[8:10], when[11:13], when[14:16], when[17:19]))
+    with zipfile.ZipFile(at / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in sorted(files.items()):
+            z.writestr(zipfile.ZipInfo(f"{module}@{version}/{name}", date_time=stamp), data,
+                       compress_type=zipfile.ZIP_DEFLATED)
+    (at / f"{version}.mod").write_bytes(files["go.mod"])
+    (at / f"{version}.info").write_text(json.dumps({"Version": version, "Time": when}) + "\n")
+    (at / "list").write_text(version + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--version", required=True)
@@ -113,22 +152,15 @@ def main() -> None:
     files = module_files(platforms)
     check(files, platforms)
 
-    at = args.out / MODULE / "@v"
-    at.mkdir(parents=True, exist_ok=True)
-    for old in at.iterdir():
-        old.unlink()
     when = commit_time()
-    stamp = tuple(int(x) for x in (when[0:4], when[5:7], when[8:10], when[11:13], when[14:16], when[17:19]))
-    with zipfile.ZipFile(at / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as z:
-        for name, data in sorted(files.items()):
-            z.writestr(zipfile.ZipInfo(f"{MODULE}@{version}/{name}", date_time=stamp), data,
-                       compress_type=zipfile.ZIP_DEFLATED)
-    (at / f"{version}.mod").write_bytes(files["go.mod"])
-    (at / f"{version}.info").write_text(json.dumps({"Version": version, "Time": when}) + "\n")
-    (at / "list").write_text(version + "\n")
+    publish(args.out, MODULE, version, files, when)
+    for name in ADAPTERS:
+        publish(args.out, f"{MODULE}/{name}", version, adapter_files(name, version), when)
+    at = args.out / MODULE / "@v"
     size = (at / f"{version}.zip").stat().st_size
     libs = ", ".join(f"{p}: {len(files[f'build/{p}/{LIB}']) / 1e6:.1f} MB" for p in sorted(platforms))
-    print(f"  {at / (version + '.zip')}  {size / 1e6:.1f} MB ({len(files)} files; static libraries {libs})")
+    print(f"  {at / (version + '.zip')}  {size / 1e6:.1f} MB ({len(files)} files; static libraries {libs});"
+          f" the adapters {', '.join(ADAPTERS)} beside it")
 
 
 if __name__ == "__main__":

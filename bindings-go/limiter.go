@@ -261,6 +261,10 @@ func (l *Limiter) ResetRequest(ctx context.Context, req *RequestInfo) (int, erro
 	if p.tooLong {
 		return 0, &Error{Kind: ErrInvalidArgument, Message: "request: a string of 4 GiB or more"}
 	}
+	flags, err := matchFlags(req)
+	if err != nil {
+		return 0, err
+	}
 	var count C.size_t
 	var cerr *C.polylimit_error_t
 	l.mu.RLock()
@@ -269,7 +273,7 @@ func (l *Limiter) ResetRequest(ctx context.Context, req *RequestInfo) (int, erro
 		return 0, closedError()
 	}
 	rc := C.polylimit_limiter_reset_request(l.ptr, (*C.uint8_t)(unsafe.Pointer(unsafe.SliceData(p.buf))), C.size_t(len(p.buf)),
-		matchFlags(req), &count, &cerr)
+		flags, &count, &cerr)
 	runtime.KeepAlive(p)
 	if rc != C.POLYLIMIT_OK {
 		return 0, takeError(rc, cerr)
@@ -277,8 +281,9 @@ func (l *Limiter) ResetRequest(ctx context.Context, req *RequestInfo) (int, erro
 	return int(count), nil
 }
 
-// matchFlags are the router's path-matching flags of req.
-func matchFlags(req *RequestInfo) C.uint32_t {
+// matchFlags are the router's path-matching flags of req, and its kind's;
+// an unknown kind is a *ConfigError naming "request.kind".
+func matchFlags(req *RequestInfo) (C.uint32_t, error) {
 	var flags C.uint32_t
 	if req.CaseInsensitive {
 		flags |= C.POLYLIMIT_CASE_INSENSITIVE
@@ -286,7 +291,15 @@ func matchFlags(req *RequestInfo) C.uint32_t {
 	if req.IgnoreTrailingSlash {
 		flags |= C.POLYLIMIT_IGNORE_TRAILING_SLASH
 	}
-	return flags
+	switch req.Kind {
+	case "", KindHTTP:
+	case KindGRPC:
+		flags |= C.POLYLIMIT_GRPC
+	default:
+		return 0, &ConfigError{Field: "request.kind", Value: req.Kind,
+			Message: fmt.Sprintf("request.kind: %q is not %q or %q", req.Kind, KindHTTP, KindGRPC)}
+	}
+	return flags, nil
 }
 
 // checkRequest is CheckRequest; without decisions, Outcome.Decisions stays
@@ -307,8 +320,12 @@ func (l *Limiter) decideRequest(ctx context.Context, req *RequestInfo, flags C.u
 	}
 	p := getPacker()
 	defer putPacker(p)
+	match, err := matchFlags(req)
+	if err != nil {
+		return nil, err
+	}
 	p.request(req)
-	flags |= matchFlags(req)
+	flags |= match
 	var nowMs int64
 	if req.NowMs != nil {
 		nowMs = *req.NowMs
@@ -409,6 +426,24 @@ func completionOf(packed string) string {
 	return token
 }
 
+// NoCode is the code of a gRPC call that ended with no status at all (CompleteCall).
+const NoCode = -1
+
+// CompleteCall settles a gRPC call (RequestInfo.Kind KindGRPC) once it has
+// ended: token is its Outcome's Completion, code the gRPC status code it
+// ended with (0 OK; an error that is no status is UNKNOWN, 2, as grpc-go
+// sends it), NoCode when it ended with none (counted as failed). A rule's
+// count classifies the code as grpc-gateway maps codes to HTTP statuses.
+// As Complete otherwise.
+func (l *Limiter) CompleteCall(ctx context.Context, token string, code int) error {
+	if code < NoCode || code > 0xffff {
+		return &ConfigError{Field: "code", Value: fmt.Sprint(code), Message: fmt.Sprintf("code: %d is not a gRPC status code or NoCode", code)}
+	}
+	return l.complete(ctx, token, func(tokenPtr *C.uint8_t, tokenLen C.size_t, pending **C.polylimit_pending_t, cerr **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_try_complete_call(l.ptr, tokenPtr, tokenLen, C.int32_t(code), pending, cerr)
+	})
+}
+
 // Complete settles a request after its response: token is its Outcome's
 // Completion (set when a rule's count charges only some responses), status
 // the response's status (0: no response, counted as failed). The core gives
@@ -419,6 +454,15 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 	if status < 0 || status > 0xffff {
 		return &ConfigError{Field: "status", Value: fmt.Sprint(status), Message: fmt.Sprintf("status: %d is not an HTTP status", status)}
 	}
+	return l.complete(ctx, token, func(tokenPtr *C.uint8_t, tokenLen C.size_t, pending **C.polylimit_pending_t, cerr **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_try_complete(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), pending, cerr)
+	})
+}
+
+// complete runs one of the C ABI's completions (try, under the read lock)
+// and waits for the store when it must.
+func (l *Limiter) complete(ctx context.Context, token string,
+	try func(*C.uint8_t, C.size_t, **C.polylimit_pending_t, **C.polylimit_error_t) C.int32_t) error {
 	var pending *C.polylimit_pending_t
 	var cerr *C.polylimit_error_t
 	tokenPtr, tokenLen := stringArg(token)
@@ -427,7 +471,7 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 		l.mu.RUnlock()
 		return closedError()
 	}
-	rc := C.polylimit_limiter_try_complete(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), &pending, &cerr)
+	rc := try(tokenPtr, tokenLen, &pending, &cerr)
 	l.mu.RUnlock()
 	runtime.KeepAlive(token)
 	switch rc {

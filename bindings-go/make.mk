@@ -3,6 +3,9 @@
 GO ?= go
 GO_DIR := bindings-go
 GO_NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+# The framework adapters, each a module of its own (gin, echo and grpc need a
+# newer Go than the base package's 1.23; a net/http user never gets them).
+GO_ADAPTERS := ginlimit echolimit grpclimit
 # Go's build cache does not look at the bytes of the static library cgo links,
 # only at the flags: a define naming the library's build time makes each new
 # core a new cache key, so no Go binary or test links a stale core.
@@ -13,11 +16,12 @@ GO_RELEASE_ENV = $(call go_core_env,release)
 .PHONY: go-deps go-header go-capi go-capi-release go-abi-test go-test go-bench
 
 ## The Go toolchain must be there; the main package has no dependencies,
-## the benchmark module downloads go-redis and redis_rate.
+## the benchmark module downloads go-redis and redis_rate, each adapter its framework.
 go-deps:
 	@command -v $(GO) >/dev/null || { echo "Go 1.23+ is required (https://go.dev/dl)"; exit 1; }
 	@$(GO) version
 	cd $(GO_DIR)/bench && $(GO) mod download
+	@set -e; for m in $(GO_ADAPTERS); do (cd $(GO_DIR)/$$m && $(GO) mod download); done
 
 ## Regenerates capi/include/polylimit.h with cbindgen (the header test in
 ## `cargo test` fails when the checked-in copy is stale). After rust-build,
@@ -42,6 +46,8 @@ go-test: go-deps go-capi go-abi-test
 	@# Not `tee /dev/stderr`: reopening stderr truncates a log file it points to.
 	@cd $(GO_DIR) && unformatted="$$(gofmt -l .)" && test -z "$$unformatted" || { echo "gofmt: $$unformatted need formatting"; exit 1; }
 	cd $(GO_DIR) && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) test -race -count=1 ./...
+	@set -e; for m in $(GO_ADAPTERS); do echo "cd $(GO_DIR)/$$m && go vet && go test"; \
+	  (cd $(GO_DIR)/$$m && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) test -race -count=1 ./...); done
 	cd $(GO_DIR)/bench && $(GO_DEBUG_ENV) $(GO) vet -tags polylimit_release ./...
 
 go-bench: go-deps go-capi-release

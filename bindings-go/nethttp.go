@@ -1,5 +1,10 @@
 package polylimit
 
+/*
+#include "polylimit.h"
+*/
+import "C"
+
 import (
 	"bufio"
 	"context"
@@ -15,6 +20,8 @@ type MiddlewareOption func(*middleware)
 
 type middleware struct {
 	key, user, apiKey, route func(*http.Request) string
+	cost                     func(*http.Request) uint64
+	now                      func(*http.Request) time.Time
 	onError                  func(http.ResponseWriter, *http.Request, error)
 }
 
@@ -49,20 +56,27 @@ func WithErrorHandler(f func(http.ResponseWriter, *http.Request, error)) Middlew
 	return func(m *middleware) { m.onError = f }
 }
 
+// WithCostFunc gives the units each request consumes (0: 1).
+func WithCostFunc(f func(*http.Request) uint64) MiddlewareOption {
+	return func(m *middleware) { m.cost = f }
+}
+
+// WithNowFunc decides each request at the time f gives instead of on the
+// store's clock (the zero Time keeps the store's): for tests and
+// simulations only, as RequestInfo.NowMs.
+func WithNowFunc(f func(*http.Request) time.Time) MiddlewareOption {
+	return func(m *middleware) { m.now = f }
+}
+
 // Middleware limits an http.Handler by the limiter's rules (a rules file, or
 // the one rule of Options.KeyBy). Every header, status and body comes from
 // the core's Outcome: rate-limit headers on every answer, 429/503/403 with a
 // JSON body when refused, and a shape-mode delay that waits without holding
 // a thread.
 func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.Handler {
-	m := &middleware{onError: func(w http.ResponseWriter, _ *http.Request, err error) {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-	}}
-	for _, opt := range opts {
-		opt(m)
-	}
+	g := l.Gate(opts...)
 	return func(next http.Handler) http.Handler {
-		route := m.route
+		route := g.m.route
 		if mux, ok := next.(*http.ServeMux); ok && route == nil {
 			route = func(r *http.Request) string {
 				if r.Pattern != "" {
@@ -73,47 +87,130 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 			}
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx := r.Context()
-			if err := ctx.Err(); err != nil {
-				m.onError(w, r, err)
-				return
+			routeName := r.Pattern
+			if route != nil {
+				routeName = route(r)
 			}
-			p := getPacker()
-			m.pack(p, r, route)
-			packed, err := l.tryRequest(ctx, p, 0, 0, 0)
-			putPacker(p)
-			if err != nil {
-				m.onError(w, r, err)
-				return
-			}
-			head, ok := writeOutcome(w, packed)
+			pass, ok := g.admit(w, r, routeName)
 			if !ok {
-				m.onError(w, r, badOutcome())
 				return
 			}
-			if head.status != 0 {
-				return
-			}
-			if head.delay > 0 {
-				t := time.NewTimer(head.delay)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					if head.completion != "" {
-						// Gone before an answer: no response.
-						_ = l.Complete(context.WithoutCancel(ctx), head.completion, 0)
-					}
-					return
-				}
-			}
-			if head.completion != "" {
-				l.serveAndSettle(next, w, r, head.completion)
+			if pass.token != "" {
+				l.serveAndSettle(next, w, r, pass.token)
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// Gate is Middleware's check for routers whose middlewares are not
+// http.Handler wrappers (gin, echo): each request is decided, answered and
+// settled exactly as Middleware does, with the route template the router
+// knows.
+type Gate struct {
+	l *Limiter
+	m middleware
+}
+
+// Gate returns the check Middleware(opts...) makes, for a router's own
+// middleware.
+func (l *Limiter) Gate(opts ...MiddlewareOption) *Gate {
+	g := &Gate{l: l, m: middleware{onError: func(w http.ResponseWriter, _ *http.Request, err error) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}}}
+	for _, opt := range opts {
+		opt(&g.m)
+	}
+	return g
+}
+
+// Admit decides r, whose route template the router gives (WithRouteFunc
+// wins), sets the outcome's headers on w and, when it refuses r, writes the
+// refusal; a shape-mode delay is waited out here. It returns ok false when
+// r must not be served: refused, the limiter failed (WithErrorHandler
+// answered), or the client left during the delay. Otherwise serve r and,
+// when pass.Settles(), call pass.Done once the handler has ended.
+func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, route string) (pass Pass, ok bool) {
+	if g.m.route != nil {
+		route = g.m.route(r)
+	}
+	return g.admit(w, r, route)
+}
+
+func (g *Gate) admit(w http.ResponseWriter, r *http.Request, route string) (Pass, bool) {
+	l, m := g.l, &g.m
+	ctx := r.Context()
+	if err := ctx.Err(); err != nil {
+		m.onError(w, r, err)
+		return Pass{}, false
+	}
+	p := getPacker()
+	m.pack(p, r, route)
+	var cost uint64
+	if m.cost != nil {
+		cost = m.cost(r)
+	}
+	var nowMs int64
+	var flags C.uint32_t
+	if m.now != nil {
+		if t := m.now(r); !t.IsZero() {
+			nowMs, flags = t.UnixMilli(), C.POLYLIMIT_HAS_NOW_MS
+		}
+	}
+	packed, err := l.tryRequest(ctx, p, cost, nowMs, flags)
+	putPacker(p)
+	if err != nil {
+		m.onError(w, r, err)
+		return Pass{}, false
+	}
+	head, ok := writeOutcome(w, packed)
+	if !ok {
+		m.onError(w, r, badOutcome())
+		return Pass{}, false
+	}
+	if head.status != 0 {
+		return Pass{}, false
+	}
+	if head.delay > 0 {
+		t := time.NewTimer(head.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if head.completion != "" {
+				// Gone before an answer: no response.
+				_ = l.Complete(context.WithoutCancel(ctx), head.completion, 0)
+			}
+			return Pass{}, false
+		}
+	}
+	return Pass{l: l, r: r, token: head.completion}, true
+}
+
+// Pass is a request Gate.Admit let through.
+type Pass struct {
+	l     *Limiter
+	r     *http.Request
+	token string
+}
+
+// Settles reports whether the request's charge depends on how it ends (a
+// rule's count, a concurrency slot): Done must then be called after the
+// handler.
+func (p Pass) Settles() bool { return p.token != "" }
+
+// Done settles the request once its handler has ended, by the core's rule:
+// written is the status the handler wrote (0: none), panicked whether it
+// panicked. A client gone by then counts as "no response" unless a status
+// was written. Without Settles it does nothing.
+func (p Pass) Done(written int, panicked bool) {
+	if p.token == "" {
+		return
+	}
+	status := endedStatus(written, panicked, p.r.Context().Err() != nil)
+	// A refund that must happen even when the client is gone; the core bounds it by its timeout.
+	_ = p.l.Complete(context.WithoutCancel(p.r.Context()), p.token, status)
 }
 
 // serveAndSettle serves a request whose charge depends on its status (a
@@ -126,9 +223,7 @@ func (l *Limiter) serveAndSettle(next http.Handler, w http.ResponseWriter, r *ht
 	rec := &statusRecorder{ResponseWriter: w}
 	defer func() {
 		p := recover()
-		status := endedStatus(rec.status, p != nil, r.Context().Err() != nil)
-		// A refund that must happen even when the client is gone; the core bounds it by its timeout.
-		_ = l.Complete(context.WithoutCancel(r.Context()), token, status)
+		Pass{l: l, r: r, token: token}.Done(rec.status, p != nil)
 		if p != nil {
 			panic(p)
 		}
@@ -185,11 +280,7 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 
 // pack packs what the core needs to know about r, straight from r: no
 // RequestInfo, no copy of its headers.
-func (m *middleware) pack(p *packer, r *http.Request, route func(*http.Request) string) {
-	routeName := r.Pattern
-	if route != nil {
-		routeName = route(r)
-	}
+func (m *middleware) pack(p *packer, r *http.Request, routeName string) {
 	var key, user, apiKey string
 	if m.key != nil {
 		key = m.key(r)
@@ -200,7 +291,15 @@ func (m *middleware) pack(p *packer, r *http.Request, route func(*http.Request) 
 	if m.apiKey != nil {
 		apiKey = m.apiKey(r)
 	}
-	p.fields(r.Method, r.URL.Path, routeName, r.RemoteAddr, user, apiKey, key)
+	// The path as sent, whose escapes r.URL.Path has decoded ("%2F" is no
+	// "/", "%25" no "%"): r.URL.RawPath when it differs from the path's
+	// default encoding, else that encoding (r.URL.Path itself unless it has
+	// a character to escape); the core decodes what it may.
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.EscapedPath()
+	}
+	p.fields(r.Method, path, routeName, r.RemoteAddr, user, apiKey, key)
 	at, n := p.headerCount(), 0
 	for name, values := range r.Header {
 		for _, v := range values {

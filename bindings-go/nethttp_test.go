@@ -521,3 +521,27 @@ func TestMiddlewareKeyFuncNeedsARuleReadingKey(t *testing.T) {
 		t.Fatalf("statuses %v, want one budget per key", codes)
 	}
 }
+
+// The path is matched as sent: an escaped slash is no "/" and a "%25" no
+// "%" (net/http's r.URL.Path has decoded both), while escapes of unreserved
+// characters are decoded by the core.
+func TestMiddlewareMatchesThePathAsSent(t *testing.T) {
+	l, err := FromRules(`
+headers: legacy
+policies:
+  api: { rate: 1/min, burst: 5 }
+rules:
+  - { match: { path: /api/* }, key: [ip], policy: api }
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv := httptest.NewServer(l.Middleware()(hello))
+	defer srv.Close()
+	for path, limited := range map[string]bool{"/api/x": true, "/%61pi/x": true, "/api%2Fx": false, "/%2561pi/x": false} {
+		if got := get(t, srv.URL+path).header.Get("X-RateLimit-Limit") != ""; got != limited {
+			t.Errorf("%s: limited %v, want %v", path, got, limited)
+		}
+	}
+}

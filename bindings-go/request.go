@@ -33,7 +33,18 @@ type RequestInfo struct {
 	// ignored. Both false for net/http's ServeMux.
 	CaseInsensitive     bool `json:"case_insensitive,omitempty"`      // paths match whatever their case
 	IgnoreTrailingSlash bool `json:"ignore_trailing_slash,omitempty"` // "/a/" matches "/a"
+	// Kind is KindGRPC for a gRPC call: Path is its full method name
+	// (/pkg.Service/Method), Peer the peer as the gRPC library gives it and
+	// Headers its metadata; the Outcome answers with a gRPC status code and
+	// Trailers, and Limiter.CompleteCall settles it. "" or KindHTTP: an HTTP request.
+	Kind string `json:"kind,omitempty"`
 }
+
+// The kinds of request (RequestInfo.Kind).
+const (
+	KindHTTP = "http"
+	KindGRPC = "grpc"
+)
 
 // Outcome says how to answer a request.
 type Outcome struct {

@@ -1,9 +1,8 @@
-# The example apps (FastAPI, Express, Fastify, Go net/http, Spring Boot) and
-# what they run on: the Python module, the Node addon, the Go binary, the
-# Spring Boot jar. Included by the root
+# The example apps (FastAPI, Express, Fastify, Go net/http, gin, echo, Spring
+# Boot, the grpc-go Greeter) and what they run on: the Python module, the Node
+# addon, the Go binaries, the Spring Boot jar. Included by the root
 # Makefile; `make demo` runs them, tests/e2e tests them.
 EXAMPLES_DIR := examples
-GO_EXAMPLE := $(CARGO_TARGET_DIR)/examples/go-example
 SPRING_EXAMPLE := $(CARGO_TARGET_DIR)/examples/spring-example.jar
 
 .PHONY: examples-build examples-node examples-go examples-spring
@@ -15,8 +14,10 @@ examples-node: node-build
 	@cd $(EXAMPLES_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi
 
+## net/http, gin, echo and the gRPC Greeter (grpc-go): target/examples/<dir>-example.
 examples-go: go-deps go-capi
-	cd $(EXAMPLES_DIR)/go && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(GO_EXAMPLE) .
+	@set -e; for d in go gin echo grpc-go; do echo "examples/$$d: go vet, go build"; \
+	  (cd $(EXAMPLES_DIR)/$$d && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(CARGO_TARGET_DIR)/examples/$$d-example .); done
 
 ## The Spring Boot app as an executable jar (`java -jar`), on the polylimit
 ## and polylimit-spring jars jvm-install puts into the Maven repository.

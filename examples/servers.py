@@ -1,9 +1,9 @@
 """Runs the example apps (FastAPI, Django, Flask, Express, Fastify, Go net/http,
-Spring Boot) and the gRPC demo servers on free loopback ports, and talks to them. `make demo` and tests/e2e
-both use it.
+gin, echo, Spring Boot) and the gRPC demo servers on free loopback ports, and
+talks to them. `make demo` and tests/e2e both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
-.venv, the Node addon, examples/node_modules, target/examples/go-example,
+.venv, the Node addon, examples/node_modules, target/examples/{go,gin,echo}-example,
 target/examples/spring-example.jar).
 """
 
@@ -33,6 +33,8 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
+    "gin": ("Go gin", "gin", [str(LOGS / "gin-example")]),
+    "echo": ("Go echo", "echo", [str(LOGS / "echo-example")]),
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
@@ -44,6 +46,7 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
     "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
+    "grpc-go": ("grpc-go", "grpc-go", [str(LOGS / "grpc-go-example")]),
 }
 
 

@@ -5,7 +5,8 @@ For each language, in a fresh directory outside the checkout:
           the extras django, flask and grpc from the same wheel, their adapters imported
   Node:   `npm install` of the main and platform tarballs and express, an Express app (rateLimit)
   Go:     a new module, `go get` through the dist/ module proxy (no replace), a net/http app, and the
-          same app built again from `go mod vendor`
+          same app built again from `go mod vendor`; a gin app on the ginlimit module released beside it,
+          and the echolimit and grpclimit modules each deciding 3 requests
   JVM:    a Java program compiled against dist/polylimit-*.jar alone, run with that jar and its runtime
           dependencies (JNA, the Kotlin standard library: the class path `make jvm-dist` resolved with
           Maven), 15 checks on memory -> 10 allowed
@@ -219,7 +220,27 @@ def install_go(room: Path, env: dict):
     run(["go", "mod", "vendor"], vendored, env, "go mod vendor")
     run(["go", "build", "-mod=vendor", "-o", room / "app-vendored", "."], vendored, {**env, "GOFLAGS": ""},
         "go build -mod=vendor")
-    return [[room / "app"], [room / "app-vendored"]]
+    # The gin adapter, a module of its own released beside it; gin itself from the user's usual proxy.
+    gin = room.parent / "gin"
+    gin.mkdir()
+    usual = subprocess.run(["go", "env", "GOPROXY"], env=clean_env(), text=True, capture_output=True).stdout.strip()
+    gin_env = {**env, "GOPROXY": f"{env['GOPROXY']},{usual}"}
+    run(["go", "mod", "init", "example.com/cleanroom-gin"], gin, gin_env, "go mod init (gin)")
+    shutil.copy(APPS / "gin_app.go", gin / "main.go")
+    run(["go", "get", f"{GO_MODULE}/ginlimit@v{VERSION}"], gin, gin_env, "go get ginlimit")
+    run(["go", "build", "-o", room / "app-gin", "."], gin, gin_env, "go build (gin)")
+    # The echo and gRPC adapters: built the same way, run once (a program, not a server).
+    adapters = room.parent / "adapters"
+    adapters.mkdir()
+    run(["go", "mod", "init", "example.com/cleanroom-adapters"], adapters, gin_env, "go mod init (adapters)")
+    shutil.copy(APPS / "adapters_app.go", adapters / "main.go")
+    run(["go", "get", f"{GO_MODULE}/echolimit@v{VERSION}", f"{GO_MODULE}/grpclimit@v{VERSION}"], adapters, gin_env,
+        "go get echolimit grpclimit")
+    out = run(["go", "run", "."], adapters, gin_env, "go run (echo and gRPC adapters)")
+    answered = out.strip().splitlines()[-2:]  # after what go itself printed
+    assert answered == ["echo 200 200 429", "grpc OK OK ResourceExhausted"], f"the adapters answered {out!r}"
+    print("  echo: 200 200 429; grpc-go: OK OK ResourceExhausted", flush=True)
+    return [[room / "app"], [room / "app-vendored"], [room / "app-gin"]]
 
 
 def check_jvm(room: Path, env: dict) -> None:

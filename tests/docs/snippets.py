@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNABLE = {"python", "js", "go", "yaml"}
+GO_ADAPTERS = ["ginlimit", "echolimit", "grpclimit"]  # bindings-go/<name>, each a module
 TEXT = {"", "text"}
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 MARKER = re.compile(r"^\s*<!-- (run(?::\s*(?P<args>.*?))?|not run: (?P<reason>.+?)|output) -->\s*$")
@@ -171,12 +172,17 @@ class Runner:
             (d / "snippet.js").write_text(snippet.code)
             cmd = ["node", "snippet.js"]
         elif snippet.lang == "go":
+            # bindings-go, and the framework adapters (modules of their own) the snippet imports;
+            # `go mod tidy` then brings the frameworks.
+            module = "github.com/polylimit/polylimit/bindings-go"
+            dirs = ["bindings-go"] + [f"bindings-go/{a}" for a in GO_ADAPTERS if f'"{module}/{a}"' in snippet.code]
             (d / "go.mod").write_text(
-                "module example\n\ngo 1.23\n\nrequire github.com/polylimit/polylimit/bindings-go v0.0.0\n\n"
-                f"replace github.com/polylimit/polylimit/bindings-go => {ROOT / 'bindings-go'}\n"
+                "module example\n\ngo 1.23\n\n"
+                + "".join(f"require github.com/polylimit/polylimit/{m} v0.0.0\n" for m in dirs)
+                + "".join(f"replace github.com/polylimit/polylimit/{m} => {ROOT / m}\n" for m in dirs)
             )
             (d / "main.go").write_text(snippet.code)
-            cmd = ["go", "run", "."]
+            cmd = ["go", "run", "."] if len(dirs) == 1 else ["sh", "-c", "go mod tidy && go run ."]
         elif snippet.lang == "yaml":
             (d / "rules.yaml").write_text(snippet.code)
             cmd = [self.python, "-c",

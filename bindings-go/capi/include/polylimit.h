@@ -585,6 +585,21 @@ int32_t polylimit_limiter_try_complete(const struct polylimit_limiter_t *limiter
                                        struct polylimit_pending_t **pending,
                                        struct polylimit_error_t **err);
 
+// Settles a gRPC call (a request of the gRPC kind) once it has ended:
+// `code` is the gRPC status code it ended with (0 is OK), or -1 when it
+// ended with no status at all (counted as failed). As
+// `polylimit_limiter_try_complete` otherwise; a code past 65535 is
+// `POLYLIMIT_INVALID_ARGUMENT`.
+//
+// # Safety
+// As `polylimit_limiter_try_complete`.
+int32_t polylimit_limiter_try_complete_call(const struct polylimit_limiter_t *limiter,
+                                            const uint8_t *token,
+                                            size_t token_len,
+                                            int32_t code,
+                                            struct polylimit_pending_t **pending,
+                                            struct polylimit_error_t **err);
+
 // The status a middleware's request ends with, to pass to
 // `polylimit_limiter_try_complete` (the core's `ended_status`, SPEC §6),
 // from what the middleware saw: `status` the response's status (0: none),

@@ -352,7 +352,60 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe {
+        complete(
+            limiter,
+            token,
+            token_len,
+            Ok((status != 0).then_some(status)),
+            pending,
+            err,
+        )
+    }
+}
+
+/// Settles a gRPC call (a request of the gRPC kind) once it has ended:
+/// `code` is the gRPC status code it ended with (0 is OK), or -1 when it
+/// ended with no status at all (counted as failed). As
+/// `polylimit_limiter_try_complete` otherwise; a code past 65535 is
+/// `POLYLIMIT_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// As `polylimit_limiter_try_complete`.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_try_complete_call(
+    limiter: *const polylimit_limiter_t,
+    token: *const u8,
+    token_len: usize,
+    code: i32,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    let code = match code {
+        -1 => Ok(None),
+        _ => u16::try_from(code)
+            .map(Some)
+            .map_err(|_| FfiError::invalid(format!("code: {code} is not a gRPC status code or -1"))),
+    };
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe { complete(limiter, token, token_len, code, pending, err) }
+}
+
+/// The two completions' one body: `status` None is no response at all.
+///
+/// # Safety
+/// As `polylimit_limiter_try_complete`.
+unsafe fn complete(
+    limiter: *const polylimit_limiter_t,
+    token: *const u8,
+    token_len: usize,
+    status: Result<Option<u16>, FfiError>,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
     guard(err, || {
+        let status = status?;
         // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
         // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
@@ -360,7 +413,6 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
         if pending.is_null() {
             return Err(FfiError::invalid("pending is NULL"));
         }
-        let status = (status != 0).then_some(status);
         let work: Call = Box::pin(async move {
             limiter.complete(&token, status).await?;
             Ok(Reply::Unit)

@@ -1,0 +1,30 @@
+module github.com/polylimit/polylimit/examples/echo
+
+go 1.25.0
+
+require (
+	github.com/labstack/echo/v4 v4.16.0
+	github.com/polylimit/polylimit/bindings-go v0.0.0
+	github.com/polylimit/polylimit/bindings-go/echolimit v0.0.0
+	github.com/polylimit/polylimit/examples/go v0.0.0
+)
+
+require (
+	github.com/labstack/gommon v0.5.0 // indirect
+	github.com/mattn/go-colorable v0.1.15 // indirect
+	github.com/mattn/go-isatty v0.0.22 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasttemplate v1.2.2 // indirect
+	golang.org/x/crypto v0.53.0 // indirect
+	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sys v0.46.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
+)
+
+// The modules in this repository (cgo links the core it builds in ../../target).
+replace (
+	github.com/polylimit/polylimit/bindings-go => ../../bindings-go
+	github.com/polylimit/polylimit/bindings-go/echolimit => ../../bindings-go/echolimit
+	github.com/polylimit/polylimit/examples/go => ../go
+)

@@ -1,0 +1,25 @@
+module github.com/polylimit/polylimit/examples/grpc-go
+
+go 1.26.0
+
+require (
+	github.com/polylimit/polylimit/bindings-go v0.0.0
+	github.com/polylimit/polylimit/bindings-go/grpclimit v0.0.0
+	github.com/polylimit/polylimit/examples/go v0.0.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)
+
+// The modules in this repository (cgo links the core it builds in ../../target).
+replace (
+	github.com/polylimit/polylimit/bindings-go => ../../bindings-go
+	github.com/polylimit/polylimit/bindings-go/grpclimit => ../../bindings-go/grpclimit
+	github.com/polylimit/polylimit/examples/go => ../go
+)
