@@ -45,7 +45,8 @@ class Answer:
         self.trailers = list(trailing or ())
 
     def same(self) -> Tuple:
-        return self.code, self.details, self.metadata, self.trailers
+        # grpc-go keeps metadata in a map: its order is not the core's (the first server's order is checked).
+        return self.code, self.details, sorted(self.metadata), self.trailers
 
 
 def call(app: App, method: str, metadata: List[Tuple[str, str]], name: str = "ann") -> Answer:
