@@ -1,5 +1,5 @@
 """Runs the example apps (FastAPI, Express, Fastify, Go net/http, Spring
-Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
+Boot, Spring WebFlux, Ktor) on free loopback ports, and talks to them. `make demo` and tests/e2e
 both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
@@ -34,6 +34,8 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
+    "webflux": ("Spring WebFlux", "webflux", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "webflux-example.jar")]),
+    "ktor": ("Ktor", "ktor", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "ktor-example.jar")]),
 }
 
 

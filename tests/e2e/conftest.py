@@ -17,8 +17,8 @@ from redis_server import RedisServer  # noqa: E402  (bindings-python/tests: star
 from servers import App, running  # noqa: E402  (examples/servers.py: the example apps)
 
 # Every app the examples ship. The issue names Express, FastAPI and Go; Fastify comes along;
-# Spring Boot is the JVM's (issue 21).
-APP_NAMES = ["fastapi", "express", "fastify", "go", "spring"]
+# Spring Boot is the JVM's (issue 21); WebFlux and Ktor are issue 37's.
+APP_NAMES = ["fastapi", "express", "fastify", "go", "spring", "webflux", "ktor"]
 
 
 @pytest.fixture(scope="session")
