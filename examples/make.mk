@@ -28,7 +28,7 @@ examples-spring: jvm-install
 ## The WebFlux and Ktor apps as executable jars (target/examples/webflux-example.jar,
 ## ktor-example.jar), on the jars jvm-install puts into the Maven repository.
 examples-jvm: jvm-install
-	cd $(EXAMPLES_DIR)/webflux && $(MVN) -q -B package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/webflux-build
+	cd $(EXAMPLES_DIR)/webflux && $(MVN) -q -B clean package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/webflux-build
 	cp $(CARGO_TARGET_DIR)/examples/webflux-build/webflux-example.jar $(CARGO_TARGET_DIR)/examples/
-	cd $(EXAMPLES_DIR)/ktor && $(MVN) -q -B package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/ktor-build
+	cd $(EXAMPLES_DIR)/ktor && $(MVN) -q -B clean package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/ktor-build
 	cp $(CARGO_TARGET_DIR)/examples/ktor-build/ktor-example.jar $(CARGO_TARGET_DIR)/examples/

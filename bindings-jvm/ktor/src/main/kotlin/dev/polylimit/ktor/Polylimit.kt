@@ -116,7 +116,7 @@ val Polylimit = createApplicationPlugin("Polylimit", ::PolylimitConfig) {
         if (!calls.decide(context)) finish()
     }
     // Settled before the response goes out: the next call of this client sees the completion.
-    on(ResponseBodyReadyForSend) { call, _ -> calls.settle(call, null)?.await() }
+    on(ResponseBodyReadyForSend) { call, content -> calls.settle(call, null, content.status)?.await() }
     on(CallFailed) { call, cause -> calls.settle(call, cause)?.await() }
 }
 
@@ -178,12 +178,14 @@ private class Calls(val config: PolylimitConfig, val limiter: Limiter, val appli
 
     /**
      * Completes the call's token (if it holds one) with the status it ended
-     * with, by the core's rule (`endedStatus`), once.
+     * with, by the core's rule (`endedStatus`), once: as its response is about
+     * to be sent ([sending]: that response's status), or when it failed.
      */
-    fun settle(call: ApplicationCall, failed: Throwable?): CompletableFuture<Unit?>? {
+    fun settle(call: ApplicationCall, failed: Throwable?, sending: HttpStatusCode? = null): CompletableFuture<Unit?>? {
         val pending = call.attributes.getOrNull(PendingKey) ?: return null
         if (!pending.settled.compareAndSet(false, true)) return null
-        val status = call.response.status()
+        // The status of the content being sent (respondText's), else the call's.
+        val status = sending ?: call.response.status()
         val answered = failed == null || call.response.isCommitted
         val ended = endedStatus(status?.value ?: 200, answered, failed != null,
             failed is IOException || failed is CancellationException)

@@ -158,11 +158,15 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
             return call;
         }
         AtomicBoolean settled = new AtomicBoolean();
+        // Settled as the response commits (its status is set, nothing is sent yet): the client's next
+        // request sees the completion, whatever the store's latency.
+        response.beforeCommit(() -> settle(settled, token, response, null, true));
         return call
-                .then(Mono.defer(() -> settle(settled, token, response, null)))
-                .onErrorResume(e -> settle(settled, token, response, e).then(Mono.error(e)))
+                .then(Mono.defer(() -> settle(settled, token, response, null, response.isCommitted())))
+                .onErrorResume(e -> settle(settled, token, response, e, response.isCommitted()).then(Mono.error(e)))
                 // The client left (or the server dropped the exchange): settled now, slots released.
-                .doOnCancel(() -> settle(settled, token, response, new IOException("cancelled")).subscribe());
+                .doOnCancel(() -> settle(settled, token, response, new IOException("cancelled"), response.isCommitted())
+                        .subscribe());
     }
 
     /**
@@ -170,7 +174,8 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
      * core's rule ({@code endedStatus}), once. A {@link ResponseStatusException}
      * (WebFlux's 404, 405, ...) is the response WebFlux is about to write.
      */
-    private Mono<Void> settle(AtomicBoolean settled, String token, ServerHttpResponse response, Throwable failed) {
+    private Mono<Void> settle(AtomicBoolean settled, String token, ServerHttpResponse response, Throwable failed,
+            boolean answered) {
         if (!settled.compareAndSet(false, true)) {
             return Mono.empty();
         }
@@ -179,8 +184,8 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
             status = Polylimit_jvmKt.endedStatus(e.getStatusCode().value(), true, false, false);
         } else {
             HttpStatusCode code = response.getStatusCode();
-            status = Polylimit_jvmKt.endedStatus(code == null ? 200 : code.value(), response.isCommitted(),
-                    failed != null, failed instanceof IOException);
+            status = Polylimit_jvmKt.endedStatus(code == null ? 200 : code.value(), answered, failed != null,
+                    failed instanceof IOException);
         }
         return Mono.fromFuture(() -> dev.polylimit.LimiterFutures.completeFuture(limiter, token, status))
                 .onErrorResume(e -> {
