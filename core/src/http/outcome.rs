@@ -8,6 +8,7 @@ use super::completion::{Completion, Tokens};
 use super::header_list::Headers;
 use super::headers;
 use super::plan::Targets;
+use super::request::RequestInfo;
 use super::rules::HttpRules;
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::engine::{process_now_ms, Engine};
@@ -29,12 +30,16 @@ pub struct RuleDecision {
 /// What to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// `None`: let the request through. Otherwise 429, 503 or 403.
+    /// `None`: let the request through. Otherwise 429, 503 or 403 (a gRPC
+    /// call: its status code 8, 14 or 7).
     pub status: Option<u16>,
     /// Headers to set on the response, allowed or not.
     pub headers: Headers,
-    /// The JSON body of a refusal.
+    /// The JSON body of a refusal (a gRPC call's status message).
     pub body: Option<String>,
+    /// A gRPC call's trailing metadata (`retry-after` on a refusal); empty
+    /// for an HTTP request.
+    pub trailers: Headers,
     /// Shape mode: hold the request this long before serving it.
     pub delay_ms: u64,
     /// Every policy's decision.
@@ -54,6 +59,7 @@ impl Outcome {
             status: None,
             headers: Headers::new(),
             body: None,
+            trailers: Headers::new(),
             delay_ms: 0,
             decisions: Vec::new(),
             leases: Vec::new(),
@@ -70,7 +76,7 @@ impl Outcome {
     }
 }
 
-/// The answer to a decided request; `record`: it was charged (not a
+/// The answer to decided request `req`; `record`: it was charged (not a
 /// peek): count it in the metrics and give it its completion token.
 pub(super) fn outcome(
     engine: &Engine,
@@ -79,7 +85,7 @@ pub(super) fn outcome(
     planned: &Targets<'_>,
     result: CheckResult,
     record: bool,
-    cost: u64,
+    req: &RequestInfo,
 ) -> Outcome {
     let decisions: Vec<RuleDecision> = planned
         .iter()
@@ -174,7 +180,13 @@ pub(super) fn outcome(
             .zip(&result.decisions)
             .enumerate()
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
-        outcome.completion = tokens.token(Completion::of(result.now_ms, cost, charges, result.leases.clone()));
+        outcome.completion = tokens.token(Completion::of(
+            result.now_ms,
+            req.cost.unwrap_or(1),
+            charges,
+            result.leases.clone(),
+            req.grpc,
+        ));
     }
     outcome.decisions = decisions;
     outcome.leases = result.leases;
