@@ -105,7 +105,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         val scratch = Scratch.get()
         val packer = request.pack(scratch)
         return packer?.let { decidePacked(scratch, it, request.cost, request.nowMs, request.flags()) }
-            ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
+            ?: generatedCheckRequest(request.generatedForm()).copy(decisions = emptyList())
     }
 
     /**
@@ -117,7 +117,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         val scratch = Scratch.get()
         val packer = request.pack(scratch)
         return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags(), blocking = false) }
-            ?: scope.future { generatedCheckRequestAsync(request.toHttpRequest()).copy(decisions = emptyList()) }
+            ?: scope.future { generatedCheckRequestAsync(request.generatedForm()).copy(decisions = emptyList()) }
     }
 
     /** [checkPackedFuture] as a suspend call (the Ktor plugin's). */
