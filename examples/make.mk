@@ -25,10 +25,13 @@ examples-spring: jvm-install
 	cd $(EXAMPLES_DIR)/spring && $(MVN) -q -B package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/spring-build
 	cp $(CARGO_TARGET_DIR)/examples/spring-build/spring-example.jar $(SPRING_EXAMPLE)
 
-## The WebFlux and Ktor apps as executable jars (target/examples/webflux-example.jar,
-## ktor-example.jar), on the jars jvm-install puts into the Maven repository.
+## The WebFlux and Ktor apps and the grpc-java Greeter as executable jars
+## (target/examples/webflux-example.jar, ktor-example.jar, grpc-java-example.jar),
+## on the jars jvm-install puts into the Maven repository.
 examples-jvm: jvm-install
 	cd $(EXAMPLES_DIR)/webflux && $(MVN) -q -B clean package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/webflux-build
 	cp $(CARGO_TARGET_DIR)/examples/webflux-build/webflux-example.jar $(CARGO_TARGET_DIR)/examples/
 	cd $(EXAMPLES_DIR)/ktor && $(MVN) -q -B clean package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/ktor-build
 	cp $(CARGO_TARGET_DIR)/examples/ktor-build/ktor-example.jar $(CARGO_TARGET_DIR)/examples/
+	cd $(EXAMPLES_DIR)/grpc-java && $(MVN) -q -B clean package -Dpolylimit.build.dir=$(CARGO_TARGET_DIR)/examples/grpc-java-build
+	cp $(CARGO_TARGET_DIR)/examples/grpc-java-build/grpc-java-example.jar $(CARGO_TARGET_DIR)/examples/

@@ -39,6 +39,13 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 }
 
 
+# The gRPC demo servers (examples/grpc/greeter.proto), name → (label, working directory, command)
+# as in APPS; each listens on PORT. tests/e2e/test_grpc.py calls every one with grpcio.
+GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
+    "grpc-java": ("grpc-java", "grpc-java", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "grpc-java-example.jar")]),
+}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
