@@ -253,6 +253,22 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
             }
         }
 
+        /**
+         * The handler threw from a listener callback before closing the call:
+         * closed here as grpc-java would (UNKNOWN, or the exception's status),
+         * settled first, so the slot is back before the client hears of it.
+         * False when the call was closed already (the exception is grpc-java's).
+         */
+        boolean fail(Throwable e) {
+            if (code != null) {
+                return false;
+            }
+            log.log(Level.WARNING, "polylimit: the call's handler failed", e);
+            Metadata trailers = Status.trailersFromThrowable(e);
+            close(Status.fromThrowable(e), trailers == null ? new Metadata() : trailers);
+            return true;
+        }
+
         /** Completes the token once: with the code the call was closed with, or none (a cancel). */
         CompletableFuture<?> settle() {
             if (token == null || !settled.compareAndSet(false, true)) {
@@ -272,6 +288,32 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
         SettlingListener(ServerCall.Listener<Q> delegate, SettledCall<Q, ?> call) {
             super(delegate);
             this.call = call;
+        }
+
+        /** Runs a callback of the handler's; its exception closes the call (settled). */
+        private void guard(Runnable callback) {
+            try {
+                callback.run();
+            } catch (RuntimeException e) {
+                if (!call.fail(e)) {
+                    throw e;
+                }
+            }
+        }
+
+        @Override
+        public void onMessage(Q message) {
+            guard(() -> super.onMessage(message));
+        }
+
+        @Override
+        public void onHalfClose() {
+            guard(super::onHalfClose);
+        }
+
+        @Override
+        public void onReady() {
+            guard(super::onReady);
         }
 
         @Override
