@@ -233,7 +233,8 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
 
     /**
      * WebFlux's matched pattern ({@link HandlerMapping#BEST_MATCHING_PATTERN_ATTRIBUTE}), found by asking the
-     * handler mappings as the dispatcher will (which asks them again); only when a rule reads the route.
+     * handler mappings as the dispatcher will; only when a rule reads the route. The handler found is handed
+     * to the dispatcher ({@link FoundHandler}, with the auto-configuration) so the request is looked up once.
      */
     private Mono<String> route(ServerWebExchange exchange) {
         if (!readsRoute) {
@@ -243,6 +244,7 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
                 .concatMap(m -> m.getHandler(exchange))
                 .next()
                 .flatMap(handler -> {
+                    FoundHandler.remember(exchange, handler);
                     Object pattern = exchange.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
                     return pattern == null ? Mono.empty() : Mono.just(pattern.toString());
                 })
@@ -252,7 +254,7 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
     private HandlerMapping[] lookups() {
         HandlerMapping[] found = lookups;
         if (found == null) {
-            found = mappings.get().toArray(HandlerMapping[]::new);
+            found = mappings.get().stream().filter(m -> !(m instanceof FoundHandler)).toArray(HandlerMapping[]::new);
             lookups = found;
         }
         return found;

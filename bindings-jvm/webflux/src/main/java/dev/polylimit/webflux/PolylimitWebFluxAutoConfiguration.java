@@ -31,6 +31,12 @@ public class PolylimitWebFluxAutoConfiguration {
         return Limiter.Companion.fromRulesFile(rulesFile);
     }
 
+    /** The filter's handler lookup, handed to the dispatcher: one lookup per request. */
+    @Bean
+    public HandlerMapping polylimitFoundHandler() {
+        return new FoundHandler();
+    }
+
     @Bean
     @ConditionalOnMissingBean
     public PolylimitWebFilter polylimitWebFilter(Limiter limiter, ObjectProvider<HandlerMapping> mappings,
