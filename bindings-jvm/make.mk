@@ -26,21 +26,24 @@ jvm-native: $(if $(filter release,$(JVM_PROFILE)),core-release,rust-build)
 	mkdir -p $(JVM_NATIVE_DIR)/linux-x86-64
 	strip --strip-debug -o $(JVM_NATIVE_DIR)/linux-x86-64/libpolylimit_jvm.so $(CARGO_TARGET_DIR)/$(JVM_PROFILE)/libpolylimit_jvm.so
 
-## The polylimit jar (the library inside) and the Spring Boot filter's jar
-## into the Maven repository (~/.m2), untested: what the Spring example app
-## (examples/spring) builds on. $(JVM_INSTALL_FLAGS) adds to both Maven runs.
+## The polylimit jar (the library inside) and the framework modules' jars
+## (Spring MVC, WebFlux, Ktor, grpc-java: one reactor, frameworks.xml) into
+## the Maven repository (~/.m2), untested: what the example apps build on.
+## $(JVM_INSTALL_FLAGS) adds to both Maven runs.
 JVM_INSTALL_FLAGS ?= -DskipTests
 jvm-install: jvm-deps jvm-native
 	cd $(JVM_DIR) && $(MVN) -q -B install -Dpolylimit.native.dir=$(JVM_NATIVE_DIR) $(JVM_INSTALL_FLAGS)
-	cd $(JVM_DIR)/spring && $(MVN) -q -B install $(JVM_INSTALL_FLAGS)
+	cd $(JVM_DIR) && $(MVN) -q -B -f frameworks.xml install $(JVM_INSTALL_FLAGS)
 
 ## The crate's Rust test that the Kotlin is up to date (its unit tests, that
 ## errors map one to one and panics are caught, run in rust-test: a `cargo
 ## test -p polylimit-jvm` would compile the core once more, see rust-build),
 ## then jvm-install with the tests: the JUnit suite
 ## on the packaged jar layout (the conformance vectors on memory and on a real
-## redis-server), the core jar into ~/.m2, then the Spring Boot filter's
-## suite (spring/: a real app on a loopback port) and its jar. (The flags
+## redis-server), the core jar into ~/.m2, then the framework modules'
+## suites (spring/: a real app on a loopback port; webflux/, ktor/: the HTTP
+## vectors through the adapter on memory and Redis; grpc/: the gRPC vectors
+## through the interceptor on a loopback server) and their jars. (The flags
 ## reach jvm-install as a prerequisite: `make test` installs once, tested.)
 jvm-test: JVM_INSTALL_FLAGS =
 jvm-test: jvm-deps jvm-native redis-server jvm-install
@@ -63,12 +66,14 @@ jvm-bench: jvm-deps redis-server
 BINDING_BENCHES += jvm-bench
 
 ## The JVM's release artifacts in $(DIST): polylimit-<v>.jar (the release
-## library, stripped, at linux-x86-64/) and polylimit-spring-<v>.jar, each
-## with its .pom (the core jar is installed into the local Maven repository
+## library, stripped, at linux-x86-64/) and polylimit-<framework>-<v>.jar
+## (spring, webflux, ktor, grpc), each with its .pom (the core jar is installed into the local Maven repository
 ## first: the Spring module resolves it there). The core jar's runtime class
 ## path (JNA, the Kotlin standard library, coroutines) goes to
 ## $(JVM_DIST_STAGE)/classpath.txt for the clean room (tests/dist).
 JVM_DIST_STAGE := $(CARGO_TARGET_DIR)/jvm-dist
+# The framework modules (frameworks.xml), each polylimit-<name>-<v>.jar.
+JVM_FRAMEWORKS := spring webflux ktor grpc
 JVM_POM_VERSION = $(shell sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/\1/p' $(JVM_DIR)/pom.xml)
 
 .PHONY: jvm-dist
@@ -80,9 +85,11 @@ jvm-dist: jvm-deps core-release
 	  && $(MVN) -q -B dependency:build-classpath -DincludeScope=runtime -Dmdep.outputFile=$(JVM_DIST_STAGE)/classpath.txt
 	python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("linux-x86-64/libpolylimit_jvm.so"))' \
 	  $(JVM_DIR)/target/polylimit-$(POLYLIMIT_VERSION).jar | cmp - $(JVM_DIST_STAGE)/native/linux-x86-64/libpolylimit_jvm.so
-	cd $(JVM_DIR)/spring && $(MVN) -q -B package -Dmaven.test.skip=true
+	cd $(JVM_DIR) && $(MVN) -q -B -f frameworks.xml package -Dmaven.test.skip=true
 	cp $(JVM_DIR)/target/polylimit-$(POLYLIMIT_VERSION).jar $(JVM_DIR)/pom.xml $(DIST)/ && mv $(DIST)/pom.xml $(DIST)/polylimit-$(POLYLIMIT_VERSION).pom
-	cp $(JVM_DIR)/spring/target/polylimit-spring-$(POLYLIMIT_VERSION).jar $(JVM_DIR)/spring/pom.xml $(DIST)/ && mv $(DIST)/pom.xml $(DIST)/polylimit-spring-$(POLYLIMIT_VERSION).pom
+	for m in $(JVM_FRAMEWORKS); do \
+	  cp $(JVM_DIR)/$$m/target/polylimit-$$m-$(POLYLIMIT_VERSION).jar $(DIST)/ && cp $(JVM_DIR)/$$m/pom.xml $(DIST)/polylimit-$$m-$(POLYLIMIT_VERSION).pom || exit 1; \
+	done
 
 BINDING_DISTS += jvm-dist
 

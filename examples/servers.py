@@ -1,5 +1,5 @@
 """Runs the example apps (FastAPI, Django, Flask, Express, Fastify, Go net/http,
-gin, echo, Spring Boot) and the gRPC demo servers on free loopback ports, and
+gin, echo, Spring Boot, Spring WebFlux, Ktor) and the gRPC demo servers on free loopback ports, and
 talks to them. `make demo` and tests/e2e both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
@@ -38,6 +38,8 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
+    "webflux": ("Spring WebFlux", "webflux", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "webflux-example.jar")]),
+    "ktor": ("Ktor", "ktor", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "ktor-example.jar")]),
 }
 
 
@@ -47,6 +49,7 @@ GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
     "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
     "grpc-go": ("grpc-go", "grpc-go", [str(LOGS / "grpc-go-example")]),
+    "grpc-java": ("grpc-java", "grpc-java", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "grpc-java-example.jar")]),
 }
 
 

@@ -248,7 +248,9 @@ def check_jvm(room: Path, env: dict) -> None:
     run with the jar and its runtime dependencies from the local Maven repository."""
     jar = room / one(f"polylimit-{VERSION}.jar").name
     shutil.copy(one(f"polylimit-{VERSION}.jar"), jar)
-    assert one(f"polylimit-{VERSION}.pom") and one(f"polylimit-spring-{VERSION}.jar")
+    assert one(f"polylimit-{VERSION}.pom")
+    for framework in ("spring", "webflux", "ktor", "grpc"):  # the framework modules' jars and poms (issue 37)
+        assert one(f"polylimit-{framework}-{VERSION}.jar") and one(f"polylimit-{framework}-{VERSION}.pom")
     staged = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "jvm-dist" / "classpath.txt"
     deps = [d for d in staged.read_text().strip().split(os.pathsep) if d]
     assert deps and not any(Path(d).resolve().is_relative_to(ROOT) for d in deps), f"dependencies {deps}"

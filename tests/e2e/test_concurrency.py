@@ -190,7 +190,9 @@ def test_a_killed_apps_slots_come_back_when_their_lease_ends(name, redis):
         fresh.stop()
 
 
-@pytest.mark.parametrize("pair", [("fastapi", "go"), ("express", "fastify"), ("spring", "go")], ids="+".join)
+@pytest.mark.parametrize(
+    "pair", [("fastapi", "go"), ("express", "fastify"), ("spring", "go"), ("webflux", "ktor")], ids="+".join
+)
 def test_one_keys_slots_are_shared_by_every_language(pair, apps):
     for app in apps.values():
         quiet(app)

@@ -15,6 +15,7 @@ import java.nio.ByteOrder
 internal const val WITH_DECISIONS = 1
 private const val CASE_INSENSITIVE = 2
 private const val IGNORE_TRAILING_SLASH = 4
+private const val GRPC = 32
 
 /**
  * A request for [checkPacked], packed as it is built: method, path, route,
@@ -45,6 +46,13 @@ class PackedRequest @JvmOverloads constructor(
     /** `/a/` matches `/a` (the framework's setting). */
     var ignoreTrailingSlash: Boolean = false
 
+    /**
+     * A gRPC call (the core's `kind: grpc`): `path` is its full method name,
+     * `peer` the peer string as the gRPC library gives it, the headers its
+     * metadata; the outcome answers with a gRPC code and trailers.
+     */
+    var grpc: Boolean = false
+
     /** Adds a header (repeated names repeated, in order). */
     fun header(name: String, value: String): PackedRequest {
         headers.add(Header(name, value))
@@ -60,7 +68,18 @@ class PackedRequest @JvmOverloads constructor(
         return if (p.request(method, path, route, peer, user, apiKey, key, headers)) p else null
     }
 
-    internal fun flags(): Int = flags(caseInsensitive, ignoreTrailingSlash)
+    internal fun flags(): Int = flags(caseInsensitive, ignoreTrailingSlash) or (if (grpc) GRPC else 0)
+
+    /**
+     * The generated call's record has no kind: a gRPC call that cannot be
+     * packed (a string that is not valid UTF-16) is refused, never decided as HTTP.
+     */
+    internal fun generatedForm(): HttpRequest {
+        if (grpc) {
+            throw PolylimitException.Config("a gRPC call's fields must be valid UTF-16", "kind", "grpc")
+        }
+        return toHttpRequest()
+    }
 }
 
 /**

@@ -3,6 +3,7 @@ package dev.polylimit
 import java.util.concurrent.CompletableFuture
 import java.util.concurrent.atomic.LongAdder
 import kotlinx.coroutines.future.await
+import kotlinx.coroutines.future.future
 
 /**
  * A rate limiter (memory or Redis store), safe to share between threads.
@@ -104,8 +105,23 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         val scratch = Scratch.get()
         val packer = request.pack(scratch)
         return packer?.let { decidePacked(scratch, it, request.cost, request.nowMs, request.flags()) }
-            ?: generatedCheckRequest(request.toHttpRequest()).copy(decisions = emptyList())
+            ?: generatedCheckRequest(request.generatedForm()).copy(decisions = emptyList())
     }
+
+    /**
+     * [checkPacked] for a non-blocking middleware (WebFlux, Ktor, gRPC):
+     * no thread waits for the store. The outcome comes back completed when
+     * the store answered in the call (memory), else when the store answers.
+     */
+    fun checkPackedFuture(request: PackedRequest): CompletableFuture<Outcome> {
+        val scratch = Scratch.get()
+        val packer = request.pack(scratch)
+        return packer?.let { startPacked(scratch, it, request.cost, request.nowMs, request.flags(), blocking = false) }
+            ?: scope.future { generatedCheckRequestAsync(request.generatedForm()).copy(decisions = emptyList()) }
+    }
+
+    /** [checkPackedFuture] as a suspend call (the Ktor plugin's). */
+    suspend fun checkPackedAsync(request: PackedRequest): Outcome = checkPackedFuture(request).await()
 
     /** Whether deciding a request may read its header `name` (any case): a middleware packs only those. */
     fun readsHeader(name: String): Boolean {

@@ -95,7 +95,15 @@ class ConformanceTest {
         }
     }
 
-    enum class Http { ASYNC, FUTURE, BLOCKING, PACKED }
+    /** The HTTP vectors through `checkPackedFuture` (the non-blocking adapters' call) / `completeFuture`. */
+    @TestFactory
+    fun httpVectorsPackedFuture(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("http").map { file ->
+            DynamicTest.dynamicTest("packed future $name: http/${file.name}") { playHttp(file, store, Http.PACKED_FUTURE) }
+        }
+    }
+
+    enum class Http { ASYNC, FUTURE, BLOCKING, PACKED, PACKED_FUTURE }
 
     @TestFactory
     fun concurrencyVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
@@ -302,6 +310,8 @@ class ConformanceTest {
                             Http.FUTURE -> limiter.checkRequestFuture(request).get()
                             Http.BLOCKING -> limiter.checkRequest(request)
                             Http.PACKED -> limiter.checkPacked(packed(request))
+                            // The non-blocking adapters' call (WebFlux, Ktor, gRPC).
+                            Http.PACKED_FUTURE -> limiter.checkPackedFuture(packed(request)).get()
                         }
                     }
                     played++
@@ -343,6 +353,7 @@ class ConformanceTest {
         Http.ASYNC -> limiter.completeAsync(token, status)
         Http.FUTURE -> limiter.completeFuture(token, status).get()
         Http.BLOCKING, Http.PACKED -> limiter.complete(token, status)
+        Http.PACKED_FUTURE -> limiter.completeFuture(token, status).get()
     }
 
     /** The typed request as the Spring filter packs it. */
