@@ -44,7 +44,15 @@ def first_line(text):
 
 
 # ---------------------------------------------------------------- Python
-PYTHON_MODULES = [("polylimit", ""), ("polylimit.client", "client."), ("polylimit.fastapi", "fastapi.")]
+PYTHON_MODULES = [
+    ("polylimit", ""),
+    ("polylimit.client", "client."),
+    ("polylimit.fastapi", "fastapi."),
+    ("polylimit.django", "django."),
+    ("polylimit.flask", "flask."),
+    ("polylimit.grpc", "grpc."),
+    ("polylimit.grpc.aio", "grpc.aio."),
+]
 
 
 def python_items():
@@ -118,7 +126,7 @@ def node_items():
 
 
 # ---------------------------------------------------------------- Go
-GO_PACKAGES = ["bindings-go", "bindings-go/client"]
+GO_PACKAGES = ["bindings-go", "bindings-go/client", "bindings-go/ginlimit", "bindings-go/echolimit", "bindings-go/grpclimit"]
 
 
 def go_items():

@@ -210,7 +210,9 @@ class PolylimitMiddleware:
         self, get_response: Callable[..., Any], limiter: Any = None, *, user: Hook = None, api_key: Hook = None, key: Hook = None
     ) -> None:
         self.get_response = get_response
+        """The next middleware or the view (Django's middleware chain)."""
         self.is_async = iscoroutinefunction(get_response)
+        """Whether the chain below is async: the middleware then is too."""
         if self.is_async:
             markcoroutinefunction(self)
         hooks: Dict[str, Hook] = {}

@@ -160,6 +160,7 @@ class PolylimitInterceptor(grpc.ServerInterceptor):
         time.sleep(seconds)
 
     def intercept_service(self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails) -> Any:
+        """grpcio's hook: the method's handler, wrapped to decide each call first and settle it after."""
         handler = continuation(handler_call_details)
         if handler is None:
             return None

@@ -92,6 +92,7 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
         await asyncio.sleep(seconds)
 
     async def intercept_service(self, continuation: Callable[..., Any], handler_call_details: grpc.HandlerCallDetails) -> Any:
+        """grpc.aio's hook: the method's handler, wrapped to decide each call first and settle it after."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
