@@ -204,7 +204,9 @@ class PolylimitMiddleware:
     the database must be: ``(await request.auser()).pk``)."""
 
     sync_capable = True
+    """Django may call it from a sync (WSGI) chain."""
     async_capable = True
+    """Django may call it from an async (ASGI) chain, where it awaits the core."""
 
     def __init__(
         self, get_response: Callable[..., Any], limiter: Any = None, *, user: Hook = None, api_key: Hook = None, key: Hook = None
