@@ -1,8 +1,9 @@
 //! One spelling of a route template for every framework, so the `route` key
 //! dimension and `match: { route }` agree across languages: Express and
 //! Fastify write `/users/:id`, Starlette `/users/{user_id:int}`, Go's
-//! ServeMux `GET /users/{id}`, Django and Flask `/users/<int:id>`; all
-//! become `/users/{}`. Parameter names are
+//! ServeMux `GET /users/{id}`, Django and Flask `/users/<int:id>`, Ktor
+//! `/users/{id}`; all become `/users/{}`, and a rest-of-path parameter
+//! (`{rest...}`, `{rest:path}`, `<path:rest>`, `*filepath`, `*`) `{...}`. Parameter names are
 //! dropped: they do not change which requests a route takes, and two
 //! services seldom name them alike.
 
@@ -12,7 +13,7 @@ use std::borrow::Cow;
 pub(crate) fn canonical(template: &str) -> Cow<'_, str> {
     // Go patterns may start with "METHOD " and a host: the path begins at the first '/'.
     let path = template.find('/').map_or(template, |i| &template[i..]);
-    if !path.contains([':', '{', '<']) {
+    if !path.contains([':', '{', '<', '*']) {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len() + 4);
@@ -31,6 +32,9 @@ fn canonical_segment(segment: &str) -> &str {
     }
     if segment == "{$}" {
         return ""; // Go: this path exactly
+    }
+    if segment.starts_with('*') {
+        return "{...}"; // gin `*filepath`, echo, Hono and Koa `*`, Express 5 `*splat`: the rest of the path
     }
     // Django and Flask `<id>`, `<int:id>`; `<path:rest>` takes the rest of the path.
     if let Some(inner) = segment.strip_prefix('<').and_then(|s| s.strip_suffix('>')) {
@@ -166,6 +170,15 @@ mod tests {
         assert_eq!(canonical("GET /files/{path...}"), "/files/{...}");
         assert_eq!(canonical("/files/{path:path}"), "/files/{...}");
         assert_eq!(canonical("/files/<path:rest>"), "/files/{...}");
+        for rest in [
+            "/files/*filepath",
+            "/files/*",
+            "/files/*splat",
+            "/files/{...}",
+            "/files/{rest...}",
+        ] {
+            assert_eq!(canonical(rest), "/files/{...}", "{rest}");
+        }
         assert_eq!(canonical("GET /api/{$}"), "/api/");
         assert_eq!(canonical("/plain/path"), "/plain/path");
         assert_eq!(canonical("/"), "/");
