@@ -67,7 +67,7 @@ function send(port, { method = 'GET', path = '/', headers }) {
  * `framework.mount({ limiter, options, routes, flags, handler })` → `{ listener, close? }` (a Node
  * request listener; `handler(ctx)` answers a request: resolves to the status to answer with),
  * `framework.skip(case, flags)` → a reason or null, `framework.lowercase`: names compared in
- * any case (Fetch headers are lowercase). Resolves to `{ played, skipped, failures }`.
+ * any case and `framework.sorted` in any order (Fetch's Headers are lowercase and sorted). Resolves to `{ played, skipped, failures }`.
  */
 async function playThrough(framework, store, label) {
   const failures = [];
@@ -193,6 +193,11 @@ function compare(at, i, step, res, completeStatus, framework, failures) {
   if (framework.lowercase) {
     headers = headers.map(([n, v]) => [n.toLowerCase(), v]);
     want.headers = want.headers.map(([n, v]) => [n.toLowerCase(), v]);
+  }
+  if (framework.sorted) {
+    const byName = (a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0);
+    headers = [...headers].sort(byName);
+    want.headers = [...want.headers].sort(byName);
   }
   const got = { status: res.status, headers, body: res.body, delayMs: step.outcome ? step.outcome.delayMs : null };
   if (e.status !== null && !head) {
