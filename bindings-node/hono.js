@@ -1,7 +1,6 @@
 'use strict';
 // Hono middleware: the request becomes the core's RequestInfo, the core's Outcome becomes the
 // response. No header, key, IP or body logic here (options.js and the core have it).
-const { matchedRoutes } = require('hono/route');
 const native = require('./native');
 const { checkerFor, decide, settleAfterResponse } = require('./options');
 
@@ -61,11 +60,12 @@ function rateLimit(options = {}) {
 }
 
 /**
- * The route template: the last route Hono matched for the request (`hono/route`), unless that is
- * this middleware itself (no route matched: a 404).
+ * The route template: the last route Hono matched for the request, unless that is this
+ * middleware itself (no route matched: a 404). Hono 4's `c.req.matchedRoutes` (the request's own:
+ * right whichever copy of Hono the app loaded), else the `hono/route` helper that replaces it.
  */
 function routeOf(c) {
-  const routes = matchedRoutes(c);
+  const routes = 'matchedRoutes' in c.req ? c.req.matchedRoutes : require('hono/route').matchedRoutes(c);
   const last = routes.length - 1;
   if (last < 0 || last === c.req.routeIndex) return undefined;
   return routes[last].path;

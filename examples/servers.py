@@ -1,5 +1,5 @@
-"""Runs the example apps (FastAPI, Express, Fastify, Go net/http, Spring
-Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
+"""Runs the example apps (FastAPI, Express, Fastify, Koa, Hono, NestJS, Go
+net/http, Spring Boot) on free loopback ports, and talks to them. `make demo` and tests/e2e
 both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
@@ -30,6 +30,9 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "fastapi": ("FastAPI", "fastapi", [sys.executable, "app.py"]),
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
+    "koa": ("Koa", "koa", ["node", "app.js"]),
+    "hono": ("Hono", "hono", ["node", "app.js"]),
+    "nestjs": ("NestJS", "nestjs", ["node", "app.mjs"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
     # C1 only: the JVM's optimizing compiler threads slow the start 3-4x on a busy
     # machine (4 s against 16 s measured here), and an example app needs no peak speed.

@@ -18,7 +18,7 @@ from servers import App, running  # noqa: E402  (examples/servers.py: the exampl
 
 # Every app the examples ship. The issue names Express, FastAPI and Go; Fastify comes along;
 # Spring Boot is the JVM's (issue 21).
-APP_NAMES = ["fastapi", "express", "fastify", "go", "spring"]
+APP_NAMES = ["fastapi", "express", "fastify", "koa", "hono", "nestjs", "go", "spring"]
 
 
 @pytest.fixture(scope="session")
