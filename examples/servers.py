@@ -39,6 +39,11 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "spring": ("Spring Boot", "spring", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "spring-example.jar")]),
 }
 
+# The gRPC demo servers (examples/grpc/greeter.proto), same shape as APPS; PORT is their gRPC port.
+GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
+    "grpc-node": ("Node @grpc/grpc-js", "grpc-node", ["node", "server.js"]),
+}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -61,7 +66,7 @@ class App:
 
     def __init__(self, name: str, env: Optional[Dict[str, str]] = None) -> None:
         self.name = name
-        self.label, self.directory, self.command = APPS[name]
+        self.label, self.directory, self.command = APPS[name] if name in APPS else GRPC_APPS[name]
         self.port = free_port()
         self.env = dict(os.environ, PORT=str(self.port), **(env or {}))
         self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
