@@ -228,3 +228,44 @@ test('nestjs: a limiter given to the module stays the caller\'s; the ones it bui
   assert.equal((await limiter.check('k')).allowed, true);
   limiter.close();
 });
+
+test('nestjs: on the Fastify platform: route template, exact refusal, headers as the core spells them', async () => {
+  const { core, common } = nest;
+  const { FastifyAdapter } = await import('@nestjs/platform-fastify');
+  class Items {
+    item() {
+      return 'item';
+    }
+  }
+  const descriptor = Object.getOwnPropertyDescriptor(Items.prototype, 'item');
+  common.Get('items/:id')(Items.prototype, 'item', descriptor);
+  common.Controller()(Items);
+  class AppModule {}
+  common.Module({
+    imports: [
+      PolylimitModule.forRoot({
+        rules: {
+          prefix: prefix(),
+          policies: { api: { rate: '1/min', burst: 2 } },
+          rules: [{ match: { route: '/items/{id}' }, key: ['route'], policy: 'api' }],
+        },
+      }),
+    ],
+    controllers: [Items],
+    providers: [{ provide: core.APP_GUARD, useClass: PolylimitGuard }],
+  })(AppModule);
+  const app = await core.NestFactory.create(AppModule, new FastifyAdapter(), { logger: false, abortOnError: false });
+  await app.listen(0, '127.0.0.1');
+  const url = await app.getUrl();
+  try {
+    const got = [];
+    for (const id of [1, 2, 3]) got.push(await request(`${url}/items/${id}`));
+    assert.deepStrictEqual(got.map((r) => r.status), [200, 200, 429]);
+    assert.equal(got[2].body, '{"error":"rate_limit_exceeded","message":"Too Many Requests","retry_after":60}');
+    assert.deepStrictEqual(got[2].rate.map(([n]) => n), [
+      'X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset', 'RateLimit-Policy', 'RateLimit', 'Retry-After',
+    ]);
+  } finally {
+    await app.close();
+  }
+});
