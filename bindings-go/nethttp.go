@@ -231,6 +231,7 @@ func writeOutcome(w http.ResponseWriter, packed string) (outcomeHead, bool) {
 	for i := range values {
 		names[i], values[i] = r.str(), r.str()
 	}
+	r.skipPairs() // trailers: an HTTP request has none
 	var body string
 	if head.hasBody {
 		body = r.str()

@@ -20,6 +20,9 @@ func TestPackedOutcome(t *testing.T) {
 	b = binary.LittleEndian.AppendUint32(b, 1)
 	str("Retry-After")
 	str("2")
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	str("retry-after")
+	str("3")
 	str(`{"error":"rate_limit_exceeded"}`)
 	b = binary.LittleEndian.AppendUint32(b, 1)
 	str("api")
@@ -36,7 +39,7 @@ func TestPackedOutcome(t *testing.T) {
 	}
 	d := o.Decisions[0]
 	if o.Status != 429 || !o.HasBody || o.Body != `{"error":"rate_limit_exceeded"}` || len(o.Headers) != 1 ||
-		o.Headers[0] != [2]string{"Retry-After", "2"} || d.Rule != "api" || d.Policy != "per-ip" || d.Decision.Allowed ||
+		o.Headers[0] != [2]string{"Retry-After", "2"} || len(o.Trailers) != 1 || o.Trailers[0] != [2]string{"retry-after", "3"} || d.Rule != "api" || d.Policy != "per-ip" || d.Decision.Allowed ||
 		!d.Decision.HasRetryAfter || d.Decision.Limit != 10 || d.Decision.RetryAfter.Milliseconds() != 2000 ||
 		d.Decision.Source != SourcePenalty {
 		t.Fatalf("%+v", o)
@@ -59,6 +62,7 @@ func TestPackedOutcomeCompletion(t *testing.T) {
 	b = append(b, 0)
 	b = binary.LittleEndian.AppendUint64(b, 0)
 	b = binary.LittleEndian.AppendUint32(b, 0) // no headers
+	b = binary.LittleEndian.AppendUint32(b, 0) // no trailers
 	b = binary.LittleEndian.AppendUint32(b, 0) // no decisions
 	token := "pl1;n1;c1;rs0,failed,ip=1"
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(token)))

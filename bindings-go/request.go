@@ -37,11 +37,14 @@ type RequestInfo struct {
 
 // Outcome says how to answer a request.
 type Outcome struct {
-	// Status is 0 to let the request through, else 429, 503 or 403.
+	// Status is 0 to let the request through, else 429, 503 or 403 (a gRPC
+	// call: its status code 8, 14 or 7).
 	Status int
 	// Headers to set on the response, allowed or not, in order.
 	Headers [][2]string
-	// Body of a refusal (JSON); HasBody says whether there is one.
+	// Trailers: a gRPC call's trailing metadata (retry-after on a refusal).
+	Trailers [][2]string
+	// Body of a refusal (JSON; a gRPC call's status message); HasBody says whether there is one.
 	Body    string
 	HasBody bool // whether Body is set
 	// Delay: hold the request this long before serving it (shape mode).

@@ -123,14 +123,33 @@ func (r *reader) head() outcomeHead {
 
 func badOutcome() error { return &Error{Kind: ErrInternal, Message: "outcome: truncated"} }
 
-// skipOutcome reads past a packed outcome and returns its completion token
-// (a substring of the reader's).
-func (r *reader) skipOutcome() string {
-	head := r.head()
+// pairs reads a count of (name, value) pairs and the pairs (nil for none).
+func (r *reader) pairs() [][2]string {
+	n := r.count(8)
+	if n == 0 {
+		return nil
+	}
+	pairs := make([][2]string, n)
+	for i := range pairs {
+		pairs[i] = [2]string{r.str(), r.str()}
+	}
+	return pairs
+}
+
+// skipPairs reads past a count of (name, value) pairs and the pairs.
+func (r *reader) skipPairs() {
 	for n := r.count(8); n > 0 && !r.bad; n-- {
 		r.str()
 		r.str()
 	}
+}
+
+// skipOutcome reads past a packed outcome and returns its completion token
+// (a substring of the reader's).
+func (r *reader) skipOutcome() string {
+	head := r.head()
+	r.skipPairs() // headers
+	r.skipPairs() // trailers
 	if head.hasBody {
 		r.str()
 	}
@@ -142,12 +161,8 @@ func (r *reader) skipOutcome() string {
 func (r *reader) outcome() *Outcome {
 	head := r.head()
 	o := &Outcome{Status: head.status, HasBody: head.hasBody, Delay: head.delay}
-	if n := r.count(8); n > 0 {
-		o.Headers = make([][2]string, n)
-		for i := range o.Headers {
-			o.Headers[i] = [2]string{r.str(), r.str()}
-		}
-	}
+	o.Headers = r.pairs()
+	o.Trailers = r.pairs()
 	if head.hasBody {
 		o.Body = r.str()
 	}

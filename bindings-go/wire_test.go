@@ -139,12 +139,15 @@ func recordValue(t *testing.T, rec record) (kind string, value any) {
 		if o.Status != 0 {
 			status = &o.Status
 		}
-		headers := o.Headers
+		headers, trailers := o.Headers, o.Trailers
 		if headers == nil {
 			headers = [][2]string{}
 		}
+		if trailers == nil {
+			trailers = [][2]string{}
+		}
 		return "outcome", map[string]any{
-			"status": status, "headers": headers, "body": nullable(o.Body, o.HasBody),
+			"status": status, "headers": headers, "trailers": trailers, "body": nullable(o.Body, o.HasBody),
 			"delay_ms": o.Delay.Milliseconds(), "decisions": decisions,
 			// The reader says "" for none: the vectors' empty token reads as none.
 			"completion": nullable(o.Completion, o.Completion != ""),

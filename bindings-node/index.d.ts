@@ -304,8 +304,10 @@ export interface Outcome {
   status: number | null;
   /** Headers to set, in order. */
   headers: Array<[string, string]>;
-  /** JSON body when refused. */
+  /** JSON body when refused (a gRPC call's status message). */
   body: string | null;
+  /** A gRPC call's trailing metadata (`retry-after` on a refusal); absent for HTTP. */
+  trailers?: Array<[string, string]>;
   /** Shape mode: how long to hold the request before letting it through. */
   delayMs: number;
   /** Every rule's decision behind the outcome, in the rules' order. */

@@ -115,27 +115,35 @@ class Reader {
     };
   }
 
-  /** A request's outcome: `{ status, headers, body, delayMs, completion?, decisions }` (index.d.ts `Outcome`). */
+  /** A request's outcome: `{ status, headers, body, delayMs, decisions, trailers?, completion? }` (index.d.ts `Outcome`). */
   outcome() {
     const status = this.view.getUint16(this.pos, true);
     this.pos += 2;
     const hasBody = this.u8() === 1;
     const delayMs = this.u64();
-    const count = this.u32();
-    const headers = new Array(count);
-    for (let h = 0; h < count; h++) {
-      const name = this.string();
-      headers[h] = [name, this.string()];
-    }
+    const headers = this.pairs();
+    const trailers = this.pairs();
     const body = hasBody ? this.string() : null;
     const n = this.u32();
     const decisions = new Array(n);
     for (let d = 0; d < n; d++) decisions[d] = this.ruleDecision();
     const completion = this.string();
-    // `completion` only when there is one: the object's keys are the core's outcome's.
-    return completion === null
-      ? { status: status === 0 ? null : status, headers, body, delayMs, decisions }
-      : { status: status === 0 ? null : status, headers, body, delayMs, completion, decisions };
+    const outcome = { status: status === 0 ? null : status, headers, body, delayMs, decisions };
+    // `completion` and `trailers` only when there are some: the object's keys are the core's outcome's.
+    if (trailers.length > 0) outcome.trailers = trailers;
+    if (completion !== null) outcome.completion = completion;
+    return outcome;
+  }
+
+  /** A count of `[name, value]` pairs and the pairs. */
+  pairs() {
+    const count = this.u32();
+    const pairs = new Array(count);
+    for (let h = 0; h < count; h++) {
+      const name = this.string();
+      pairs[h] = [name, this.string()];
+    }
+    return pairs;
   }
 
   /**

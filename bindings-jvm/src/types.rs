@@ -143,12 +143,16 @@ pub struct RuleDecision {
 /// (JSON) with a refusal.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct Outcome {
-    /// Null: let the request through. Otherwise 429, 503 or 403.
+    /// Null: let the request through. Otherwise 429, 503 or 403 (a gRPC
+    /// call: its status code 8, 14 or 7).
     pub status: Option<i32>,
     /// Headers to set on the response, allowed or not.
     pub headers: Vec<Header>,
-    /// The JSON body of a refusal.
+    /// The JSON body of a refusal (a gRPC call's status message).
     pub body: Option<String>,
+    /// A gRPC call's trailing metadata (`retry-after` on a refusal); empty
+    /// for an HTTP request.
+    pub trailers: Vec<Header>,
     /// Shape mode: hold the request this long before serving it.
     pub delay_ms: i64,
     /// Every policy's decision.
@@ -169,6 +173,11 @@ impl From<polylimit::Outcome> for Outcome {
                 .map(|(name, value)| Header { name, value })
                 .collect(),
             body: o.body,
+            trailers: o
+                .trailers
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
+                .collect(),
             delay_ms: long(o.delay_ms),
             decisions: o
                 .decisions

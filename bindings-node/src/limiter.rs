@@ -230,6 +230,7 @@ impl NativeLimiter {
             now_ms,
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
+            grpc: false,
         };
         let limiter = self.inner.clone();
         match rule {

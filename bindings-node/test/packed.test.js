@@ -35,8 +35,9 @@ function expected(r) {
       return [r.ctx, true, { decision: decision(v.decision), leases: v.leases.map((l) => ({ policy: l.policy, key: l.key, id: l.id })) }];
     case 'outcome': {
       const o = { status: v.status, headers: v.headers, body: v.body, delayMs: v.delay_ms };
-      if (v.completion !== null) o.completion = v.completion;
       o.decisions = v.decisions.map((d) => ({ rule: d.rule, policy: d.policy, ...decision(d), shadow: d.shadow }));
+      if (v.trailers.length > 0) o.trailers = v.trailers;
+      if (v.completion !== null) o.completion = v.completion;
       return [r.ctx, true, o];
     }
     case 'unit':

@@ -95,10 +95,15 @@ impl PyOutcome {
     fn headers(&self) -> Vec<(String, String)> {
         self.0.headers.to_vec()
     }
-    /// The body to answer with when limited, or None.
+    /// The body to answer with when limited, or None (a gRPC call's status message).
     #[getter]
     fn body(&self) -> Option<String> {
         self.0.body.clone()
+    }
+    /// A gRPC call's trailing metadata, as (name, value) pairs: `retry-after` on a refusal; empty for HTTP.
+    #[getter]
+    fn trailers(&self) -> Vec<(String, String)> {
+        self.0.trailers.to_vec()
     }
     /// How long to wait before handling the request (delay mode), else 0.
     #[getter]

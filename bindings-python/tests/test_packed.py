@@ -44,6 +44,7 @@ def as_expected(kind: str, got: Any) -> Any:
             "status": got.status,
             "headers": [list(h) for h in got.headers],
             "body": got.body,
+            "trailers": [list(h) for h in got.trailers],
             "delay_ms": got.delay_ms,
             "completion": got.completion,
             "decisions": got.decisions,

@@ -49,7 +49,7 @@ impl Outcome {
 }
 
 /// An outcome ready to serialise: `status`, `headers` (`[name, value]`
-/// pairs), `body`, `delay_ms`, `completion` (only when the outcome has a
+/// pairs), `body`, `trailers` (only a refused gRPC call's), `delay_ms`, `completion` (only when the outcome has a
 /// completion token) and, unless left out, `decisions`.
 pub struct OutcomeWire<'a> {
     outcome: &'a Outcome,
@@ -75,11 +75,16 @@ impl<'a> OutcomeWire<'a> {
 impl Serialize for OutcomeWire<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let o = self.outcome;
-        let fields = 4 + usize::from(self.decisions) + usize::from(o.completion.is_some());
+        let fields =
+            4 + usize::from(self.decisions) + usize::from(o.completion.is_some()) + usize::from(!o.trailers.is_empty());
         let mut map = serializer.serialize_map(Some(fields))?;
         map.serialize_entry("status", &o.status)?;
         map.serialize_entry("headers", &o.headers)?;
         map.serialize_entry("body", &o.body)?;
+        if !o.trailers.is_empty() {
+            // Only a refused gRPC call has trailers.
+            map.serialize_entry("trailers", &o.trailers)?;
+        }
         map.serialize_entry("delay_ms", &o.delay_ms)?;
         if let Some(token) = &o.completion {
             // Only when there is one: the after-response token (`Limiter::complete`).
@@ -126,6 +131,7 @@ mod tests {
             status: Some(429),
             headers: [("Retry-After", "2")].into_iter().collect(),
             body: Some("{}".into()),
+            trailers: crate::Headers::new(),
             delay_ms: 0,
             decisions: vec![RuleDecision {
                 rule: "api".into(),

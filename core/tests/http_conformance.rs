@@ -1,6 +1,7 @@
 //! Plays every HTTP vector in `$POLYLIMIT_VECTORS/http` (default
-//! `tests/conformance/http`) through `check_request`, on the memory store and
-//! on a real Redis: exact status, rate-limit headers, body and delay.
+//! `tests/conformance/http`), and every gRPC call in `…/grpc`, through
+//! `check_request`, on the memory store and on a real Redis: exact status,
+//! rate-limit headers, trailers, body and delay.
 
 mod support;
 
@@ -56,12 +57,17 @@ struct Expect {
     status: Option<u16>,
     headers: Vec<(String, String)>,
     body: Option<String>,
+    /// A gRPC call's trailing metadata (none for HTTP: absent is `[]`).
+    #[serde(default)]
+    trailers: Vec<(String, String)>,
     #[serde(default)]
     delay_ms: u64,
 }
 
 fn load() -> Vec<(String, File)> {
-    let files: Vec<(String, File)> = support::vector_files("http");
+    let mut files: Vec<(String, File)> = support::vector_files("http");
+    let calls = support::vector_files::<File>("grpc").into_iter();
+    files.extend(calls.map(|(name, file)| (format!("grpc/{name}"), file)));
     for (name, file) in &files {
         assert!(!file.cases.is_empty(), "{name}: no cases");
     }
@@ -142,6 +148,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                             status: outcome.status,
                             headers: outcome.headers.to_vec(),
                             body: outcome.body,
+                            trailers: outcome.trailers.to_vec(),
                             delay_ms: outcome.delay_ms,
                         };
                         if got != *expect {

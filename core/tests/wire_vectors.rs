@@ -46,6 +46,7 @@ fn outcome(v: &Value) -> Outcome {
         status: v["status"].as_u64().map(|s| s as u16),
         headers: strings(&v["headers"]).into_iter().collect(),
         body: opt_str(&v["body"]),
+        trailers: strings(&v["trailers"]).into_iter().collect(),
         delay_ms: u64_of(&v["delay_ms"]),
         decisions: v["decisions"]
             .as_array()

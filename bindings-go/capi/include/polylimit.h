@@ -25,6 +25,11 @@
 // `flags` bit: peek (the outcome a check would give, nothing charged).
 #define POLYLIMIT_PEEK 16
 
+// `flags` bit: a gRPC call (`RequestInfo::grpc`): the path is its full
+// method name, the peer the gRPC library's peer string, and the outcome
+// answers with a gRPC status code and trailers.
+#define POLYLIMIT_GRPC 32
+
 // What a function returns (as `int32_t`).
 enum polylimit_status_t
 #if __STDC_VERSION__ >= 202311L

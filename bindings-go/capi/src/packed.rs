@@ -22,6 +22,10 @@ pub const POLYLIMIT_IGNORE_TRAILING_SLASH: u32 = 4;
 pub const POLYLIMIT_HAS_NOW_MS: u32 = 8;
 /// `flags` bit: peek (the outcome a check would give, nothing charged).
 pub const POLYLIMIT_PEEK: u32 = 16;
+/// `flags` bit: a gRPC call (`RequestInfo::grpc`): the path is its full
+/// method name, the peer the gRPC library's peer string, and the outcome
+/// answers with a gRPC status code and trailers.
+pub const POLYLIMIT_GRPC: u32 = 32;
 
 /// The request packed in `bytes`, with `cost` (0: the default), `now_ms`
 /// and the router's `flags`; only the headers `keep` accepts are copied
@@ -40,6 +44,7 @@ pub(crate) fn request(
     Ok(RequestInfo {
         case_insensitive: flags & POLYLIMIT_CASE_INSENSITIVE != 0,
         ignore_trailing_slash: flags & POLYLIMIT_IGNORE_TRAILING_SLASH != 0,
+        grpc: flags & POLYLIMIT_GRPC != 0,
         cost: (cost != 0).then_some(options.cost),
         now_ms,
         ..request

@@ -81,7 +81,10 @@ class Outcome:
         """The rate-limit headers to add to the response, as (name, value) pairs."""
     @property
     def body(self) -> Optional[str]:
-        """The body to answer with when limited, or None."""
+        """The body to answer with when limited, or None (a gRPC call's status message)."""
+    @property
+    def trailers(self) -> List[Tuple[str, str]]:
+        """A gRPC call's trailing metadata (``retry-after`` on a refusal); empty for HTTP."""
     @property
     def delay_ms(self) -> int:
         """How long to wait before handling the request (delay mode), else 0."""

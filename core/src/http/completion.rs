@@ -265,6 +265,8 @@ pub(crate) struct Completion {
     pub charges: Vec<Charge>,
     /// The concurrency leases to release, whatever the status.
     pub leases: Vec<Lease>,
+    /// A gRPC call's: completed with its gRPC status code.
+    pub grpc: bool,
 }
 
 const TOKEN_VERSION: &str = "pl1";
@@ -289,6 +291,7 @@ impl Completion {
         cost: u64,
         targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision, bool)>,
         leases: Vec<Lease>,
+        grpc: bool,
     ) -> Option<Completion> {
         let charges: Vec<Charge> = targets
             .filter(|(_, _, count, d, _)| **count != Count::All && d.allowed)
@@ -314,11 +317,15 @@ impl Completion {
             nonce: 0,
             charges,
             leases,
+            grpc,
         })
     }
 
     pub(crate) fn encode(&self) -> String {
         let mut out = format!("{TOKEN_VERSION};n{};c{};t{}", self.now_ms, self.cost, self.nonce);
+        if self.grpc {
+            out.push_str(";g");
+        }
         for c in &self.charges {
             out.push_str(&format!(
                 ";r{}{}{},{},{}",
@@ -349,12 +356,14 @@ impl Completion {
             return Err(bad("unknown version"));
         }
         let (mut now_ms, mut cost, mut nonce, mut charges, mut leases) = (None, None, None, Vec::new(), Vec::new());
+        let mut grpc = false;
         for record in records {
             let (kind, rest) = record.split_at(record.chars().next().map_or(0, char::len_utf8));
             match kind {
                 "n" => now_ms = Some(rest.parse::<i64>().map_err(|_| bad("bad time"))?),
                 "c" => cost = Some(rest.parse::<u64>().map_err(|_| bad("bad cost"))?),
                 "t" => nonce = Some(rest.parse::<u64>().map_err(|_| bad("bad nonce"))?),
+                "g" if rest.is_empty() => grpc = true,
                 "r" => {
                     let mut parts = rest.splitn(3, ',');
                     let (head, count, key) = match (parts.next(), parts.next(), parts.next()) {
@@ -402,6 +411,7 @@ impl Completion {
                 nonce,
                 charges,
                 leases,
+                grpc,
             }),
             _ => Err(bad("no time, cost or nonce")),
         }
@@ -476,7 +486,12 @@ impl Tokens {
     /// registry gave out, on `engine`.
     pub(crate) async fn complete(&self, engine: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
         let completion = Completion::decode(token)?;
-        let status = status.filter(|&s| s != 0);
+        // A gRPC call ends with a status code (0 is OK), counted as its HTTP status.
+        let status = if completion.grpc {
+            super::grpc::counted_status(status)
+        } else {
+            status.filter(|&s| s != 0)
+        };
         let policies = engine.policies().count();
         let named = completion.charges.iter().map(|c| c.policy);
         if let Some(policy) = named
@@ -640,6 +655,7 @@ mod tests {
                 id: "0123456789abcdef0123456789abcdef*2".into(),
                 key: "user=a;b,c".into(),
             }],
+            grpc: false,
         };
         let token = c.encode();
         assert!(
@@ -649,7 +665,18 @@ mod tests {
         assert!(token.starts_with("pl1;n1700000000123;c2;t42;rs0,failed,"), "{token}");
         assert!(token.contains(";rlo3,4xx+503,;"), "{token}");
         assert_eq!(Completion::decode(&token).unwrap(), c);
+        let call = Completion {
+            grpc: true,
+            ..c.clone()
+        };
+        assert!(
+            call.encode().starts_with("pl1;n1700000000123;c2;t42;g;rs0"),
+            "{}",
+            call.encode()
+        );
+        assert_eq!(Completion::decode(&call.encode()).unwrap(), call);
         for bad in [
+            "pl1;n1;c1;t1;gx",
             "",
             "pl2;n1;c1;t1",
             "pl1;n1",

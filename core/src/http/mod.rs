@@ -6,6 +6,7 @@ pub(crate) mod client_ip;
 #[cfg(test)]
 mod client_ip_fuzz;
 pub(crate) mod completion;
+pub mod grpc;
 mod header_list;
 pub(crate) mod headers;
 mod outcome;

@@ -29,12 +29,16 @@ pub struct RuleDecision {
 /// What to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
-    /// `None`: let the request through. Otherwise 429, 503 or 403.
+    /// `None`: let the request through. Otherwise 429, 503 or 403 (a gRPC
+    /// call: its status code 8, 14 or 7).
     pub status: Option<u16>,
     /// Headers to set on the response, allowed or not.
     pub headers: Headers,
-    /// The JSON body of a refusal.
+    /// The JSON body of a refusal (a gRPC call's status message).
     pub body: Option<String>,
+    /// A gRPC call's trailing metadata (`retry-after` on a refusal); empty
+    /// for an HTTP request.
+    pub trailers: Headers,
     /// Shape mode: hold the request this long before serving it.
     pub delay_ms: u64,
     /// Every policy's decision.
@@ -54,6 +58,7 @@ impl Outcome {
             status: None,
             headers: Headers::new(),
             body: None,
+            trailers: Headers::new(),
             delay_ms: 0,
             decisions: Vec::new(),
             leases: Vec::new(),
@@ -80,6 +85,7 @@ pub(super) fn outcome(
     result: CheckResult,
     record: bool,
     cost: u64,
+    grpc: bool,
 ) -> Outcome {
     let decisions: Vec<RuleDecision> = planned
         .iter()
@@ -174,7 +180,13 @@ pub(super) fn outcome(
             .zip(&result.decisions)
             .enumerate()
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
-        outcome.completion = tokens.token(Completion::of(result.now_ms, cost, charges, result.leases.clone()));
+        outcome.completion = tokens.token(Completion::of(
+            result.now_ms,
+            cost,
+            charges,
+            result.leases.clone(),
+            grpc,
+        ));
     }
     outcome.decisions = decisions;
     outcome.leases = result.leases;

@@ -42,13 +42,20 @@ pub struct RequestInfo {
     pub cost: Option<u64>,
     /// Decide at this time instead of the store's clock (tests, simulations).
     pub now_ms: Option<i64>,
+    /// A gRPC call (`kind: "grpc"`): `path` is its full method name
+    /// (`/pkg.Service/Method`), `peer` the gRPC library's peer string
+    /// (`ipv4:…`, `ipv6:[…]:…`, `unix:…`), `headers` its metadata; the
+    /// outcome answers with a gRPC status code (8, 14 or 7), lowercase
+    /// metadata and `retry-after` in the trailers, and the completion takes
+    /// the call's gRPC status code.
+    pub grpc: bool,
 }
 
 impl RequestInfo {
     /// From the JSON object the bindings and the HTTP vectors use:
     /// `method`, `path`, `route`, `peer`, `headers` (object or list of pairs),
     /// `user`, `api_key`, `key`, `cost`, `now_ms`, `case_insensitive`,
-    /// `ignore_trailing_slash`.
+    /// `ignore_trailing_slash`, `kind` (`"http"`, the default, or `"grpc"`).
     pub fn from_value(value: &Value) -> Result<RequestInfo> {
         let obj = value
             .as_object()
@@ -94,7 +101,8 @@ impl RequestInfo {
             }
         }
         for k in obj.keys() {
-            const FIELDS: [&str; 12] = [
+            const FIELDS: [&str; 13] = [
+                "kind",
                 "method",
                 "path",
                 "route",
@@ -120,7 +128,14 @@ impl RequestInfo {
                 Some(other) => Err(Error::config(format!("request.{field}"), other, "is not true or false")),
             }
         };
+        let grpc = match obj.get("kind") {
+            None | Some(Value::Null) => false,
+            Some(Value::String(k)) if k == "http" => false,
+            Some(Value::String(k)) if k == "grpc" => true,
+            Some(other) => return Err(Error::config("request.kind", other, "is not \"http\" or \"grpc\"")),
+        };
         Ok(RequestInfo {
+            grpc,
             method: text("method")?.unwrap_or_else(|| "GET".into()),
             case_insensitive: flag("case_insensitive")?,
             ignore_trailing_slash: flag("ignore_trailing_slash")?,

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::completion::Tokens;
+use super::grpc;
 use super::outcome::{outcome, Outcome};
 use super::plan::{plan, Plan, Planned};
 use super::request::RequestInfo;
@@ -47,7 +48,7 @@ impl Requests {
     /// [`Limiter::reset_request`](crate::Limiter::reset_request) on `engine`.
     pub(crate) async fn reset(&self, engine: &Engine, req: &RequestInfo) -> Result<usize> {
         let rules = self.rules_file()?;
-        match plan(engine, rules, &rules.rules, req)? {
+        match plan(engine, rules, &rules.rules, &grpc::as_http(req))? {
             Plan::Forbidden | Plan::Pass => Ok(0),
             Plan::Decide(planned) => {
                 let pairs: Vec<(usize, &str)> = planned.iter().map(|t| (t.policy, t.key.as_str())).collect();
@@ -110,6 +111,21 @@ impl Requests {
         req: &RequestInfo,
         charge: bool,
     ) -> Result<Outcome> {
+        let outcome = self
+            .decide_http(engine, rules, candidates, &grpc::as_http(req), charge)
+            .await?;
+        Ok(if req.grpc { grpc::answer(outcome) } else { outcome })
+    }
+
+    /// [`Requests::decide`] of an HTTP request (or a call's HTTP form).
+    async fn decide_http(
+        &self,
+        engine: &Engine,
+        rules: &HttpRules,
+        candidates: &[Rule],
+        req: &RequestInfo,
+        charge: bool,
+    ) -> Result<Outcome> {
         let planned = match plan(engine, rules, candidates, req)? {
             Plan::Forbidden => return Ok(Outcome::forbidden()),
             Plan::Pass => return Ok(Outcome::pass()),
@@ -150,6 +166,7 @@ impl Requests {
             result,
             charge,
             options.cost,
+            req.grpc,
         ))
     }
 }

@@ -18,6 +18,8 @@
 //! - `u16` status (0: let the request through), `u8` 1 when there is a body,
 //!   `u64` delay in ms;
 //! - a `u32` header count, then each header's name and value (two strings);
+//! - a `u32` trailer count, then each trailer's name and value (a gRPC
+//!   call's trailing metadata; none for an HTTP request);
 //! - the body (a string) when there is one;
 //! - a `u32` decision count (0 unless decisions were asked for), then for
 //!   each: rule and policy (two strings), a `u8` of bits (1 allowed, 2 shadow,
@@ -282,6 +284,18 @@ impl<'a> Reader<'a> {
         Ok((d, bits & 2 != 0))
     }
 
+    /// A count of (name, value) pairs and the pairs; `what`: the words for
+    /// the count, a name and a value.
+    fn headers(&mut self, [count, name, value]: [&str; 3]) -> Result<Headers, Malformed> {
+        let n = self.count(8, count)?;
+        let mut headers = Headers::new();
+        for _ in 0..n {
+            let name = self.text(name)?;
+            headers.push(name, &self.text(value)?);
+        }
+        Ok(headers)
+    }
+
     fn outcome(&mut self) -> Result<Outcome, Malformed> {
         let status = self.u16("status")?;
         let has_body = self.u8("body flag")?;
@@ -289,12 +303,8 @@ impl<'a> Reader<'a> {
             return Err(Malformed(format!("body flag {has_body}")));
         }
         let delay_ms = self.u64("delay")?;
-        let n = self.count(8, "header count")?;
-        let mut headers = Headers::new();
-        for _ in 0..n {
-            let name = self.text("header name")?;
-            headers.push(name, &self.text("header value")?);
-        }
+        let headers = self.headers(["header count", "header name", "header value"])?;
+        let trailers = self.headers(["trailer count", "trailer name", "trailer value"])?;
         let body = if has_body == 1 { Some(self.text("body")?) } else { None };
         let n = self.count(8 + DECISION_LEN, "decision count")?;
         let mut decisions = Vec::with_capacity(n);
@@ -313,6 +323,7 @@ impl<'a> Reader<'a> {
             status: (status != 0).then_some(status),
             headers,
             body,
+            trailers,
             delay_ms,
             decisions,
             leases: Vec::new(),
@@ -483,9 +494,10 @@ pub fn write_request(request: &RequestInfo, out: &mut Vec<u8>) {
 /// The exact size of `outcome` packed (with its decisions when `with_decisions`).
 pub fn outcome_len(outcome: &Outcome, with_decisions: bool) -> usize {
     let strings = |a: &str, b: &str| 8 + a.len() + b.len();
-    let mut size = 2 + 1 + 8 + 4 + 4 + 4;
+    let mut size = 2 + 1 + 8 + 4 + 4 + 4 + 4;
     size += outcome.completion.as_ref().map_or(0, String::len);
     size += outcome.headers.iter().map(|(k, v)| strings(k, v)).sum::<usize>();
+    size += outcome.trailers.iter().map(|(k, v)| strings(k, v)).sum::<usize>();
     size += outcome.body.as_ref().map_or(0, |b| 4 + b.len());
     if with_decisions {
         size += outcome
@@ -502,10 +514,12 @@ pub fn write_outcome(outcome: &Outcome, with_decisions: bool, out: &mut Vec<u8>)
     out.extend_from_slice(&outcome.status.unwrap_or(0).to_le_bytes());
     out.push(u8::from(outcome.body.is_some()));
     out.extend_from_slice(&outcome.delay_ms.to_le_bytes());
-    out.extend_from_slice(&(outcome.headers.len() as u32).to_le_bytes());
-    for (name, value) in &outcome.headers {
-        put_str(out, name);
-        put_str(out, value);
+    for headers in [&outcome.headers, &outcome.trailers] {
+        out.extend_from_slice(&(headers.len() as u32).to_le_bytes());
+        for (name, value) in headers {
+            put_str(out, name);
+            put_str(out, value);
+        }
     }
     if let Some(body) = &outcome.body {
         put_str(out, body);
@@ -771,6 +785,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             body: Some(r#"{"error":"rate_limit_exceeded"}"#.into()),
+            trailers: [("retry-after", "2")].into_iter().collect(),
             delay_ms: 250,
             decisions: Source::ALL
                 .iter()
@@ -819,6 +834,7 @@ mod tests {
             status: Some(429),
             headers: [("A", "1")].into_iter().collect(),
             body: Some("{}".into()),
+            trailers: [("t", "2")].into_iter().collect(),
             delay_ms: 0x0102,
             decisions: vec![RuleDecision {
                 rule: "r".into(),
@@ -831,6 +847,7 @@ mod tests {
         };
         let mut want: Vec<u8> = vec![0xAD, 0x01, 1, 0x02, 0x01, 0, 0, 0, 0, 0, 0];
         want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, b'A', 1, 0, 0, 0, b'1']);
+        want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, b't', 1, 0, 0, 0, b'2']);
         want.extend_from_slice(&[2, 0, 0, 0, b'{', b'}']);
         want.extend_from_slice(&[1, 0, 0, 0, 1, 0, 0, 0, b'r', 1, 0, 0, 0, b'p']);
         want.push(2 | 4); // denied, shadow, has a retry-after
@@ -841,17 +858,18 @@ mod tests {
         want.extend_from_slice(&ABSENT.to_le_bytes()); // no completion token
         assert_eq!(outcome(&o, true), want);
 
-        // A pass without headers or body: 19 bytes.
+        // A pass without headers or body: 23 bytes.
         let pass = Outcome {
             status: None,
             headers: Headers::new(),
             body: None,
+            trailers: Headers::new(),
             delay_ms: 0,
             decisions: Vec::new(),
             leases: Vec::new(),
             completion: None,
         };
-        let mut want = vec![0; 19];
+        let mut want = vec![0; 23];
         want.extend_from_slice(&ABSENT.to_le_bytes());
         assert_eq!(outcome(&pass, true), want);
         // An allowed request to settle after its response: the token last.
@@ -859,7 +877,7 @@ mod tests {
             completion: Some("pl1;n1;c1".into()),
             ..pass
         };
-        let mut want = vec![0; 19];
+        let mut want = vec![0; 23];
         want.extend_from_slice(&[9, 0, 0, 0]);
         want.extend_from_slice(b"pl1;n1;c1");
         assert_eq!(outcome(&settle, false), want);

@@ -90,9 +90,8 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
         val status = u16()
         val hasBody = u8() != 0
         val delay = saturated()
-        val n = u32()
-        val headers = ArrayList<Header>(n.coerceIn(0, 16))
-        repeat(n) { headers.add(Header(name(), required())) }
+        val headers = headers()
+        val trailers = headers()
         val body = if (hasBody) required() else null
         val count = u32()
         val decisions = if (count == 0) emptyList() else ArrayList<RuleDecision>(count.coerceAtMost(64))
@@ -103,7 +102,16 @@ internal class PackedReader(buf: ByteBuffer, start: Int, private val end: Int) {
             (decisions as ArrayList).add(RuleDecision(rule, policy, decision(bits), bits and 2 != 0))
         }
         val completion = string()
-        return Outcome(if (status == 0) null else status, headers, body, delay, decisions, completion)
+        return Outcome(if (status == 0) null else status, headers, body, trailers, delay, decisions, completion)
+    }
+
+    /** A count of (name, value) pairs and the pairs. */
+    private fun headers(): List<Header> {
+        val n = u32()
+        if (n == 0) return emptyList()
+        val headers = ArrayList<Header>(n.coerceAtMost(16))
+        repeat(n) { headers.add(Header(name(), required())) }
+        return headers
     }
 
     /** An error record's payload as the sealed exception. */

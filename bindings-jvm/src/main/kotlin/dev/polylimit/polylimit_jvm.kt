@@ -4021,7 +4021,8 @@ public object FfiConverterTypeHttpRequest: FfiConverterRustBuffer<HttpRequest> {
  */
 data class Outcome (
     /**
-     * Null: let the request through. Otherwise 429, 503 or 403.
+     * Null: let the request through. Otherwise 429, 503 or 403 (a gRPC
+     * call: its status code 8, 14 or 7).
      */
     var `status`: kotlin.Int?
     , 
@@ -4031,9 +4032,15 @@ data class Outcome (
     var `headers`: List<Header>
     , 
     /**
-     * The JSON body of a refusal.
+     * The JSON body of a refusal (a gRPC call's status message).
      */
     var `body`: kotlin.String?
+    , 
+    /**
+     * A gRPC call's trailing metadata (`retry-after` on a refusal); empty
+     * for an HTTP request.
+     */
+    var `trailers`: List<Header>
     , 
     /**
      * Shape mode: hold the request this long before serving it.
@@ -4070,6 +4077,7 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
             FfiConverterOptionalInt.read(buf),
             FfiConverterSequenceTypeHeader.read(buf),
             FfiConverterOptionalString.read(buf),
+            FfiConverterSequenceTypeHeader.read(buf),
             FfiConverterLong.read(buf),
             FfiConverterSequenceTypeRuleDecision.read(buf),
             FfiConverterOptionalString.read(buf),
@@ -4080,6 +4088,7 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
             FfiConverterOptionalInt.allocationSize(value.`status`) +
             FfiConverterSequenceTypeHeader.allocationSize(value.`headers`) +
             FfiConverterOptionalString.allocationSize(value.`body`) +
+            FfiConverterSequenceTypeHeader.allocationSize(value.`trailers`) +
             FfiConverterLong.allocationSize(value.`delayMs`) +
             FfiConverterSequenceTypeRuleDecision.allocationSize(value.`decisions`) +
             FfiConverterOptionalString.allocationSize(value.`completion`)
@@ -4089,6 +4098,7 @@ public object FfiConverterTypeOutcome: FfiConverterRustBuffer<Outcome> {
             FfiConverterOptionalInt.write(value.`status`, buf)
             FfiConverterSequenceTypeHeader.write(value.`headers`, buf)
             FfiConverterOptionalString.write(value.`body`, buf)
+            FfiConverterSequenceTypeHeader.write(value.`trailers`, buf)
             FfiConverterLong.write(value.`delayMs`, buf)
             FfiConverterSequenceTypeRuleDecision.write(value.`decisions`, buf)
             FfiConverterOptionalString.write(value.`completion`, buf)

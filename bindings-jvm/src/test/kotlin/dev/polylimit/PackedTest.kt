@@ -40,6 +40,7 @@ class PackedTest {
         if (o["status"].isJsonNull) null else o["status"].asInt,
         o["headers"].asJsonArray.map { Header(it.asJsonArray[0].asString, it.asJsonArray[1].asString) },
         string(o["body"]),
+        o["trailers"].asJsonArray.map { Header(it.asJsonArray[0].asString, it.asJsonArray[1].asString) },
         saturated(o["delay_ms"]),
         o["decisions"].asJsonArray.map {
             val d = it.asJsonObject
