@@ -45,6 +45,7 @@ function polylimitInterceptor(limiterOrOptions = {}) {
   function interceptor(methodDescriptor, call) {
     let outcome = null;
     let settled = false;
+    let headersSent = false;
     // The call's end (its status code, or CANCELLED when the client went away): once.
     const settle = (code) => {
       if (settled || !outcome || !outcome.completion) return Promise.resolve();
@@ -71,10 +72,17 @@ function polylimitInterceptor(limiterOrOptions = {}) {
         });
       },
       sendMetadata(metadata, next) {
+        headersSent = true;
         if (outcome) for (const [name, value] of outcome.headers) metadata.set(name, value);
         next(metadata);
       },
       sendStatus(status, next) {
+        // A call ending with no message (an error status) would answer trailers only: its
+        // rate-limit metadata goes out as headers first, as on every other call.
+        if (!headersSent && outcome && outcome.headers.length > 0) {
+          headersSent = true;
+          call.sendMetadata(toMetadata(outcome.headers));
+        }
         // Settled before the status goes out: the client's next call sees the charge given back or the slot free.
         settle(status.code).then(() => next(status));
       },

@@ -178,8 +178,11 @@ class Limiter {
    * checkRequest for the Express and Fastify middlewares: typed arguments instead of
    * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
    */
-  /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
-  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs) {
+  /**
+   * A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules;
+   * `grpc`: a gRPC call (the interceptor's). Internal.
+   */
+  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs, grpc) {
     this._flushChecks();
     return calls.start((id) =>
       this._native.checkHttpBatched(
@@ -196,6 +199,7 @@ class Limiter {
         caseInsensitive,
         ignoreTrailingSlash,
         nowMs,
+        grpc,
       ),
     );
   }

@@ -106,6 +106,13 @@ async function playGrpc(store) {
       played++;
       const limiter = Limiter.fromRules({ timeout: '10s', ...c.rules, store, prefix: `node-grpc-vec-${process.pid}-${fi}-${ci}` });
       let cur = null;
+      const completions = new Set(); // the interceptor's limiter.complete() calls not yet answered
+      const complete = limiter.complete.bind(limiter);
+      limiter.complete = (...args) => {
+        const p = complete(...args);
+        completions.add(p);
+        return p.finally(() => completions.delete(p));
+      };
       const check = limiter._checkHttp.bind(limiter);
       limiter._checkHttp = (...args) => {
         args[11] = cur.request.now_ms; // the vector's clock; every other argument is the interceptor's
@@ -121,8 +128,9 @@ async function playGrpc(store) {
       const paths = [...new Set(c.requests.filter((s) => s.request).map((s) => (s.request.path.startsWith('/') ? s.request.path : `/${s.request.path}`)))];
       const service = serviceOf(paths);
       const held = new Map(); // request index → (code) => void
-      const answer = (respond) => {
+      const answer = (respond, call) => {
         const s = cur;
+        s.serverCall = call;
         s.entered();
         const end = (code) => respond(code);
         if (s.hold) held.set(s.index, end);
@@ -131,16 +139,26 @@ async function playGrpc(store) {
       const handlers = {};
       for (const p of paths) {
         handlers[p] = service[p].responseStream
-          ? (call) =>
+          ? (call) => {
+              call.sendMetadata(new grpc.Metadata()); // a stream's headers go out as it opens
               answer((code) => {
+                if (call.cancelled) return;
                 if (code === 0) {
                   call.write('hello');
                   call.end();
                 } else call.emit('error', { code, details: 'ended' });
-              })
-          : (call, callback) => answer((code) => (code === 0 ? callback(null, 'hello') : callback({ code, details: 'ended' })));
+              }, call);
+            }
+          : (call, callback) =>
+              answer((code) => (code === 0 ? callback(null, 'hello') : callback({ code, details: 'ended' })), call);
       }
-      const srv = await startServer([peer, polylimitInterceptor(limiter)], service, handlers);
+      const interceptor = polylimitInterceptor({
+        limiter,
+        user: () => cur.request.user,
+        apiKey: () => cur.request.api_key,
+        keyGenerator: () => cur.request.key,
+      });
+      const srv = await startServer([peer, interceptor], service, handlers);
       const client = new grpc.Client(`127.0.0.1:${srv.port}`, grpc.credentials.createInsecure());
       const holds = new Set(c.requests.filter((s) => 'of' in s).map((s) => s.of));
       const pending = new Map();
@@ -148,9 +166,14 @@ async function playGrpc(store) {
         for (const [i, s] of c.requests.entries()) {
           if ('of' in s) {
             const p = pending.get(s.of);
-            if (s.complete === 1) p.call.cancel(); // CANCELLED: the client goes away
-            else held.get(s.of)(s.complete);
-            compare(at, s.of, p.step, await p.response, s.complete, failures);
+            if (s.complete === 1) {
+              // CANCELLED: the client goes away; on once the server saw it and the interceptor settled.
+              const gone = new Promise((resolve) => p.step.serverCall.on('cancelled', resolve));
+              p.call.cancel();
+              await gone;
+              await Promise.all([...completions]);
+            } else held.get(s.of)(s.complete);
+            compare(at, s.of, p.step, await p.response, s.complete, failures, s.complete === 1);
             pending.delete(s.of);
             continue;
           }
@@ -184,9 +207,8 @@ async function playGrpc(store) {
   return { played, skipped, failures };
 }
 
-function compare(at, i, step, got, completeCode, failures) {
+function compare(at, i, step, got, completeCode, failures, cancelled = false) {
   const e = step.expect;
-  const cancelled = completeCode === 1 && e.status === null;
   const want = {
     code: e.status ?? completeCode ?? 0,
     // A call refused: the core's message; ended by the handler or the client: theirs.
