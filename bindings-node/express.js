@@ -1,7 +1,7 @@
 'use strict';
 // Express middleware: the request becomes the core's RequestInfo, the core's
 // Outcome becomes the response. No header, key, IP or body logic here.
-const { checkerFor, decide, pathOf, setHeaders, settleAfterResponse } = require('./options');
+const { checkerFor, decide, expressMatching, pathOf, setHeaders, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -27,7 +27,7 @@ function rateLimit(options = {}) {
       if (skip && (await skip(req, res))) return next();
       const target = req.originalUrl ?? req.url;
       const route = routeOf(req, pathOf(target));
-      const outcome = await decide(limiter, rule, options, req, target, route, matching(req.app), req, res);
+      const outcome = await decide(limiter, rule, options, req, target, route, expressMatching(req.app), req, res);
       if (property) req[property] = outcome;
       setHeaders(outcome, res);
       if (outcome.status !== null) {
@@ -46,15 +46,6 @@ function rateLimit(options = {}) {
   }
   middleware.limiter = limiter;
   return middleware;
-}
-
-/**
- * Express's path matching, from the app's settings: case-insensitive unless
- * `case sensitive routing`, a trailing slash ignored unless `strict routing`.
- */
-function matching(app) {
-  const setting = (name) => Boolean(app && typeof app.get === 'function' && app.get(name));
-  return { caseInsensitive: !setting('case sensitive routing'), ignoreTrailingSlash: !setting('strict routing') };
 }
 
 /**

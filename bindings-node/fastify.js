@@ -8,23 +8,9 @@
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
 // limiters it built when Fastify closes; a `limiter` you gave stays yours.
 const fp = require('fastify-plugin');
-const native = require('./native');
-const { checkerFor, decide, setHeaders, settleAfterResponse } = require('./options');
+const { checkerFor, decide, fastifyMatching, routeLimiterOptions, setHeaders, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/**
- * Fastify's path matching, from its options (`routerOptions` in newer versions):
- * case-sensitive unless `caseSensitive: false`, a trailing slash significant
- * unless `ignoreTrailingSlash`.
- */
-function matching(fastify) {
-  const config = fastify.initialConfig || {};
-  const router = config.routerOptions || {};
-  const caseSensitive = router.caseSensitive ?? config.caseSensitive ?? true;
-  const ignoreTrailingSlash = router.ignoreTrailingSlash ?? config.ignoreTrailingSlash ?? false;
-  return { caseInsensitive: !caseSensitive, ignoreTrailingSlash: Boolean(ignoreTrailingSlash) };
-}
 
 function hookFor(limiter, rule, options, match) {
   const { skip, handler } = options;
@@ -45,17 +31,6 @@ function hookFor(limiter, rule, options, match) {
   };
 }
 
-/**
- * The options of a route's own limiter: the plugin's, its limit replaced by the route's (which
- * fields a route's limit replaces is the core's rule: the middleware plan's `replaces`).
- */
-function routeLimiterOptions(plugin, config, url) {
-  const base = { ...plugin };
-  delete base.limiter;
-  for (const name of native.middlewarePlan(config, true).replaces) delete base[name];
-  return { ...base, ...config, route: url };
-}
-
 async function polylimitFastify(fastify, options) {
   const { global = true, ...rest } = options || {};
   const built = [];
@@ -72,7 +47,7 @@ async function polylimitFastify(fastify, options) {
     if (!base) base = check(rest).limiter;
     return base;
   };
-  const match = matching(fastify);
+  const match = fastifyMatching(fastify);
   const baseHook = global && hookFor(base, plugin.rule, rest, match);
   fastify.decorate('polylimit', { getter: () => base });
   fastify.addHook('onClose', async () => {

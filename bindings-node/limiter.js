@@ -178,8 +178,11 @@ class Limiter {
    * checkRequest for the Express and Fastify middlewares: typed arguments instead of
    * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
    */
-  /** A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules. Internal. */
-  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs) {
+  /**
+   * A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules;
+   * `grpc`: a gRPC call (the interceptor's). Internal.
+   */
+  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs, grpc) {
     this._flushChecks();
     return calls.start((id) =>
       this._native.checkHttpBatched(
@@ -196,6 +199,7 @@ class Limiter {
         caseInsensitive,
         ignoreTrailingSlash,
         nowMs,
+        grpc,
       ),
     );
   }
@@ -228,7 +232,7 @@ class Limiter {
   /**
    * Settles a request after its response: `token` is the outcome's `completion` (present when a
    * rule's `count` charges only some responses), `status` the response's status (null/undefined/0:
-   * no response, counted as failed). The core gives back the charges whose rule does not count
+   * no response, counted as failed), or a gRPC call's status code (0: OK). The core gives back the charges whose rule does not count
    * that status. Never rejects because the store is down; rejects with a ConfigError naming
    * `token` when it is not one.
    */
@@ -237,7 +241,8 @@ class Limiter {
     if (typeof token !== 'string') {
       return Promise.reject(new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token)));
     }
-    return calls.start((id) => this._native.complete(id, token, status ? Number(status) : undefined));
+    // 0 goes through: a gRPC call's OK (for HTTP the core reads 0 as no response).
+    return calls.start((id) => this._native.complete(id, token, status === null || status === undefined ? undefined : Number(status)));
   }
 
   /**

@@ -109,7 +109,7 @@ async function decide(limiter, rule, options, raw, target, route, match, req, re
     route,
     raw.socket.remoteAddress || undefined,
     raw.rawHeaders,
-    keyGenerator ? String(await keyGenerator(req, res)) : undefined,
+    keyGenerator ? nullable(await keyGenerator(req, res)) : undefined,
     user ? nullable(await user(req)) : undefined,
     apiKey ? nullable(await apiKey(req)) : undefined,
     match.caseInsensitive,
@@ -128,4 +128,47 @@ function setHeaders(outcome, res) {
   for (let i = 0; i < headers.length; i++) res.setHeader(headers[i][0], headers[i][1]);
 }
 
-module.exports = { checkerFor, decide, pathOf, setHeaders, settleAfterResponse };
+/**
+ * Express's path matching, from the app's settings: case-insensitive unless
+ * `case sensitive routing`, a trailing slash ignored unless `strict routing`.
+ */
+function expressMatching(app) {
+  const setting = (name) => Boolean(app && typeof app.get === 'function' && app.get(name));
+  return { caseInsensitive: !setting('case sensitive routing'), ignoreTrailingSlash: !setting('strict routing') };
+}
+
+/**
+ * Fastify's path matching, from its options (`routerOptions` in newer versions):
+ * case-sensitive unless `caseSensitive: false`, a trailing slash significant
+ * unless `ignoreTrailingSlash`.
+ */
+function fastifyMatching(fastify) {
+  const config = fastify.initialConfig || {};
+  const router = config.routerOptions || {};
+  const caseSensitive = router.caseSensitive ?? config.caseSensitive ?? true;
+  const ignoreTrailingSlash = router.ignoreTrailingSlash ?? config.ignoreTrailingSlash ?? false;
+  return { caseInsensitive: !caseSensitive, ignoreTrailingSlash: Boolean(ignoreTrailingSlash) };
+}
+
+/**
+ * The options of a route's own limiter (a Fastify route's `config.rateLimit`, a Nest
+ * handler's `@RateLimit`): the enclosing middleware's, its limit replaced by the route's (which
+ * fields a route's limit replaces is the core's rule: the middleware plan's `replaces`).
+ */
+function routeLimiterOptions(plugin, config, url) {
+  const base = { ...plugin };
+  delete base.limiter;
+  for (const name of native.middlewarePlan(config, true).replaces) delete base[name];
+  return { ...base, ...config, route: url };
+}
+
+module.exports = {
+  checkerFor,
+  decide,
+  expressMatching,
+  fastifyMatching,
+  pathOf,
+  routeLimiterOptions,
+  setHeaders,
+  settleAfterResponse,
+};

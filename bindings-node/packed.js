@@ -128,11 +128,17 @@ class Reader {
     const decisions = new Array(n);
     for (let d = 0; d < n; d++) decisions[d] = this.ruleDecision();
     const completion = this.string();
-    const outcome = { status: status === 0 ? null : status, headers, body, delayMs, decisions };
-    // `completion` and `trailers` only when there are some: the object's keys are the core's outcome's.
-    if (trailers.length > 0) outcome.trailers = trailers;
-    if (completion !== null) outcome.completion = completion;
-    return outcome;
+    const s = status === 0 ? null : status;
+    // `trailers` and `completion` only when there are some: the object's keys are the core's
+    // outcome's, in its order (polylimit::wire::OutcomeWire); one literal per shape.
+    if (trailers.length === 0) {
+      return completion === null
+        ? { status: s, headers, body, delayMs, decisions }
+        : { status: s, headers, body, delayMs, completion, decisions };
+    }
+    return completion === null
+      ? { status: s, headers, body, trailers, delayMs, decisions }
+      : { status: s, headers, body, trailers, delayMs, completion, decisions };
   }
 
   /** A count of `[name, value]` pairs and the pairs. */

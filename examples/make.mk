@@ -9,7 +9,7 @@ SPRING_EXAMPLE := $(CARGO_TARGET_DIR)/examples/spring-example.jar
 
 examples-build: python-build examples-node examples-go examples-spring examples-jvm
 
-## express and fastify, and polylimit linked from bindings-node.
+## express, fastify, koa, hono, nestjs, grpc-node, and polylimit linked from bindings-node.
 examples-node: node-build
 	@cd $(EXAMPLES_DIR) && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi

@@ -1,6 +1,7 @@
-"""Runs the example apps (FastAPI, Django, Flask, Express, Fastify, Go net/http,
-gin, echo, Spring Boot, Spring WebFlux, Ktor) and the gRPC demo servers on free loopback ports, and
-talks to them. `make demo` and tests/e2e both use it.
+"""Runs the example apps (FastAPI, Django, Flask, Express, Fastify, Koa, Hono,
+NestJS, Go net/http, gin, echo, Spring Boot, Spring WebFlux, Ktor) and the
+gRPC demo servers on free loopback ports, and talks to them. `make demo` and
+tests/e2e both use it.
 
 The apps must be built first: `make examples-build` (the Python module in
 .venv, the Node addon, examples/node_modules, target/examples/{go,gin,echo}-example,
@@ -32,6 +33,9 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "flask": ("Flask", "flask", [sys.executable, "app.py"]),
     "express": ("Express", "express", ["node", "app.js"]),
     "fastify": ("Fastify", "fastify", ["node", "app.js"]),
+    "koa": ("Koa", "koa", ["node", "app.js"]),
+    "hono": ("Hono", "hono", ["node", "app.js"]),
+    "nestjs": ("NestJS", "nestjs", ["node", "app.mjs"]),
     "go": ("Go net/http", "go", [str(LOGS / "go-example")]),
     "gin": ("Go gin", "gin", [str(LOGS / "gin-example")]),
     "echo": ("Go echo", "echo", [str(LOGS / "echo-example")]),
@@ -48,6 +52,7 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
     "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
+    "grpc-node": ("Node @grpc/grpc-js", "grpc-node", ["node", "server.js"]),
     "grpc-go": ("grpc-go", "grpc-go", [str(LOGS / "grpc-go-example")]),
     "grpc-java": ("grpc-java", "grpc-java", ["java", "-XX:TieredStopAtLevel=1", "-jar", str(LOGS / "grpc-java-example.jar")]),
 }

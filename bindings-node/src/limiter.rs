@@ -192,7 +192,9 @@ impl NativeLimiter {
     /// rules. With a `rule` (from `routeRule`) the request is decided by that
     /// rule instead of the limiter's rules (same store, state, metrics and
     /// `close`). Its record is the outcome, like `checkRequestBatched`'s.
-    /// `now_ms` (tests) decides at that time.
+    /// `now_ms` (tests) decides at that time. `grpc`: a gRPC call (the
+    /// interceptor's): `path` its full method name, `peer` the library's peer
+    /// string, `raw_headers` its metadata.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
@@ -211,6 +213,7 @@ impl NativeLimiter {
         case_insensitive: Option<bool>,
         ignore_trailing_slash: Option<bool>,
         now_ms: Option<i64>,
+        grpc: Option<bool>,
     ) -> Result<()> {
         let mut flat = raw_headers.into_iter();
         let mut headers = Vec::with_capacity(flat.len() / 2);
@@ -230,7 +233,7 @@ impl NativeLimiter {
             now_ms,
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
-            grpc: false,
+            grpc: grpc.unwrap_or(false),
         };
         let limiter = self.inner.clone();
         match rule {

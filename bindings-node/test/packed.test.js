@@ -34,10 +34,12 @@ function expected(r) {
     case 'acquired':
       return [r.ctx, true, { decision: decision(v.decision), leases: v.leases.map((l) => ({ policy: l.policy, key: l.key, id: l.id })) }];
     case 'outcome': {
-      const o = { status: v.status, headers: v.headers, body: v.body, delayMs: v.delay_ms };
-      o.decisions = v.decisions.map((d) => ({ rule: d.rule, policy: d.policy, ...decision(d), shadow: d.shadow }));
+      // The core's outcome's keys, in its order (polylimit::wire::OutcomeWire, outcome_encoding.test.js).
+      const o = { status: v.status, headers: v.headers, body: v.body };
       if (v.trailers.length > 0) o.trailers = v.trailers;
+      o.delayMs = v.delay_ms;
       if (v.completion !== null) o.completion = v.completion;
+      o.decisions = v.decisions.map((d) => ({ rule: d.rule, policy: d.policy, ...decision(d), shadow: d.shadow }));
       return [r.ctx, true, o];
     }
     case 'unit':

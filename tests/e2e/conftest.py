@@ -17,8 +17,10 @@ from redis_server import RedisServer  # noqa: E402  (bindings-python/tests: star
 from servers import App, running  # noqa: E402  (examples/servers.py: the example apps)
 
 # Every app the examples ship. The issue names Express, FastAPI and Go; Fastify comes along;
-# Spring Boot is the JVM's (issue 21); Django, Flask, gin, echo, WebFlux and Ktor came with issue 37.
-APP_NAMES = ["fastapi", "django", "flask", "express", "fastify", "go", "gin", "echo", "spring", "webflux", "ktor"]
+# Spring Boot is the JVM's (issue 21); Django, Flask, Koa, Hono, NestJS, gin, echo, WebFlux and Ktor
+# came with issue 37.
+APP_NAMES = ["fastapi", "django", "flask", "express", "fastify", "koa", "hono", "nestjs", "go", "gin", "echo",
+             "spring", "webflux", "ktor"]
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,10 @@ import {
   Override,
 } from '../../index';
 import { retryFetch, parseRetryAfter, FetchLike } from '../../client';
+import { rateLimit as koaRateLimit, KoaOptions } from '../../koa';
+import { rateLimit as honoRateLimit } from '../../hono';
+import { PolylimitModule, PolylimitGuard, RateLimit, SkipRateLimit, POLYLIMIT } from '../../nestjs';
+import { polylimitInterceptor } from '../../grpc';
 
 async function main(): Promise<void> {
   const policy: Policy = { algorithm: 'gcra', rate: '10/s', burst: 20 };
@@ -74,6 +78,13 @@ async function main(): Promise<void> {
   const { decision: held, lease }: { decision: Decision; lease: Lease | null } = await conc.acquire('user:1', { nowMs: 0 });
   const freed: number = lease ? await lease.release({ nowMs: 1 }) : 0;
   void [held, freed, lease?.released];
+  const koaOptions: KoaOptions = { policy: 'api', key: ['ip', 'route'], limiter: conc, skip: (ctx) => ctx.path === '/health' };
+  const koaMw = koaRateLimit(koaOptions);
+  const honoMw = honoRateLimit({ policy: { rate: '5/min' }, getPeer: (c) => c.req.header('x-peer') });
+  const nestModule = PolylimitModule.forRoot({ rulesFile: 'polylimit.yaml' });
+  const decorators = [RateLimit({ policy: 'strict', key: ['user'] }), SkipRateLimit()];
+  const interceptor = polylimitInterceptor({ limiter: conc, user: (md) => md.get('x-user')[0] });
+  void [koaMw.limiter, honoMw.limiter, nestModule.providers, decorators, interceptor.limiter, PolylimitGuard, POLYLIMIT, polylimitInterceptor(conc)];
   void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state, login, counted];
 }
 void main;
