@@ -5,6 +5,9 @@ import java.util.concurrent.atomic.LongAdder
 import kotlinx.coroutines.future.await
 import kotlinx.coroutines.future.future
 
+/** How many header names a limiter remembers the core's [Limiter.readsHeader] answer for. */
+private const val READS_HEADER_NAMES = 1024
+
 /**
  * A rate limiter (memory or Redis store), safe to share between threads.
  *
@@ -123,8 +126,16 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     /** [checkPackedFuture] as a suspend call (the Ktor plugin's). */
     suspend fun checkPackedAsync(request: PackedRequest): Outcome = checkPackedFuture(request).await()
 
-    /** Whether deciding a request may read its header `name` (any case): a middleware packs only those. */
-    fun readsHeader(name: String): Boolean {
+    /**
+     * Whether deciding a request may read its header `name` (any case): a middleware packs only those.
+     * The core's answer, remembered per name (at most [READS_HEADER_NAMES] names: they are the clients').
+     */
+    fun readsHeader(name: String): Boolean =
+        readsHeader[name] ?: askReadsHeader(name).also { if (readsHeader.size < READS_HEADER_NAMES) readsHeader[name] = it }
+
+    private val readsHeader = java.util.concurrent.ConcurrentHashMap<String, Boolean>()
+
+    private fun askReadsHeader(name: String): Boolean {
         val b = utf8(name) ?: return true
         return (direct.use { CAbi.polylimit_limiter_reads_header(it, b, b.size.toLong()) } ?: 1) != 0
     }

@@ -14,7 +14,6 @@ import io.grpc.ServerInterceptor;
 import io.grpc.Status;
 import java.net.SocketAddress;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -47,7 +46,6 @@ import java.util.logging.Logger;
  */
 public final class PolylimitServerInterceptor implements ServerInterceptor {
     private static final Logger log = Logger.getLogger(PolylimitServerInterceptor.class.getName());
-    private static final int MAX_HEADER_NAMES = 1024;
     private static final ScheduledExecutorService DEFAULT_TIMER = Executors.newSingleThreadScheduledExecutor(r -> {
         Thread t = new Thread(r, "polylimit-grpc-shaping");
         t.setDaemon(true);
@@ -59,7 +57,6 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
     public interface CallFunction<T> extends BiFunction<ServerCall<?, ?>, Metadata, T> {}
 
     private final Limiter limiter;
-    private final ConcurrentHashMap<String, Boolean> readsHeader = new ConcurrentHashMap<>();
     private CallFunction<String> user = (c, m) -> null;
     private CallFunction<String> apiKey = (c, m) -> null;
     private CallFunction<String> key = (c, m) -> null;
@@ -177,7 +174,7 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
                 peer.apply(call, headers), user.apply(call, headers), apiKey.apply(call, headers), key.apply(call, headers));
         packed.setGrpc(true);
         for (String name : headers.keys()) {
-            if (name.endsWith(Metadata.BINARY_HEADER_SUFFIX) || !readsHeader(name)) {
+            if (name.endsWith(Metadata.BINARY_HEADER_SUFFIX) || !limiter.readsHeader(name)) {
                 continue;
             }
             Iterable<String> values = headers.getAll(Metadata.Key.of(name, Metadata.ASCII_STRING_MARSHALLER));
@@ -192,17 +189,6 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
             packed.setNowMs(clock.getAsLong());
         }
         return packed;
-    }
-
-    private boolean readsHeader(String name) {
-        Boolean reads = readsHeader.get(name);
-        if (reads == null) {
-            reads = limiter.readsHeader(name);
-            if (readsHeader.size() < MAX_HEADER_NAMES) {
-                readsHeader.put(name, reads);
-            }
-        }
-        return reads;
     }
 
     private static Metadata metadata(java.util.List<Header> pairs) {

@@ -23,7 +23,6 @@ import io.ktor.util.AttributeKey
 import io.ktor.server.application.ApplicationStopped
 import java.io.IOException
 import java.util.concurrent.CompletableFuture
-import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.atomic.AtomicBoolean
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.Job
@@ -124,12 +123,6 @@ val Polylimit = createApplicationPlugin("Polylimit", ::PolylimitConfig) {
 private class Calls(val config: PolylimitConfig, val limiter: Limiter, val application: Application) {
     private val readsRoute = limiter.readsRoute()
 
-    /** The core's answer for each header name seen (bounded: names are the client's). */
-    private val readsHeader = ConcurrentHashMap<String, Boolean>()
-
-    private fun reads(name: String): Boolean =
-        readsHeader[name] ?: limiter.readsHeader(name).also { if (readsHeader.size < 1024) readsHeader[name] = it }
-
     /** The template of the route Ktor's routing resolves the call to, found as routing will (only when a rule reads it). */
     private suspend fun route(call: ApplicationCall): String? {
         if (!readsRoute) return null
@@ -149,7 +142,7 @@ private class Calls(val config: PolylimitConfig, val limiter: Limiter, val appli
         val packed = PackedRequest(request.local.method.value, path, route(call), config.peer(call),
             config.user(call), config.apiKey(call), config.key(call))
         for (name in request.headers.names()) {
-            if (reads(name)) request.headers.getAll(name)?.forEach { packed.header(name, it) }
+            if (limiter.readsHeader(name)) request.headers.getAll(name)?.forEach { packed.header(name, it) }
         }
         packed.cost = config.cost(call)
         packed.nowMs = config.clock?.invoke()

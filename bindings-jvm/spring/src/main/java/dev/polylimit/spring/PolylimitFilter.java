@@ -14,7 +14,6 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.Enumeration;
 import java.util.List;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Function;
 import java.util.function.Supplier;
 import org.springframework.web.filter.OncePerRequestFilter;
@@ -53,9 +52,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private Function<HttpServletRequest, String> user = r -> null;
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
-    /** The core's answer for each header name seen (bounded: names are the client's). */
-    private final ConcurrentHashMap<String, Boolean> readsHeader = new ConcurrentHashMap<>();
-    private static final int MAX_HEADER_NAMES = 1024;
     /** Whether a rule reads the route (the core's answer): otherwise the handler lookup is skipped. */
     private final boolean readsRoute;
 
@@ -167,7 +163,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
         Enumeration<String> names = request.getHeaderNames();
         while (names.hasMoreElements()) {
             String name = names.nextElement();
-            if (!readsHeader(name)) {
+            if (!limiter.readsHeader(name)) {
                 continue; // the core's rules never read it: it cannot change the outcome
             }
             Enumeration<String> values = request.getHeaders(name);
@@ -176,18 +172,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
             }
         }
         return packed;
-    }
-
-    /** Whether the core's rules may read header {@code name}: the core's answer, remembered. */
-    private boolean readsHeader(String name) {
-        Boolean reads = readsHeader.get(name);
-        if (reads == null) {
-            reads = limiter.readsHeader(name);
-            if (readsHeader.size() < MAX_HEADER_NAMES) {
-                readsHeader.put(name, reads);
-            }
-        }
-        return reads;
     }
 
     /**

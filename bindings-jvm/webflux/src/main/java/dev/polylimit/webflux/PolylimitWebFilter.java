@@ -12,7 +12,6 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Function;
 import java.util.function.LongSupplier;
@@ -53,14 +52,11 @@ import reactor.core.scheduler.Schedulers;
  */
 public class PolylimitWebFilter implements WebFilter, Ordered {
     private static final Log log = LogFactory.getLog(PolylimitWebFilter.class);
-    private static final int MAX_HEADER_NAMES = 1024;
 
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
     private final boolean readsRoute;
     private volatile HandlerMapping[] lookups;
-    /** The core's answer for each header name seen (bounded: names are the client's). */
-    private final ConcurrentHashMap<String, Boolean> readsHeader = new ConcurrentHashMap<>();
     private Function<ServerWebExchange, String> user = e -> null;
     private Function<ServerWebExchange, String> apiKey = e -> null;
     private Function<ServerWebExchange, String> key = e -> null;
@@ -204,7 +200,7 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
         PackedRequest packed = new PackedRequest(request.getMethod().name(), path.isEmpty() ? "/" : path, route, peer,
                 user.apply(exchange), apiKey.apply(exchange), key.apply(exchange));
         for (Map.Entry<String, List<String>> header : request.getHeaders().entrySet()) {
-            if (readsHeader(header.getKey())) {
+            if (limiter.readsHeader(header.getKey())) {
                 for (String value : header.getValue()) {
                     packed.header(header.getKey(), value);
                 }
@@ -217,18 +213,6 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
         packed.setCaseInsensitive(caseInsensitive);
         packed.setIgnoreTrailingSlash(ignoreTrailingSlash);
         return packed;
-    }
-
-    /** Whether the core's rules may read header {@code name}: the core's answer, remembered. */
-    private boolean readsHeader(String name) {
-        Boolean reads = readsHeader.get(name);
-        if (reads == null) {
-            reads = limiter.readsHeader(name);
-            if (readsHeader.size() < MAX_HEADER_NAMES) {
-                readsHeader.put(name, reads);
-            }
-        }
-        return reads;
     }
 
     /**
