@@ -102,3 +102,24 @@ def environ_headers(environ: Dict[str, Any]) -> List[List[str]]:
     pairs = [[key[5:].replace("_", "-").lower(), value] for key, value in environ.items() if key[:5] == "HTTP_"]
     pairs += [[name, environ[key]] for key, name in _CGI_HEADERS.items() if environ.get(key)]
     return pairs
+
+
+def with_dimensions(
+    info: Dict[str, Any],
+    peer: Optional[str],
+    route: Optional[str],
+    key: Optional[str],
+    user: Optional[str],
+    api_key: Optional[str],
+    cost: Optional[int],
+) -> Dict[str, Any]:
+    """``info`` (method, path, headers) with the fields a framework gave: no peer for a Unix socket
+    (the core keys it ``unknown``), none of the dimensions left as ``None``, a cost only past 1."""
+    if peer:
+        info["peer"] = peer
+    for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
+        if value is not None:
+            info[name] = value
+    if cost is not None and cost != 1:
+        info["cost"] = cost
+    return info

@@ -99,17 +99,9 @@ def request_info(
         "path": request.path_info,
         "headers": _adapters.environ_headers(request.META),
     }
-    peer = request.META.get("REMOTE_ADDR")
-    if peer:
-        info["peer"] = peer
     if route is _UNSET:
         route = route_template(request)
-    for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
-        if value is not None:
-            info[name] = value
-    if cost is not None and cost != 1:
-        info["cost"] = cost
-    return info
+    return _adapters.with_dimensions(info, request.META.get("REMOTE_ADDR"), route, key, user, api_key, cost)
 
 
 def refusal(outcome: Outcome) -> HttpResponse:

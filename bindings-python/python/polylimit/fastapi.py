@@ -61,7 +61,7 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._adapters import route_rule
+from ._adapters import route_rule, with_dimensions
 from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule, ended_status as _ended_status
 
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
@@ -132,14 +132,7 @@ def request_info(
         "path": scope.get("path", "/"),
         "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in scope.get("headers", ())],
     }
-    if client:
-        info["peer"] = client[0]
-    for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
-        if value is not None:
-            info[name] = value
-    if cost is not None and cost != 1:
-        info["cost"] = cost
-    return info
+    return with_dimensions(info, client[0] if client else None, route, key, user, api_key, cost)
 
 
 def _raw_headers(outcome: Outcome) -> List[Tuple[bytes, bytes]]:

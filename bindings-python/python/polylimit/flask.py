@@ -61,16 +61,9 @@ def request_info(
         "path": req.path,
         "headers": _adapters.environ_headers(req.environ),
     }
-    if req.remote_addr:
-        info["peer"] = req.remote_addr
     if route is _UNSET:
         route = req.url_rule.rule if req.url_rule is not None else None
-    for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
-        if value is not None:
-            info[name] = value
-    if cost is not None and cost != 1:
-        info["cost"] = cost
-    return info
+    return _adapters.with_dimensions(info, req.remote_addr, route, key, user, api_key, cost)
 
 
 def refusal(outcome: Outcome) -> Response:
