@@ -3,7 +3,8 @@
 For each language, in a fresh directory outside the checkout:
   Python: a new venv, `pip install dist/polylimit-*.whl fastapi uvicorn`, a FastAPI app (@limiter.limit);
           the extras django, flask and grpc from the same wheel, their adapters imported
-  Node:   `npm install` of the main and platform tarballs and express, an Express app (rateLimit)
+  Node:   `npm install` of the main and platform tarballs and express, an Express app (rateLimit),
+          and the adapters' subpaths with koa and @grpc/grpc-js: a Koa app deciding 3 requests
   Go:     a new module, `go get` through the dist/ module proxy (no replace), a net/http app, and the
           same app built again from `go mod vendor`; a gin app on the ginlimit module released beside it,
           and the echolimit and grpclimit modules each deciding 3 requests
@@ -193,6 +194,12 @@ def install_node(room: Path, env: dict):
     assert {str(main), str(platform)} <= set(command), f"docs/install.md installs {command[2:]}, not {main.name} and {platform.name}"
     run(command, room, env, "npm install")
     shutil.copy(APPS / "express_app.js", room / "app.js")
+    # The framework adapters' subpaths, with the frameworks a user adds (optional peer dependencies).
+    run(["npm", "install", "--no-audit", "--no-fund", "koa@3", "@grpc/grpc-js@1"], room, env, "npm install koa, grpc-js")
+    shutil.copy(APPS / "node_adapters.js", room / "adapters.js")
+    out = run(["node", room / "adapters.js"], room, env, "node adapters.js")
+    assert out.strip().splitlines()[-1] == "koa 200 200 429", f"the Koa app answered {out!r}"
+    print("  koa: 200 200 429; the hono, nestjs and grpc subpaths load", flush=True)
     return [["node", room / "app.js"]]
 
 
