@@ -131,7 +131,7 @@ mod tests {
             status: Some(429),
             headers: [("Retry-After", "2")].into_iter().collect(),
             body: Some("{}".into()),
-            trailers: crate::Headers::new(),
+            trailers: crate::http::Headers::new(),
             delay_ms: 0,
             decisions: vec![RuleDecision {
                 rule: "api".into(),
