@@ -49,8 +49,8 @@ internal object CAbi {
         out: Long, outCap: Long, outLen: Long, outOwned: Long, pending: Long, err: Long,
     ): Int
 
-    @JvmStatic external fun polylimit_limiter_try_complete(
-        l: Long, token: Long, tokenLen: Long, status: Short, pending: Long, err: Long,
+    @JvmStatic external fun polylimit_limiter_try_complete_call(
+        l: Long, token: Long, tokenLen: Long, code: Int, pending: Long, err: Long,
     ): Int
 
     @JvmStatic external fun polylimit_limiter_reset(l: Long, key: ByteArray, keyLen: Long, err: LongArray): Int

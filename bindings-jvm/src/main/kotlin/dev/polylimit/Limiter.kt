@@ -226,9 +226,10 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     }
 
     internal fun startComplete(token: String, status: Int?, blocking: Boolean = false): CompletableFuture<Unit>? {
-        // The C call's 0 is no status (null); a status 0 as given, or one that
-        // is no u16, goes to the generated call (the core's rule, as given).
-        if (status != null && status !in 1..0xffff) {
+        // The C call's -1 is no status (null); every other status as given (a
+        // gRPC call's OK is 0). One that is no u16 goes to the generated call,
+        // whose error is the core's.
+        if (status != null && status !in 0..0xffff) {
             return null
         }
         val s = Scratch.get()
@@ -238,8 +239,8 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
         val a = s.address
         val code = direct.use {
-            CAbi.polylimit_limiter_try_complete(
-                it, a + Scratch.INPUT_AT, n.toLong(), (status ?: 0).toShort(), a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            CAbi.polylimit_limiter_try_complete_call(
+                it, a + Scratch.INPUT_AT, n.toLong(), status ?: -1, a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
             )
         } ?: return null
         return when (code) {

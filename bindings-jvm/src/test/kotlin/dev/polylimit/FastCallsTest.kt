@@ -65,6 +65,9 @@ class FastCallsTest {
             assertEquals(null, third.status, "completeAsync gave the slot back")
             limiter.completeFuture(third.completion!!, 500).get()
             assertEquals(null, limiter.peekRequest(request).status)
+            // 0: a gRPC call's OK (an HTTP request's "no response"), on the direct path too.
+            limiter.complete(limiter.checkRequest(request).completion!!, 0)
+            assertEquals(null, limiter.peekRequest(request).status, "complete(token, 0) gave the slot back")
             assertEquals(before, GeneratedCalls.count(), "a standard call took the generated path")
             // A malformed token: the direct call's own error, the generated call's exception, never a
             // second call; a status that is not one: the generated call (it validates), counted.
