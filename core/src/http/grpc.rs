@@ -33,7 +33,15 @@ pub(super) fn as_http(req: &RequestInfo) -> Cow<'_, RequestInfo> {
         http.route = Some(http.path.clone());
     }
     http.peer = req.peer.as_deref().and_then(peer_address);
+    // Binary metadata (`-bin` keys) is no header the rules read: a binding that
+    // cannot pass it as text leaves it out, and one that can gets the same answer.
+    http.headers.retain(|(name, _)| !is_binary(name));
     Cow::Owned(http)
+}
+
+/// A binary metadata key (`…-bin`, any case): its values are bytes, not text.
+fn is_binary(name: &str) -> bool {
+    name.len() >= 4 && name.as_bytes()[name.len() - 4..].eq_ignore_ascii_case(b"-bin")
 }
 
 /// The address in a gRPC library's peer string, `None` for a Unix socket
@@ -174,6 +182,12 @@ mod tests {
             method: "GET".into(),
             path: "pkg.Service/Method".into(),
             peer: Some("ipv4:10.0.0.1:5".into()),
+            headers: vec![
+                ("x-user".into(), "ann".into()),
+                ("x-trace-bin".into(), "AAEC".into()),
+                ("X-Sig-BIN".into(), "AQ==".into()),
+                ("x-é".into(), "1".into()),
+            ],
             ..RequestInfo::default()
         };
         let http = as_http(&call);
@@ -181,6 +195,8 @@ mod tests {
         assert_eq!(http.path, "/pkg.Service/Method");
         assert_eq!(http.route.as_deref(), Some("/pkg.Service/Method"));
         assert_eq!(http.peer.as_deref(), Some("10.0.0.1:5"));
+        let kept: Vec<&str> = http.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(kept, ["x-user", "x-é"]);
         let plain = RequestInfo::default();
         assert!(matches!(as_http(&plain), Cow::Borrowed(_)));
     }
