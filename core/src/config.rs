@@ -197,12 +197,59 @@ impl LimiterConfig {
 }
 
 /// The engine and the HTTP rules of a binding's options object, in that
-/// language's [`Naming`] ([`Limiter::build`](crate::Limiter::build)).
-pub(crate) fn build(naming: Naming, options: &Value) -> Result<(Engine, HttpRules)> {
+/// language's [`Naming`] ([`Limiter::build`](crate::Limiter::build)), and
+/// how often to poll its rules file for a reload (`watch`).
+pub(crate) fn build(naming: Naming, options: &Value) -> Result<(Engine, HttpRules, Option<Duration>)> {
     as_written(naming, options, || {
         let resolved = Resolved::resolve(naming, options, &process_env)?;
-        Ok((Engine::new(resolved.config)?, resolved.rules))
+        let watch = resolved.watch;
+        Ok((Engine::new(resolved.config)?, resolved.rules, watch))
     })
+}
+
+/// The configuration and HTTP rules of a binding's options object, read
+/// again (the rules file, `${NAME}` from the environment) for a reload.
+pub(crate) fn resolve(naming: Naming, options: &Value) -> Result<(LimiterConfig, HttpRules)> {
+    as_written(naming, options, || {
+        let resolved = Resolved::resolve(naming, options, &process_env)?;
+        Ok((resolved.config, resolved.rules))
+    })
+}
+
+/// The configuration and HTTP rules of a parsed rules document, for a reload.
+pub(crate) fn resolve_document(value: &Value) -> Result<(LimiterConfig, HttpRules)> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
+    let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
+    Ok((resolved.config, resolved.rules))
+}
+
+/// The poll interval of `watch`: `true` 1s, a duration, `false` (or absent) none.
+fn watch_interval(value: Option<Value>, rules_file: bool) -> Result<Option<Duration>> {
+    let interval = match value {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(None),
+        Some(Value::Bool(true)) => Duration::from_secs(1),
+        Some(Value::String(text)) => match crate::duration::parse_duration_ms(&text) {
+            Some(ms) if (1..=1 << 40).contains(&ms) => Duration::from_millis(ms),
+            _ => {
+                return Err(Error::config(
+                    "watch",
+                    Value::String(text),
+                    "is not true, false or a duration (\"1s\", \"250ms\")",
+                ))
+            }
+        },
+        Some(other) => return Err(Error::config("watch", other, "is not true, false or a duration")),
+    };
+    if !rules_file {
+        return Err(Error::config(
+            "watch",
+            "true",
+            "needs rules_file: only a rules file can change under a running limiter",
+        ));
+    }
+    Ok(Some(interval))
 }
 
 /// The engine and the HTTP rules of a parsed rules document
@@ -214,6 +261,7 @@ pub(crate) fn from_document(value: &Value) -> Result<(Engine, HttpRules)> {
     let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
     Ok((Engine::new(resolved.config)?, resolved.rules))
 }
+
 
 /// The configuration a limiter would be built from, in canonical form: every
 /// option under its rules-file name with its effective value (defaults
@@ -268,6 +316,8 @@ enum Origin {
 struct Resolved {
     config: LimiterConfig,
     rules: HttpRules,
+    /// `watch`: how often to poll the rules file for a reload.
+    watch: Option<Duration>,
     /// The HTTP fields as given (with the shorthand's rule), for `describe`.
     http: Map<String, Value>,
 }
@@ -275,6 +325,14 @@ struct Resolved {
 impl Resolved {
     fn resolve(naming: Naming, options: &Value, lookup: Lookup<'_>) -> Result<Resolved> {
         let mut opts = canonical(naming, options)?;
+        let watch = watch_interval(opts.remove("watch"), opts.contains_key("rules_file"))?;
+        let mut resolved = Resolved::resolve_options(opts, lookup)?;
+        resolved.watch = watch;
+        Ok(resolved)
+    }
+
+    /// [`Resolved::resolve`] of canonical options (no `watch`).
+    fn resolve_options(mut opts: Map<String, Value>, lookup: Lookup<'_>) -> Result<Resolved> {
         let document = match (opts.remove("rules"), opts.remove("rules_file")) {
             (Some(_), Some(_)) => {
                 return Err(Error::config("rules_file", "", "cannot be given together with rules"));
@@ -409,7 +467,12 @@ impl Resolved {
                  and no allowlist or denylist entry is a key:…: the function would be ignored",
             ));
         }
-        Ok(Resolved { config, rules, http })
+        Ok(Resolved {
+            config,
+            rules,
+            http,
+            watch: None,
+        })
     }
 
     fn describe(&self) -> Value {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -22,11 +23,37 @@ const LATENCY_BUCKETS: [f64; 12] = [
 /// counts under labels already seen is looked up by `&str`, allocating nothing.
 type RequestCounts = BTreeMap<String, BTreeMap<String, BTreeMap<(&'static str, &'static str), u64>>>;
 
-/// Counters of one limiter.
-#[derive(Default)]
+/// One policy's checks outside the HTTP layer: [source][allowed] → count.
+type PolicyCounts = [[AtomicU64; 2]; SOURCES.len()];
+
+/// Counters of one limiter's policies, on the limiter's registry
+/// ([`Registry`], shared by every set of policies a reload gives it).
 pub(crate) struct Metrics {
-    /// Per policy, lock-free: [source][allowed] → count (checks outside the HTTP layer).
-    per_policy: Vec<(String, [[AtomicU64; 2]; SOURCES.len()])>,
+    /// Per policy, lock-free (checks outside the HTTP layer).
+    per_policy: Vec<(String, Arc<PolicyCounts>)>,
+    /// Per policy: checks the blocked-key cache answered.
+    block_cache_hits: Vec<Arc<AtomicU64>>,
+    registry: Arc<Registry>,
+}
+
+impl std::ops::Deref for Metrics {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+/// The counters of one limiter that outlive a reload.
+#[derive(Default)]
+pub(crate) struct Registry {
+    /// Every policy's counters, by name: a reload that keeps a policy keeps them.
+    by_name: Mutex<BTreeMap<String, (Arc<PolicyCounts>, Arc<AtomicU64>)>>,
+    /// Reloads: [failed, succeeded].
+    reloads: [AtomicU64; 2],
+    /// Whether the limiter can reload (built from options or a rules file):
+    /// then `polylimit_config_reloads_total` is rendered.
+    reloadable: std::sync::atomic::AtomicBool,
     /// (policy, route, decision, source) → count, for the HTTP layer.
     requests: Mutex<RequestCounts>,
     /// policy → route → count.
@@ -35,21 +62,47 @@ pub(crate) struct Metrics {
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
-    /// Per policy: checks the blocked-key cache answered.
-    block_cache_hits: Vec<AtomicU64>,
+}
+
+impl Registry {
+    /// Counts a reload of the limiter's configuration (`polylimit_config_reloads_total`).
+    pub fn reload(&self, ok: bool) {
+        self.reloads[ok as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Marks the limiter as one that can reload.
+    pub fn set_reloadable(&self) {
+        self.reloadable.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
     pub fn new<'a>(policies: impl IntoIterator<Item = &'a str>) -> Metrics {
-        let per_policy: Vec<_> = policies
+        Metrics::on(Arc::default(), policies)
+    }
+
+    /// The counters of `policies` on `registry`: a policy's name already
+    /// counted there keeps its counts.
+    pub fn on<'a>(registry: Arc<Registry>, policies: impl IntoIterator<Item = &'a str>) -> Metrics {
+        let mut by_name = registry.by_name.lock();
+        let (per_policy, block_cache_hits) = policies
             .into_iter()
-            .map(|p| (p.to_string(), Default::default()))
-            .collect();
+            .map(|p| {
+                let (counts, hits) = by_name.entry(p.to_string()).or_default();
+                ((p.to_string(), counts.clone()), hits.clone())
+            })
+            .unzip();
+        drop(by_name);
         Metrics {
-            block_cache_hits: per_policy.iter().map(|_| AtomicU64::new(0)).collect(),
             per_policy,
-            ..Default::default()
+            block_cache_hits,
+            registry,
         }
+    }
+
+    /// The same registry's counters of `policies` (a reload's).
+    pub fn for_policies<'a>(&self, policies: impl IntoIterator<Item = &'a str>) -> Metrics {
+        Metrics::on(self.registry.clone(), policies)
     }
 
     /// Counts a decision of the policy at `index`.
@@ -127,7 +180,7 @@ impl Metrics {
             "# HELP polylimit_requests_total Rate limit decisions.\n# TYPE polylimit_requests_total counter"
         );
         for (policy, counts) in &self.per_policy {
-            for (source, by_verdict) in SOURCES.iter().zip(counts) {
+            for (source, by_verdict) in SOURCES.iter().zip(counts.iter()) {
                 for (verdict, n) in ["denied", "allowed"].iter().zip(by_verdict) {
                     let n = n.load(Ordering::Relaxed);
                     if n > 0 {
@@ -183,6 +236,16 @@ impl Metrics {
             self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9
         );
         let _ = writeln!(out, "polylimit_store_latency_seconds_count {count}");
+        if self.reloadable.load(Ordering::Relaxed) {
+            let _ = writeln!(out, "# HELP polylimit_config_reloads_total Reloads of the limiter's configuration, by result.\n# TYPE polylimit_config_reloads_total counter");
+            for (result, n) in ["error", "ok"].iter().zip(&self.reloads) {
+                let _ = writeln!(
+                    out,
+                    "polylimit_config_reloads_total{{result=\"{result}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
         if let Some(state) = breaker {
             let _ = writeln!(out, "# HELP polylimit_breaker_state Store circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE polylimit_breaker_state gauge");
             let _ = writeln!(out, "polylimit_breaker_state {}", state as u8);

@@ -291,11 +291,11 @@ impl Engine {
                 let now = spec.now_ms.unwrap_or_else(process_now_ms);
                 let until = (ttl_ms > 0).then(|| now + ttl_ms);
                 let memory = self.memory_store();
-                let slot = i as u32;
+                let slot = self.records_slot(i);
                 memory
                     .overrides
                     .set(slot, key, params.clone(), until.unwrap_or(i64::MAX), now, || {
-                        memory.reset(slot | OVERRIDE_SLOT, key)
+                        memory.reset(slot | OVERRIDE_SLOT, slot | OVERRIDE_SLOT, key)
                     })?;
                 Ok(self.override_of(i, key, &params, until))
             }
@@ -329,7 +329,7 @@ impl Engine {
                 Ok(self
                     .memory_store()
                     .overrides
-                    .get(i as u32, key, now)
+                    .get(self.records_slot(i), key, now)
                     .map(|(params, until)| self.override_of(i, key, &params, (until != i64::MAX).then_some(until))))
             }
             Some(redis) => {
@@ -361,10 +361,10 @@ impl Engine {
         match self.redis_store() {
             None => {
                 let memory = self.memory_store();
-                let slot = i as u32;
+                let slot = self.records_slot(i);
                 Ok(memory
                     .overrides
-                    .remove(slot, key, process_now_ms(), || memory.reset(slot | OVERRIDE_SLOT, key)))
+                    .remove(slot, key, process_now_ms(), || memory.reset(slot | OVERRIDE_SLOT, slot | OVERRIDE_SLOT, key)))
             }
             Some(redis) => {
                 let keys = self.override_keys(i, key);

@@ -17,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::policy::{check_name, Policy, MAX_COST};
 use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
-use crate::store::keys::{key_head, store_key};
+use crate::store::keys::{fingerprint, key_head, state_head, store_key};
 use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
 use crate::store::overrides::Charged;
 use crate::store::redis::{ChargedGroups, KeyLayout, RedisCheck, RedisStore, Timeouts};
@@ -138,12 +138,36 @@ fn whole(value: &Value) -> Option<i64> {
     (f.fract() == 0.0 && f.abs() <= EXACT).then_some(f as i64)
 }
 
-/// A policy ready to run: its numbers and the head of its store keys.
+/// A policy ready to run: its numbers and the heads of its store keys.
 struct Compiled {
     policy: Policy,
     params: Params,
     penalty: Option<PenaltyParams>,
+    /// The head of its per-key records (override, penalty, adaptive).
     key_head: String,
+    /// The head of its state keys: `key_head` with the fingerprint of the
+    /// numbers the state is measured in (`store::keys`).
+    state_head: String,
+    /// The memory store's slot of its state (one per `state_head`, so a
+    /// reload that keeps the numbers keeps the state).
+    slot: u32,
+    /// The memory store's slot of its records (one per `key_head`).
+    records: u32,
+}
+
+/// The memory store's slot numbers, one per store key head, kept by every
+/// engine a reload makes from this one: the same head is the same state in
+/// both stores.
+#[derive(Default)]
+pub(crate) struct Slots(parking_lot::Mutex<std::collections::HashMap<String, u32>>);
+
+impl Slots {
+    /// The slot of `head`, numbered on first use.
+    fn of(&self, head: &str) -> u32 {
+        let mut map = self.0.lock();
+        let next = map.len() as u32;
+        *map.entry(head.to_string()).or_insert(next)
+    }
 }
 
 enum Backend {
@@ -153,12 +177,19 @@ enum Backend {
 
 struct Inner {
     policies: Vec<Compiled>,
-    backend: Backend,
+    /// What follows up to `background`, and `alerts`, is the limiter's own:
+    /// shared by every engine a reload makes from this one.
+    backend: Arc<Backend>,
     /// The memory store; for Redis, the `local` fallback.
-    memory: MemoryStore,
-    resilience: Resilience,
-    closed: AtomicBool,
+    memory: Arc<MemoryStore>,
+    resilience: Arc<Resilience>,
+    closed: Arc<AtomicBool>,
+    /// Per-policy counters of these policies, on the limiter's registry.
     metrics: Metrics,
+    /// The memory store's slots of every head the limiter has used.
+    slots: Arc<Slots>,
+    /// The settings it was built with (no policies): those a reload cannot change.
+    settings: Arc<LimiterConfig>,
     /// Checks read per-key overrides ([`LimiterConfig::overrides`]).
     overrides: bool,
     /// The blocked-key cache (`block_cache`), on Redis stores.
@@ -183,6 +214,52 @@ struct Inner {
 #[derive(Clone)]
 pub(crate) struct Engine {
     inner: Arc<Inner>,
+}
+
+/// Fails unless `policies` is a non-empty list of well-named, distinct policies.
+fn check_policies(policies: &[Policy]) -> Result<()> {
+    if policies.is_empty() {
+        return Err(Error::config("policies", "[]", "is empty"));
+    }
+    for (i, p) in policies.iter().enumerate() {
+        check_name(&format!("policies[{i}].name"), p.name())?;
+        if policies[..i].iter().any(|q| q.name() == p.name()) {
+            return Err(Error::config(
+                "policies",
+                format!("{:?}", p.name()),
+                "names two policies the same",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Policies ready to run, their keys under `prefix`, their memory slots from
+/// `slots`; `shares[i]`, when given, is the policy `i` runs on (its region's share).
+fn compile(policies: Vec<Policy>, prefix: &str, slots: &Slots, mut shares: Vec<Option<Policy>>) -> Vec<Compiled> {
+    policies
+        .into_iter()
+        .enumerate()
+        .map(|(i, policy)| {
+            let params = match shares.get_mut(i).and_then(Option::take) {
+                Some(share) => Params::new(&share),
+                None => Params::new(&policy),
+            };
+            let key_head = key_head(prefix, params.kind, policy.name());
+            let fingerprint = fingerprint(params.kind, params.period, params.count);
+            let state_head = state_head(prefix, params.kind, policy.name(), &fingerprint);
+            let penalty = policy.penalty().map(PenaltyParams::new);
+            Compiled {
+                policy,
+                params,
+                penalty,
+                slot: slots.of(&state_head),
+                records: slots.of(&key_head),
+                key_head,
+                state_head,
+            }
+        })
+        .collect()
 }
 
 /// The process clock in ms since the epoch.
@@ -236,24 +313,12 @@ impl Engine {
     /// [`Engine::new`] sending its alerts to `alerts` (a lender: its
     /// borrower's sinks, SPEC §13).
     pub(crate) fn with_alerts(mut config: LimiterConfig, alerts: Arc<crate::anomaly::Alerts>) -> Result<Engine> {
-        if config.policies.is_empty() {
-            return Err(Error::config("policies", "[]", "is empty"));
-        }
+        check_policies(&config.policies)?;
         // With regions: the local region's store, each policy run on its share.
-        let (regions, mut shares) = match region::Regions::build(&mut config, &alerts)? {
+        let (regions, shares) = match region::Regions::build(&mut config, &alerts)? {
             Some((regions, shares)) => (Some(regions), shares.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
-        for (i, p) in config.policies.iter().enumerate() {
-            check_name(&format!("policies[{i}].name"), p.name())?;
-            if config.policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(Error::config(
-                    "policies",
-                    format!("{:?}", p.name()),
-                    "names two policies the same",
-                ));
-            }
-        }
         if config.prefix.is_empty() || config.prefix.contains(['{', '}']) {
             return Err(Error::config(
                 "prefix",
@@ -292,48 +357,161 @@ impl Engine {
                     "is not \"memory\", \"redis://…\", \"rediss://…\", \"redis+cluster://…\" or \"redis+sentinel://…\"",
                 )),
             };
-        let policies = config
-            .policies
-            .into_iter()
-            .enumerate()
-            .map(|(i, policy)| {
-                let params = match shares.get_mut(i).and_then(Option::take) {
-                    Some(share) => Params::new(&share),
-                    None => Params::new(&policy),
-                };
-                let key_head = key_head(&config.prefix, params.kind, policy.name());
-                let penalty = policy.penalty().map(PenaltyParams::new);
-                Compiled {
-                    policy,
-                    params,
-                    penalty,
-                    key_head,
-                }
-            })
-            .collect::<Vec<_>>();
+        let slots = Arc::new(Slots::default());
+        let policies = compile(std::mem::take(&mut config.policies), &config.prefix, &slots, shares);
         let metrics = Metrics::new(policies.iter().map(|c| c.policy.name()));
-        let block_cache = (config.block_cache > 0 && matches!(backend, Backend::Redis(_)))
-            .then(|| BlockCache::new(policies.len(), config.block_cache));
-        let ignored_overrides = (!config.overrides && matches!(backend, Backend::Redis(_)))
-            .then(|| crate::store::overrides::IgnoredOverrides::new(policies.len()));
-        Ok(Engine {
+        Ok(Engine::assemble(
+            policies,
+            Arc::new(backend),
+            Arc::new(MemoryStore::new(config.max_keys)),
+            Arc::new(Resilience::new(config.breaker)),
+            Arc::default(),
+            metrics,
+            slots,
+            Arc::new(config),
+            regions,
+            alerts,
+            Arc::default(),
+        ))
+    }
+
+    /// An engine of `policies` on the limiter's own parts.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        policies: Vec<Compiled>,
+        backend: Arc<Backend>,
+        memory: Arc<MemoryStore>,
+        resilience: Arc<Resilience>,
+        closed: Arc<AtomicBool>,
+        metrics: Metrics,
+        slots: Arc<Slots>,
+        settings: Arc<LimiterConfig>,
+        regions: Option<region::Regions>,
+        alerts: Arc<crate::anomaly::Alerts>,
+        background: Arc<crate::background::Background>,
+    ) -> Engine {
+        let redis = matches!(*backend, Backend::Redis(_));
+        let block_cache =
+            (settings.block_cache > 0 && redis).then(|| BlockCache::new(policies.len(), settings.block_cache));
+        let ignored_overrides =
+            (!settings.overrides && redis).then(|| crate::store::overrides::IgnoredOverrides::new(policies.len()));
+        Engine {
             inner: Arc::new(Inner {
                 policies,
                 backend,
-                memory: MemoryStore::new(config.max_keys),
-                resilience: Resilience::new(config.breaker),
-                closed: AtomicBool::new(false),
+                memory,
+                resilience,
+                closed,
                 metrics,
-                overrides: config.overrides,
+                slots,
+                overrides: settings.overrides,
                 block_cache,
-                sync: synced::SyncCache::new(config.max_keys),
+                sync: synced::SyncCache::new(settings.max_keys),
                 regions,
                 ignored_overrides,
                 alerts,
-                timeout: config.timeout,
-                background: Arc::default(),
+                timeout: settings.timeout,
+                background,
+                settings,
             }),
-        })
+        }
+    }
+
+    /// The engine of a reload: `config`'s policies on this engine's store,
+    /// fallback, breaker, metrics, alerts and background work. The state of
+    /// a policy whose state heads are unchanged is kept (`store::keys`).
+    /// `config`'s other settings must be this engine's: one that differs is
+    /// a config error naming it (it needs a restart). The blocked-key cache
+    /// and `sync` credit start empty (a cached denial may be one the new
+    /// numbers would not make).
+    pub(crate) fn reloaded(&self, mut config: LimiterConfig) -> Result<Engine> {
+        check_policies(&config.policies)?;
+        let old = &*self.inner.settings;
+        if old.regions.is_some() || config.regions.is_some() {
+            return Err(Error::config(
+                "regions",
+                "",
+                "cannot be reloaded: a multi-region limiter needs a restart to change",
+            ));
+        }
+        let fixed: [(&str, String, String); 11] = [
+            ("store", format!("{:?}", old.store), format!("{:?}", config.store)),
+            ("prefix", format!("{:?}", old.prefix), format!("{:?}", config.prefix)),
+            ("max_keys", old.max_keys.to_string(), config.max_keys.to_string()),
+            ("overrides", old.overrides.to_string(), config.overrides.to_string()),
+            ("timeout", format!("{:?}", old.timeout), format!("{:?}", config.timeout)),
+            (
+                "connect_timeout",
+                format!("{:?}", old.connect_timeout),
+                format!("{:?}", config.connect_timeout),
+            ),
+            (
+                "failure_threshold",
+                old.breaker.threshold.to_string(),
+                config.breaker.threshold.to_string(),
+            ),
+            (
+                "cooldown",
+                format!("{:?}", old.breaker.cooldown),
+                format!("{:?}", config.breaker.cooldown),
+            ),
+            (
+                "half_open_probes",
+                old.breaker.half_open_max.to_string(),
+                config.breaker.half_open_max.to_string(),
+            ),
+            ("tls_ca", format!("{:?}", old.tls_ca), format!("{:?}", config.tls_ca)),
+            ("block_cache", old.block_cache.to_string(), config.block_cache.to_string()),
+        ];
+        for (field, was, now) in fixed {
+            if was != now {
+                return Err(Error::config(
+                    field,
+                    now,
+                    format!("cannot change on reload (it is {was}): it needs a restart"),
+                ));
+            }
+        }
+        if old.anomaly_log != config.anomaly_log {
+            return Err(Error::config(
+                "anomaly_log",
+                config.anomaly_log,
+                "cannot change on reload: it needs a restart",
+            ));
+        }
+        let inner = &*self.inner;
+        let policies = compile(std::mem::take(&mut config.policies), &config.prefix, &inner.slots, Vec::new());
+        let metrics = inner.metrics.for_policies(policies.iter().map(|c| c.policy.name()));
+        Ok(Engine::assemble(
+            policies,
+            inner.backend.clone(),
+            inner.memory.clone(),
+            inner.resilience.clone(),
+            inner.closed.clone(),
+            metrics,
+            inner.slots.clone(),
+            inner.settings.clone(),
+            None,
+            inner.alerts.clone(),
+            inner.background.clone(),
+        ))
+    }
+
+    /// Whether `other` is an engine of the same limiter (this one, a clone,
+    /// or one a reload made from it).
+    pub(crate) fn same_limiter(&self, other: &Engine) -> bool {
+        Arc::ptr_eq(&self.inner.background, &other.inner.background)
+    }
+
+    /// The counters that outlive a reload.
+    pub(crate) fn metrics_registry(&self) -> &crate::metrics::Registry {
+        &self.inner.metrics
+    }
+
+    /// The memory store's slot of policy `i`'s records (its override,
+    /// penalty and adaptive records).
+    pub(crate) fn records_slot(&self, i: usize) -> u32 {
+        self.inner.policies[i].records
     }
 
     /// Whether `other` is this engine or a clone of it (the same limiter).
@@ -384,7 +562,7 @@ impl Engine {
     #[inline]
     pub(crate) fn check_one_now(&self, key: &str, options: CheckOptions) -> Option<Result<Decision>> {
         let inner = &*self.inner;
-        let (Backend::Memory, [compiled]) = (&inner.backend, inner.policies.as_slice()) else {
+        let (Backend::Memory, [compiled]) = (&*inner.backend, inner.policies.as_slice()) else {
             return None;
         };
         if compiled.penalty.is_some()
@@ -400,7 +578,8 @@ impl Engine {
         };
         let now = options.now_ms.unwrap_or_else(process_now_ms);
         let check = MemoryCheck {
-            slot: 0,
+            slot: compiled.slot,
+            records: compiled.records,
             params: &compiled.params,
             key,
             shadow: false,
@@ -448,7 +627,7 @@ impl Engine {
     }
 
     async fn decide_as(&self, targets: &[Target<'_>], options: CheckOptions, charge: bool) -> Result<CheckResult> {
-        if let Backend::Memory = self.inner.backend {
+        if let Backend::Memory = *self.inner.backend {
             return self.decide_local(targets, options, charge).await;
         }
         if let Some(notice) = &self.inner.ignored_overrides {
@@ -486,7 +665,7 @@ impl Engine {
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
-        match &inner.backend {
+        match &*inner.backend {
             Backend::Memory => {
                 let now = options.now_ms.unwrap_or_else(process_now_ms);
                 Ok(self.decide_memory(targets, now, cost, Source::Store, charge))
@@ -516,7 +695,7 @@ impl Engine {
         cost: i64,
         charge: bool,
     ) -> Result<CheckResult> {
-        match &self.inner.backend {
+        match &*self.inner.backend {
             Backend::Memory => Err(Error::Internal("an exact store decision on the memory store".into())),
             // Boxed: the Redis call's state machine is large, and every
             // future that awaits this one (the memory path's too) would
@@ -536,11 +715,12 @@ impl Engine {
                 .enumerate()
                 .map(|(n, &(i, key, shadow))| {
                     let compiled = &inner.policies[i];
-                    let (slot, params) = match view.params(i as u32, key, now) {
-                        Some(params) => (i as u32 | OVERRIDE_SLOT, params),
-                        None => (i as u32, &compiled.params),
+                    let (slot, params) = match view.params(compiled.records, key, now) {
+                        Some(params) => (compiled.records | OVERRIDE_SLOT, params),
+                        None => (compiled.slot, &compiled.params),
                     };
                     MemoryCheck {
+                        records: compiled.records,
                         slot,
                         params,
                         key,
@@ -564,7 +744,8 @@ impl Engine {
             if compiled.penalty.is_none() && compiled.params.adaptive.is_none() {
                 // One key, charged, no penalty record: no vector of checks.
                 let check = MemoryCheck {
-                    slot: *i as u32,
+                    slot: compiled.slot,
+                    records: compiled.records,
                     params: &compiled.params,
                     key,
                     shadow: *shadow,
@@ -582,7 +763,8 @@ impl Engine {
             .map(|(n, &(i, key, shadow))| {
                 let compiled = &inner.policies[i];
                 MemoryCheck {
-                    slot: i as u32,
+                    slot: compiled.slot,
+                    records: compiled.records,
                     params: &compiled.params,
                     key,
                     shadow,
@@ -679,8 +861,13 @@ impl Engine {
     /// override's state keys, its adaptive record.
     fn store_keys(&self, i: usize, key: &str) -> Vec<String> {
         let compiled = &self.inner.policies[i];
-        let main = store_key(&compiled.key_head, key);
-        KeyLayout::new(&compiled.params, compiled.penalty.is_some(), self.inner.overrides).keys(main, &compiled.params)
+        let main = store_key(&compiled.state_head, key);
+        let records = store_key(&compiled.key_head, key);
+        KeyLayout::new(&compiled.params, compiled.penalty.is_some(), self.inner.overrides).keys(
+            main,
+            &records,
+            &compiled.params,
+        )
     }
 
     /// The override record of `key` under policy `i`, then the override's state keys.
@@ -721,7 +908,7 @@ impl Engine {
 
     /// The Redis store, if the limiter has one.
     pub(crate) fn redis_store(&self) -> Option<&RedisStore> {
-        match &self.inner.backend {
+        match &*self.inner.backend {
             Backend::Redis(redis) => Some(redis),
             Backend::Memory => None,
         }
@@ -815,7 +1002,7 @@ impl Engine {
         cost: i64,
     ) -> Result<Option<(i64, Verdict)>> {
         let inner = &*self.inner;
-        let Backend::Redis(redis) = &inner.backend else {
+        let Backend::Redis(redis) = &*inner.backend else {
             return Err(Error::Internal("a sync on the memory store".into()));
         };
         let compiled = &inner.policies[i];
@@ -873,7 +1060,7 @@ impl Engine {
         if let Some(&(i, _, _)) = targets.iter().find(|(i, _, _)| *i >= inner.policies.len()) {
             return Err(Error::Internal(format!("no policy at index {i}")));
         }
-        match &inner.backend {
+        match &*inner.backend {
             Backend::Memory => Ok(self.refund_memory(targets, now, cost)),
             Backend::Redis(redis) => {
                 let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
@@ -927,12 +1114,12 @@ impl Engine {
             self.block_cache_forget(lease.policy, &lease.key);
             if inner
                 .memory
-                .release(lease.policy as u32, &lease.key, &lease.id, local_now)
+                .release(self.inner.policies[lease.policy].slot, &lease.key, &lease.id, local_now)
             {
                 released += 1;
             }
         }
-        if let (Backend::Redis(redis), false) = (&inner.backend, leases.is_empty()) {
+        if let (Backend::Redis(redis), false) = (&*inner.backend, leases.is_empty()) {
             let keys: Vec<Vec<String>> = leases.iter().map(|l| self.store_keys(l.policy, &l.key)).collect();
             let checks: Vec<RedisCheck<'_>> = leases
                 .iter()
@@ -963,9 +1150,8 @@ impl Engine {
     pub(crate) fn release_local(&self, leases: &[Lease], now: Option<i64>) {
         let now = now.unwrap_or_else(process_now_ms);
         for lease in leases.iter().filter(|l| l.policy < self.inner.policies.len()) {
-            self.inner
-                .memory
-                .release(lease.policy as u32, &lease.key, &lease.id, now);
+            let slot = self.inner.policies[lease.policy].slot;
+            self.inner.memory.release(slot, &lease.key, &lease.id, now);
         }
     }
 
@@ -981,16 +1167,19 @@ impl Engine {
             .filter_map(|&(i, key, charged)| {
                 let overridden = match charged {
                     Charged::Base => None,
-                    Charged::Now | Charged::Override => view.as_ref().and_then(|v| v.params(i as u32, key, now)),
+                    Charged::Now | Charged::Override => {
+                        view.as_ref().and_then(|v| v.params(inner.policies[i].records, key, now))
+                    }
                 };
                 let (slot, params) = match (overridden, charged) {
-                    (Some(params), _) => (i as u32 | OVERRIDE_SLOT, params),
+                    (Some(params), _) => (inner.policies[i].records | OVERRIDE_SLOT, params),
                     // Charged under an override that is gone: nothing to give back.
                     (None, Charged::Override) => return None,
-                    (None, _) => (i as u32, &inner.policies[i].params),
+                    (None, _) => (inner.policies[i].slot, &inner.policies[i].params),
                 };
                 Some(MemoryCheck {
                     slot,
+                    records: inner.policies[i].records,
                     params,
                     key,
                     shadow: false,
@@ -1008,7 +1197,7 @@ impl Engine {
     /// failure is metered.
     pub(crate) async fn refund_guarded(&self, targets: &[(usize, &str, Charged)], now: i64, cost: i64) -> usize {
         let inner = &*self.inner;
-        if let Backend::Memory = inner.backend {
+        if let Backend::Memory = *inner.backend {
             return self.refund_memory(targets, now, cost);
         }
         if let Some(regions) = &inner.regions {
@@ -1069,10 +1258,12 @@ impl Engine {
         inner.sync.forget(targets);
         for &(i, key) in targets {
             self.block_cache_forget(i, key);
-            inner.memory.reset(i as u32, key);
-            inner.memory.reset(i as u32 | OVERRIDE_SLOT, key);
+            let compiled = &inner.policies[i];
+            inner.memory.reset(compiled.slot, compiled.records, key);
+            let overridden = compiled.records | OVERRIDE_SLOT;
+            inner.memory.reset(overridden, overridden, key);
         }
-        if let Backend::Redis(redis) = &inner.backend {
+        if let Backend::Redis(redis) = &*inner.backend {
             // The state, not an override: that is removed by remove_override.
             let record = crate::store::overrides::RECORD_SUFFIX;
             let keys: Vec<String> = targets
@@ -1112,7 +1303,7 @@ impl Engine {
 
     /// The store's breaker state (`Closed` for the memory store).
     pub(crate) fn breaker_state(&self) -> BreakerState {
-        match self.inner.backend {
+        match *self.inner.backend {
             Backend::Memory => BreakerState::Closed,
             Backend::Redis(_) => self.inner.resilience.state(),
         }
@@ -1125,7 +1316,7 @@ impl Engine {
 
     /// Metrics in Prometheus text format.
     pub(crate) fn metrics_text(&self) -> String {
-        let breaker = matches!(self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
+        let breaker = matches!(*self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
         let mut text = self.inner.metrics.render(breaker);
         if let Some(cache) = &self.inner.block_cache {
             self.inner
@@ -1294,7 +1485,7 @@ impl RefundProbe {
     /// Runs `hook` between the peek and the charge pass of every cross-slot
     /// decision (Redis stores only).
     pub fn between_slot_passes(&self, hook: Option<Arc<dyn Fn() + Send + Sync>>) {
-        if let Backend::Redis(redis) = &self.engine.inner.backend {
+        if let Backend::Redis(redis) = &*self.engine.inner.backend {
             redis.set_between_passes(hook);
         }
     }

@@ -68,7 +68,7 @@
 //!
 //! `key` is the target's key with `%` and `;` percent-escaped.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -431,9 +431,13 @@ const TOKEN_SHARDS: usize = 16;
 /// bounded, forgetting its lowest (oldest) nonce when full: a caller that
 /// never completes cannot grow memory, and a forgotten token only loses its
 /// refund (the charge stays: never an over-admission).
+///
+/// Each token keeps the engine that decided its request: a completion after
+/// a reload gives back to the state the request charged, under the numbers
+/// it was charged with (`Limiter::reload`).
 pub(crate) struct Tokens {
     next: AtomicU64,
-    shards: [Mutex<BTreeSet<u64>>; TOKEN_SHARDS],
+    shards: [Mutex<BTreeMap<u64, Option<Engine>>>; TOKEN_SHARDS],
 }
 
 impl Default for Tokens {
@@ -445,26 +449,39 @@ impl Default for Tokens {
         }
         Tokens {
             next: AtomicU64::new(u64::from_le_bytes(seed) >> 2),
-            shards: std::array::from_fn(|_| Mutex::new(BTreeSet::new())),
+            shards: std::array::from_fn(|_| Mutex::new(BTreeMap::new())),
         }
     }
 }
 
 impl Tokens {
     /// A new outstanding token's nonce.
-    pub(crate) fn issue(&self) -> u64 {
+    #[cfg(test)]
+    fn issue(&self) -> u64 {
+        self.issue_for(None)
+    }
+
+    /// A new outstanding token's nonce, of a request `engine` decided.
+    fn issue_for(&self, engine: Option<Engine>) -> u64 {
         let nonce = self.next.fetch_add(1, Ordering::Relaxed);
         let mut shard = self.shards[nonce as usize % TOKEN_SHARDS].lock();
         if shard.len() >= MAX_OUTSTANDING / TOKEN_SHARDS {
             shard.pop_first();
         }
-        shard.insert(nonce);
+        shard.insert(nonce, engine);
         nonce
     }
 
     /// Takes the token `nonce` out: true if it was outstanding (its first
     /// completion), false otherwise (completed, forgotten, or not ours).
-    pub(crate) fn take(&self, nonce: u64) -> bool {
+    #[cfg(test)]
+    fn take(&self, nonce: u64) -> bool {
+        self.take_engine(nonce).is_some()
+    }
+
+    /// Takes the token `nonce` out: `Some` (with the engine that decided
+    /// it) if it was outstanding, `None` otherwise.
+    fn take_engine(&self, nonce: u64) -> Option<Option<Engine>> {
         self.shards[nonce as usize % TOKEN_SHARDS].lock().remove(&nonce)
     }
 
@@ -476,16 +493,22 @@ impl Tokens {
 
     /// The token of an allowed request's outcome ([`Completion::of`]),
     /// registered as outstanding; `None` when it has nothing to complete.
-    pub(crate) fn token(&self, completion: Option<Completion>) -> Option<String> {
+    pub(crate) fn token(&self, completion: Option<Completion>, engine: &Engine) -> Option<String> {
         let mut completion = completion?;
-        completion.nonce = self.issue();
+        completion.nonce = self.issue_for(Some(engine.clone()));
         Some(completion.encode())
     }
 
     /// [`Limiter::complete`](crate::Limiter::complete) of a token this
     /// registry gave out, on `engine`.
-    pub(crate) async fn complete(&self, engine: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
+    pub(crate) async fn complete(&self, current: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
         let completion = Completion::decode(token)?;
+        // The first completion takes the token; a later one gives nothing back.
+        let taken = self.take_engine(completion.nonce);
+        let first = taken.is_some();
+        // The engine that decided it: its policies, under the numbers it charged.
+        let decided = taken.flatten().filter(|e| e.same_limiter(current));
+        let engine = decided.as_ref().unwrap_or(current);
         // A gRPC call ends with a status code (0 is OK), counted as its HTTP status.
         let status = if completion.grpc {
             super::grpc::counted_status(status)
@@ -504,8 +527,6 @@ impl Tokens {
                 "names a policy this limiter does not have (a token of another limiter?)",
             ));
         }
-        // The first completion takes the token; a later one gives nothing back.
-        let first = self.take(completion.nonce);
         let refund = |local: bool| -> Vec<(usize, &str, Charged)> {
             completion
                 .charges

@@ -186,7 +186,7 @@ pub(super) fn outcome(
             charges,
             result.leases.clone(),
             req.grpc,
-        ));
+        ), engine);
     }
     outcome.decisions = decisions;
     outcome.leases = result.leases;

@@ -33,6 +33,15 @@ impl Requests {
         }
     }
 
+    /// The same HTTP side with other `rules` (a reload's): the completion
+    /// tokens given out stay outstanding.
+    pub(crate) fn with_rules(&self, rules: Option<HttpRules>) -> Requests {
+        Requests {
+            rules: rules.map(Arc::new),
+            tokens: self.tokens.clone(),
+        }
+    }
+
     /// [`Limiter::check_request`](crate::Limiter::check_request) on `engine`.
     pub(crate) async fn check(&self, engine: &Engine, req: &RequestInfo) -> Result<Outcome> {
         let rules = self.rules_file()?;
@@ -61,6 +70,7 @@ impl Requests {
     /// [`Limiter::check_route`](crate::Limiter::check_route) on `engine`.
     pub(crate) async fn check_route(&self, engine: &Engine, req: &RequestInfo, rule: &RouteRule) -> Result<Outcome> {
         let rule = rule.rule_of(engine)?;
+        let rule: &Rule = &rule;
         match self.rules.as_deref() {
             Some(rules) => self.decide(engine, rules, std::slice::from_ref(rule), req, true).await,
             None => {

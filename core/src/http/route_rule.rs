@@ -22,6 +22,8 @@ pub struct RouteRule {
     rule: Rule,
     /// The limiter whose policy indices `rule` holds.
     owner: Engine,
+    /// It limits by every policy (no `policy` was named).
+    every: bool,
 }
 
 impl std::fmt::Debug for RouteRule {
@@ -89,6 +91,7 @@ impl RouteRule {
                 count: completion::Count::All,
             },
             owner: engine.clone(),
+            every: policy.is_none(),
         })
     }
 
@@ -106,10 +109,39 @@ impl RouteRule {
     }
 
     /// The rule, when `engine` built it (else a config error naming `rule`).
-    pub(super) fn rule_of(&self, engine: &Engine) -> Result<&Rule> {
-        if !self.owner.same(engine) {
+    /// After a reload of its limiter, the rule names the reloaded policies
+    /// (by name; every policy when it named none): a middleware's per-route
+    /// limits follow a reload. A policy a reload removed is a config error
+    /// naming `policy`.
+    pub(super) fn rule_of(&self, engine: &Engine) -> Result<std::borrow::Cow<'_, Rule>> {
+        if self.owner.same(engine) {
+            return Ok(std::borrow::Cow::Borrowed(&self.rule));
+        }
+        if !self.owner.same_limiter(engine) {
             return Err(Error::config("rule", "", "was built by another limiter"));
         }
-        Ok(&self.rule)
+        let Target::Policies(indices) = &self.rule.target else {
+            return Ok(std::borrow::Cow::Borrowed(&self.rule));
+        };
+        let policies = if self.every {
+            (0..engine.policies().count()).collect()
+        } else {
+            indices
+                .iter()
+                .map(|&i| {
+                    let name = self.owner.policy_at(i).name();
+                    engine.policies().position(|p| p.name() == name).ok_or_else(|| {
+                        Error::config(
+                            "policy",
+                            format!("{name:?}"),
+                            "is no longer a policy of this limiter (a reload removed it)",
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        let mut rule = self.rule.clone();
+        rule.target = Target::Policies(policies);
+        Ok(std::borrow::Cow::Owned(rule))
     }
 }

@@ -13,23 +13,23 @@ impl Limiter {
     /// instead of the policy's, by every process on the store, until removed
     /// or until its TTL ends. Bad input is an error naming the field.
     pub async fn set_override(&self, key: &str, spec: &OverrideSpec) -> Result<Override> {
-        self.engine.set_override(key, spec).await
+        self.engine().set_override(key, spec).await
     }
 
     /// The override in force for `key` under `policy` (`None`: the limiter's
     /// only policy) at `now_ms` (`None`: the store's clock).
     pub async fn get_override(&self, key: &str, policy: Option<&str>, now_ms: Option<i64>) -> Result<Option<Override>> {
-        self.engine.get_override(key, policy, now_ms).await
+        self.engine().get_override(key, policy, now_ms).await
     }
 
     /// Removes the override of `key` under `policy`; whether one was in force.
     pub async fn remove_override(&self, key: &str, policy: Option<&str>) -> Result<bool> {
-        self.engine.remove_override(key, policy).await
+        self.engine().remove_override(key, policy).await
     }
 
     /// The store's breaker state (`Closed` for the memory store).
     pub fn breaker_state(&self) -> BreakerState {
-        self.engine.breaker_state()
+        self.engine().breaker_state()
     }
 
     /// For tests: the store's circuit breaker reads the time from `clock`
@@ -38,12 +38,12 @@ impl Limiter {
     /// first check; clones of this limiter share it.
     #[doc(hidden)]
     pub fn set_breaker_clock(&self, clock: Arc<dyn Clock>) {
-        self.engine.set_breaker_clock(clock)
+        self.engine().set_breaker_clock(clock)
     }
 
     /// Metrics in Prometheus text format.
     pub fn metrics_text(&self) -> String {
-        self.engine.metrics_text()
+        self.engine().metrics_text()
     }
 
     /// Sends every alert of the adaptive policies (a key became anomalous or
@@ -53,9 +53,9 @@ impl Limiter {
     /// counted, as are alerts dropped when 1024 are waiting.
     pub fn on_anomaly(&self, sink: Option<crate::adaptive::AnomalySink>) {
         let Some(sink) = sink else {
-            return self.engine.alerts().set_sink(None);
+            return self.engine().alerts().set_sink(None);
         };
-        let errors = self.engine.alerts().sink_error_counter();
+        let errors = self.engine().alerts().sink_error_counter();
         let counted = errors.clone();
         let deliver = move |event: crate::adaptive::AnomalyEvent| {
             let call = std::panic::AssertUnwindSafe(|| sink(&event));
@@ -63,13 +63,13 @@ impl Limiter {
                 counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        let background = Some(self.engine.background().clone());
+        let background = Some(self.engine().background().clone());
         match crate::adaptive::on_a_counted_thread("polylimit-alerts", deliver, errors, background) {
-            Ok(threaded) => self.engine.alerts().set_sink(Some(threaded)),
+            Ok(threaded) => self.engine().alerts().set_sink(Some(threaded)),
             // No thread to be had: no callback rather than one on the request's path.
             Err(_) => {
-                self.engine.alerts().count_sink_error();
-                self.engine.alerts().set_sink(None)
+                self.engine().alerts().count_sink_error();
+                self.engine().alerts().set_sink(None)
             }
         }
     }
@@ -80,7 +80,7 @@ impl Limiter {
     /// [`Limiter::on_anomaly`] sink. For tests and shutdown; checks never
     /// wait for it.
     pub async fn settled(&self) {
-        self.engine.settled().await
+        self.engine().settled().await
     }
 
     /// Sets the sink every alert goes to as it is, on the deciding task: for
@@ -88,23 +88,23 @@ impl Limiter {
     /// queue ([`crate::adaptive::on_a_thread`]) and never blocks.
     #[doc(hidden)]
     pub fn set_anomaly_sink(&self, sink: Option<crate::adaptive::AnomalySink>) {
-        self.engine.alerts().set_sink(sink);
+        self.engine().alerts().set_sink(sink);
     }
 
     /// Whether each alert also writes one JSON line to stderr (on by default).
     pub fn set_anomaly_log(&self, on: bool) {
-        self.engine.alerts().set_log(on);
+        self.engine().alerts().set_log(on);
     }
 
     /// Counts an alert callback that failed outside the core (a binding's
     /// exception), in `polylimit_anomaly_callback_errors_total`.
     pub fn count_anomaly_callback_error(&self) {
-        self.engine.alerts().count_sink_error();
+        self.engine().alerts().count_sink_error();
     }
 
     /// The counter behind `polylimit_anomaly_callback_errors_total`, for a
     /// binding's callback to add to without holding the limiter.
     pub fn anomaly_callback_errors(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
-        self.engine.alerts().sink_error_counter()
+        self.engine().alerts().sink_error_counter()
     }
 }

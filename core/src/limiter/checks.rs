@@ -14,18 +14,19 @@ impl Limiter {
 
     /// Checks `key` with options.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
-        if let Some(decision) = self.engine.check_one_now(key, options) {
+        let engine = self.engine();
+        if let Some(decision) = engine.check_one_now(key, options) {
             return decision;
         }
-        self.refuse_concurrency()?;
-        let result = self.check_all(key, options).await?;
+        super::concurrency::refuse_concurrency(&engine)?;
+        let result = engine.check_all(key, options).await?;
         Ok(result.decision())
     }
 
     /// Checks `key` against every policy in one atomic decision: allowed only
     /// if all allow, and then all are charged; otherwise none is.
     pub async fn check_all(&self, key: &str, options: CheckOptions) -> Result<CheckResult> {
-        self.engine.check_all(key, options).await
+        self.engine().check_all(key, options).await
     }
 
     /// Peeks `key` with cost 1 on the store's clock: the decision
@@ -38,11 +39,11 @@ impl Limiter {
     /// Peeks `key` with options (a cost, a time): the decision
     /// [`Limiter::check_with`] would return, charging nothing.
     pub async fn peek_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
-        Ok(self.engine.peek_all(key, options).await?.decision())
+        Ok(self.engine().peek_all(key, options).await?.decision())
     }
 
     /// Forgets `key` under every policy (in the store and the local fallback).
     pub async fn reset(&self, key: &str) -> Result<()> {
-        self.engine.reset(key).await
+        self.engine().reset(key).await
     }
 }

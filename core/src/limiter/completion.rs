@@ -17,6 +17,7 @@ impl Limiter {
     /// lease ends by its TTL, and the error is metered); fails on a token
     /// that is not one, or one naming a policy this limiter does not have.
     pub async fn complete(&self, token: &str, status: Option<u16>) -> Result<usize> {
-        self.http.complete(&self.engine, token, status).await
+        let live = self.live();
+        live.http.complete(&live.engine, token, status).await
     }
 }

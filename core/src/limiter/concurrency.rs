@@ -4,7 +4,7 @@
 //! [`Lease`]s, which [`Limiter::release`] gives back.
 
 use crate::decision::{Decision, Lease};
-use crate::engine::CheckOptions;
+use crate::engine::{CheckOptions, Engine};
 use crate::error::{Error, Result};
 use crate::policy::Algorithm;
 
@@ -16,7 +16,8 @@ use super::Limiter;
 /// [`LeaseGuard::release`] does it and reports how many were live.
 #[must_use = "dropping the guard releases its leases at once"]
 pub struct LeaseGuard {
-    limiter: Limiter,
+    /// The engine that took them (a reload since changes nothing for them).
+    engine: Engine,
     leases: Vec<Lease>,
 }
 
@@ -35,7 +36,7 @@ impl LeaseGuard {
     /// Releases the leases now; how many were still live.
     pub async fn release(mut self) -> Result<usize> {
         let leases = std::mem::take(&mut self.leases);
-        self.limiter.release(&leases).await
+        self.engine.release(&leases, None).await
     }
 
     /// The leases, no longer released by this guard: for a caller that
@@ -54,14 +55,14 @@ impl Drop for LeaseGuard {
         let leases = std::mem::take(&mut self.leases);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                let limiter = self.limiter.clone();
-                let running = limiter.engine.background().start();
+                let engine = self.engine.clone();
+                let running = engine.background().start();
                 runtime.spawn(async move {
                     let _running = running;
-                    let _ = limiter.release(&leases).await;
+                    let _ = engine.release(&leases, None).await;
                 });
             }
-            Err(_) => self.limiter.engine.release_local(&leases, None),
+            Err(_) => self.engine.release_local(&leases, None),
         }
     }
 }
@@ -92,10 +93,11 @@ impl Limiter {
     /// [`Limiter::acquire`] with options (`cost` slots; `now_ms` for tests
     /// and simulations: a lease taken at `now_ms` ends at `now_ms + lease`).
     pub async fn acquire_with(&self, key: &str, options: CheckOptions) -> Result<(Decision, Option<LeaseGuard>)> {
-        let result = self.check_all(key, options).await?;
+        let engine = self.engine();
+        let result = engine.check_all(key, options).await?;
         let decision = result.decision();
         let guard = (!result.leases.is_empty()).then(|| LeaseGuard {
-            limiter: self.clone(),
+            engine,
             leases: result.leases,
         });
         Ok((decision, guard))
@@ -110,26 +112,27 @@ impl Limiter {
     /// Fails only for a lease whose policy is no concurrency policy of this
     /// limiter (a config error naming `leases[i].policy`).
     pub async fn release(&self, leases: &[Lease]) -> Result<usize> {
-        self.engine.release(leases, None).await
+        self.engine().release(leases, None).await
     }
 
     /// [`Limiter::release`] at `now_ms` instead of the store's clock (tests
     /// and simulations): a lease is live if it ends after `now_ms`.
     pub async fn release_at(&self, leases: &[Lease], now_ms: i64) -> Result<usize> {
-        self.engine.release(leases, Some(now_ms)).await
+        self.engine().release(leases, Some(now_ms)).await
     }
 
-    /// [`Limiter::check`] returns one decision and no lease: on a limiter
-    /// with a concurrency policy it would take a slot nobody releases.
-    pub(super) fn refuse_concurrency(&self) -> Result<()> {
-        match self.policies().find(|p| p.algorithm() == Algorithm::Concurrency) {
-            None => Ok(()),
-            Some(p) => Err(Error::config(
-                "policy",
-                format!("{:?}", p.name()),
-                "is a concurrency policy: check would take a slot and lose its lease; use \
-                 acquire (or check_all) and release the leases it returns",
-            )),
-        }
+}
+
+/// [`Limiter::check`] returns one decision and no lease: on a limiter
+/// with a concurrency policy it would take a slot nobody releases.
+pub(super) fn refuse_concurrency(engine: &crate::engine::Engine) -> Result<()> {
+    match engine.policies().find(|p| p.algorithm() == Algorithm::Concurrency) {
+        None => Ok(()),
+        Some(p) => Err(Error::config(
+            "policy",
+            format!("{:?}", p.name()),
+            "is a concurrency policy: check would take a slot and lose its lease; use \
+             acquire (or check_all) and release the leases it returns",
+        )),
     }
 }

@@ -16,8 +16,15 @@ impl Limiter {
     /// override the document's. The options are listed in
     /// [`crate::options::OPTIONS`].
     pub fn build(naming: Naming, options: &Value) -> Result<Limiter> {
-        let (engine, rules) = config::build(naming, options)?;
-        Ok(Limiter::from_parts(engine, Some(rules)))
+        let (engine, rules, watch) = config::build(naming, options)?;
+        engine.metrics_registry().set_reloadable();
+        let source = super::reload::Source::Options(naming, options.clone());
+        let limiter = Limiter::from_parts(engine, Some(rules), source);
+        if let Some(interval) = watch {
+            let path = options_path(naming, options);
+            super::reload::watch(&limiter, path, interval);
+        }
+        Ok(limiter)
     }
 
     /// [`Limiter::build`] with Rust's names: the options object of
@@ -47,6 +54,15 @@ impl Limiter {
     /// expanded ([`crate::parse_rules`] or [`crate::expand_document`]).
     pub fn from_document(value: &Value) -> Result<Limiter> {
         let (engine, rules) = config::from_document(value)?;
-        Ok(Limiter::from_parts(engine, Some(rules)))
+        engine.metrics_registry().set_reloadable();
+        let source = super::reload::Source::Document(value.clone());
+        Ok(Limiter::from_parts(engine, Some(rules), source))
     }
+}
+
+/// The rules file of a binding's options (`rules_file` as that language names it).
+fn options_path(naming: Naming, options: &Value) -> std::path::PathBuf {
+    let canonical = crate::options::canonical(naming, options).unwrap_or_default();
+    let path = canonical.get("rules_file").and_then(Value::as_str).unwrap_or_default();
+    std::path::PathBuf::from(path)
 }

@@ -2,14 +2,20 @@
 //! every Rust caller goes through it. It holds the engine (policies on a
 //! guarded store) and the HTTP side (rules, completion tokens), and hands
 //! each call to the layer whose job it is; its methods are grouped by job
-//! in the modules below.
+//! in the modules below. A reload ([`Limiter::reload`], `reload` module)
+//! swaps both at once; each call works on the pair it started with.
 
 mod admin;
 mod checks;
 mod completion;
 mod concurrency;
 mod config;
+mod reload;
 mod requests;
+
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use crate::engine::{Engine, LimiterConfig};
 use crate::error::Result;
@@ -20,43 +26,77 @@ pub use concurrency::LeaseGuard;
 
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
 /// breaker and each policy's fallback, and, when built from a rules file,
-/// the rules that decide HTTP requests. Cheap to clone; clones share state.
+/// the rules that decide HTTP requests. Cheap to clone; clones share state
+/// (and a reload: every clone sees it).
 #[derive(Clone)]
 pub struct Limiter {
+    shared: Arc<Shared>,
+}
+
+/// The engine and the HTTP rules in force: one snapshot, swapped whole.
+#[derive(Clone)]
+struct Live {
     engine: Engine,
     /// The rules of a rules file and the completion tokens given out.
     http: Requests,
+}
+
+struct Shared {
+    live: RwLock<Live>,
+    /// What the limiter was built from, read again by a reload.
+    source: Mutex<reload::Source>,
+    /// One reload at a time.
+    reloading: Mutex<()>,
 }
 
 impl Limiter {
     /// Builds a limiter. Fails only on bad configuration; a Redis store is
     /// connected lazily, so an unreachable Redis is handled by the fallback.
     pub fn new(config: LimiterConfig) -> Result<Limiter> {
-        Ok(Limiter::from_parts(Engine::new(config)?, None))
+        let source = reload::Source::Config(config.clone());
+        Ok(Limiter::from_parts(Engine::new(config)?, None, source))
     }
 
     /// A limiter of `engine` whose requests are decided by `rules` (built
     /// against the engine's policies: rule targets are indices into them).
-    fn from_parts(engine: Engine, rules: Option<HttpRules>) -> Limiter {
+    fn from_parts(engine: Engine, rules: Option<HttpRules>, source: reload::Source) -> Limiter {
         Limiter {
-            engine,
-            http: Requests::new(rules),
+            shared: Arc::new(Shared {
+                live: RwLock::new(Live {
+                    engine,
+                    http: Requests::new(rules),
+                }),
+                source: Mutex::new(source),
+                reloading: Mutex::new(()),
+            }),
         }
     }
 
-    /// The policies, in order.
-    pub fn policies(&self) -> impl Iterator<Item = &Policy> {
-        self.engine.policies()
+    /// The engine and rules in force now: a call decides on them to the end.
+    #[inline]
+    fn live(&self) -> Live {
+        self.shared.live.read().clone()
+    }
+
+    /// The engine in force now.
+    #[inline]
+    fn engine(&self) -> Engine {
+        self.shared.live.read().engine.clone()
+    }
+
+    /// The policies in force, in order.
+    pub fn policies(&self) -> std::vec::IntoIter<Policy> {
+        self.engine().policies().cloned().collect::<Vec<_>>().into_iter()
     }
 
     /// Closes the limiter: later checks fail with
-    /// [`Error::Closed`](crate::Error::Closed). Idempotent.
+    /// [`Error::Closed`](crate::Error::Closed), and a `watch` stops. Idempotent.
     pub fn close(&self) {
-        self.engine.close()
+        self.engine().close()
     }
 
     /// Whether [`Limiter::close`] was called.
     pub fn is_closed(&self) -> bool {
-        self.engine.is_closed()
+        self.engine().is_closed()
     }
 }

@@ -11,7 +11,8 @@ impl Limiter {
     /// denies. Never fails because the store is down; fails with
     /// [`Error::Closed`](crate::Error::Closed) once the limiter is closed.
     pub async fn check_request(&self, req: &RequestInfo) -> Result<Outcome> {
-        self.http.check(&self.engine, req).await
+        let live = self.live();
+        live.http.check(&live.engine, req).await
     }
 
     /// The outcome [`Limiter::check_request`] would give `req` now, charging
@@ -20,7 +21,8 @@ impl Limiter {
     /// is down, each policy's `on_store_error` decides as for a check.
     /// Peeks are not counted in the request metrics.
     pub async fn peek_request(&self, req: &RequestInfo) -> Result<Outcome> {
-        self.http.peek(&self.engine, req).await
+        let live = self.live();
+        live.http.peek(&live.engine, req).await
     }
 
     /// Forgets every (policy, key) that [`Limiter::check_request`] would
@@ -29,7 +31,8 @@ impl Limiter {
     /// (policy, key) pairs were forgotten: 0 when no rule limits `req` (or
     /// it is allowlisted or denylisted).
     pub async fn reset_request(&self, req: &RequestInfo) -> Result<usize> {
-        self.http.reset(&self.engine, req).await
+        let live = self.live();
+        live.http.reset(&live.engine, req).await
     }
 
     /// Whether [`Limiter::check_request`], [`Limiter::peek_request`] or
@@ -37,7 +40,7 @@ impl Limiter {
     /// case): a binding that copies headers into a [`RequestInfo`] may leave
     /// out those it is `false` for, and get the same outcome.
     pub fn reads_header(&self, name: &str) -> bool {
-        self.http.reads_header(name)
+        self.live().http.reads_header(name)
     }
 
     /// Whether [`Limiter::check_request`], [`Limiter::peek_request`] or
@@ -45,7 +48,7 @@ impl Limiter {
     /// rule matches on `route`, or keys or tiers by it): a middleware may
     /// skip finding the route when `false`, and get the same outcome.
     pub fn reads_route(&self) -> bool {
-        self.http.reads_route()
+        self.live().http.reads_route()
     }
 
     /// A rule for one route, checked by [`Limiter::check_route`]: the request
@@ -54,7 +57,7 @@ impl Limiter {
     /// `ip`, `route`, `method`, `user`, `api_key`, `header:<name>`, `key`,
     /// `global`). Bad input is a config error naming `key` or `policy`.
     pub fn route_rule(&self, key: &[&str], policy: Option<&str>) -> Result<RouteRule> {
-        RouteRule::new(&self.engine, key, policy)
+        RouteRule::new(&self.engine(), key, policy)
     }
 
     /// The [`RouteRule`] of a middleware's per-route form, with the defaults
@@ -62,7 +65,7 @@ impl Limiter {
     /// `route` added first for a per-route form (SPEC: one default, in the
     /// core). Bad input is a config error naming `key` or `policy`.
     pub fn route_rule_for(&self, shorthand: &RouteShorthand) -> Result<RouteRule> {
-        RouteRule::of(&self.engine, shorthand)
+        RouteRule::of(&self.engine(), shorthand)
     }
 
     /// Decides a request by one [`RouteRule`] of this limiter, instead of the
@@ -72,6 +75,7 @@ impl Limiter {
     /// `shadow` come from the rules file, when the limiter was built from one.
     /// Fails with [`Error::Closed`](crate::Error::Closed) once the limiter is closed.
     pub async fn check_route(&self, req: &RequestInfo, rule: &RouteRule) -> Result<Outcome> {
-        self.http.check_route(&self.engine, req, rule).await
+        let live = self.live();
+        live.http.check_route(&live.engine, req, rule).await
     }
 }

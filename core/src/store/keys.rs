@@ -1,4 +1,18 @@
-//! Store key layout: `<prefix>:<algorithm>:<policy name>:{<key>}`.
+//! Store key layout: a policy's state lives at
+//! `<prefix>:<algorithm>:<policy name>:<fingerprint>:{<key>}`, its per-key
+//! records (override, penalty, adaptive) at
+//! `<prefix>:<algorithm>:<policy name>:{<key>}:<record>`.
+//!
+//! The fingerprint ([`fingerprint`]) spells exactly the numbers the stored
+//! state is measured in: the period (ms) for every kind, and the count too
+//! for the kinds whose state is scaled by it (GCRA and the shaping leaky
+//! bucket keep a remainder in `1/count` ms). A reload that changes them
+//! moves the policy to fresh state keys, so state is never read with the
+//! wrong numbers; one that changes anything else (burst, penalty, ...)
+//! keeps the state. The records have no fingerprint, so a reload never
+//! drops an operator's override or an abuser's block. A concurrency policy
+//! has none either: each lease carries its own end. It is computed from the
+//! definition alone, so every process and every language agrees on it.
 //!
 //! User-supplied parts are percent-escaped (`%`, `{`, `}`, and `:` in the
 //! policy name), so two different keys never map to the same store key and no
@@ -78,9 +92,30 @@ pub(crate) fn stored_key(key: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// `<prefix>:<algorithm>:<policy name>:{` — everything before the user key.
+/// `<prefix>:<algorithm>:<policy name>:{` — everything before the user key
+/// of a policy's per-key records.
 pub(crate) fn key_head(prefix: &str, kind: Kind, policy_name: &str) -> String {
     format!("{prefix}:{}:{}:{{", kind_name(kind), escape(policy_name, b"{}:"))
+}
+
+/// The numbers a policy's stored state is measured in: `p<period ms>`, and
+/// `c<count>` after it for the kinds whose state is scaled by the count;
+/// empty for a concurrency policy.
+pub(crate) fn fingerprint(kind: Kind, period: i64, count: i64) -> String {
+    match kind {
+        Kind::Concurrency => String::new(),
+        Kind::Gcra | Kind::LeakyShape => format!("p{period}c{count}"),
+        _ => format!("p{period}"),
+    }
+}
+
+/// `<prefix>:<algorithm>:<policy name>:<fingerprint>:{` — everything before
+/// the user key of a policy's state keys.
+pub(crate) fn state_head(prefix: &str, kind: Kind, policy_name: &str, fingerprint: &str) -> String {
+    if fingerprint.is_empty() {
+        return key_head(prefix, kind, policy_name);
+    }
+    format!("{prefix}:{}:{}:{fingerprint}:{{", kind_name(kind), escape(policy_name, b"{}:"))
 }
 
 /// The full store key for `key` under `head`.
@@ -103,6 +138,18 @@ mod tests {
         assert_eq!(head, "polylimit:gcra:pay%3Aments:{");
         assert_eq!(store_key(&head, "user:42"), "polylimit:gcra:pay%3Aments:{user:42}");
         assert_eq!(store_key(&head, "a}{b%"), "polylimit:gcra:pay%3Aments:{a%7D%7Bb%25}");
+    }
+
+    #[test]
+    fn state_keys_carry_the_fingerprint() {
+        let fp = fingerprint(Kind::Gcra, 1000, 10);
+        assert_eq!(state_head("polylimit", Kind::Gcra, "api", &fp), "polylimit:gcra:api:p1000c10:{");
+        let fp = fingerprint(Kind::TokenBucket, 60_000, 5);
+        assert_eq!(fp, "p60000");
+        assert_eq!(
+            state_head("polylimit", Kind::Concurrency, "pool", &fingerprint(Kind::Concurrency, 1, 1)),
+            key_head("polylimit", Kind::Concurrency, "pool")
+        );
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub(crate) const OVERRIDE_SLOT: u32 = 1 << 30;
 /// Adaptive records (`algorithm::adaptive`) too.
 const ADAPTIVE_SLOT: u32 = 1 << 29;
 
-/// Identifies a key of one policy (`slot` is the policy's index in its limiter).
+/// Identifies a key of one policy (`slot`: the number the engine gave the
+/// policy's state head, or its records' head, `store::keys`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MapKey {
     slot: u32,
@@ -188,7 +189,10 @@ impl Shard {
 
 /// One check against the memory store.
 pub(crate) struct MemoryCheck<'a> {
+    /// Where the state is (the policy's, or `| OVERRIDE_SLOT` an override's).
     pub slot: u32,
+    /// Where the policy's penalty and adaptive records are.
+    pub records: u32,
     pub params: &'a Params,
     pub key: &'a str,
     /// A shadow check's denial blocks nothing (and so charges the others).
@@ -255,7 +259,7 @@ impl MemoryStore {
             .map(|(c, key)| {
                 c.penalty.map(|_| {
                     keys.push(MapKeyRef {
-                        slot: (c.slot & !OVERRIDE_SLOT) | PENALTY_SLOT,
+                        slot: c.records | PENALTY_SLOT,
                         key,
                     });
                     keys.len() - 1
@@ -268,7 +272,7 @@ impl MemoryStore {
             .map(|(c, key)| {
                 c.params.adaptive.as_ref().map(|_| {
                     keys.push(MapKeyRef {
-                        slot: (c.slot & !OVERRIDE_SLOT) | ADAPTIVE_SLOT,
+                        slot: c.records | ADAPTIVE_SLOT,
                         key,
                     });
                     keys.len() - 1
@@ -410,11 +414,12 @@ impl MemoryStore {
         }
     }
 
-    /// Forgets a key of one policy, and its penalty record.
-    pub fn reset(&self, slot: u32, key: &str) {
+    /// Forgets a key of one policy (its state in `slot`), and its penalty
+    /// and adaptive records (in `records`).
+    pub fn reset(&self, slot: u32, records: u32, key: &str) {
         let stored = stored_key(key);
         // The policy's state, then its penalty record.
-        for slot in [slot, slot | PENALTY_SLOT, slot | ADAPTIVE_SLOT] {
+        for slot in [slot, records | PENALTY_SLOT, records | ADAPTIVE_SLOT] {
             let key = MapKeyRef { slot, key: &stored };
             self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
         }
@@ -465,6 +470,7 @@ mod tests {
                     .decide_one(
                         &MemoryCheck {
                             slot: 0,
+                            records: 0,
                             params: &p,
                             key: &key,
                             shadow: false,
@@ -490,6 +496,7 @@ mod tests {
             key.push_str(&format!("{i:08}"));
             let check = MemoryCheck {
                 slot: 0,
+                records: 0,
                 params: &p,
                 key: &key,
                 shadow: false,
@@ -533,6 +540,7 @@ mod tests {
             store.decide_one(
                 &MemoryCheck {
                     slot: 0,
+                    records: 0,
                     params: &p,
                     key: &key,
                     shadow: false,
@@ -550,6 +558,7 @@ mod tests {
             store.decide_one(
                 &MemoryCheck {
                     slot: 0,
+                    records: 0,
                     params: &p,
                     key: &key,
                     shadow: false,
@@ -574,6 +583,7 @@ mod tests {
                 .decide_one(
                     &MemoryCheck {
                         slot: 0,
+                        records: 0,
                         params: &p,
                         key: "k",
                         shadow: false,
@@ -590,6 +600,7 @@ mod tests {
                 .decide_one(
                     &MemoryCheck {
                         slot: 0,
+                        records: 0,
                         params: &p,
                         key: "k",
                         shadow: false,
@@ -606,6 +617,7 @@ mod tests {
                 .decide_one(
                     &MemoryCheck {
                         slot: 1,
+                        records: 1,
                         params: &p,
                         key: "k",
                         shadow: false,
@@ -627,6 +639,7 @@ mod tests {
         let checks = [
             MemoryCheck {
                 slot: 0,
+                records: 0,
                 params: &wide,
                 key: "k",
                 shadow: false,
@@ -635,6 +648,7 @@ mod tests {
             },
             MemoryCheck {
                 slot: 1,
+                records: 1,
                 params: &narrow,
                 key: "k",
                 shadow: false,

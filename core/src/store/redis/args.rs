@@ -64,20 +64,22 @@ impl KeyLayout {
         self.state + self.penalty as usize + self.overrides as usize * (1 + self.state) + self.adaptive as usize
     }
 
-    /// The keys of `main` (a policy's main store key), in this layout.
-    pub(crate) fn keys(&self, main: String, params: &Params) -> Vec<String> {
+    /// The keys of `main` (a policy's main state key) and `records` (the
+    /// base of its per-key records: no fingerprint, see `store::keys`), in
+    /// this layout.
+    pub(crate) fn keys(&self, main: String, records: &str, params: &Params) -> Vec<String> {
         let mut keys = Vec::with_capacity(self.len());
         if self.state == 2 {
             keys.push(format!("{main}:log"));
         }
         if self.penalty {
-            keys.push(format!("{main}:penalty"));
+            keys.push(format!("{records}:penalty"));
         }
         if self.overrides {
-            keys.extend(crate::store::overrides::redis_keys(&main, params).into_iter().flatten());
+            keys.extend(crate::store::overrides::redis_keys(records, params).into_iter().flatten());
         }
         if self.adaptive {
-            keys.push(format!("{main}:adaptive"));
+            keys.push(format!("{records}:adaptive"));
         }
         keys.insert(0, main);
         debug_assert_eq!(keys.len(), self.len());
