@@ -31,7 +31,7 @@ async fn keys_follow_the_layout_and_expire_when_idle() {
     let started = std::time::Instant::now();
     let d = limiter.check("user:{42}").await.unwrap();
     assert_eq!((d.allowed, d.remaining, d.reset_after_ms), (true, 9, 100));
-    let key = "polylimit:token_bucket:api:{user:%7B42%7D}";
+    let key = "polylimit:token_bucket:api:p1000:{user:%7B42%7D}";
     let ttl = pttl(&redis, key);
     let elapsed = started.elapsed().as_millis() as i64;
     assert!(
@@ -237,9 +237,9 @@ async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
             .for_decisions(),
     )
     .unwrap();
-    redis.command("HSET polylimit:token_bucket:default:{hash} a 1").unwrap();
+    redis.command("HSET polylimit:token_bucket:default:p1000:{hash} a 1").unwrap();
     redis
-        .command("SET polylimit:token_bucket:default:{junk} hello")
+        .command("SET polylimit:token_bucket:default:p1000:{junk} hello")
         .unwrap();
     for key in ["hash", "junk"] {
         match limiter.check(key).await {
@@ -284,7 +284,7 @@ async fn a_foreign_value_on_a_fixed_window_key_is_reported_for_that_key() {
     assert_eq!(redis.calls("incrby"), 1);
     for (key, value) in [("short", "hello"), ("long", "hello1234"), ("tail", "123abcdef")] {
         redis
-            .command(&format!("SET polylimit:fixed_window:default:{{{key}}} {value}"))
+            .command(&format!("SET polylimit:fixed_window:default:p1000:{{{key}}} {value}"))
             .unwrap();
         match limiter.check_with(key, at).await {
             Err(Error::Store {
@@ -298,7 +298,7 @@ async fn a_foreign_value_on_a_fixed_window_key_is_reported_for_that_key() {
         }
         assert_eq!(
             redis
-                .command(&format!("GET polylimit:fixed_window:default:{{{key}}}"))
+                .command(&format!("GET polylimit:fixed_window:default:p1000:{{{key}}}"))
                 .unwrap(),
             format!("${}\r\n{value}\r\n", value.len()),
             "{key}: left as it was"
@@ -323,13 +323,13 @@ async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
     };
     // Written by an earlier version: 5 tokens (scaled by the period) at t = 1000.
     redis
-        .command("SET polylimit:token_bucket:default:{old} \"5000 1000 0\" PX 60000")
+        .command("SET polylimit:token_bucket:default:p1000:{old} \"5000 1000 0\" PX 60000")
         .unwrap();
     let d = limiter.check_with("old", at).await.unwrap();
     assert!(d.allowed && d.remaining == 4 && d.source == Source::Store, "{d:?}");
     // Written back packed: a marker byte, three 64-bit cells and the key's expiry.
     assert_eq!(
-        redis.command("STRLEN polylimit:token_bucket:default:{old}").unwrap(),
+        redis.command("STRLEN polylimit:token_bucket:default:p1000:{old}").unwrap(),
         ":33\r\n"
     );
     let d = limiter.check_with("old", at).await.unwrap();
@@ -347,7 +347,8 @@ async fn a_token_bucket_and_gcra_keep_their_expiry_while_it_covers_the_refill() 
                 .for_decisions(),
         )
         .unwrap();
-        let key = format!("polylimit:{algorithm}:p:{{k}}");
+        let fingerprint = if algorithm == "gcra" { "p1000c10" } else { "p1000" };
+        let key = format!("polylimit:{algorithm}:p:{fingerprint}:{{k}}");
         let check = |now_ms| {
             let limiter = &limiter;
             async move {
@@ -414,7 +415,7 @@ async fn a_fixed_window_is_one_integer_that_an_admission_bumps_in_place() {
         .for_decisions(),
     )
     .unwrap();
-    let key = "polylimit:fixed_window:fw:{k}";
+    let key = "polylimit:fixed_window:fw:p60000:{k}";
     let at = |now_ms| CheckOptions {
         cost: 1,
         now_ms: Some(now_ms),
@@ -460,7 +461,7 @@ async fn a_fixed_window_is_one_integer_that_an_admission_bumps_in_place() {
         .unwrap();
     assert_eq!((d.allowed, d.remaining), (true, 500_000));
     assert_eq!(
-        redis.command("STRLEN polylimit:fixed_window:big:{k}").unwrap(),
+        redis.command("STRLEN polylimit:fixed_window:big:p60000:{k}").unwrap(),
         ":25\r\n"
     );
     assert_eq!(big.check_with("k", at(1_600)).await.unwrap().remaining, 499_999);
