@@ -12,7 +12,7 @@ class StoreErrorTest {
     @Test
     fun `a key of the wrong type is a Store error with its key, other keys are unaffected`() {
         RedisServer().use { redis ->
-            val storeKey = "polylimit:token_bucket:default:{wrongtype}"
+            val storeKey = "polylimit:token_bucket:default:p1000:{wrongtype}"
             assertEquals("+OK", redis.command("SET $storeKey hello"))
             Limiter("""{"policy": {"rate": "10/s"}, "store": "${redis.url}", "timeout": "10s"}""").use { limiter: Limiter ->
                 val blocking = assertThrows(PolylimitException.Store::class.java) { limiter.check("wrongtype", null, null) }
