@@ -14,7 +14,8 @@
 //! override found it (or expired meanwhile).
 //!
 //! Storage on Redis, beside the key's state and under the same hash tag
-//! (`<prefix>:<variant>:<policy>:{<escaped key>}`):
+//! (`<prefix>:<variant>:<policy>:{<escaped key>}`, without the state's
+//! fingerprint, so a reload that renews the state keeps the override):
 //! - `…}:override`: the record, text `o1 <count> <period_ms> <burst> <max_delay> <until_ms>`
 //!   (`max_delay` in the algorithms' scaled units, `until_ms` 0 for no end),
 //!   with a Redis TTL equal to the override's when it has one;
