@@ -525,6 +525,27 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// Reload reads the limiter's rules file (or options) again, ${NAME} expanded
+// anew, and swaps the rules at once: checks in flight finish on the old ones,
+// and middlewares holding l enforce the new rules from the next request. A
+// bad file returns a *ConfigError naming the field and keeps the old rules.
+func (l *Limiter) Reload(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var cerr *C.polylimit_error_t
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return closedError()
+	}
+	rc := C.polylimit_limiter_reload(l.ptr, &cerr)
+	if rc != C.POLYLIMIT_OK {
+		return takeError(rc, cerr)
+	}
+	return nil
+}
+
 // Metrics returns the limiter's metrics in Prometheus text format.
 func (l *Limiter) Metrics() (string, error) {
 	var out *C.char

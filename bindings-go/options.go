@@ -68,6 +68,9 @@ type Options struct {
 	Count     []string
 	Rules     string // a rules document (YAML or JSON text); the other fields override its values
 	RulesFile string // the path of a rules file (YAML or JSON)
+	// Watch, with RulesFile: poll the file this often and reload it when it
+	// changes (0: off); a bad file keeps the old rules (Limiter.Reload).
+	Watch time.Duration
 
 	Store            string        // "memory" (default), "redis://…", "rediss://…", "redis+cluster://h1:p1,h2:p2", "redis+sentinel://s1:p1/<service>"
 	Prefix           string        // first segment of every store key ("polylimit")

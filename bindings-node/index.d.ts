@@ -112,6 +112,11 @@ export interface LimiterOptions {
   rules?: string | object;
   /** A rules file path (YAML or JSON). */
   rulesFile?: string;
+  /**
+   * With `rulesFile`: reload the file when it changes, polled every second (`true`) or every
+   * `watch` (ms, or text like '500ms'); a bad file keeps the old rules (docs/features/reload.md).
+   */
+  watch?: boolean | number | string;
   /** `memory` (default), `redis://…`, `rediss://…`, `redis+cluster://h1:p1,h2:p2`, `redis+sentinel://s1:p1,s2:p2/<service>`. */
   store?: string;
   /**
@@ -378,6 +383,11 @@ export class Limiter {
   complete(token: string, status?: number | null): Promise<void>;
   /** Forgets everything charged to `key` under every policy. */
   reset(key: string): Promise<void>;
+  /**
+   * Reads the rules file (or options) again and swaps the rules at once (docs/features/reload.md);
+   * a bad file rejects with a ConfigError naming the field and keeps the old rules.
+   */
+  reload(): Promise<void>;
   /** Sets a per-key override in the store (docs/features/overrides.md). */
   setOverride(key: string, options: OverrideOptions): Promise<Override>;
   /** The override in force for `key`, or null. */

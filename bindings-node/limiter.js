@@ -267,6 +267,16 @@ class Limiter {
   }
 
   /**
+   * Reads the rules file (or options) again, `${NAME}` expanded anew, and
+   * swaps the rules at once; requests in flight finish on the old ones. A bad
+   * file rejects with a ConfigError naming the field and keeps the old rules.
+   */
+  reload() {
+    this._flushChecks();
+    return calls.start((id) => this._native.reload(id));
+  }
+
+  /**
    * Sets a per-key override: `key` is decided under `{ rate, burst }` instead
    * of `policy`'s numbers (by every process on the store) until removed or
    * until `ttl` (ms, or text like '10m') ends. Resolves with the override.

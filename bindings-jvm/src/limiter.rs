@@ -132,6 +132,19 @@ impl NativeLimiter {
         spawn(async move { inner.reset(&key).await }).await
     }
 
+    /// Reads the limiter's rules file (or options) again, `${NAME}` expanded
+    /// anew, and swaps the rules at once; a bad file throws `Config` naming
+    /// the field and keeps the old rules.
+    pub fn reload(&self) -> Result<()> {
+        block(self.inner.reload())
+    }
+
+    /// `reload` as a suspend function.
+    pub async fn reload_async(&self) -> Result<()> {
+        let inner = self.inner.clone();
+        spawn(async move { inner.reload().await }).await
+    }
+
     /// Decides a request by the limiter's rules: what the middleware answers.
     pub fn check_request(&self, request: HttpRequest) -> Result<Outcome> {
         let req = request_info(&request)?;

@@ -345,6 +345,17 @@ impl NativeLimiter {
         })
     }
 
+    /// Call `id`: reloads the limiter's rules file (or options) and swaps
+    /// the rules at once; a bad file is a config error, the old rules stay.
+    #[napi]
+    pub fn reload(&self, env: Env, id: u32) -> Result<()> {
+        let limiter = self.inner.clone();
+        self.submit(&env, id, move || async move {
+            limiter.reload().await?;
+            Ok(Reply::Unit)
+        })
+    }
+
     /// Call `id`, per-key overrides: `op` is `set` (`spec` the JSON of `{
     /// policy, rate, burst, ttl, nowMs }`), `get` (`{ policy, nowMs }`) or
     /// `remove` (`{ policy }`). Its record is JSON: the override (or null, or

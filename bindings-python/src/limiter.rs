@@ -455,6 +455,20 @@ impl PyLimiter {
         runtime::block_on(py, inner.remove_override(&key, policy.as_deref()))
     }
 
+    /// Reloads the limiter's rules file (or options), `${NAME}` expanded
+    /// anew, and swaps the rules at once: an awaitable of None. A bad file
+    /// raises `ConfigError` naming the field and keeps the old rules.
+    fn reload<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        host::submit(py, async move { inner.reload().await.map(|_| Reply::Unit) })
+    }
+
+    /// `reload`, blocking with the GIL released.
+    fn reload_sync(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        runtime::block_on(py, inner.reload())
+    }
+
     /// Prometheus text exposition of this limiter's metrics.
     fn metrics_text(&self) -> String {
         self.inner.metrics_text()

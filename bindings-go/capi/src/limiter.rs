@@ -477,6 +477,26 @@ pub unsafe extern "C" fn polylimit_limiter_reset(
     })
 }
 
+/// Reloads the limiter's rules file (or options), `${NAME}` expanded anew,
+/// and swaps the rules at once; calls in flight finish on the old ones. A
+/// bad file is `POLYLIMIT_CONFIG` naming the field, and the old rules stay.
+/// Reads a file and builds: nothing waits on the store.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `err` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_reload(
+    limiter: *const polylimit_limiter_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?;
+        limiter.reload_blocking()?;
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
 /// Forgets every (policy, key) that a check of the request would charge
 /// (the same rules, tiers and keys), penalty records included; waits for the
 /// store. `request` holds the packed request (`request_len` bytes, as for

@@ -217,6 +217,10 @@ class Limiter:
         """Removes ``key``'s override; returns whether there was one."""
     def remove_override_sync(self, key: str, policy: Optional[str] = None) -> bool:
         """``remove_override``, blocking the calling thread."""
+    def reload(self) -> Awaitable[None]:
+        """Reads the rules file (or options) again and swaps the rules at once; a bad file raises ConfigError and keeps the old rules."""
+    def reload_sync(self) -> None:
+        """``reload``, blocking the calling thread."""
     def metrics_text(self) -> str:
         """The limiter's metrics in the Prometheus text format."""
     def close(self) -> None:

@@ -14,10 +14,14 @@ impl Limiter {
 
     /// Checks `key` with options.
     pub async fn check_with(&self, key: &str, options: CheckOptions) -> Result<Decision> {
-        let engine = self.engine();
-        if let Some(decision) = engine.check_one_now(key, options) {
-            return decision;
-        }
+        // The hot path decides under the read lock, with nothing to clone.
+        let engine = {
+            let live = self.shared.live.read();
+            if let Some(decision) = live.engine.check_one_now(key, options) {
+                return decision;
+            }
+            live.engine.clone()
+        };
         super::concurrency::refuse_concurrency(&engine)?;
         let result = engine.check_all(key, options).await?;
         Ok(result.decision())

@@ -76,6 +76,9 @@ fun Limiter.setOverrideFuture(
 fun Limiter.getOverrideFuture(key: String, policy: String? = null, nowMs: Long? = null): CompletableFuture<Override?> =
     scope.future { getOverrideAsync(key, policy, nowMs) }
 
+/** [Limiter.reloadAsync] as a CompletableFuture. */
+fun Limiter.reloadFuture(): CompletableFuture<Unit> = scope.future { reloadAsync() }
+
 /** [Limiter.removeOverrideAsync] as a CompletableFuture. */
 @JvmOverloads
 fun Limiter.removeOverrideFuture(key: String, policy: String? = null): CompletableFuture<Boolean> =
