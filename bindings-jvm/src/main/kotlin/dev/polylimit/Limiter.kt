@@ -143,8 +143,37 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     /**
      * Whether deciding a request may read its route template (a rule matches
      * on `route`, or keys or tiers by it): a middleware finds the route only then.
+     * Remembered until the next [reload].
      */
-    fun readsRoute(): Boolean = (direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0
+    fun readsRoute(): Boolean =
+        readsRoute ?: ((direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0).also { readsRoute = it }
+
+    @Volatile private var readsRoute: Boolean? = null
+
+    /** What the facade remembers of the rules ([readsHeader], [readsRoute]) is asked again after a reload. */
+    private fun forgetRules() {
+        readsHeader.clear()
+        readsRoute = null
+    }
+
+    /**
+     * Reads the rules file (or options) again and swaps the rules at once
+     * (docs/features/reload.md); a bad file throws [PolylimitException.Config]
+     * naming the field and keeps the old rules. A middleware holding this
+     * limiter enforces the new rules from its next request.
+     */
+    @Throws(PolylimitException::class)
+    override fun reload() {
+        native.reload()
+        forgetRules()
+    }
+
+    /** [reload] as a suspend function. */
+    @Throws(PolylimitException::class)
+    override suspend fun reloadAsync() {
+        native.reloadAsync()
+        forgetRules()
+    }
 
     // The direct forms: a future (completed when the store answered at once),
     // or null when the direct call cannot carry the arguments or the facade is

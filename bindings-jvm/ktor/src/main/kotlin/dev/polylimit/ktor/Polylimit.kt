@@ -121,11 +121,9 @@ val Polylimit = createApplicationPlugin("Polylimit", ::PolylimitConfig) {
 
 /** The plugin's work on each call. */
 private class Calls(val config: PolylimitConfig, val limiter: Limiter, val application: Application) {
-    private val readsRoute = limiter.readsRoute()
-
     /** The template of the route Ktor's routing resolves the call to, found as routing will (only when a rule reads it). */
     private suspend fun route(call: ApplicationCall): String? {
-        if (!readsRoute) return null
+        if (!limiter.readsRoute()) return null // asked each call: a reload may change it
         val root = application.pluginOrNull(RoutingRoot) ?: return null
         val pipelineCall = call as? PipelineCall ?: return null
         return try {

@@ -53,7 +53,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
     /** Whether a rule reads the route (the core's answer): otherwise the handler lookup is skipped. */
-    private final boolean readsRoute;
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
@@ -63,7 +62,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
      */
     public PolylimitFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
         this.limiter = limiter;
-        this.readsRoute = limiter.readsRoute();
         this.mappings = mappings;
     }
 
@@ -180,7 +178,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
      * ({@link FoundHandler}, with the auto-configuration) so the request is looked up once.
      */
     private String route(HttpServletRequest request) {
-        if (!readsRoute) {
+        if (!limiter.readsRoute()) { // asked each request (remembered by the limiter until a reload)
             return null; // no rule matches, keys or tiers by route: the lookup cannot change the outcome
         }
         // The dispatcher parses the path for the mappings; here the filter does, and undoes it after.

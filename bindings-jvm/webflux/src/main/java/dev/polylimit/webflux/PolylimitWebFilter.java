@@ -55,7 +55,6 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
 
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
-    private final boolean readsRoute;
     private volatile HandlerMapping[] lookups;
     private Function<ServerWebExchange, String> user = e -> null;
     private Function<ServerWebExchange, String> apiKey = e -> null;
@@ -76,7 +75,6 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
     public PolylimitWebFilter(Limiter limiter, Supplier<List<HandlerMapping>> mappings) {
         this.limiter = limiter;
         this.mappings = mappings;
-        this.readsRoute = limiter.readsRoute();
     }
 
     /** The authenticated user of a request (the {@code user} dimension), {@code null} when anonymous. */
@@ -221,7 +219,7 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
      * to the dispatcher ({@link FoundHandler}, with the auto-configuration) so the request is looked up once.
      */
     private Mono<String> route(ServerWebExchange exchange) {
-        if (!readsRoute) {
+        if (!limiter.readsRoute()) { // asked each request (remembered by the limiter until a reload)
             return Mono.empty();
         }
         return Flux.fromArray(lookups())
