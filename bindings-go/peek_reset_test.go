@@ -236,7 +236,7 @@ func TestWhileTheStoreIsDownAPeekAnswersByTheFallback(t *testing.T) {
 // other keys are unaffected.
 func TestAKeyHoldingForeignDataIsAStoreErrorNamingIt(t *testing.T) {
 	redis := startRedis(t)
-	const storeKey = "polylimit:token_bucket:default:p60000:{wrongtype}"
+	const storeKey = "polylimit:token_bucket:default:p1000:{wrongtype}"
 	if reply, err := redis.command("SET " + storeKey + " hello"); reply != "+OK" {
 		t.Fatalf("SET: %q %v", reply, err)
 	}

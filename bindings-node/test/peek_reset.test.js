@@ -148,7 +148,7 @@ test('while the store is down a peek answers by the fallback', async () => {
 
 test("a key someone else's data holds is a StoreError naming that store key", async () => {
   const key = prefix('wrongtype');
-  const storeKey = `polylimit:token_bucket:default:p60000:{${key}}`;
+  const storeKey = `polylimit:token_bucket:default:p1000:{${key}}`;
   assert.equal(await redis.command(`SET ${storeKey} hello`), '+OK\r\n');
   const limiter = new Limiter({ policy: { rate: '10/s' }, store: redis.url, timeout: '10s' }); // a slow CI check would fall back, not raise
   await assert.rejects(limiter.check(key), (e) => {

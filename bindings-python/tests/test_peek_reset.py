@@ -151,7 +151,7 @@ def test_while_the_store_is_down_a_peek_answers_by_the_fallback() -> None:
 
 def test_a_key_holding_foreign_data_is_a_store_error_naming_it(redis_server) -> None:
     key = unique_prefix("wrongtype")
-    store_key = f"polylimit:token_bucket:default:p60000:{{{key}}}"
+    store_key = f"polylimit:token_bucket:default:p1000:{{{key}}}"
     assert redis_server.command(f"SET {store_key} hello") == "+OK"
     limiter = polylimit.Limiter(policy={"rate": "10/s"}, store=redis_server.url, timeout="10s")  # a slow CI check would fall back, not raise
     with pytest.raises(polylimit.StoreError) as raised:
