@@ -80,8 +80,8 @@ fn status(limiter: &Limiter, outcome: &Outcome, described: Option<&RuleDecision>
             ..DescriptorStatus::default()
         };
     };
-    let current_limit = limiter.policies().find(|p| p.name() == &*d.policy).map(|policy| {
-        let (requests_per_unit, unit) = per_unit(policy);
+    let current_limit = limiter.policy(&d.policy).map(|policy| {
+        let (requests_per_unit, unit) = per_unit(&policy);
         RateLimit {
             name: d.policy.to_string(),
             requests_per_unit,

@@ -630,6 +630,16 @@ int32_t polylimit_limiter_reset(const struct polylimit_limiter_t *limiter,
                                 size_t key_len,
                                 struct polylimit_error_t **err);
 
+// Reloads the limiter's rules file (or options), `${NAME}` expanded anew,
+// and swaps the rules at once; calls in flight finish on the old ones. A
+// bad file is `POLYLIMIT_CONFIG` naming the field, and the old rules stay.
+// Reads a file and builds: nothing waits on the store.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `err` is NULL or writable.
+int32_t polylimit_limiter_reload(const struct polylimit_limiter_t *limiter,
+                                 struct polylimit_error_t **err);
+
 // Forgets every (policy, key) that a check of the request would charge
 // (the same rules, tiers and keys), penalty records included; waits for the
 // store. `request` holds the packed request (`request_len` bytes, as for

@@ -89,6 +89,11 @@ impl Limiter {
         self.engine().policies().cloned().collect::<Vec<_>>().into_iter()
     }
 
+    /// The policy in force named `name`, if there is one (cloning only it).
+    pub fn policy(&self, name: &str) -> Option<Policy> {
+        self.shared.live.read().engine.policies().find(|p| p.name() == name).cloned()
+    }
+
     /// Closes the limiter: later checks fail with
     /// [`Error::Closed`](crate::Error::Closed), and a `watch` stops. Idempotent.
     pub fn close(&self) {
