@@ -126,7 +126,7 @@ def node_items():
 
 
 # ---------------------------------------------------------------- Go
-GO_PACKAGES = ["bindings-go", "bindings-go/client", "bindings-go/ginlimit", "bindings-go/echolimit", "bindings-go/grpclimit"]
+GO_PACKAGES = ["bindings-go", "bindings-go/client", "bindings-go/ginlimit", "bindings-go/echolimit", "bindings-go/grpclimit", "bindings-go/otellimit"]
 
 
 def go_items():
