@@ -52,6 +52,7 @@ PYTHON_MODULES = [
     ("polylimit.flask", "flask."),
     ("polylimit.grpc", "grpc."),
     ("polylimit.grpc.aio", "grpc.aio."),
+    ("polylimit.otel", "otel."),
 ]
 
 
