@@ -54,3 +54,11 @@ docs-deps-node:
 	@command -v node >/dev/null || { echo "node (>= 18) is required"; exit 1; }
 	@cd tests/docs && if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
 	  npm ci --no-audit --no-fund --loglevel=error; fi
+
+## The Grafana dashboard (docs/grafana/polylimit-dashboard.json) names only
+## metrics the core exports: tests/docs/test_dashboard.py reads each panel's
+## PromQL and compares with a real limiter's families (on a real Redis).
+.PHONY: dashboard-test
+dashboard-test: python-build redis-server
+	$(PY) -m pytest -q tests/docs/test_dashboard.py
+docs-test: dashboard-test

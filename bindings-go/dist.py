@@ -5,7 +5,7 @@ the Retry-After rules), the C header and, per platform, the prebuilt static libr
 build/<goos>-<goarch>/ (as wasmtime-go ships its own), each directory with a Go file of its own so
 `go mod vendor` keeps it. A generated link.go in each package replaces the checkout's link_debug.go /
 link_release.go, which point cgo at cargo's target directory. Each framework adapter (ginlimit,
-echolimit, grpclimit) is a module of its own, released beside it at the same version: its Go files
+echolimit, grpclimit) and the OpenTelemetry bridge (otellimit) is a module of its own, released beside it at the same version: its Go files
 and its go.mod, which requires this module's release instead of replacing it by the checkout's.
 Standard library only.
 
@@ -29,7 +29,7 @@ NATIVE_LIBS = "-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 # The checkout's cgo link files: they name cargo's target directory, which a user does not have.
 CHECKOUT_ONLY = {"link_debug.go", "link_release.go"}
 # The framework adapters: module directory -> the files a release of it must hold.
-ADAPTERS = {"ginlimit": "ginlimit.go", "echolimit": "echolimit.go", "grpclimit": "grpclimit.go"}
+ADAPTERS = {"ginlimit": "ginlimit.go", "echolimit": "echolimit.go", "grpclimit": "grpclimit.go", "otellimit": "otellimit.go"}
 
 
 def package_dir(platform: str) -> str:

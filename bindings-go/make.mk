@@ -3,9 +3,9 @@
 GO ?= go
 GO_DIR := bindings-go
 GO_NATIVE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
-# The framework adapters, each a module of its own (gin, echo and grpc need a
+# The framework adapters and the OpenTelemetry bridge, each a module of its own (gin, echo and grpc need a
 # newer Go than the base package's 1.23; a net/http user never gets them).
-GO_ADAPTERS := ginlimit echolimit grpclimit
+GO_ADAPTERS := ginlimit echolimit grpclimit otellimit
 # Go's build cache does not look at the bytes of the static library cgo links,
 # only at the flags: a define naming the library's build time makes each new
 # core a new cache key, so no Go binary or test links a stale core.

@@ -21,9 +21,9 @@ import zipfile
 from fnmatch import fnmatchcase
 
 PKG_FILES = ["__init__.py", "__init__.pyi", "_polylimit.pyi", "_adapters.py", "client.py", "django.py", "fastapi.py",
-             "flask.py", "grpc/__init__.py", "grpc/aio.py", "py.typed"]
+             "flask.py", "grpc/__init__.py", "grpc/aio.py", "otel.py", "py.typed"]
 # Each framework's extra and the distribution it must require.
-EXTRAS = {"fastapi": "fastapi", "django": "django", "flask": "flask", "grpc": "grpcio"}
+EXTRAS = {"fastapi": "fastapi", "django": "django", "flask": "flask", "grpc": "grpcio", "otel": "opentelemetry-sdk"}
 # ELF e_machine per wheel platform architecture.
 ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
 

@@ -474,6 +474,12 @@ impl PyLimiter {
         self.inner.metrics_text()
     }
 
+    /// Every metric family, read now, as a dict: `start_unix_nanos` and
+    /// `families` (name, help, kind, points); what `polylimit.otel` bridges.
+    fn metrics_snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.metrics_snapshot().to_value())
+    }
+
     /// Closes the limiter: later checks raise `ClosedError`.
     fn close(&self) {
         self.inner.close()

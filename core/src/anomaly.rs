@@ -193,48 +193,53 @@ impl Alerts {
         self.sink_errors.clone()
     }
 
-    /// The metrics, in Prometheus text format (labels: policy names only).
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write;
+    /// The metrics' families (labels: policy names only).
+    pub fn families(&self) -> Vec<crate::metrics::MetricFamily> {
+        use crate::metrics::{family, MetricKind};
         let counts = self.counts.lock();
         let families = [
             (
                 "polylimit_anomalies_total",
-                "counter",
+                MetricKind::Counter,
                 "Keys that became anomalous (adaptive).",
                 0,
             ),
             (
                 "polylimit_anomaly_recoveries_total",
-                "counter",
+                MetricKind::Counter,
                 "Anomalous keys that recovered.",
                 1,
             ),
             (
                 "polylimit_anomalous_keys",
-                "gauge",
+                MetricKind::Gauge,
                 "Keys anomalous now (until their recovery is seen).",
                 2,
             ),
             (
                 "polylimit_anomaly_alerts_suppressed_total",
-                "counter",
+                MetricKind::Counter,
                 "Alerts dropped by the storm limit.",
                 3,
             ),
         ];
-        for (name, kind, help, i) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (policy, c) in counts.iter() {
-                let policy = policy.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                let _ = writeln!(out, "{name}{{policy=\"{policy}\"}} {}", c[i]);
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP polylimit_anomaly_callback_errors_total Alert callbacks that raised.\n# TYPE polylimit_anomaly_callback_errors_total counter\npolylimit_anomaly_callback_errors_total {}",
-            self.sink_errors.load(std::sync::atomic::Ordering::Relaxed)
-        );
+        let mut out: Vec<_> = families
+            .into_iter()
+            .map(|(name, kind, help, i)| {
+                let points = counts
+                    .iter()
+                    .map(|(policy, c)| (vec![("policy", policy.as_str())], c[i] as i64));
+                family(name, kind, help, points)
+            })
+            .collect();
+        let errors = self.sink_errors.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        out.push(family(
+            "polylimit_anomaly_callback_errors_total",
+            MetricKind::Counter,
+            "Alert callbacks that raised.",
+            [(Vec::new(), errors)],
+        ));
+        out
     }
 }
 

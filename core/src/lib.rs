@@ -59,6 +59,7 @@ pub use http::{
     RuleDecision,
 };
 pub use limiter::{LeaseGuard, Limiter};
+pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};

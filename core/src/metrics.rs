@@ -1,5 +1,9 @@
-//! Prometheus text metrics. Labels are bounded: policy names, route templates
-//! from the rules file, decisions and sources — never a raw key or address.
+//! The limiter's metrics: one registry of counters, read as a structured
+//! snapshot ([`MetricFamily`] values), from which the Prometheus text is
+//! rendered, so the text and every binding's OpenTelemetry bridge share one
+//! list of names, labels and values. Labels are bounded: policy names, route
+//! templates from the rules file, decisions and sources — never a raw key or
+//! address.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -8,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use serde_json::{json, Map, Value};
 
 use crate::breaker::BreakerState;
 use crate::decision::{Decision, Source};
@@ -18,6 +23,191 @@ const SOURCES: [Source; 8] = Source::ALL;
 const LATENCY_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+
+/// What a metric family measures, as Prometheus and OpenTelemetry name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A monotonic count since the limiter was built (cumulative).
+    Counter,
+    /// A value now, which may go up or down.
+    Gauge,
+    /// A distribution: per-bucket counts, a sum and a count (cumulative).
+    Histogram,
+}
+
+impl MetricKind {
+    /// `counter`, `gauge` or `histogram`: the Prometheus `# TYPE` word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// The value of one point of a family.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetricValue {
+    /// A counter's or a gauge's value: every one the core exports is a whole number.
+    Int(i64),
+    /// A histogram's buckets.
+    Histogram(HistogramValue),
+}
+
+/// A histogram point, in OpenTelemetry's explicit-bucket form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistogramValue {
+    /// The buckets' upper bounds (inclusive), ascending.
+    pub bounds: Vec<f64>,
+    /// Observations per bucket, not cumulative: one more entry than
+    /// `bounds`, the last one for values above every bound.
+    pub bucket_counts: Vec<u64>,
+    /// The sum of the observations.
+    pub sum: f64,
+    /// The number of observations (the sum of `bucket_counts`).
+    pub count: u64,
+}
+
+/// One point of a family: its labels (in the order the text shows them) and its value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricPoint {
+    /// Label names and values.
+    pub labels: Vec<(String, String)>,
+    /// The value.
+    pub value: MetricValue,
+}
+
+/// One metric: a name, a help line, a kind and its points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricFamily {
+    /// The metric's name (`polylimit_requests_total`).
+    pub name: String,
+    /// One line saying what it counts.
+    pub help: String,
+    /// Counter, gauge or histogram.
+    pub kind: MetricKind,
+    /// Its points, possibly none.
+    pub points: Vec<MetricPoint>,
+}
+
+impl MetricFamily {
+    fn new(name: &str, kind: MetricKind, help: &str) -> MetricFamily {
+        MetricFamily {
+            name: name.to_string(),
+            help: help.to_string(),
+            kind,
+            points: Vec::new(),
+        }
+    }
+
+    /// Adds a whole-number point with `labels`.
+    fn point(&mut self, labels: &[(&str, &str)], value: i64) {
+        self.points.push(MetricPoint {
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            value: MetricValue::Int(value),
+        });
+    }
+
+    /// The JSON form every binding reads: `{"name", "help", "kind",
+    /// "points": [{"labels": {..}, "value": n}]}`, a histogram's points with
+    /// `bounds`, `bucket_counts`, `sum` and `count` instead of `value`.
+    pub fn to_value(&self) -> Value {
+        let points: Vec<Value> = self
+            .points
+            .iter()
+            .map(|p| {
+                let labels: Map<String, Value> = p
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                match &p.value {
+                    MetricValue::Int(n) => json!({ "labels": labels, "value": n }),
+                    MetricValue::Histogram(h) => json!({
+                        "labels": labels,
+                        "bounds": h.bounds,
+                        "bucket_counts": h.bucket_counts,
+                        "sum": h.sum,
+                        "count": h.count,
+                    }),
+                }
+            })
+            .collect();
+        json!({ "name": self.name, "help": self.help, "kind": self.kind.as_str(), "points": points })
+    }
+}
+
+/// A limiter's metrics at one moment: every family it exports, in the
+/// order of its Prometheus text.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    /// When the limiter was built, in nanoseconds since the Unix epoch: the
+    /// start of every cumulative counter and histogram.
+    pub start_unix_nanos: u64,
+    /// The families.
+    pub families: Vec<MetricFamily>,
+}
+
+impl MetricsSnapshot {
+    /// The JSON form every binding reads: `{"start_unix_nanos": n,
+    /// "families": [...]}`, each family as [`MetricFamily::to_value`].
+    pub fn to_value(&self) -> Value {
+        let families: Vec<Value> = self.families.iter().map(MetricFamily::to_value).collect();
+        json!({ "start_unix_nanos": self.start_unix_nanos, "families": families })
+    }
+
+    /// The Prometheus text exposition of these families.
+    pub fn to_prometheus(&self) -> String {
+        let mut out = String::new();
+        for family in &self.families {
+            let name = &family.name;
+            let _ = writeln!(out, "# HELP {name} {}", family.help);
+            let _ = writeln!(out, "# TYPE {name} {}", family.kind.as_str());
+            for point in &family.points {
+                match &point.value {
+                    MetricValue::Int(n) => {
+                        let _ = writeln!(out, "{name}{} {n}", labels(&point.labels, None));
+                    }
+                    MetricValue::Histogram(h) => {
+                        let mut cumulative = 0;
+                        for (bound, n) in h.bounds.iter().zip(&h.bucket_counts) {
+                            cumulative += n;
+                            let le = bound.to_string();
+                            let _ = writeln!(out, "{name}_bucket{} {cumulative}", labels(&point.labels, Some(&le)));
+                        }
+                        let _ = writeln!(out, "{name}_bucket{} {}", labels(&point.labels, Some("+Inf")), h.count);
+                        let _ = writeln!(out, "{name}_sum{} {}", labels(&point.labels, None), h.sum);
+                        let _ = writeln!(out, "{name}_count{} {}", labels(&point.labels, None), h.count);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `{a="x",b="y"}` (with `le` last for a bucket), or nothing without labels.
+fn labels(pairs: &[(String, String)], le: Option<&str>) -> String {
+    if pairs.is_empty() && le.is_none() {
+        return String::new();
+    }
+    let mut out = String::from("{");
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{k}=\"{}\"", label(v));
+    }
+    if let Some(le) = le {
+        if !pairs.is_empty() {
+            out.push(',');
+        }
+        let _ = write!(out, "le=\"{le}\"");
+    }
+    out.push('}');
+    out
+}
 
 /// policy → route → (decision, source) → count: nested, so a request that
 /// counts under labels already seen is looked up by `&str`, allocating nothing.
@@ -59,12 +249,25 @@ pub(crate) struct Registry {
     /// policy → route → count.
     blocked: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     store_errors: AtomicU64,
-    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    latency_count: AtomicU64,
+    /// Store calls per latency bucket, not cumulative: one per bound of
+    /// [`LATENCY_BUCKETS`], then one for longer calls.
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
     latency_sum_ns: AtomicU64,
+    /// When these counters started, in nanoseconds since the Unix epoch.
+    started_unix_nanos: u64,
 }
 
 impl Registry {
+    /// An empty registry, started now.
+    pub fn new() -> Registry {
+        Registry {
+            started_unix_nanos: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            ..Default::default()
+        }
+    }
+
     /// Counts a reload of the limiter's configuration (`polylimit_config_reloads_total`).
     pub fn reload(&self, ok: bool) {
         self.reloads[ok as usize].fetch_add(1, Ordering::Relaxed);
@@ -78,7 +281,7 @@ impl Registry {
 
 impl Metrics {
     pub fn new<'a>(policies: impl IntoIterator<Item = &'a str>) -> Metrics {
-        Metrics::on(Arc::default(), policies)
+        Metrics::on(Arc::new(Registry::new()), policies)
     }
 
     /// The counters of `policies` on `registry`: a policy's name already
@@ -124,20 +327,28 @@ impl Metrics {
     }
 
     /// The blocked-key cache's families (a limiter that has one).
-    pub fn render_block_cache(&self, out: &mut String, keys: usize, max_keys: usize) {
-        let _ = writeln!(out, "# HELP polylimit_block_cache_hits_total Checks denied by the blocked-key cache, without a store call.\n# TYPE polylimit_block_cache_hits_total counter");
+    pub fn block_cache_families(&self, keys: usize, max_keys: usize) -> [MetricFamily; 3] {
+        let mut hits = MetricFamily::new(
+            "polylimit_block_cache_hits_total",
+            MetricKind::Counter,
+            "Checks denied by the blocked-key cache, without a store call.",
+        );
         for ((policy, _), n) in self.per_policy.iter().zip(&self.block_cache_hits) {
-            let _ = writeln!(
-                out,
-                "polylimit_block_cache_hits_total{{policy=\"{}\"}} {}",
-                label(policy),
-                n.load(Ordering::Relaxed)
-            );
+            hits.point(&[("policy", policy)], n.load(Ordering::Relaxed) as i64);
         }
-        let _ = writeln!(out, "# HELP polylimit_block_cache_keys Denied (policy, key) pairs the blocked-key cache holds.\n# TYPE polylimit_block_cache_keys gauge");
-        let _ = writeln!(out, "polylimit_block_cache_keys {keys}");
-        let _ = writeln!(out, "# HELP polylimit_block_cache_max_keys The blocked-key cache's bound.\n# TYPE polylimit_block_cache_max_keys gauge");
-        let _ = writeln!(out, "polylimit_block_cache_max_keys {max_keys}");
+        let mut held = MetricFamily::new(
+            "polylimit_block_cache_keys",
+            MetricKind::Gauge,
+            "Denied (policy, key) pairs the blocked-key cache holds.",
+        );
+        held.point(&[], keys as i64);
+        let mut bound = MetricFamily::new(
+            "polylimit_block_cache_max_keys",
+            MetricKind::Gauge,
+            "The blocked-key cache's bound.",
+        );
+        bound.point(&[], max_keys as i64);
+        [hits, held, bound]
     }
 
     pub fn store_error(&self) {
@@ -146,12 +357,11 @@ impl Metrics {
 
     pub fn store_latency(&self, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            if secs <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|bound| secs <= *bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.latency_buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.latency_sum_ns
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
@@ -169,89 +379,122 @@ impl Metrics {
         }
     }
 
+    /// When these counters started, in nanoseconds since the Unix epoch.
+    pub fn started_unix_nanos(&self) -> u64 {
+        self.started_unix_nanos
+    }
+
     pub fn store_errors(&self) -> u64 {
         self.store_errors.load(Ordering::Relaxed)
     }
 
-    pub fn render(&self, breaker: Option<BreakerState>) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP polylimit_requests_total Rate limit decisions.\n# TYPE polylimit_requests_total counter"
-        );
+    /// The families every limiter has (the breaker's only with a store that has one).
+    pub fn families(&self, breaker: Option<BreakerState>) -> Vec<MetricFamily> {
+        let mut requests = MetricFamily::new("polylimit_requests_total", MetricKind::Counter, "Rate limit decisions.");
         for (policy, counts) in &self.per_policy {
             for (source, by_verdict) in SOURCES.iter().zip(counts.iter()) {
                 for (verdict, n) in ["denied", "allowed"].iter().zip(by_verdict) {
                     let n = n.load(Ordering::Relaxed);
                     if n > 0 {
-                        let _ = writeln!(out, "polylimit_requests_total{{policy=\"{}\",route=\"\",decision=\"{verdict}\",source=\"{}\"}} {n}", label(policy), source.as_str());
+                        let labels = [
+                            ("policy", policy.as_str()),
+                            ("route", ""),
+                            ("decision", verdict),
+                            ("source", source.as_str()),
+                        ];
+                        requests.point(&labels, n as i64);
                     }
                 }
             }
         }
-        let requests = self.requests.lock();
-        let labels = requests
+        let counted = self.requests.lock();
+        let routes = counted
             .iter()
             .flat_map(|(p, routes)| routes.iter().map(move |(r, counts)| (p, r, counts)));
-        for (policy, route, counts) in labels {
+        for (policy, route, counts) in routes {
             for ((verdict, source), n) in counts {
-                let _ = writeln!(
-                    out,
-                    "polylimit_requests_total{{policy=\"{}\",route=\"{}\",decision=\"{verdict}\",source=\"{source}\"}} {n}",
-                    label(policy),
-                    label(route)
-                );
+                let labels = [
+                    ("policy", policy.as_str()),
+                    ("route", route.as_str()),
+                    ("decision", verdict),
+                    ("source", source),
+                ];
+                requests.point(&labels, *n as i64);
             }
         }
-        drop(requests);
-        let _ = writeln!(out, "# HELP rate_limit_blocked_total Requests blocked by a rate limit.\n# TYPE rate_limit_blocked_total counter");
-        let blocked = self.blocked.lock();
-        let labels = blocked
-            .iter()
-            .flat_map(|(p, routes)| routes.iter().map(move |(r, n)| ((p, r), n)));
-        for ((policy, route), n) in labels {
-            let _ = writeln!(
-                out,
-                "rate_limit_blocked_total{{policy=\"{}\",route=\"{}\"}} {n}",
-                label(policy),
-                label(route)
-            );
-        }
-        drop(blocked);
-        let _ = writeln!(out, "# HELP polylimit_store_errors_total Store calls that failed or timed out.\n# TYPE polylimit_store_errors_total counter");
-        let _ = writeln!(out, "polylimit_store_errors_total {}", self.store_errors());
-        let _ = writeln!(out, "# HELP polylimit_store_latency_seconds Store call latency.\n# TYPE polylimit_store_latency_seconds histogram");
-        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.latency_buckets) {
-            let _ = writeln!(
-                out,
-                "polylimit_store_latency_seconds_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.latency_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "polylimit_store_latency_seconds_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(
-            out,
-            "polylimit_store_latency_seconds_sum {}",
-            self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        drop(counted);
+        let mut blocked = MetricFamily::new(
+            "rate_limit_blocked_total",
+            MetricKind::Counter,
+            "Requests blocked by a rate limit.",
         );
-        let _ = writeln!(out, "polylimit_store_latency_seconds_count {count}");
+        let counted = self.blocked.lock();
+        let routes = counted
+            .iter()
+            .flat_map(|(p, routes)| routes.iter().map(move |(r, n)| (p, r, n)));
+        for (policy, route, n) in routes {
+            blocked.point(&[("policy", policy), ("route", route)], *n as i64);
+        }
+        drop(counted);
+        let mut errors = MetricFamily::new(
+            "polylimit_store_errors_total",
+            MetricKind::Counter,
+            "Store calls that failed or timed out.",
+        );
+        errors.point(&[], self.store_errors() as i64);
+        let mut latency = MetricFamily::new(
+            "polylimit_store_latency_seconds",
+            MetricKind::Histogram,
+            "Store call latency.",
+        );
+        let bucket_counts: Vec<u64> = self.latency_buckets.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+        latency.points.push(MetricPoint {
+            labels: Vec::new(),
+            value: MetricValue::Histogram(HistogramValue {
+                bounds: LATENCY_BUCKETS.to_vec(),
+                count: bucket_counts.iter().sum(),
+                bucket_counts,
+                sum: self.latency_sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            }),
+        });
+        let mut families = vec![requests, blocked, errors, latency];
         if self.reloadable.load(Ordering::Relaxed) {
-            let _ = writeln!(out, "# HELP polylimit_config_reloads_total Reloads of the limiter's configuration, by result.\n# TYPE polylimit_config_reloads_total counter");
+            let mut reloads = MetricFamily::new(
+                "polylimit_config_reloads_total",
+                MetricKind::Counter,
+                "Reloads of the limiter's configuration, by result.",
+            );
             for (result, n) in ["error", "ok"].iter().zip(&self.reloads) {
-                let _ = writeln!(
-                    out,
-                    "polylimit_config_reloads_total{{result=\"{result}\"}} {}",
-                    n.load(Ordering::Relaxed)
-                );
+                reloads.point(&[("result", result)], n.load(Ordering::Relaxed) as i64);
             }
+            families.push(reloads);
         }
         if let Some(state) = breaker {
-            let _ = writeln!(out, "# HELP polylimit_breaker_state Store circuit breaker: 0 closed, 1 open, 2 half-open.\n# TYPE polylimit_breaker_state gauge");
-            let _ = writeln!(out, "polylimit_breaker_state {}", state as u8);
+            let mut gauge = MetricFamily::new(
+                "polylimit_breaker_state",
+                MetricKind::Gauge,
+                "Store circuit breaker: 0 closed, 1 open, 2 half-open.",
+            );
+            gauge.point(&[], state as i64);
+            families.push(gauge);
         }
-        out
+        families
     }
+}
+
+/// A family of whole-number points, for the modules above this one that count
+/// things of their own (alerts, regional borrows): `points` are (labels, value).
+pub(crate) fn family<'a>(
+    name: &str,
+    kind: MetricKind,
+    help: &str,
+    points: impl IntoIterator<Item = (Vec<(&'a str, &'a str)>, i64)>,
+) -> MetricFamily {
+    let mut family = MetricFamily::new(name, kind, help);
+    for (labels, value) in points {
+        family.point(&labels, value);
+    }
+    family
 }
 
 /// Escapes a label value per the Prometheus text format.
@@ -265,4 +508,53 @@ fn labelled<'m, V: Default>(map: &'m mut BTreeMap<String, V>, label: &str) -> &'
         map.insert(label.to_string(), V::default());
     }
     map.get_mut(label).expect("inserted above")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_text_escapes_labels_and_sums_buckets() {
+        let mut counter = MetricFamily::new("c_total", MetricKind::Counter, "C.");
+        counter.point(&[("policy", "a\"b\\c\nd")], 3);
+        let histogram = MetricFamily {
+            points: vec![MetricPoint {
+                labels: vec![("policy".into(), "p".into())],
+                value: MetricValue::Histogram(HistogramValue {
+                    bounds: vec![0.5, 1.0],
+                    bucket_counts: vec![1, 2, 3],
+                    sum: 7.5,
+                    count: 6,
+                }),
+            }],
+            ..MetricFamily::new("h_seconds", MetricKind::Histogram, "H.")
+        };
+        let text = MetricsSnapshot {
+            start_unix_nanos: 0,
+            families: vec![counter, histogram],
+        }
+        .to_prometheus();
+        assert_eq!(
+            text,
+            "# HELP c_total C.\n# TYPE c_total counter\nc_total{policy=\"a\\\"b\\\\c\\nd\"} 3\n\
+             # HELP h_seconds H.\n# TYPE h_seconds histogram\n\
+             h_seconds_bucket{policy=\"p\",le=\"0.5\"} 1\nh_seconds_bucket{policy=\"p\",le=\"1\"} 3\n\
+             h_seconds_bucket{policy=\"p\",le=\"+Inf\"} 6\nh_seconds_sum{policy=\"p\"} 7.5\nh_seconds_count{policy=\"p\"} 6\n"
+        );
+    }
+
+    #[test]
+    fn a_store_call_counts_in_one_bucket() {
+        let metrics = Metrics::new(["p"]);
+        metrics.store_latency(Duration::from_micros(50));
+        metrics.store_latency(Duration::from_millis(3));
+        metrics.store_latency(Duration::from_secs(2));
+        let families = metrics.families(None);
+        let MetricValue::Histogram(h) = &families[3].points[0].value else {
+            panic!()
+        };
+        assert_eq!(h.bucket_counts, vec![1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(h.count, 3);
+    }
 }

@@ -52,6 +52,7 @@ PYTHON_MODULES = [
     ("polylimit.flask", "flask."),
     ("polylimit.grpc", "grpc."),
     ("polylimit.grpc.aio", "grpc.aio."),
+    ("polylimit.otel", "otel."),
 ]
 
 
@@ -126,7 +127,7 @@ def node_items():
 
 
 # ---------------------------------------------------------------- Go
-GO_PACKAGES = ["bindings-go", "bindings-go/client", "bindings-go/ginlimit", "bindings-go/echolimit", "bindings-go/grpclimit"]
+GO_PACKAGES = ["bindings-go", "bindings-go/client", "bindings-go/ginlimit", "bindings-go/echolimit", "bindings-go/grpclimit", "bindings-go/otellimit"]
 
 
 def go_items():

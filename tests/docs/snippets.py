@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNNABLE = {"python", "js", "go", "yaml"}
-GO_ADAPTERS = ["ginlimit", "echolimit", "grpclimit"]  # bindings-go/<name>, each a module
+GO_ADAPTERS = ["ginlimit", "echolimit", "grpclimit", "otellimit"]  # bindings-go/<name>, each a module
 TEXT = {"", "text"}
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 MARKER = re.compile(r"^\s*<!-- (run(?::\s*(?P<args>.*?))?|not run: (?P<reason>.+?)|output) -->\s*$")

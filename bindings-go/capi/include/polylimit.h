@@ -686,6 +686,16 @@ int32_t polylimit_limiter_metrics(const struct polylimit_limiter_t *limiter,
                                   char **out,
                                   struct polylimit_error_t **err);
 
+// Every metric family, read now, as JSON in `*out` (free with
+// `polylimit_string_free`): `{"start_unix_nanos", "families": [{"name",
+// "help", "kind", "points"}]}`, what the Go OpenTelemetry producer reads.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+int32_t polylimit_limiter_metrics_snapshot(const struct polylimit_limiter_t *limiter,
+                                           char **out,
+                                           struct polylimit_error_t **err);
+
 // Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`. Idempotent.
 //
 // # Safety

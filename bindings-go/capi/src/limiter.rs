@@ -629,6 +629,30 @@ pub unsafe extern "C" fn polylimit_limiter_metrics(
     })
 }
 
+/// Every metric family, read now, as JSON in `*out` (free with
+/// `polylimit_string_free`): `{"start_unix_nanos", "families": [{"name",
+/// "help", "kind", "points"}]}`, what the Go OpenTelemetry producer reads.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle; `out` and `err` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_metrics_snapshot(
+    limiter: *const polylimit_limiter_t,
+    out: *mut *mut c_char,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?;
+        if out.is_null() {
+            return Err(FfiError::invalid("out is NULL"));
+        }
+        // SAFETY: checked above.
+        unsafe { *out = c_string(limiter.metrics_snapshot().to_value().to_string()) };
+        Ok(Status::POLYLIMIT_OK as i32)
+    })
+}
+
 /// Closes the limiter: later checks fail with `POLYLIMIT_CLOSED`. Idempotent.
 ///
 /// # Safety

@@ -223,6 +223,11 @@ class Limiter:
         """``reload``, blocking the calling thread."""
     def metrics_text(self) -> str:
         """The limiter's metrics in the Prometheus text format."""
+    def metrics_snapshot(self) -> Dict[str, Any]:
+        """Every metric family, read now: ``{"start_unix_nanos": int, "families": [{"name",
+        "help", "kind": "counter" | "gauge" | "histogram", "points": [{"labels": {..}, "value": int}
+        or {"labels", "bounds", "bucket_counts", "sum", "count"}]}]}``; the Prometheus text is
+        rendered from it, and ``polylimit.otel`` bridges it into OpenTelemetry."""
     def close(self) -> None:
         """Closes the limiter and its store connections; later calls raise ClosedError."""
     @property

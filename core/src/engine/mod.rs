@@ -13,7 +13,7 @@ use crate::algorithm::{Kind, Params, Verdict};
 use crate::breaker::{BreakerConfig, BreakerState, Clock};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{MetricKind, Metrics, MetricsSnapshot};
 use crate::policy::{check_name, Policy, MAX_COST};
 use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
@@ -1314,25 +1314,39 @@ impl Engine {
         self.inner.resilience.set_clock(clock);
     }
 
-    /// Metrics in Prometheus text format.
+    /// Metrics in Prometheus text format, rendered from the snapshot.
     pub(crate) fn metrics_text(&self) -> String {
+        self.metrics_snapshot().to_prometheus()
+    }
+
+    /// Every metric family this limiter exports, read now.
+    pub(crate) fn metrics_snapshot(&self) -> MetricsSnapshot {
         let breaker = matches!(*self.inner.backend, Backend::Redis(_)).then(|| self.inner.resilience.state());
-        let mut text = self.inner.metrics.render(breaker);
+        let mut families = self.inner.metrics.families(breaker);
         if let Some(cache) = &self.inner.block_cache {
-            self.inner
-                .metrics
-                .render_block_cache(&mut text, cache.len(), cache.max_keys());
+            families.extend(self.inner.metrics.block_cache_families(cache.len(), cache.max_keys()));
         }
         if let Some(regions) = &self.inner.regions {
-            regions.render(&mut text);
+            families.push(regions.family());
         }
         if let Some(notice) = &self.inner.ignored_overrides {
-            notice.render(self.policies().map(|p| p.name().to_string()), &mut text);
+            let found = notice.found(self.policies().map(|p| p.name().to_string()));
+            if !found.is_empty() {
+                families.push(crate::metrics::family(
+                    "polylimit_overrides_ignored",
+                    MetricKind::Gauge,
+                    "Policies with per-key overrides in the store, which this limiter (without overrides: true) ignores.",
+                    found.iter().map(|name| (vec![("policy", name.as_str())], 1)),
+                ));
+            }
         }
         if self.inner.policies.iter().any(|c| c.params.adaptive.is_some()) {
-            self.inner.alerts.render(&mut text);
+            families.extend(self.inner.alerts.families());
         }
-        text
+        MetricsSnapshot {
+            start_unix_nanos: self.inner.metrics.started_unix_nanos(),
+            families,
+        }
     }
 
     /// The alerts of adaptive policies: their callback, log line and metrics.

@@ -541,23 +541,27 @@ impl Regions {
         }
     }
 
-    /// `polylimit_region_borrows_total{region,result}` in Prometheus text.
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write;
-        let _ = writeln!(
-            out,
-            "# HELP polylimit_region_borrows_total Checks the local region denied for quota, sent to another region: granted, refused, unavailable.\n# TYPE polylimit_region_borrows_total counter"
-        );
-        for lender in &self.lenders {
-            for (result, n) in RESULTS.iter().zip(&lender.counts) {
-                let _ = writeln!(
-                    out,
-                    "polylimit_region_borrows_total{{region=\"{}\",result=\"{result}\"}} {}",
-                    lender.name.replace(['\\', '"', '\n'], "_"),
-                    n.load(Ordering::Relaxed)
-                );
-            }
-        }
+    /// `polylimit_region_borrows_total{region,result}`.
+    pub(crate) fn family(&self) -> crate::metrics::MetricFamily {
+        let names: Vec<String> = self
+            .lenders
+            .iter()
+            .map(|lender| lender.name.replace(['\\', '"', '\n'], "_"))
+            .collect();
+        let points = self.lenders.iter().zip(&names).flat_map(|(lender, name)| {
+            RESULTS.iter().zip(&lender.counts).map(move |(result, n)| {
+                (
+                    vec![("region", name.as_str()), ("result", *result)],
+                    n.load(Ordering::Relaxed) as i64,
+                )
+            })
+        });
+        crate::metrics::family(
+            "polylimit_region_borrows_total",
+            crate::metrics::MetricKind::Counter,
+            "Checks the local region denied for quota, sent to another region: granted, refused, unavailable.",
+            points,
+        )
     }
 
     /// Closes the lenders' engines.

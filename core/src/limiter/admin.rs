@@ -41,9 +41,17 @@ impl Limiter {
         self.engine().set_breaker_clock(clock)
     }
 
-    /// Metrics in Prometheus text format.
+    /// Metrics in Prometheus text format, rendered from [`Limiter::metrics_snapshot`].
     pub fn metrics_text(&self) -> String {
         self.engine().metrics_text()
+    }
+
+    /// Every metric family this limiter exports, read now: names, help,
+    /// kinds, labels and values (cumulative since the limiter was built).
+    /// The Prometheus text is rendered from it, and each binding bridges it
+    /// into its host's OpenTelemetry SDK, so both show the same metrics.
+    pub fn metrics_snapshot(&self) -> crate::metrics::MetricsSnapshot {
+        self.engine().metrics_snapshot()
     }
 
     /// Sends every alert of the adaptive policies (a key became anomalous or

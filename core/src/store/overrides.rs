@@ -248,24 +248,13 @@ impl IgnoredOverrides {
         }
     }
 
-    /// `polylimit_overrides_ignored{policy}` of the policies found.
-    pub(crate) fn render(&self, names: impl Iterator<Item = String>, out: &mut String) {
-        use std::fmt::Write;
-        let found: Vec<String> = names
+    /// The policies (of `names`, in order) found with overrides: each is
+    /// `polylimit_overrides_ignored{policy}` 1.
+    pub(crate) fn found(&self, names: impl Iterator<Item = String>) -> Vec<String> {
+        names
             .zip(&self.next)
             .filter(|(_, n)| n.load(std::sync::atomic::Ordering::Relaxed) == i64::MAX)
             .map(|(name, _)| name)
-            .collect();
-        if found.is_empty() {
-            return;
-        }
-        let _ = writeln!(
-            out,
-            "# HELP polylimit_overrides_ignored Policies with per-key overrides in the store, which this limiter (without overrides: true) ignores.\n# TYPE polylimit_overrides_ignored gauge"
-        );
-        for name in found {
-            let name = name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-            let _ = writeln!(out, "polylimit_overrides_ignored{{policy=\"{name}\"}} 1");
-        }
+            .collect()
     }
 }

@@ -1,0 +1,60 @@
+package polylimit
+
+/*
+#include "polylimit.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"runtime"
+)
+
+// MetricsSnapshot is every metric family of a limiter at one moment, read
+// from the core: the Prometheus text of Metrics is rendered from the same
+// snapshot, and the otellimit module bridges it into OpenTelemetry.
+type MetricsSnapshot struct {
+	StartUnixNanos uint64         `json:"start_unix_nanos"` // when the limiter was built: the start of every cumulative value
+	Families       []MetricFamily `json:"families"`
+}
+
+// MetricFamily is one metric: its name, help line, kind ("counter", "gauge"
+// or "histogram") and points.
+type MetricFamily struct {
+	Name   string        `json:"name"`
+	Help   string        `json:"help"`
+	Kind   string        `json:"kind"`
+	Points []MetricPoint `json:"points"`
+}
+
+// MetricPoint is one point of a family: its labels and, for a counter or a
+// gauge, Value; for a histogram, Bounds (upper bounds, inclusive),
+// BucketCounts (per bucket, not cumulative, one more than Bounds), Sum and Count.
+type MetricPoint struct {
+	Labels       map[string]string `json:"labels"`
+	Value        int64             `json:"value"`
+	Bounds       []float64         `json:"bounds,omitempty"`
+	BucketCounts []uint64          `json:"bucket_counts,omitempty"`
+	Sum          float64           `json:"sum,omitempty"`
+	Count        uint64            `json:"count,omitempty"`
+}
+
+// MetricsSnapshot reads every metric family of the limiter now.
+func (l *Limiter) MetricsSnapshot() (MetricsSnapshot, error) {
+	var snapshot MetricsSnapshot
+	var out *C.char
+	var cerr *C.polylimit_error_t
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.ptr == nil {
+		return snapshot, closedError()
+	}
+	rc := C.polylimit_limiter_metrics_snapshot(l.ptr, &out, &cerr)
+	runtime.KeepAlive(l)
+	if rc != C.POLYLIMIT_OK {
+		return snapshot, takeError(rc, cerr)
+	}
+	defer C.polylimit_string_free(out)
+	err := json.Unmarshal([]byte(C.GoString(out)), &snapshot)
+	return snapshot, err
+}
