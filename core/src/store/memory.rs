@@ -26,6 +26,11 @@ const PENALTY_SLOT: u32 = 1 << 31;
 pub(crate) const OVERRIDE_SLOT: u32 = 1 << 30;
 /// Adaptive records (`algorithm::adaptive`) too.
 const ADAPTIVE_SLOT: u32 = 1 << 29;
+/// The state of a key under a policy-wide limit (`crate::limits`): a slot of
+/// its own, cleared whenever the limit is set or removed.
+pub(crate) const LIMIT_SLOT: u32 = 1 << 28;
+/// The bits that name where a policy's state lives, beside its index.
+const STATE_SLOTS: u32 = OVERRIDE_SLOT | LIMIT_SLOT;
 
 /// Identifies a key of one policy (`slot` is the policy's index in its limiter).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +210,8 @@ pub(crate) struct MemoryStore {
     hasher: Hasher64,
     /// Per-key overrides (`crate::overrides`); empty unless one was set.
     pub(crate) overrides: crate::store::overrides::MemoryOverrides,
+    /// Policy-wide limits (`crate::limits`); empty unless one was set.
+    pub(crate) limits: crate::store::overrides::MemoryLimits,
 }
 
 impl MemoryStore {
@@ -224,6 +231,7 @@ impl MemoryStore {
             per_shard_cap: (max_keys / SHARDS).max(1),
             hasher,
             overrides: crate::store::overrides::MemoryOverrides::new(max_keys),
+            limits: crate::store::overrides::MemoryLimits::default(),
         }
     }
 
@@ -255,7 +263,7 @@ impl MemoryStore {
             .map(|(c, key)| {
                 c.penalty.map(|_| {
                     keys.push(MapKeyRef {
-                        slot: (c.slot & !OVERRIDE_SLOT) | PENALTY_SLOT,
+                        slot: (c.slot & !STATE_SLOTS) | PENALTY_SLOT,
                         key,
                     });
                     keys.len() - 1
@@ -268,7 +276,7 @@ impl MemoryStore {
             .map(|(c, key)| {
                 c.params.adaptive.as_ref().map(|_| {
                     keys.push(MapKeyRef {
-                        slot: (c.slot & !OVERRIDE_SLOT) | ADAPTIVE_SLOT,
+                        slot: (c.slot & !STATE_SLOTS) | ADAPTIVE_SLOT,
                         key,
                     });
                     keys.len() - 1
@@ -417,6 +425,14 @@ impl MemoryStore {
         for slot in [slot, slot | PENALTY_SLOT, slot | ADAPTIVE_SLOT] {
             let key = MapKeyRef { slot, key: &stored };
             self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
+        }
+    }
+
+    /// Forgets every key of one slot (the state under a policy-wide limit
+    /// that was set or removed): one pass over every shard.
+    pub fn reset_slot(&self, slot: u32) {
+        for shard in self.shards.iter() {
+            shard.lock().map.retain(|k, _| k.slot != slot);
         }
     }
 
