@@ -48,10 +48,7 @@ use crate::overrides::{now_arg, override_params, rate_text, OverrideSpec};
 use crate::store::memory::LIMIT_SLOT;
 use crate::store::overrides::{limit_script_sha, parse_limit_record, record, LimitEntry, LIMIT_SCRIPT};
 
-/// How often, at most, a process on Redis Cluster reads a policy's limit
-/// record (a script there cannot read a key of another slot): the bound
-/// within which a change made by another process applies.
-pub const CLUSTER_REFRESH_MS: i64 = 1_000;
+pub use crate::store::overrides::CLUSTER_REFRESH_MS;
 
 /// A policy-wide limit in force.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -180,7 +180,7 @@ struct Inner {
     limit_changes: Vec<[AtomicU64; 2]>,
     /// On Redis Cluster with overrides: each policy's limit record as last
     /// read (when, on the breaker's clock, and its text; `None`: read it at
-    /// the next check), read again after [`crate::limits::CLUSTER_REFRESH_MS`].
+    /// the next check), read again after [`crate::store::overrides::CLUSTER_REFRESH_MS`].
     cluster_limits: Option<Vec<parking_lot::Mutex<(Option<std::time::Instant>, Arc<str>)>>>,
 }
 
@@ -724,7 +724,7 @@ impl Engine {
 
     /// On Redis Cluster with overrides, the limit record of each policy of
     /// `policies` as this process knows it (read again when older than
-    /// [`crate::limits::CLUSTER_REFRESH_MS`]); `None` elsewhere (the
+    /// [`crate::store::overrides::CLUSTER_REFRESH_MS`]); `None` elsewhere (the
     /// decision script reads the record itself).
     async fn cluster_limit_records(
         &self,
@@ -742,7 +742,7 @@ impl Engine {
             }
             let now = self.inner.resilience.now();
             let (read_at, text) = cache[i].lock().clone();
-            let refresh = std::time::Duration::from_millis(crate::limits::CLUSTER_REFRESH_MS as u64);
+            let refresh = std::time::Duration::from_millis(crate::store::overrides::CLUSTER_REFRESH_MS as u64);
             if read_at.is_some_and(|at| now.saturating_duration_since(at) < refresh) {
                 out.push(Some(text));
                 continue;

@@ -680,7 +680,7 @@ mod tests {
             token.ends_with(";e1,0123456789abcdef0123456789abcdef*2,user=a%3Bb,c"),
             "{token}"
         );
-        assert!(token.starts_with("pl1;n1700000000123;c2;t42;rs0,failed,"), "{token}");
+        assert!(token.starts_with("pl1;n1700000000123;c2;t42;rsp0,failed,"), "{token}");
         assert!(token.contains(";rlo3,4xx+503,;"), "{token}");
         assert_eq!(Completion::decode(&token).unwrap(), c);
         let call = Completion {
@@ -688,7 +688,7 @@ mod tests {
             ..c.clone()
         };
         assert!(
-            call.encode().starts_with("pl1;n1700000000123;c2;t42;g;rs0"),
+            call.encode().starts_with("pl1;n1700000000123;c2;t42;g;rsp0"),
             "{}",
             call.encode()
         );

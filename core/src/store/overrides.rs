@@ -202,6 +202,11 @@ pub(crate) fn limit_script_sha() -> &'static str {
     &SHA
 }
 
+/// How often, at most, a process on Redis Cluster reads a policy's limit
+/// record (a script there cannot read a key of another slot): the bound
+/// within which a change made by another process applies.
+pub const CLUSTER_REFRESH_MS: i64 = 1_000;
+
 /// A policy-wide limit of the memory store.
 #[derive(Clone)]
 pub(crate) struct LimitEntry {
