@@ -233,6 +233,20 @@ export interface Override {
   expiresAtMs: number | null;
 }
 
+/** A policy-wide limit in force. */
+export interface PolicyLimit {
+  /** The name of the policy it applies to (every key of it). */
+  policy: string;
+  /** The policy's rate while it is in force (`"100/1m"`). */
+  rate: string;
+  /** Its bucket capacity (the limit per window for window algorithms). */
+  burst: number;
+  /** The `limit` of its decisions (as `burst`). */
+  limit: number;
+  /** When it ends (ms since the epoch, the store's clock); null: never. */
+  expiresAtMs: number | null;
+}
+
 /** One policy's answer for one key: allowed or not, and the numbers behind it. */
 export interface Decision {
   /** Whether the request may go ahead. */
@@ -394,6 +408,12 @@ export class Limiter {
   getOverride(key: string, options?: { policy?: string; nowMs?: number }): Promise<Override | null>;
   /** Removes the override of `key`: whether one was in force. */
   removeOverride(key: string, options?: { policy?: string }): Promise<boolean>;
+  /** Sets a policy-wide limit in the store: every key of `options.policy` (docs/features/overrides.md). */
+  setLimit(options: OverrideOptions): Promise<PolicyLimit>;
+  /** The policy-wide limit in force, or null. */
+  getLimit(options?: { policy?: string; nowMs?: number }): Promise<PolicyLimit | null>;
+  /** Removes the policy-wide limit: whether one was in force. */
+  removeLimit(options?: { policy?: string }): Promise<boolean>;
   /** The limiter's metrics in the Prometheus text format. */
   metricsText(): string;
   /** The store circuit breaker's state. */

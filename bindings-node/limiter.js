@@ -295,6 +295,46 @@ class Limiter {
     return this._override('remove', key, options);
   }
 
+  /**
+   * Sets a policy-wide limit: every key of `options.policy` is decided under
+   * `{ rate, burst }` instead of the policy's numbers (by every process on
+   * the store) until removed or until `ttl` (ms, or text like '10m') ends. A
+   * per-key override still wins. Needs `overrides: true`. Resolves with the limit.
+   */
+  setLimit(options) {
+    return this._limit('set', options);
+  }
+
+  /** The policy-wide limit in force for `options.policy`, or null. */
+  getLimit(options) {
+    return this._limit('get', options);
+  }
+
+  /** Removes the policy-wide limit of `options.policy`: whether one was in force. */
+  removeLimit(options) {
+    return this._limit('remove', options);
+  }
+
+  _limit(op, options) {
+    this._flushChecks();
+    let spec;
+    try {
+      spec = JSON.stringify(options ?? {}, (_, v) => (v === undefined ? null : v));
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return calls.start((id) => this._native.limitCall(id, op, spec)).then((value) => {
+      if (value === null || typeof value !== 'object') return value;
+      return {
+        policy: value.policy,
+        rate: value.rate,
+        burst: value.burst,
+        limit: value.limit,
+        expiresAtMs: value.expires_at_ms,
+      };
+    });
+  }
+
   _override(op, key, options) {
     this._flushChecks();
     if (typeof key !== 'string') {

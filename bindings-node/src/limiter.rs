@@ -389,6 +389,39 @@ impl NativeLimiter {
         })
     }
 
+    /// Call `id`, policy-wide limits: `op` is `set` (`spec` the JSON of `{
+    /// policy, rate, burst, ttl, nowMs }`), `get` (`{ policy, nowMs }`) or
+    /// `remove` (`{ policy }`). Its record is JSON: the limit (or null, or
+    /// whether one was removed).
+    #[napi]
+    pub fn limit_call(&self, env: Env, id: u32, op: String, spec: String) -> Result<()> {
+        let limiter = self.inner.clone();
+        self.submit(&env, id, move || async move {
+            let spec: Value = serde_json::from_str(&spec)
+                .map_err(|e| polylimit::Error::config("limit", "", format!("is not JSON: {e}")))?;
+            let text = |field: &str| spec.get(field).and_then(Value::as_str).map(str::to_string);
+            let now_ms = spec.get("nowMs").filter(|v| !v.is_null()).map(|v| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0)
+                    .map(|f| f as i64)
+                    .ok_or_else(|| polylimit::Error::config("nowMs", v, "is not a time in ms since the epoch"))
+            });
+            let now_ms = now_ms.transpose()?;
+            let value = match op.as_str() {
+                "set" => {
+                    let spec = OverrideSpec::from_value(&spec, Naming::Camel)?;
+                    limiter.set_limit(&spec).await?.to_value()
+                }
+                "get" => limiter
+                    .get_limit(text("policy").as_deref(), now_ms)
+                    .await?
+                    .map_or(Value::Null, |l| l.to_value()),
+                _ => Value::Bool(limiter.remove_limit(text("policy").as_deref()).await?),
+            };
+            Ok(Reply::Json(value))
+        })
+    }
+
     /// Prometheus text of the limiter's metrics.
     #[napi]
     pub fn metrics_text(&self) -> String {

@@ -469,6 +469,86 @@ impl PyLimiter {
         runtime::block_on(py, inner.reload())
     }
 
+    /// Sets a policy-wide limit (rate, burst, optional TTL) of `policy` in
+    /// the store: every key of it, in every process; an awaitable of the
+    /// limit as a dict.
+    #[pyo3(signature = (policy=None, rate=None, burst=None, ttl=None, now_ms=None))]
+    fn set_limit<'py>(
+        &self,
+        py: Python<'py>,
+        policy: Option<&Bound<'py, PyAny>>,
+        rate: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        ttl: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
+        let inner = self.inner.clone();
+        host::submit(py, async move {
+            inner.set_limit(&spec).await.map(|l| Reply::Json(l.to_value()))
+        })
+    }
+
+    /// `set_limit`, blocking with the GIL released.
+    #[pyo3(signature = (policy=None, rate=None, burst=None, ttl=None, now_ms=None))]
+    fn set_limit_sync<'py>(
+        &self,
+        py: Python<'py>,
+        policy: Option<&Bound<'py, PyAny>>,
+        rate: Option<&Bound<'py, PyAny>>,
+        burst: Option<&Bound<'py, PyAny>>,
+        ttl: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let spec = override_spec(policy, rate, burst, ttl, now_ms)?;
+        let inner = &self.inner;
+        let value = runtime::block_on(py, inner.set_limit(&spec))?.to_value();
+        to_py(py, &value)
+    }
+
+    /// The policy-wide limit in force for `policy`: an awaitable of a dict or None.
+    #[pyo3(signature = (policy=None, now_ms=None))]
+    fn get_limit<'py>(
+        &self,
+        py: Python<'py>,
+        policy: Option<String>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        host::submit(py, async move {
+            let found = inner.get_limit(policy.as_deref(), now_ms).await?;
+            Ok(Reply::Json(found.map_or(Value::Null, |l| l.to_value())))
+        })
+    }
+
+    /// `get_limit`, blocking with the GIL released.
+    #[pyo3(signature = (policy=None, now_ms=None))]
+    fn get_limit_sync<'py>(
+        &self,
+        py: Python<'py>,
+        policy: Option<String>,
+        now_ms: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let found = runtime::block_on(py, inner.get_limit(policy.as_deref(), now_ms))?;
+        to_py(py, &found.map_or(Value::Null, |l| l.to_value()))
+    }
+
+    /// Removes the policy-wide limit of `policy`: an awaitable of whether
+    /// one was in force.
+    #[pyo3(signature = (policy=None))]
+    fn remove_limit<'py>(&self, py: Python<'py>, policy: Option<String>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        host::submit(py, async move { inner.remove_limit(policy.as_deref()).await.map(Reply::Bool) })
+    }
+
+    /// `remove_limit`, blocking with the GIL released.
+    #[pyo3(signature = (policy=None))]
+    fn remove_limit_sync(&self, py: Python<'_>, policy: Option<String>) -> PyResult<bool> {
+        let inner = &self.inner;
+        runtime::block_on(py, inner.remove_limit(policy.as_deref()))
+    }
+
     /// Prometheus text exposition of this limiter's metrics.
     fn metrics_text(&self) -> String {
         self.inner.metrics_text()

@@ -9,7 +9,11 @@
 -- KEYS: per policy its keys (sliding_window_log takes two), then its penalty
 -- key when it has a penalty, then (flags 4) its override record and state keys.
 -- With flags 4 the reply ends with three values per policy: the count,
--- period_ms and burst of the override that decided it, or 0 0 0.
+-- period_ms and burst of the override that decided it, or 0 0 0; with the
+-- burst negated for a policy-wide limit (overrides.lua). With flags 4 the
+-- override keys are followed by the limit's: its record (unless flags 32:
+-- then the record's text comes in the lease's place), its generation key
+-- and its state keys.
 -- The twelfth value is an adaptive spec ('' = none, adaptive.lua): its key
 -- comes last among the policy's keys, and the reply then ends with four
 -- values per policy: anomalous, transition, estimate, baseline (-1 -1 -1 -1
@@ -38,11 +42,23 @@ local cost = ARGV[2] + 0
 if #ARGV == 9 then
   local flags = ARGV[8] + 0
   local kind = ARGV[3] + 0
-  local o = flags >= 4 and read_override(KEYS[1 + KEY_COUNT[kind]], kind, now)
+  local n = KEY_COUNT[kind]
+  local o = flags >= 4 and read_override(KEYS[1 + n], kind, now)
+  local shown = o
   local allowed, remaining, reset, retry, delay, a, b, c, ttl
   local at = 1
   if o then
-    at = 2 + KEY_COUNT[kind]
+    at = 2 + n
+  elseif flags >= 4 then
+    local gen_at
+    o, gen_at = read_limit(KEYS, 2 + 2 * n, flags % 64 >= 32 and ARGV[9], kind, now)
+    if o then
+      enter_limit(KEYS, gen_at, n, o)
+      at = gen_at + 1
+      shown = {o[1], o[2], -o[3]}
+    end
+  end
+  if o then
     allowed, remaining, reset, retry, delay, a, b, c, ttl = KINDS[kind](KEYS, at, now, cost,
       o[1], o[2], o[3], o[4])
   else
@@ -55,8 +71,8 @@ if #ARGV == 9 then
   if flags < 4 then
     return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0}
   end
-  o = o or {0, 0, 0}
-  return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0, o[1], o[2], o[3]}
+  shown = shown or {0, 0, 0}
+  return {all, now, allowed and 1 or 0, remaining, reset, retry, delay, 0, shown[1], shown[2], shown[3]}
 end
 
 local out = {1, now}
@@ -81,16 +97,27 @@ for b = 3, #ARGV, STRIDE do
   end
   local count, period, burst, max_delay =
     ARGV[b + 1] + 0, ARGV[b + 2] + 0, ARGV[b + 3] + 0, ARGV[b + 4] + 0
-  if ARGV[b + 5] + 0 >= 4 then
+  local flags = ARGV[b + 5] + 0
+  if flags >= 4 then
+    local n = KEY_COUNT[kind]
     local o = read_override(KEYS[k], kind, now)
+    local l, gen_at = nil, nil
+    if not o then
+      l, gen_at = read_limit(KEYS, k + 1 + n, flags % 64 >= 32 and ARGV[b + 10], kind, now)
+    end
     if o then
       keys_at = k + 1
       count, period, burst, max_delay = o[1], o[2], o[3], o[4]
       overridden[#overridden + 1] = o
+    elseif l then
+      enter_limit(KEYS, gen_at, n, l)
+      keys_at = gen_at + 1
+      count, period, burst, max_delay = l[1], l[2], l[3], l[4]
+      overridden[#overridden + 1] = {l[1], l[2], -l[3]}
     else
       overridden[#overridden + 1] = {0, 0, 0}
     end
-    k = k + 1 + KEY_COUNT[kind]
+    k = k + 1 + n + (flags % 64 >= 32 and 0 or 1) + 1 + n
   end
   local astep = false
   if ARGV[b + 11] ~= '' then

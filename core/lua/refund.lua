@@ -9,7 +9,12 @@
 -- admission charged an override's state (nothing is given back when no
 -- override is in force any more); 16: it charged the policy's own state
 -- (given back there even if an override was set since); neither: the state
--- in force at now (a refund in the decision's own pass).
+-- in force at now (a refund in the decision's own pass); 64: a policy-wide
+-- limit's state (nothing when that limit's generation is no longer the one
+-- in force, or an override is). With flags 4 the policy's five values are
+-- followed by a sixth: the limit's record text when flags 32 (a cluster:
+-- then no record key), else ''; and the keys by the limit's record key
+-- (without flags 32), its generation key and state keys.
 -- Returns how many policies' charges were given back. A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
 -- back (a window moved on or its state was created after the admission's
@@ -128,23 +133,39 @@ local now = tonumber(ARGV[1])
 local cost = tonumber(ARGV[2])
 local refunded = 0
 local k = 1
-for b = 3, #ARGV, 5 do
+local b = 3
+while b <= #ARGV do
   local kind = tonumber(ARGV[b])
   local count, period, burst = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local keys_at = k
   local flags = tonumber(ARGV[b + 4])
+  local n = KEY_COUNT[kind]
   local gone = false
+  local next_k = k + n
+  local stride = 5
   if flags % 8 >= 4 then
-    local at = k + KEY_COUNT[kind]
+    stride = 6
+    local charged = math.floor(flags / 8) % 8 -- 0 now, 1 an override's, 2 the policy's, 8 (64) a limit's
+    local inline = flags % 64 >= 32 and ARGV[b + 5]
+    local at = k + n
     local o = nil
-    if flags < 16 then o = read_override(KEYS[at], kind, now) end
-    if o then
+    if charged ~= 2 then o = read_override(KEYS[at], kind, now) end
+    local l, gen_at = nil, nil
+    if not o and (charged == 0 or flags >= 64) then
+      l, gen_at = read_limit(KEYS, at + 1 + n, inline, kind, now)
+      -- Only the generation whose state is stored (another's is dropped at its next check).
+      if l and redis.pcall('GET', KEYS[gen_at]) ~= l[5] then l = nil end
+    end
+    if o and flags < 64 then
       keys_at = at + 1
       count, period, burst = o[1], o[2], o[3]
-    elseif flags % 16 >= 8 then
-      gone = true -- charged under an override that is no longer in force
+    elseif l then
+      keys_at = gen_at + 1
+      count, period, burst = l[1], l[2], l[3]
+    elseif charged == 1 or flags >= 64 then
+      gone = true -- charged under an override or a limit that is no longer in force
     end
-    k = at + 1 -- past the record: the override state keys are skipped below
+    next_k = at + 1 + n + (inline and 0 or 1) + 1 + n
   end
   local key = KEYS[keys_at]
   local c = nil
@@ -168,6 +189,7 @@ for b = 3, #ARGV, 5 do
       refunded = refunded + 1
     end
   end
-  k = k + KEY_COUNT[kind]
+  k = next_k
+  b = b + stride
 end
 return refunded

@@ -351,6 +351,12 @@ impl CircuitBreaker {
         self.shared.config
     }
 
+    /// The time on the breaker's clock (the limiter's other process-side
+    /// timers read it too, so a test moves them all with one clock).
+    pub(crate) fn now(&self) -> Instant {
+        self.shared.state.lock().clock.now()
+    }
+
     /// Reads the time from `clock` from now on (the limiter's hook for
     /// tests; an open breaker's cooldown ends at the same instant of it).
     pub(crate) fn set_clock(&self, clock: Arc<dyn Clock>) {

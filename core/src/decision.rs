@@ -120,6 +120,8 @@ pub struct CheckResult {
     /// Per decision, the numbers of the per-key override that decided it
     /// (count, period ms, burst), for the headers; empty when none did.
     pub(crate) overridden: Vec<Option<[u64; 3]>>,
+    /// Per decision (as `overridden`): its numbers are a policy-wide limit's.
+    pub(crate) limited: Vec<bool>,
 }
 
 impl CheckResult {

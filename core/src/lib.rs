@@ -30,6 +30,7 @@ mod env;
 mod error;
 mod http;
 mod limiter;
+mod limits;
 mod metrics;
 pub mod options;
 mod overrides;
@@ -61,6 +62,7 @@ pub use http::{
 pub use limiter::{LeaseGuard, Limiter};
 pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 pub use options::Naming;
+pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use runtime::build_runtime;

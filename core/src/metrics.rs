@@ -255,6 +255,8 @@ pub(crate) struct Registry {
     latency_sum_ns: AtomicU64,
     /// When these counters started, in nanoseconds since the Unix epoch.
     started_unix_nanos: u64,
+    /// policy → [set, removed]: policy-wide limits this process changed.
+    limit_changes: Mutex<BTreeMap<String, [u64; 2]>>,
 }
 
 impl Registry {
@@ -271,6 +273,12 @@ impl Registry {
     /// Counts a reload of the limiter's configuration (`polylimit_config_reloads_total`).
     pub fn reload(&self, ok: bool) {
         self.reloads[ok as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a policy-wide limit this process set or removed
+    /// (`polylimit_limit_changes_total`).
+    pub fn limit_change(&self, policy: &str, removed: bool) {
+        self.limit_changes.lock().entry(policy.to_string()).or_default()[removed as usize] += 1;
     }
 
     /// Marks the limiter as one that can reload.
@@ -458,6 +466,21 @@ impl Metrics {
             }),
         });
         let mut families = vec![requests, blocked, errors, latency];
+        let changes = self.limit_changes.lock();
+        if !changes.is_empty() {
+            let mut family = MetricFamily::new(
+                "polylimit_limit_changes_total",
+                MetricKind::Counter,
+                "Policy-wide limits set or removed by this process.",
+            );
+            for (policy, counts) in changes.iter() {
+                for (action, n) in ["set", "remove"].iter().zip(counts) {
+                    family.point(&[("policy", policy), ("action", action)], *n as i64);
+                }
+            }
+            families.push(family);
+        }
+        drop(changes);
         if self.reloadable.load(Ordering::Relaxed) {
             let mut reloads = MetricFamily::new(
                 "polylimit_config_reloads_total",

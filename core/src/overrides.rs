@@ -201,7 +201,7 @@ impl Override {
 }
 
 /// `"<count>/<period>"` with the period in the largest whole unit.
-fn rate_text(count: i64, period_ms: i64) -> String {
+pub(crate) fn rate_text(count: i64, period_ms: i64) -> String {
     let period = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")]
         .iter()
         .find(|(unit, _)| period_ms % unit == 0)
@@ -214,7 +214,7 @@ fn rate_text(count: i64, period_ms: i64) -> String {
 
 /// The numbers of `policy` under an override of `rate` and `burst`,
 /// validated as a policy's fields (errors name `rate` or `burst`).
-fn override_params(policy: &Policy, rate: &str, burst: Option<u64>) -> Result<Params> {
+pub(crate) fn override_params(policy: &Policy, rate: &str, burst: Option<u64>) -> Result<Params> {
     let mut fields = Map::new();
     fields.insert("algorithm".into(), policy.algorithm().as_str().into());
     fields.insert("rate".into(), rate.into());
@@ -229,7 +229,7 @@ fn override_params(policy: &Policy, rate: &str, burst: Option<u64>) -> Result<Pa
 impl Engine {
     /// The index of policy `name`; `None`: the limiter's only policy.
     /// Fails on a limiter whose checks do not read overrides.
-    fn override_policy(&self, name: Option<&str>) -> Result<usize> {
+    pub(crate) fn override_policy(&self, name: Option<&str>) -> Result<usize> {
         if !self.overrides_enabled() {
             return Err(Error::config(
                 "overrides",
@@ -391,7 +391,7 @@ impl RefundProbe {
     }
 }
 
-fn now_arg(now_ms: Option<i64>) -> String {
+pub(crate) fn now_arg(now_ms: Option<i64>) -> String {
     now_ms.map(|n| n.to_string()).unwrap_or_default()
 }
 
@@ -418,7 +418,7 @@ const NOTICE_EVERY_MS: i64 = 60_000;
 
 impl Engine {
     /// Marks policy `i` as having overrides in the store, for `ttl_ms` (0: no end).
-    async fn mark_overrides(&self, redis: &crate::store::redis::RedisStore, i: usize, ttl_ms: i64) -> Result<()> {
+    pub(crate) async fn mark_overrides(&self, redis: &crate::store::redis::RedisStore, i: usize, ttl_ms: i64) -> Result<()> {
         static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let keys = [self.override_marker(i)];
         let _: i64 = redis

@@ -30,6 +30,11 @@ impl Resilience {
         }
     }
 
+    /// The time on the breaker's clock.
+    pub(crate) fn now(&self) -> std::time::Instant {
+        self.breaker.now()
+    }
+
     /// The breaker reads the time from `clock` from now on.
     pub(crate) fn set_clock(&self, clock: Arc<dyn Clock>) {
         self.breaker.set_clock(clock);
@@ -149,6 +154,7 @@ impl Resilience {
             decisions,
             leases,
             overridden: Vec::new(),
+            limited: Vec::new(),
         }
     }
 }

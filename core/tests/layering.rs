@@ -44,6 +44,8 @@ const LAYERS: &[&str] = &[
     "engine",
     // Per-key overrides: the limiter's set/get/remove (their storage is the store's).
     "overrides",
+    // Policy-wide limits set at runtime: set/get/remove, as overrides.
+    "limits",
     "http",
     "config",
     // The documentation site's reference page, built from the options and the configuration.

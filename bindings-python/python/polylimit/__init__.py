@@ -45,6 +45,7 @@ __all__ = [
     "Limiter",
     "Outcome",
     "Override",
+    "PolicyLimit",
     "Permit",
     "Policy",
     "PolylimitError",
@@ -65,6 +66,16 @@ class Override(TypedDict):
 
     policy: str
     key: str
+    rate: str
+    burst: int
+    limit: int
+    expires_at_ms: Optional[int]
+
+
+class PolicyLimit(TypedDict):
+    """A policy-wide limit in force, as ``Limiter.set_limit`` / ``get_limit`` return it."""
+
+    policy: str
     rate: str
     burst: int
     limit: int

@@ -27,6 +27,20 @@ KeySpec = Union[str, Sequence[str], Callable[[Any], Optional[str]]]
 CountSpec = Union[str, int, Sequence[Union[str, int]]]
 """Which responses a rule charges: ``"all"``, ``"failed"``, ``"successful"``, a status class (``"4xx"``) or code (401), or a list of them."""
 
+class PolicyLimit(TypedDict):
+    """A policy-wide limit in force (``Limiter.set_limit``)."""
+
+    policy: str
+    """The name of the policy it applies to (every key of it)."""
+    rate: str
+    """The policy's rate while it is in force, as a policy's (``"100/min"``)."""
+    burst: int
+    """Its bucket capacity (the limit per window for window algorithms)."""
+    limit: int
+    """The ``limit`` of its decisions (as ``burst``)."""
+    expires_at_ms: Optional[int]
+    """When it ends (ms since the epoch, the store's clock); None: never."""
+
 class Override(TypedDict):
     """A per-key override in force (``Limiter.set_override``)."""
 

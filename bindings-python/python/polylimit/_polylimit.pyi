@@ -4,7 +4,7 @@ from os import PathLike
 from datetime import timedelta
 from typing import Any, Awaitable, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, final
 
-from . import Override
+from . import Override, PolicyLimit
 
 __version__: str
 """The version of the installed package, as a string."""
@@ -221,6 +221,32 @@ class Limiter:
         """Reads the rules file (or options) again and swaps the rules at once; a bad file raises ConfigError and keeps the old rules."""
     def reload_sync(self) -> None:
         """``reload``, blocking the calling thread."""
+    def set_limit(
+        self,
+        policy: Optional[str] = None,
+        rate: Optional[str] = None,
+        burst: Optional[int] = None,
+        ttl: Union[str, float, timedelta, None] = None,
+        now_ms: Optional[int] = None,
+    ) -> Awaitable[PolicyLimit]:
+        """Gives every key of ``policy`` another rate/burst, for ``ttl`` or until removed (needs ``overrides=True``)."""
+    def set_limit_sync(
+        self,
+        policy: Optional[str] = None,
+        rate: Optional[str] = None,
+        burst: Optional[int] = None,
+        ttl: Union[str, float, timedelta, None] = None,
+        now_ms: Optional[int] = None,
+    ) -> PolicyLimit:
+        """``set_limit``, blocking the calling thread."""
+    def get_limit(self, policy: Optional[str] = None, now_ms: Optional[int] = None) -> Awaitable[Optional[PolicyLimit]]:
+        """The policy-wide limit in force for ``policy``, or None."""
+    def get_limit_sync(self, policy: Optional[str] = None, now_ms: Optional[int] = None) -> Optional[PolicyLimit]:
+        """``get_limit``, blocking the calling thread."""
+    def remove_limit(self, policy: Optional[str] = None) -> Awaitable[bool]:
+        """Removes ``policy``'s policy-wide limit; returns whether there was one."""
+    def remove_limit_sync(self, policy: Optional[str] = None) -> bool:
+        """``remove_limit``, blocking the calling thread."""
     def metrics_text(self) -> str:
         """The limiter's metrics in the Prometheus text format."""
     def metrics_snapshot(self) -> Dict[str, Any]:

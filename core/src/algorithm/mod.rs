@@ -106,8 +106,11 @@ pub struct Verdict {
     pub delay_ms: u64,
     /// Denied by a penalty block (serving one, or starting one now).
     pub penalized: bool,
-    /// Decided under a per-key override: its count, period (ms) and burst.
+    /// Decided under a per-key override (or a policy-wide limit, see
+    /// `limited`): its count, period (ms) and burst.
     pub overridden: Option<[u64; 3]>,
+    /// `overridden` holds a policy-wide limit's numbers, not a per-key override's.
+    pub limited: bool,
     /// What the adaptive layer saw (policies with `adaptive` only).
     pub adaptive: Option<adaptive::AdaptiveReport>,
 }
@@ -237,6 +240,7 @@ pub(crate) fn blocked(ms: i64) -> Verdict {
         delay_ms: 0,
         penalized: true,
         overridden: None,
+        limited: false,
         adaptive: None,
     }
 }
@@ -277,6 +281,7 @@ pub(crate) fn never_fits(remaining: i64, reset_after: i64) -> (Verdict, Option<U
             delay_ms: 0,
             penalized: false,
             overridden: None,
+            limited: false,
             adaptive: None,
         },
         None,
@@ -292,6 +297,7 @@ pub(crate) fn verdict(allowed: bool, remaining: i64, reset_after: i64, retry_aft
         delay_ms: 0,
         penalized: false,
         overridden: None,
+        limited: false,
         adaptive: None,
     }
 }

@@ -167,6 +167,7 @@ impl BlockCache {
             decisions,
             leases: Vec::new(),
             overridden: Vec::new(),
+            limited: Vec::new(),
         };
         Some((result, policy))
     }
@@ -242,6 +243,18 @@ impl BlockCache {
         maps.remove(i, key);
     }
 
+    /// Drops every entry of policy `i` (a policy-wide limit set or removed
+    /// by this process).
+    pub(crate) fn invalidate_policy(&self, i: usize) {
+        let mut maps = self.inner.lock();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(m) = maps.by_policy.get_mut(i) {
+            let n = m.len();
+            m.clear();
+            maps.len -= n;
+        }
+    }
+
     /// How many (policy, key) entries it holds.
     pub(crate) fn len(&self) -> usize {
         self.inner.lock().len
@@ -307,6 +320,7 @@ mod tests {
             }],
             leases: Vec::new(),
             overridden: Vec::new(),
+            limited: Vec::new(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::policy::{check_name, Policy, MAX_COST};
 use crate::resilience::Resilience;
 pub(crate) use crate::resilience::Target;
 use crate::store::keys::{fingerprint, key_head, state_head, store_key};
-use crate::store::memory::{MemoryCheck, MemoryStore, OVERRIDE_SLOT};
+use crate::store::memory::{MemoryCheck, MemoryStore, LIMIT_SLOT, OVERRIDE_SLOT};
 use crate::store::overrides::Charged;
 use crate::store::redis::{ChargedGroups, KeyLayout, RedisCheck, RedisStore, Timeouts};
 use block_cache::{BlockCache, Now};
@@ -207,6 +207,10 @@ struct Inner {
     ignored_overrides: Option<crate::store::overrides::IgnoredOverrides>,
     /// The work it runs off the request's path, to wait for ([`Engine::settled`]).
     background: Arc<crate::background::Background>,
+    /// On Redis Cluster with overrides: each policy's limit record as last
+    /// read (when, on the breaker's clock, and its text; `None`: read it at
+    /// the next check), read again after [`crate::store::overrides::CLUSTER_REFRESH_MS`].
+    cluster_limits: Option<Vec<parking_lot::Mutex<(Option<std::time::Instant>, Arc<str>)>>>,
 }
 
 /// The limiter's engine: compiled policies, the store, its resilience and
@@ -395,6 +399,11 @@ impl Engine {
             (settings.block_cache > 0 && redis).then(|| BlockCache::new(policies.len(), settings.block_cache));
         let ignored_overrides =
             (!settings.overrides && redis).then(|| crate::store::overrides::IgnoredOverrides::new(policies.len()));
+        let cluster_limits = (settings.overrides && matches!(&*backend, Backend::Redis(r) if r.is_cluster())).then(|| {
+            (0..policies.len())
+                .map(|_| parking_lot::Mutex::new((None, Arc::from(""))))
+                .collect()
+        });
         Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -413,6 +422,7 @@ impl Engine {
                 timeout: settings.timeout,
                 background,
                 settings,
+                cluster_limits,
             }),
         }
     }
@@ -569,6 +579,7 @@ impl Engine {
             || compiled.params.adaptive.is_some()
             || compiled.params.kind == Kind::Concurrency
             || inner.memory.overrides.any()
+            || inner.memory.limits.any()
         {
             return None;
         }
@@ -707,17 +718,25 @@ impl Engine {
     fn decide_memory(&self, targets: &[Target<'_>], now: i64, cost: i64, source: Source, charge: bool) -> CheckResult {
         let inner = &*self.inner;
         let leases = self.lease_ids(targets, cost);
-        if inner.overrides && inner.memory.overrides.any() {
-            // Per-key overrides, read under their lock: a change waits for this decision.
+        if inner.overrides && (inner.memory.overrides.any() || inner.memory.limits.any()) {
+            // Per-key overrides and policy-wide limits, read under their
+            // locks: a change waits for this decision.
             let view = inner.memory.overrides.view();
+            let limits = inner.memory.limits.view();
             let checks: Vec<MemoryCheck<'_>> = targets
                 .iter()
                 .enumerate()
                 .map(|(n, &(i, key, shadow))| {
                     let compiled = &inner.policies[i];
-                    let (slot, params) = match view.params(compiled.records, key, now) {
-                        Some(params) => (compiled.records | OVERRIDE_SLOT, params),
-                        None => (compiled.slot, &compiled.params),
+                    let (slot, params) = match (
+                        view.params(compiled.records, key, now),
+                        limits.params(compiled.records, now),
+                    ) {
+                        (Some(params), _) => (compiled.records | OVERRIDE_SLOT, params),
+                        (None, Some(params)) if compiled.params.kind != Kind::Concurrency => {
+                            (compiled.records | LIMIT_SLOT, params)
+                        }
+                        _ => (compiled.slot, &compiled.params),
                     };
                     MemoryCheck {
                         records: compiled.records,
@@ -732,8 +751,9 @@ impl Engine {
                 .collect();
             let (allowed, mut verdicts) = inner.memory.decide(&checks, now, cost, charge);
             for (v, c) in verdicts.iter_mut().zip(&checks) {
-                if c.slot & OVERRIDE_SLOT != 0 {
+                if c.slot & (OVERRIDE_SLOT | LIMIT_SLOT) != 0 {
                     v.overridden = Some([c.params.count as u64, c.params.period as u64, c.params.burst as u64]);
+                    v.limited = c.slot & LIMIT_SLOT != 0;
                 }
             }
             let leases = if charge { leases } else { Vec::new() };
@@ -788,6 +808,7 @@ impl Engine {
         lease_ids: &[Option<String>],
     ) -> CheckResult {
         let mut overridden = Vec::new();
+        let mut limited = Vec::new();
         let decisions: Vec<Decision> = targets
             .iter()
             .zip(verdicts)
@@ -806,6 +827,10 @@ impl Engine {
                     Some([_, _, burst]) => {
                         overridden.resize(n, None);
                         overridden.push(v.overridden);
+                        if v.limited {
+                            limited.resize(n, false);
+                            limited.push(true);
+                        }
                         burst
                     }
                     None => self.inner.policies[i].policy.limit(),
@@ -838,6 +863,7 @@ impl Engine {
             decisions,
             leases,
             overridden,
+            limited,
         }
     }
 
@@ -863,11 +889,72 @@ impl Engine {
         let compiled = &self.inner.policies[i];
         let main = store_key(&compiled.state_head, key);
         let records = store_key(&compiled.key_head, key);
-        KeyLayout::new(&compiled.params, compiled.penalty.is_some(), self.inner.overrides).keys(
-            main,
-            &records,
+        KeyLayout::new(
             &compiled.params,
+            compiled.penalty.is_some(),
+            self.inner.overrides,
+            self.inner.cluster_limits.is_none(),
         )
+        .keys(main, &records, &compiled.params, || self.limit_record_key(i))
+    }
+
+    /// The store key of policy `i`'s policy-wide limit record (`%` is
+    /// escaped in every user key, so none is `{%limit}`).
+    pub(crate) fn limit_record_key(&self, i: usize) -> String {
+        format!("{}:{{%limit}}", self.inner.policies[i].key_head)
+    }
+
+    /// On Redis Cluster with overrides, the limit record of each policy of
+    /// `policies` as this process knows it (read again when older than
+    /// [`crate::store::overrides::CLUSTER_REFRESH_MS`]); `None` elsewhere (the
+    /// decision script reads the record itself).
+    async fn cluster_limit_records(
+        &self,
+        redis: &RedisStore,
+        policies: impl Iterator<Item = usize>,
+    ) -> Result<Vec<Option<Arc<str>>>> {
+        let Some(cache) = &self.inner.cluster_limits else {
+            return Ok(policies.map(|_| None).collect());
+        };
+        let mut out = Vec::new();
+        for i in policies {
+            if self.inner.policies[i].params.kind == Kind::Concurrency {
+                out.push(Some(Arc::from("")));
+                continue;
+            }
+            let now = self.inner.resilience.now();
+            let (read_at, text) = cache[i].lock().clone();
+            let refresh = std::time::Duration::from_millis(crate::store::overrides::CLUSTER_REFRESH_MS as u64);
+            if read_at.is_some_and(|at| now.saturating_duration_since(at) < refresh) {
+                out.push(Some(text));
+                continue;
+            }
+            let text: Arc<str> = Arc::from(redis.get_text(&self.limit_record_key(i)).await?);
+            *cache[i].lock() = (Some(now), text.clone());
+            out.push(Some(text));
+        }
+        Ok(out)
+    }
+
+    /// Makes the next check of policy `i` read its limit record again (on a cluster).
+    pub(crate) fn forget_cached_limit(&self, i: usize) {
+        if let Some(entry) = self.inner.cluster_limits.as_ref().and_then(|c| c.get(i)) {
+            entry.lock().0 = None;
+        }
+    }
+
+    /// Drops the blocked-key cache's entries of policy `i`.
+    pub(crate) fn block_cache_forget_policy(&self, i: usize) {
+        if let Some(cache) = &self.inner.block_cache {
+            cache.invalidate_policy(i);
+        }
+    }
+
+    /// Counts a policy-wide limit change of policy `i` (`set` or `remove`).
+    pub(crate) fn count_limit_change(&self, i: usize, action: &str) {
+        if let Some(compiled) = self.inner.policies.get(i) {
+            self.inner.metrics.limit_change(compiled.policy.name(), action == "remove");
+        }
     }
 
     /// The override record of `key` under policy `i`, then the override's state keys.
@@ -955,6 +1042,7 @@ impl Engine {
             .resilience
             .call(&inner.metrics, || async move {
                 let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
+                let records = self.cluster_limit_records(redis, targets.iter().map(|t| t.0)).await?;
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
                     .zip(&keys)
@@ -968,6 +1056,7 @@ impl Engine {
                             penalty: compiled.penalty.as_ref(),
                             lease: lease_at(lease_ids, n),
                             overrides: inner.overrides,
+                            limit_record: records[n].as_deref(),
                         }
                     })
                     .collect();
@@ -1009,7 +1098,8 @@ impl Engine {
         let keys = self.store_keys(i, key);
         let answer = inner
             .resilience
-            .call(&inner.metrics, || {
+            .call(&inner.metrics, || async {
+                let records = self.cluster_limit_records(redis, std::iter::once(i)).await?;
                 let check = RedisCheck {
                     params: &compiled.params,
                     keys: &keys,
@@ -1017,8 +1107,9 @@ impl Engine {
                     penalty: compiled.penalty.as_ref(),
                     lease: None,
                     overrides: inner.overrides,
+                    limit_record: records[0].as_deref(),
                 };
-                async move { redis.decide(&[check], now, cost, None).await }
+                redis.decide(&[check], now, cost, None).await
             })
             .await?;
         Ok(answer.map(|(store_now, mut verdicts)| (store_now, verdicts.remove(0))))
@@ -1064,10 +1155,12 @@ impl Engine {
             Backend::Memory => Ok(self.refund_memory(targets, now, cost)),
             Backend::Redis(redis) => {
                 let keys: Vec<Vec<String>> = targets.iter().map(|&(i, key, _)| self.store_keys(i, key)).collect();
+                let records = self.cluster_limit_records(redis, targets.iter().map(|t| t.0)).await?;
                 let checks: Vec<RedisCheck<'_>> = targets
                     .iter()
                     .zip(&keys)
-                    .map(|(&(i, _, _), keys)| RedisCheck {
+                    .zip(&records)
+                    .map(|((&(i, _, _), keys), record)| RedisCheck {
                         params: &inner.policies[i].params,
                         keys,
                         shadow: false,
@@ -1075,6 +1168,7 @@ impl Engine {
                         penalty: inner.policies[i].penalty.as_ref(),
                         lease: None,
                         overrides: inner.overrides,
+                        limit_record: record.as_deref(),
                     })
                     .collect();
                 let charged: Vec<Charged> = targets.iter().map(|t| t.2).collect();
@@ -1132,6 +1226,7 @@ impl Engine {
                     lease: Some(&l.id),
                     // Leases live in the policy's own state: a concurrency policy takes no override.
                     overrides: false,
+                    limit_record: None,
                 })
                 .collect();
             let answer = inner
@@ -1159,23 +1254,33 @@ impl Engine {
     /// fallback's): what a `local` decision charged.
     pub(crate) fn refund_memory(&self, targets: &[(usize, &str, Charged)], now: i64, cost: i64) -> usize {
         let inner = &*self.inner;
-        // The numbers and state the decision used: an override's when one is in force.
+        // The numbers and state the decision used: an override's when one
+        // is in force, else a policy-wide limit's.
         let view = inner.memory.overrides.any().then(|| inner.memory.overrides.view());
+        let limits = inner.memory.limits.any().then(|| inner.memory.limits.view());
         let checks: Vec<MemoryCheck<'_>> = targets
             .iter()
             .filter(|(i, _, _)| *i < inner.policies.len())
             .filter_map(|&(i, key, charged)| {
                 let overridden = match charged {
                     Charged::Base => None,
-                    Charged::Now | Charged::Override => {
+                    Charged::Now | Charged::Override | Charged::Limit => {
                         view.as_ref().and_then(|v| v.params(inner.policies[i].records, key, now))
                     }
                 };
-                let (slot, params) = match (overridden, charged) {
-                    (Some(params), _) => (inner.policies[i].records | OVERRIDE_SLOT, params),
-                    // Charged under an override that is gone: nothing to give back.
-                    (None, Charged::Override) => return None,
-                    (None, _) => (inner.policies[i].slot, &inner.policies[i].params),
+                let records = inner.policies[i].records;
+                let limited = match charged {
+                    Charged::Now | Charged::Limit if inner.overrides => limits.as_ref().and_then(|v| v.params(records, now)),
+                    _ => None,
+                };
+                let (slot, params) = match (overridden, limited, charged) {
+                    // Charged under a limit, now under an override: that state is not read.
+                    (Some(_), _, Charged::Limit) => return None,
+                    (Some(params), _, _) => (records | OVERRIDE_SLOT, params),
+                    (None, Some(params), _) => (records | LIMIT_SLOT, params),
+                    // Charged under an override or a limit that is gone: nothing to give back.
+                    (None, None, Charged::Override | Charged::Limit) => return None,
+                    (None, None, _) => (inner.policies[i].slot, &inner.policies[i].params),
                 };
                 Some(MemoryCheck {
                     slot,
@@ -1262,13 +1367,19 @@ impl Engine {
             inner.memory.reset(compiled.slot, compiled.records, key);
             let overridden = compiled.records | OVERRIDE_SLOT;
             inner.memory.reset(overridden, overridden, key);
+            let limited = compiled.records | LIMIT_SLOT;
+            inner.memory.reset(limited, limited, key);
         }
         if let Backend::Redis(redis) = &*inner.backend {
-            // The state, not an override: that is removed by remove_override.
+            // The state, not an override: that is removed by remove_override;
+            // nor the policy-wide limit (remove_limit).
             let record = crate::store::overrides::RECORD_SUFFIX;
             let keys: Vec<String> = targets
                 .iter()
-                .flat_map(|&(i, key)| self.store_keys(i, key))
+                .flat_map(|&(i, key)| {
+                    let limit = self.limit_record_key(i);
+                    self.store_keys(i, key).into_iter().filter(move |k| *k != limit)
+                })
                 .filter(|k| !k.ends_with(record))
                 .collect();
             let deleted = redis.delete(&keys).await;

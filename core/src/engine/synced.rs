@@ -240,5 +240,6 @@ fn result(now: i64, decision: Decision) -> CheckResult {
         decisions: vec![decision],
         leases: Vec::new(),
         overridden: Vec::new(),
+        limited: Vec::new(),
     }
 }

@@ -53,8 +53,9 @@
 //! ```text
 //! token  = "pl1" ";n" now_ms ";c" cost ";t" nonce *( ";r" target )
 //! nonce  = the token's number in its limiter's registry of outstanding tokens
-//! target = ("s" / "l") ["o"] policy_index "," count "," key
-//!          ; s: the store decided, l: the local fallback; o: under a per-key override
+//! target = ("s" / "l") ["o" / "p"] policy_index "," count "," key
+//!          ; s: the store decided, l: the local fallback; o: under a per-key override,
+//!          ; p: under a policy-wide limit (`crate::limits`)
 //! count  = "failed" / "successful" / item *( "+" item ) ; item: "4xx" or "401"
 //! ```
 //!
@@ -250,6 +251,8 @@ pub(crate) struct Charge {
     pub count: Count,
     /// Decided under a per-key override (its state was charged).
     pub overridden: bool,
+    /// Decided under a policy-wide limit (its state was charged).
+    pub limited: bool,
 }
 
 /// What a completion token holds.
@@ -289,13 +292,13 @@ impl Completion {
     pub(crate) fn of<'a>(
         now_ms: i64,
         cost: u64,
-        targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision, bool)>,
+        targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision, Charged)>,
         leases: Vec<Lease>,
         grpc: bool,
     ) -> Option<Completion> {
         let charges: Vec<Charge> = targets
             .filter(|(_, _, count, d, _)| **count != Count::All && d.allowed)
-            .filter_map(|(policy, key, count, d, overridden)| {
+            .filter_map(|(policy, key, count, d, charged)| {
                 let local = match d.source {
                     Source::Store => false,
                     Source::Local => true,
@@ -307,7 +310,8 @@ impl Completion {
                     key: key.to_string(),
                     local,
                     count: count.clone(),
-                    overridden,
+                    overridden: charged == Charged::Override,
+                    limited: charged == Charged::Limit,
                 })
             })
             .collect();
@@ -330,7 +334,13 @@ impl Completion {
             out.push_str(&format!(
                 ";r{}{}{},{},{}",
                 if c.local { 'l' } else { 's' },
-                if c.overridden { "o" } else { "" },
+                if c.overridden {
+                    "o"
+                } else if c.limited {
+                    "p"
+                } else {
+                    ""
+                },
                 c.policy,
                 c.count.token_text(),
                 escape(&c.key)
@@ -375,9 +385,10 @@ impl Completion {
                         Some('l') => true,
                         _ => return Err(bad("bad source")),
                     };
-                    let (overridden, index) = match head[1..].strip_prefix('o') {
-                        Some(index) => (true, index),
-                        None => (false, &head[1..]),
+                    let (overridden, limited, index) = match (head[1..].strip_prefix('o'), head[1..].strip_prefix('p')) {
+                        (Some(index), _) => (true, false, index),
+                        (None, Some(index)) => (false, true, index),
+                        (None, None) => (false, false, &head[1..]),
                     };
                     let policy = index.parse::<usize>().map_err(|_| bad("bad policy"))?;
                     let count = Count::from_token_text(count).ok_or_else(|| bad("bad count"))?;
@@ -387,6 +398,7 @@ impl Completion {
                         local,
                         count,
                         overridden,
+                        limited,
                     });
                 }
                 "e" => {
@@ -533,7 +545,11 @@ impl Tokens {
                 .iter()
                 .filter(|c| first && c.local == local && !c.count.counts(status))
                 .map(|c| {
-                    let charged = if c.overridden { Charged::Override } else { Charged::Base };
+                    let charged = match (c.overridden, c.limited) {
+                        (true, _) => Charged::Override,
+                        (false, true) => Charged::Limit,
+                        (false, false) => Charged::Base,
+                    };
                     (c.policy, c.key.as_str(), charged)
                 })
                 .collect()
@@ -662,6 +678,7 @@ mod tests {
                     local: false,
                     count: Count::Failed,
                     overridden: false,
+                    limited: true,
                 },
                 Charge {
                     policy: 3,
@@ -669,6 +686,7 @@ mod tests {
                     local: true,
                     count: Count::Statuses(vec![4, 503]),
                     overridden: true,
+                    limited: false,
                 },
             ],
             leases: vec![Lease {
@@ -683,7 +701,7 @@ mod tests {
             token.ends_with(";e1,0123456789abcdef0123456789abcdef*2,user=a%3Bb,c"),
             "{token}"
         );
-        assert!(token.starts_with("pl1;n1700000000123;c2;t42;rs0,failed,"), "{token}");
+        assert!(token.starts_with("pl1;n1700000000123;c2;t42;rsp0,failed,"), "{token}");
         assert!(token.contains(";rlo3,4xx+503,;"), "{token}");
         assert_eq!(Completion::decode(&token).unwrap(), c);
         let call = Completion {
@@ -691,7 +709,7 @@ mod tests {
             ..c.clone()
         };
         assert!(
-            call.encode().starts_with("pl1;n1700000000123;c2;t42;g;rs0"),
+            call.encode().starts_with("pl1;n1700000000123;c2;t42;g;rsp0"),
             "{}",
             call.encode()
         );

@@ -2,6 +2,7 @@
 //! [`RuleDecision`], made from the engine's decision on a plan's targets:
 //! status, headers, body, shaping delay, leases and completion token.
 
+use crate::store::overrides::Charged;
 use std::sync::Arc;
 
 use super::completion::{Completion, Tokens};
@@ -174,7 +175,11 @@ pub(super) fn outcome(
         outcome.delay_ms = result.decisions.iter().map(|d| d.delay_ms).max().unwrap_or(0);
     }
     if result.allowed && !blocked && record {
-        let overridden = |n: usize| result.overridden.get(n).is_some_and(Option::is_some);
+        let overridden = |n: usize| match result.overridden.get(n) {
+            Some(Some(_)) if result.limited.get(n).copied().unwrap_or(false) => Charged::Limit,
+            Some(Some(_)) => Charged::Override,
+            _ => Charged::Base,
+        };
         let charges = planned
             .iter()
             .zip(&result.decisions)

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::Limiter;
 use crate::breaker::{BreakerState, Clock};
 use crate::error::Result;
+use crate::limits::PolicyLimit;
 use crate::overrides::{Override, OverrideSpec};
 
 impl Limiter {
@@ -25,6 +26,27 @@ impl Limiter {
     /// Removes the override of `key` under `policy`; whether one was in force.
     pub async fn remove_override(&self, key: &str, policy: Option<&str>) -> Result<bool> {
         self.engine().remove_override(key, policy).await
+    }
+
+    /// Sets a policy-wide limit: every key of `spec.policy` (`None`: the
+    /// limiter's only policy) is decided under `spec`'s rate and burst
+    /// instead of the policy's, by every process on the store, until removed
+    /// or until its TTL ends. A per-key override still wins. Needs
+    /// `overrides: true`; bad input is an error naming the field. Counted in
+    /// `polylimit_limit_changes_total` and logged on stderr.
+    pub async fn set_limit(&self, spec: &OverrideSpec) -> Result<PolicyLimit> {
+        self.engine().set_limit(spec).await
+    }
+
+    /// The policy-wide limit in force for `policy` (`None`: the limiter's
+    /// only policy) at `now_ms` (`None`: the store's clock).
+    pub async fn get_limit(&self, policy: Option<&str>, now_ms: Option<i64>) -> Result<Option<PolicyLimit>> {
+        self.engine().get_limit(policy, now_ms).await
+    }
+
+    /// Removes the policy-wide limit of `policy`; whether one was in force.
+    pub async fn remove_limit(&self, policy: Option<&str>) -> Result<bool> {
+        self.engine().remove_limit(policy).await
     }
 
     /// The store's breaker state (`Closed` for the memory store).

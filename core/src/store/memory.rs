@@ -26,6 +26,9 @@ const PENALTY_SLOT: u32 = 1 << 31;
 pub(crate) const OVERRIDE_SLOT: u32 = 1 << 30;
 /// Adaptive records (`algorithm::adaptive`) too.
 const ADAPTIVE_SLOT: u32 = 1 << 29;
+/// The state of a key under a policy-wide limit (`crate::limits`): a slot of
+/// its own, cleared whenever the limit is set or removed.
+pub(crate) const LIMIT_SLOT: u32 = 1 << 28;
 
 /// Identifies a key of one policy (`slot`: the number the engine gave the
 /// policy's state head, or its records' head, `store::keys`).
@@ -209,6 +212,8 @@ pub(crate) struct MemoryStore {
     hasher: Hasher64,
     /// Per-key overrides (`crate::overrides`); empty unless one was set.
     pub(crate) overrides: crate::store::overrides::MemoryOverrides,
+    /// Policy-wide limits (`crate::limits`); empty unless one was set.
+    pub(crate) limits: crate::store::overrides::MemoryLimits,
 }
 
 impl MemoryStore {
@@ -228,6 +233,7 @@ impl MemoryStore {
             per_shard_cap: (max_keys / SHARDS).max(1),
             hasher,
             overrides: crate::store::overrides::MemoryOverrides::new(max_keys),
+            limits: crate::store::overrides::MemoryLimits::default(),
         }
     }
 
@@ -422,6 +428,14 @@ impl MemoryStore {
         for slot in [slot, records | PENALTY_SLOT, records | ADAPTIVE_SLOT] {
             let key = MapKeyRef { slot, key: &stored };
             self.shards[self.shard_of(&key)].lock().map.swap_remove(&key);
+        }
+    }
+
+    /// Forgets every key of one slot (the state under a policy-wide limit
+    /// that was set or removed): one pass over every shard.
+    pub fn reset_slot(&self, slot: u32) {
+        for shard in self.shards.iter() {
+            shard.lock().map.retain(|k, _| k.slot != slot);
         }
     }
 

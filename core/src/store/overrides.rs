@@ -25,6 +25,10 @@ pub(crate) enum Charged {
     /// An override's state: refunded only while an override is in force
     /// (removing, replacing or ending it clears or abandons that state).
     Override,
+    /// A policy-wide limit's state (`crate::limits`): refunded only while
+    /// that limit is in force and no per-key override has been set since
+    /// (setting, replacing or removing the limit clears its state).
+    Limit,
 }
 
 /// The Redis record of an override.
@@ -120,6 +124,151 @@ pub(crate) fn redis_keys(main: &str, params: &Params) -> [Option<String>; 3] {
         Some(format!("{main}{STATE_SUFFIX}")),
         (params.key_count() == 2).then(|| format!("{main}{STATE_SUFFIX}:log")),
     ]
+}
+
+/// The suffix of the key holding the generation of the policy-wide limit
+/// whose state a key's limit state keys hold.
+pub(crate) const LIMIT_GEN_SUFFIX: &str = ":limit:gen";
+/// The suffix of a key's state under a policy-wide limit.
+pub(crate) const LIMIT_STATE_SUFFIX: &str = ":limit:state";
+
+/// The policy-wide limit keys of a main store key, after the policy's
+/// limit `record` (another slot on a cluster: `None` there, where the
+/// record comes from the process's cache): the generation key, then the state keys.
+pub(crate) fn limit_keys(main: &str, record: Option<String>, params: &Params) -> [Option<String>; 4] {
+    [
+        record,
+        Some(format!("{main}{LIMIT_GEN_SUFFIX}")),
+        Some(format!("{main}{LIMIT_STATE_SUFFIX}")),
+        (params.key_count() == 2).then(|| format!("{main}{LIMIT_STATE_SUFFIX}:log")),
+    ]
+}
+
+/// Parses a policy-wide limit record, `l1 <count> <period_ms> <burst>
+/// <max_delay> <until_ms> <generation>`, as `overrides.lua` does: `None` for
+/// anything else. Returns the numbers, `until_ms` and the generation.
+pub(crate) fn parse_limit_record(raw: &str, kind: Kind) -> Option<([i64; 4], i64, u64)> {
+    let rest = raw.strip_prefix("l1 ")?;
+    let (numbers, generation) = rest.rsplit_once(' ')?;
+    if generation.is_empty() || generation.len() > 20 || !generation.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let generation: u64 = generation.parse().ok()?;
+    let (params, until) = parse_record(&format!("o1 {numbers}"), kind)?;
+    Some((params, until, generation))
+}
+
+/// Sets (`ARGV[2]` = `set`), reads (`get`) or removes (`del`) a policy-wide
+/// limit. KEYS: the record. ARGV: now_ms ('' = the server's TIME), op, then
+/// for `set` count, period, burst, max_delay, ttl_ms (0 = none), generation.
+/// Returns {record or '', now} for `get`, {removed (0/1), now} for `del`,
+/// {1, now} for `set`. The state under a limit is keyed by its generation:
+/// every key's old limit state is dropped at its next check.
+pub(crate) const LIMIT_SCRIPT: &str = r#"
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local op = ARGV[2]
+if op == 'get' then
+  local raw = redis.pcall('GET', KEYS[1])
+  if type(raw) ~= 'string' then raw = '' end
+  return {raw, now}
+end
+if op == 'del' then
+  local raw = redis.pcall('GET', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  if type(raw) ~= 'string' then raw = '' end
+  return {raw, now}
+end
+local ttl = tonumber(ARGV[7])
+local untl = 0
+if ttl > 0 then untl = now + ttl end
+local value = 'l1 ' .. ARGV[3] .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[8]
+if ttl > 0 then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], value)
+end
+return {1, now}
+"#;
+
+pub(crate) fn limit_script_sha() -> &'static str {
+    static SHA: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| redis::Script::new(LIMIT_SCRIPT).get_hash().to_string());
+    &SHA
+}
+
+/// How often, at most, a process on Redis Cluster reads a policy's limit
+/// record (a script there cannot read a key of another slot): the bound
+/// within which a change made by another process applies.
+pub const CLUSTER_REFRESH_MS: i64 = 1_000;
+
+/// A policy-wide limit of the memory store.
+#[derive(Clone)]
+pub(crate) struct LimitEntry {
+    pub(crate) params: Params,
+    /// `i64::MAX`: no end.
+    pub(crate) expires_at: i64,
+}
+
+/// The memory store's policy-wide limits, per policy slot.
+#[derive(Default)]
+pub(crate) struct MemoryLimits {
+    map: RwLock<HashMap<u32, LimitEntry>>,
+    count: AtomicUsize,
+}
+
+/// The limits, read-locked for a decision: setting one waits for it.
+pub(crate) struct LimitsView<'a>(RwLockReadGuard<'a, HashMap<u32, LimitEntry>>);
+
+impl LimitsView<'_> {
+    /// The numbers in force for policy `slot` at `now`.
+    pub(crate) fn params(&self, slot: u32, now: i64) -> Option<&Params> {
+        let entry = self.0.get(&slot)?;
+        (now < entry.expires_at).then_some(&entry.params)
+    }
+}
+
+impl MemoryLimits {
+    /// Whether any limit was ever set and not removed.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    pub(crate) fn view(&self) -> LimitsView<'_> {
+        LimitsView(self.map.read())
+    }
+
+    /// Sets the limit of policy `slot`; `clear` runs under the lock (clearing
+    /// the limit's state), so no decision sees the new numbers on old state.
+    pub(crate) fn set(&self, slot: u32, entry: LimitEntry, clear: impl FnOnce()) {
+        let mut map = self.map.write();
+        clear();
+        if map.insert(slot, entry).is_none() {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn get(&self, slot: u32, now: i64) -> Option<LimitEntry> {
+        let map = self.map.read();
+        map.get(&slot).filter(|e| now < e.expires_at).cloned()
+    }
+
+    /// Removes the limit of `slot`: whether one was in force at `now`.
+    pub(crate) fn remove(&self, slot: u32, now: i64, clear: impl FnOnce()) -> bool {
+        let mut map = self.map.write();
+        clear();
+        let removed = map.remove(&slot);
+        if removed.is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed.is_some_and(|e| now < e.expires_at)
+    }
 }
 
 /// One override of the memory store.

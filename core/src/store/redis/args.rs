@@ -18,8 +18,15 @@ pub(crate) struct RedisCheck<'a> {
     pub penalty: Option<&'a PenaltyParams>,
     /// Concurrency: the id of the lease an admission takes.
     pub lease: Option<&'a str>,
-    /// The keys end with the override record and its state keys.
+    /// The keys end with the override record and its state keys, then the
+    /// policy-wide limit's record (unless `limit_record` is given), its
+    /// generation key and its state keys.
     pub overrides: bool,
+    /// On Redis Cluster, the policy-wide limit's record as this process
+    /// last read it ('' for none), passed to the script instead of a key of
+    /// another slot (flags 32; it takes the lease's place: a policy with a
+    /// limit is never a concurrency policy).
+    pub limit_record: Option<&'a str>,
 }
 
 /// Where each of a policy's keys stands in [`RedisCheck::keys`], in the
@@ -34,24 +41,34 @@ pub(crate) struct KeyLayout {
     state: usize,
     penalty: bool,
     overrides: bool,
+    /// With `overrides`: the policy-wide limit's record is among the keys
+    /// (not on a cluster).
+    limit_record: bool,
     adaptive: bool,
 }
 
 impl KeyLayout {
     /// The layout of a policy's keys: `penalty` when it has one,
-    /// `overrides` when the limiter reads per-key overrides.
-    pub(crate) fn new(params: &Params, penalty: bool, overrides: bool) -> KeyLayout {
+    /// `overrides` when the limiter reads per-key overrides (and
+    /// policy-wide limits: `limit_record` when their record is a key of the call).
+    pub(crate) fn new(params: &Params, penalty: bool, overrides: bool, limit_record: bool) -> KeyLayout {
         KeyLayout {
             state: params.key_count(),
             penalty,
             overrides,
+            limit_record: overrides && limit_record,
             adaptive: params.adaptive.is_some(),
         }
     }
 
     /// The layout of a check's keys.
     fn of(check: &RedisCheck<'_>) -> KeyLayout {
-        KeyLayout::new(check.params, check.penalty.is_some(), check.overrides)
+        KeyLayout::new(
+            check.params,
+            check.penalty.is_some(),
+            check.overrides,
+            check.limit_record.is_none(),
+        )
     }
 
     /// The position of the override record; the override's state keys follow it.
@@ -59,15 +76,27 @@ impl KeyLayout {
         self.overrides.then(|| self.state + self.penalty as usize)
     }
 
+    /// How many override and limit keys: the override's record and state,
+    /// the limit's record, generation and state.
+    fn override_len(&self) -> usize {
+        self.overrides as usize * (1 + self.state + self.limit_record as usize + 1 + self.state)
+    }
+
     /// How many keys.
     fn len(&self) -> usize {
-        self.state + self.penalty as usize + self.overrides as usize * (1 + self.state) + self.adaptive as usize
+        self.state + self.penalty as usize + self.override_len() + self.adaptive as usize
     }
 
     /// The keys of `main` (a policy's main state key) and `records` (the
     /// base of its per-key records: no fingerprint, see `store::keys`), in
-    /// this layout.
-    pub(crate) fn keys(&self, main: String, records: &str, params: &Params) -> Vec<String> {
+    /// this layout; `limit_record`: the key of the policy's limit record.
+    pub(crate) fn keys(
+        &self,
+        main: String,
+        records: &str,
+        params: &Params,
+        limit_record: impl FnOnce() -> String,
+    ) -> Vec<String> {
         let mut keys = Vec::with_capacity(self.len());
         if self.state == 2 {
             keys.push(format!("{main}:log"));
@@ -77,6 +106,8 @@ impl KeyLayout {
         }
         if self.overrides {
             keys.extend(crate::store::overrides::redis_keys(records, params).into_iter().flatten());
+            let record = self.limit_record.then(limit_record);
+            keys.extend(crate::store::overrides::limit_keys(records, record, params).into_iter().flatten());
         }
         if self.adaptive {
             keys.push(format!("{records}:adaptive"));
@@ -87,11 +118,21 @@ impl KeyLayout {
     }
 
     /// The keys a refund reads: the state keys, then (with overrides) the
-    /// override record and the override's state keys.
+    /// override record and the override's state keys, the limit's record
+    /// (not on a cluster), generation and state keys.
     fn refund_keys<'k>(&self, keys: &'k [String]) -> impl Iterator<Item = &'k String> {
-        let overrides = self.override_record().map_or(0..0, |at| at..at + 1 + self.state);
+        let overrides = self.override_record().map_or(0..0, |at| at..at + self.override_len());
         keys[..self.state].iter().chain(&keys[overrides])
     }
+}
+
+/// A check's flags: 1 shadow, 2 peek, 4 overrides (and limits), 32 the
+/// limit's record is given in the lease's place.
+fn flags(check: &RedisCheck<'_>, peek: bool) -> i64 {
+    check.shadow as i64
+        | (peek as i64) << 1
+        | (check.overrides as i64) << 2
+        | ((check.overrides && check.limit_record.is_some()) as i64) << 5
 }
 
 /// A common shape, decided by a function of its own in the library
@@ -177,8 +218,8 @@ pub(super) fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i6
                 .arg(p.period)
                 .arg(p.burst)
                 .arg(p.max_delay)
-                .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2)
-                .arg(check.lease.unwrap_or(""));
+                .arg(flags(check, peek))
+                .arg(check.lease.or(check.limit_record).unwrap_or(""));
             return;
         }
     }
@@ -189,7 +230,7 @@ pub(super) fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i6
             .arg(p.period)
             .arg(p.burst)
             .arg(p.max_delay)
-            .arg(check.shadow as i64 | (peek as i64) << 1 | (check.overrides as i64) << 2);
+            .arg(flags(check, peek));
         match check.penalty {
             Some(pen) => {
                 let cooldowns: Vec<String> = pen.cooldowns.iter().map(i64::to_string).collect();
@@ -202,7 +243,7 @@ pub(super) fn push_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], now: Option<i6
                 cmd.arg(0).arg(0).arg(0).arg("");
             }
         }
-        cmd.arg(check.lease.unwrap_or(""));
+        cmd.arg(check.lease.or(check.limit_record).unwrap_or(""));
         match &p.adaptive {
             Some(a) => cmd.arg(a.arg()),
             None => cmd.arg(""),
@@ -234,11 +275,15 @@ pub(super) fn push_refund_args(cmd: &mut Cmd, checks: &[RedisCheck<'_>], charged
             Charged::Now => 0,
             Charged::Override => 8,
             Charged::Base => 16,
+            Charged::Limit => 64,
         };
         cmd.arg(p.kind as i64)
             .arg(p.count)
             .arg(p.period)
             .arg(p.burst)
-            .arg((check.overrides as i64) << 2 | charged);
+            .arg((check.overrides as i64) << 2 | charged | (check.limit_record.is_some() as i64) << 5);
+        if check.overrides {
+            cmd.arg(check.limit_record.unwrap_or(""));
+        }
     }
 }

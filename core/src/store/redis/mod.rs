@@ -160,6 +160,34 @@ impl RedisStore {
             .await
     }
 
+    /// Whether the store is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.link.is_cluster()
+    }
+
+    /// The string at `key` ('' when none, or not a string): a plain `GET`.
+    pub(crate) async fn get_text(&self, key: &str) -> Result<String> {
+        self.link
+            .with_connection(|generation, mut connection| async move {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(key);
+                let reply: Result<redis::Value, RedisError> = Connector::query(&mut connection, &cmd).await;
+                match reply {
+                    Ok(redis::Value::BulkString(bytes)) => Ok(String::from_utf8(bytes).unwrap_or_default()),
+                    Ok(_) => Ok(String::new()),
+                    // A key holding another type is no record.
+                    Err(e) if e.code() == Some("WRONGTYPE") => {
+                        Ok(String::new())
+                    }
+                    Err(e) => {
+                        self.link.forget(generation);
+                        Err(unavailable(e))
+                    }
+                }
+            })
+            .await
+    }
+
     /// Whether `key` exists: a plain `EXISTS`, not a script, so it never
     /// counts as a decision's call.
     pub(crate) async fn exists(&self, key: &str) -> Result<bool> {

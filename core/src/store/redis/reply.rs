@@ -130,6 +130,7 @@ pub(super) fn parse_shape_reply(
         delay_ms: 0,
         penalized: false,
         overridden: None,
+        limited: false,
         adaptive: None,
     };
     Ok((now, vec![verdict]))
@@ -158,8 +159,8 @@ pub(super) fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Ver
     let tail = values.get(2 + 6 * checks..).unwrap_or_default();
     let overridden = |i: usize| {
         tail.get(3 * i..3 * i + 3)
-            .filter(|o| overrides && o[2] > 0)
-            .map(|o| [o[0] as u64, o[1] as u64, o[2] as u64])
+            .filter(|o| overrides && o[2] != 0)
+            .map(|o| ([o[0] as u64, o[1] as u64, o[2].unsigned_abs()], o[2] < 0))
     };
     let adaptive_tail = values
         .get(2 + 6 * checks + 3 * checks * overrides as usize..)
@@ -180,7 +181,8 @@ pub(super) fn parse_reply(values: &[i64], checks: usize) -> Result<(i64, Vec<Ver
             retry_after_ms: (v[3] >= 0).then_some(v[3] as u64),
             delay_ms: v[4].max(0) as u64,
             penalized: v[5] == 1,
-            overridden: overridden(i),
+            overridden: overridden(i).map(|o| o.0),
+            limited: overridden(i).is_some_and(|o| o.1),
             adaptive: report(i, v[5] == 2),
         })
         .collect();
