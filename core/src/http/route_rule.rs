@@ -87,6 +87,7 @@ impl RouteRule {
                 target: Target::Policies(policies),
                 shadow: false,
                 count: completion::Count::All,
+                cost: None,
             },
             owner: engine.clone(),
         })
