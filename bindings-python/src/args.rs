@@ -1,7 +1,7 @@
 //! The arguments of the limiter's methods as the core's types, checked by
 //! the core's rules (`Naming::Snake`: errors name what the user wrote).
 
-use polylimit::{CheckOptions, Naming, OverrideSpec, RequestInfo};
+use polylimit::{CheckOptions, CompleteOptions, Naming, OverrideSpec, RequestInfo};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Map, Value};
@@ -17,6 +17,16 @@ pub(crate) fn check_options(
     let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
     let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
     CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
+}
+
+/// A completion's `cost` and `now_ms` as given, validated by the core.
+pub(crate) fn complete_options(
+    cost: Option<&Bound<'_, PyAny>>,
+    now_ms: Option<&Bound<'_, PyAny>>,
+) -> PyResult<CompleteOptions> {
+    let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
+    let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
+    CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
 }
 
 /// Every argument of `Limiter(...)` / `effective_config(...)` as one options

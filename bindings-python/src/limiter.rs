@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::Value;
 
-use crate::args::{check_options, options_value, override_spec, request_info};
+use crate::args::{check_options, complete_options, options_value, override_spec, request_info};
 use crate::convert::{to_py, to_value};
 use crate::decision::{PyDecision, PyOutcome};
 use crate::errors::IntoPyResult;
@@ -333,22 +333,41 @@ impl PyLimiter {
 
     /// Settles a request after its response (`Outcome.completion`): gives
     /// back the charges whose rule's `count` does not count `status` (None or
-    /// 0: no response, counted as failed); an awaitable. Never raises because
-    /// the store is down; a malformed token raises `ConfigError` naming `token`.
-    #[pyo3(signature = (token, status=None))]
-    fn complete<'py>(&self, py: Python<'py>, token: String, status: Option<u16>) -> PyResult<Bound<'py, PyAny>> {
+    /// 0: no response, counted as failed); with `cost`, the request's actual
+    /// cost (learned from the response), gives back or charges the
+    /// difference from what it reserved, capped at its rules' `max_cost`
+    /// (`now_ms`: the clock of that charge, for tests); an awaitable. Never
+    /// raises because the store is down; a malformed token raises
+    /// `ConfigError` naming `token`, a bad cost one naming `cost`.
+    #[pyo3(signature = (token, status=None, cost=None, now_ms=None))]
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        token: String,
+        status: Option<u16>,
+        cost: Option<&Bound<'py, PyAny>>,
+        now_ms: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let options = complete_options(cost, now_ms)?;
         let inner = self.inner.clone();
-        host::submit(
-            py,
-            async move { inner.complete(&token, status).await.map(|_| Reply::Unit) },
-        )
+        host::submit(py, async move {
+            inner.complete_with(&token, status, options).await.map(|_| Reply::Unit)
+        })
     }
 
     /// `complete`, blocking with the GIL released.
-    #[pyo3(signature = (token, status=None))]
-    fn complete_sync(&self, py: Python<'_>, token: String, status: Option<u16>) -> PyResult<()> {
+    #[pyo3(signature = (token, status=None, cost=None, now_ms=None))]
+    fn complete_sync(
+        &self,
+        py: Python<'_>,
+        token: String,
+        status: Option<u16>,
+        cost: Option<&Bound<'_, PyAny>>,
+        now_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let options = complete_options(cost, now_ms)?;
         let inner = &self.inner;
-        runtime::block_on(py, inner.complete(&token, status)).map(|_| ())
+        runtime::block_on(py, inner.complete_with(&token, status, options)).map(|_| ())
     }
 
     /// Forgets every policy's state for `key`; an awaitable.

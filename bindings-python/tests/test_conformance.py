@@ -18,9 +18,10 @@ STEP_FIELDS = {"now_ms", "key", "cost", "peek", "expect"}
 EXPECT_FIELDS = {"allowed", "remaining", "reset_after_ms", "retry_after_ms", "limit", "delay_ms", "source"}
 EXPECT_REQUIRED = {"allowed", "remaining", "reset_after_ms", "retry_after_ms"}
 HTTP_CASE_FIELDS = {"name", "description", "rules", "requests"}
-HTTP_STEP_FIELDS = {"request", "peek", "expect", "complete"}
-# A step that completes an earlier request (`of`: its index) with a status.
-HTTP_LATER_FIELDS = {"complete", "of"}
+HTTP_STEP_FIELDS = {"request", "peek", "expect", "complete", "actual_cost", "at_ms"}
+# A step that completes an earlier request (`of`: its index) with a status
+# (cost/: and the actual cost, at the completion's clock).
+HTTP_LATER_FIELDS = {"complete", "of", "actual_cost", "at_ms"}
 HTTP_EXPECT_FIELDS = {"status", "headers", "body", "delay_ms"}
 
 
@@ -81,7 +82,7 @@ def test_vectors(path: Path, vector_store: str) -> None:
     assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)
 
 
-@pytest.mark.parametrize("path", files("http"), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", files("http") + files("cost"), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_http_vectors(path: Path, vector_store: str) -> None:
     """Through the same call the middleware makes (``Limiter.check_request``, awaited)."""
     import asyncio
@@ -100,13 +101,13 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
             for i, step in enumerate(case["requests"]):
                 if "of" in step:
                     # The completion of an earlier request, now (what a middleware does after the response).
-                    check_fields(f"{where} step {i}", step, HTTP_LATER_FIELDS, HTTP_LATER_FIELDS)
+                    check_fields(f"{where} step {i}", step, HTTP_LATER_FIELDS, {"complete", "of"})
                     token = tokens[step["of"]]
                     tokens.append(None)
                     if token is None:
                         failures.append(f"{where} step {i}: request {step['of']} has no completion token")
                     else:
-                        await limiter.complete(token, step["complete"])
+                        await limiter.complete(token, step["complete"], step.get("actual_cost"), step.get("at_ms"))
                     continue
                 check_fields(f"{where} request {i}", step, HTTP_STEP_FIELDS, {"request", "expect"})
                 expect = step["expect"]
@@ -118,7 +119,8 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
                     if outcome.completion is None:
                         failures.append(f"{where} request {i}: no completion token")
                     else:
-                        await limiter.complete(outcome.completion, step["complete"])
+                        at_ms = step.get("at_ms", step["request"].get("now_ms"))
+                        await limiter.complete(outcome.completion, step["complete"], cost=step.get("actual_cost"), now_ms=at_ms)
                 want = (expect["status"], [tuple(h) for h in expect["headers"]], expect["body"], expect.get("delay_ms", 0))
                 fallback = [d for d in outcome.decisions if d["source"] in ("local", "fail_open", "fail_closed")]
                 if fallback:

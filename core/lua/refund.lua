@@ -15,7 +15,9 @@
 -- followed by a sixth: the limit's record text when flags 32 (a cluster:
 -- then no record key), else ''; and the keys by the limit's record key
 -- (without flags 32), its generation key and state keys.
--- Returns how many policies' charges were given back. A refund returns the
+-- A negative cost is a forced debit of -cost at now (a completion whose
+-- actual cost exceeded the reservation): charged whatever the state holds.
+-- Returns how many policies' charges were given back (or debited). A refund returns the
 -- new cells and their time to live, or nil when there is nothing to give
 -- back (a window moved on or its state was created after the admission's
 -- ms, the log entry is gone, a TAT far ahead, and for
@@ -103,14 +105,24 @@ end
 -- interchangeable); cells {sum, seq} lose its cost. The entries the
 -- admission trimmed had expired.
 local function sliding_window_log_refund(key, log, c, now, cost, period)
-  local found = false
+  local found, larger = false, false
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, fmt(now), fmt(now))) do
-    if tonumber(string.match(m, ':(%d+)$')) == cost then found = m end
+    local logged = tonumber(string.match(m, ':(%d+)$'))
+    if logged == cost then found = m end
+    if logged > cost then larger = m end
   end
-  if not found then
+  if not found and not larger then
     return false
   end
-  redis.call('ZREM', log, found)
+  if found then
+    redis.call('ZREM', log, found)
+  else
+    -- Part of an admission: that entry is lowered by cost (decisions read
+    -- only the cost logged at each time).
+    redis.call('ZREM', log, larger)
+    local seq, logged = string.match(larger, '^(.*):(%d+)$')
+    redis.call('ZADD', log, fmt(now), seq .. ':' .. fmt(tonumber(logged) - cost))
+  end
   local ttl = 0
   local last = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
   if last[2] and tonumber(last[2]) > now - period then ttl = tonumber(last[2]) + period - now end
@@ -118,6 +130,116 @@ local function sliding_window_log_refund(key, log, c, now, cost, period)
   write_cells(key, c[1] - cost, c[2], 0, ttl)
   return true
 end
+
+
+-- Forced debits (refund.rs `debit`): a negative cost charges -cost at now
+-- whatever the state holds, after moving it to now as a decision would; a
+-- missing state starts as a new key's. Each returns the new cells and
+-- their time to live, or nil (a TAT far ahead).
+local function token_bucket_debit(c, now, cost, count, period, burst)
+  local cap = burst * period
+  local tokens, last, admitted = cap, now, now
+  if c then tokens, last, admitted = c[1], c[2], math.max(c[3], now) end
+  if now > last then
+    if now - last >= ceil_div(cap - tokens, count) then
+      tokens = cap
+    else
+      tokens = tokens + (now - last) * count
+    end
+    last = now
+  end
+  tokens = tokens - cost * period
+  return {tokens, last, admitted}, last - now + ceil_div(cap - tokens, count)
+end
+
+local function token_bucket_interval_debit(c, now, cost, count, period, burst)
+  local tokens, last, admitted = burst, now, now
+  if c then tokens, last, admitted = c[1], c[2], math.max(c[3], now) end
+  if now > last then
+    local periods = fdiv(now - last, period)
+    if periods >= ceil_div(burst - tokens, count) then
+      tokens = burst
+      last = now
+    else
+      tokens = tokens + periods * count
+      last = last + periods * period
+    end
+  end
+  tokens = tokens - cost
+  return {tokens, last, admitted}, last + ceil_div(burst - tokens, count) * period - now
+end
+
+local function tat_debit(c, now, cost, count, period)
+  local tat, rem, admitted = nil, nil, now
+  if c then tat, rem, admitted = c[1], c[2], math.max(c[3], now) end
+  if far_ahead(tat, rem, now, count) then
+    return nil
+  end
+  local wait = math.min(wait_scaled(tat, rem, now, count) + cost * period, MAX_WAIT_SCALED)
+  return {now + fdiv(wait, count), wait % count, admitted}, ceil_div(wait, count)
+end
+
+local function leaky_bucket_debit(c, now, cost, count, period)
+  local level, last, admitted = 0, now, now
+  if c then level, last, admitted = c[1], c[2], math.max(c[3], now) end
+  if now > last then
+    if now - last >= ceil_div(level, count) then
+      level = 0
+    else
+      level = level - (now - last) * count
+    end
+    last = now
+  end
+  level = level + cost * period
+  return {level, last, admitted}, last - now + ceil_div(level, count)
+end
+
+local function fixed_window_debit(c, now, cost, count, period)
+  local start = now - now % period
+  local w, u, created = start, 0, now
+  if c and c[1] >= start then w, u, created = c[1], c[2], c[3] end
+  return {w, u + cost, created}, w + period - now
+end
+
+local function sliding_window_counter_debit(c, now, cost, count, period)
+  local start = now - now % period
+  local cells = {now, 0, 0}
+  if c then
+    local window = c[1] - c[1] % period
+    if window >= start then
+      cells = {c[1], c[2], c[3]}
+    elseif window + period == start then
+      cells = {start, c[3], 0}
+    end
+  end
+  local window = cells[1] - cells[1] % period
+  return {cells[1], cells[2], cells[3] + cost}, window + 2 * period - now
+end
+
+-- The log gains an entry of cost at now; the expired ones go.
+local function sliding_window_log_debit(key, log, c, now, cost, period)
+  local sum, seq = 0, 0
+  if c then
+    sum, seq = c[1], c[2]
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, '-inf', fmt(now - period))) do
+      sum = sum - tonumber(string.match(m, ':(%d+)$'))
+    end
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt(now - period))
+  else
+    redis.call('DEL', log)
+  end
+  redis.call('ZADD', log, fmt(now), fmt(seq + 1) .. ':' .. fmt(cost))
+  local last = redis.call('ZREVRANGE', log, 0, 0, 'WITHSCORES')
+  local ttl = tonumber(last[2]) + period - now
+  redis.call('PEXPIRE', log, expire_after(ttl))
+  write_cells(key, sum + cost, seq + 1, 0, ttl)
+  return true
+end
+
+local CELL_DEBITS = {
+  token_bucket_debit, token_bucket_interval_debit, tat_debit, leaky_bucket_debit,
+  tat_debit, fixed_window_debit, false, sliding_window_counter_debit,
+}
 
 local CELL_REFUNDS = {
   token_bucket_refund, token_bucket_interval_refund, tat_refund, leaky_bucket_refund,
@@ -127,6 +249,7 @@ local TOKEN_BUCKET = 1
 local GCRA = 3
 local FIXED_WINDOW = 6
 local SLIDING_WINDOW_LOG = 7
+local SLIDING_WINDOW_COUNTER = 8
 local KEY_COUNT = {1, 1, 1, 1, 1, 1, 2, 1}
 
 local now = tonumber(ARGV[1])
@@ -175,10 +298,19 @@ while b <= #ARGV do
   elseif not gone then
     c = read_cells(key)
   end
-  if c and kind == SLIDING_WINDOW_LOG then
+  if gone or kind > SLIDING_WINDOW_COUNTER then
+    -- Nothing to give back or charge (a concurrency key is released, never refunded).
+  elseif cost < 0 and kind == SLIDING_WINDOW_LOG then
+    if sliding_window_log_debit(key, KEYS[keys_at + 1], c, now, -cost, period) then refunded = refunded + 1 end
+  elseif c and kind == SLIDING_WINDOW_LOG then
     if sliding_window_log_refund(key, KEYS[keys_at + 1], c, now, cost, period) then refunded = refunded + 1 end
-  elseif c then
-    local cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
+  elseif c or cost < 0 then
+    local cells, ttl
+    if cost < 0 then
+      cells, ttl = CELL_DEBITS[kind](c, now, -cost, count, period, burst)
+    else
+      cells, ttl = CELL_REFUNDS[kind](c, now, cost, count, period, burst)
+    end
     if cells then
       if kind == TOKEN_BUCKET or kind == GCRA then
         write_bucket(key, cells[1], cells[2], cells[3], now + ttl, now, false)

@@ -56,7 +56,8 @@ pub use engine::{CheckOptions, LimiterConfig};
 pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{
-    ended_status, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule, RouteShorthand,
+    ended_status, CompleteOptions, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule,
+    RouteShorthand,
     RuleDecision,
 };
 pub use limiter::{LeaseGuard, Limiter};

@@ -1,11 +1,12 @@
 //! Plays every HTTP vector in `$POLYLIMIT_VECTORS/http` (default
-//! `tests/conformance/http`), and every gRPC call in `…/grpc`, through
+//! `tests/conformance/http`), every gRPC call in `…/grpc` and every cost
+//! reconciliation in `…/cost`, through
 //! `check_request`, on the memory store and on a real Redis: exact status,
 //! rate-limit headers, trailers, body and delay.
 
 mod support;
 
-use polylimit::{Limiter, RequestInfo};
+use polylimit::{CompleteOptions, Limiter, RequestInfo};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -44,6 +45,25 @@ struct Step {
     complete: Option<Option<u16>>,
     #[serde(default)]
     of: Option<usize>,
+    /// The actual cost reported at that completion (`cost/`): `complete_with`.
+    #[serde(default)]
+    actual_cost: Option<u64>,
+    /// The completion's clock (a forced debit's time); default: the
+    /// request's `now_ms` (required with `of` and `actual_cost`).
+    #[serde(default)]
+    at_ms: Option<i64>,
+}
+
+impl Step {
+    /// The options of this step's completion of `request` (its `now_ms` the default clock).
+    fn options(&self, request: Option<&Value>) -> CompleteOptions {
+        CompleteOptions {
+            cost: self.actual_cost,
+            now_ms: self
+                .at_ms
+                .or_else(|| request.and_then(|r| r.get("now_ms")).and_then(Value::as_i64)),
+        }
+    }
 }
 
 /// A field that is present, `null` included.
@@ -68,6 +88,8 @@ fn load() -> Vec<(String, File)> {
     let mut files: Vec<(String, File)> = support::vector_files("http");
     let calls = support::vector_files::<File>("grpc").into_iter();
     files.extend(calls.map(|(name, file)| (format!("grpc/{name}"), file)));
+    let costs = support::vector_files::<File>("cost").into_iter();
+    files.extend(costs.map(|(name, file)| (format!("cost/{name}"), file)));
     for (name, file) in &files {
         assert!(!file.cases.is_empty(), "{name}: no cases");
     }
@@ -106,7 +128,7 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                                 case.name
                             )),
                             Some(token) => {
-                                if let Err(e) = limiter.complete(&token, status).await {
+                                if let Err(e) = limiter.complete_with(&token, status, step.options(None)).await {
                                     failures.push(format!("{store}: {file}: {:?} step {i}: complete: {e}", case.name));
                                 }
                             }
@@ -135,7 +157,9 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                                     case.name
                                 )),
                                 Some(token) => {
-                                    if let Err(e) = limiter.complete(token, status).await {
+                                    if let Err(e) =
+                                        limiter.complete_with(token, status, step.options(step.request.as_ref())).await
+                                    {
                                         failures.push(format!(
                                             "{store}: {file}: {:?} request {i}: complete: {e}",
                                             case.name

@@ -173,9 +173,14 @@ class Limiter:
         """The outcome ``check_request`` would give, without counting anything."""
     def peek_request_sync(self, request: Mapping[str, Any]) -> Outcome:
         """``peek_request``, blocking the calling thread."""
-    def complete(self, token: str, status: Optional[int] = None) -> Awaitable[None]:
-        """Counts a request after its response, given the outcome's ``completion`` token and the status."""
-    def complete_sync(self, token: str, status: Optional[int] = None) -> None:
+    def complete(
+        self, token: str, status: Optional[int] = None, cost: Optional[int] = None, now_ms: Optional[int] = None
+    ) -> Awaitable[None]:
+        """Counts a request after its response, given the outcome's ``completion`` token and the status;
+        ``cost``: its actual cost, the difference from its reservation given back or charged."""
+    def complete_sync(
+        self, token: str, status: Optional[int] = None, cost: Optional[int] = None, now_ms: Optional[int] = None
+    ) -> None:
         """``complete``, blocking the calling thread."""
     def reset(self, key: str) -> Awaitable[None]:
         """Forgets everything counted for ``key`` under every policy."""

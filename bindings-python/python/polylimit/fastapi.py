@@ -80,19 +80,20 @@ _log = logging.getLogger("polylimit")
 _settling: "set[asyncio.Task[None]]" = set()
 
 
-async def _settle(limiter: Any, token: str, status: Optional[int]) -> None:
-    """Settles a request after its response; never raises into the app (the core does not fail
-    because the store is down; anything else is logged)."""
+async def _settle(limiter: Any, token: str, status: Optional[int], cost: Optional[int] = None) -> None:
+    """Settles a request after its response, with the actual cost the handler reported (if any);
+    never raises into the app (the core does not fail because the store is down; anything else,
+    a bad reported cost included, is logged)."""
     try:
-        await limiter.complete(token, status)
+        await limiter.complete(token, status, cost)
     except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
         _log.exception("polylimit: completing a request failed")
 
 
-def _settle_soon(limiter: Any, token: str, status: Optional[int]) -> None:
+def _settle_soon(limiter: Any, token: str, status: Optional[int], cost: Optional[int] = None) -> None:
     """``_settle`` in its own task: for a request being cancelled, which cannot await any more."""
     try:
-        task = asyncio.get_running_loop().create_task(_settle(limiter, token, status))
+        task = asyncio.get_running_loop().create_task(_settle(limiter, token, status, cost))
     except RuntimeError:
         return
     _settling.add(task)
@@ -104,6 +105,18 @@ def _ended(seen: List[int], failed: bool = False, gone: bool = False) -> Optiona
     the app started its response with (``seen``), also when the client left since; no response
     (``None``) when it started none."""
     return _ended_status(seen[0] if seen else 0, bool(seen), failed, gone)
+
+
+COST_STATE = "polylimit_cost"
+"""The ``request.state`` attribute a handler sets to report its request's actual cost (an LLM
+call's tokens): ``request.state.polylimit_cost = 3400``. The middleware passes it to
+``limiter.complete(token, status, cost)`` after the response."""
+
+
+def reported_cost(scope: Scope) -> Optional[int]:
+    """The actual cost the handler reported on ``request.state`` (``None``: it did not)."""
+    state = scope.get("state")
+    return state.get(COST_STATE) if isinstance(state, dict) else None
 
 
 def _route_status(scope: Scope) -> int:
@@ -437,6 +450,7 @@ class PolylimitMiddleware:
         user: Hook = None,
         api_key: Hook = None,
         key: Any = None,
+        cost: Optional[Callable[[Request], Optional[int]]] = None,
         **options: Any,
     ) -> None:
         hook: Hook = key if callable(key) else None
@@ -455,8 +469,9 @@ class PolylimitMiddleware:
         """The ASGI app the middleware wraps."""
         self.limiter = limiter
         """The limiter whose rules decide each request."""
-        self.hooks = {"user": user, "api_key": api_key, "key": hook}
-        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions."""
+        self.hooks: Dict[str, Any] = {"user": user, "api_key": api_key, "key": hook, "cost": cost}
+        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions, and its
+        ``cost`` (a whole number the core checks against the rules' ``max_cost``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -504,20 +519,20 @@ class PolylimitMiddleware:
                 message["headers"] = list(message.get("headers", ())) + headers
             elif token and _is_last_body(message):
                 settling, token = token, ""
-                await _settle(self.limiter, settling, _ended(seen))
+                await _settle(self.limiter, settling, _ended(seen), reported_cost(scope))
             await send(message)
 
         try:
             await self.app(scope, receive, send_capturing)
         except asyncio.CancelledError:
-            _settle_soon(self.limiter, token, _ended(seen, gone=True))
+            _settle_soon(self.limiter, token, _ended(seen, gone=True), reported_cost(scope))
             token = ""
             raise
         except Exception:
             settling, token = token, ""
             if settling:
-                await _settle(self.limiter, settling, _ended(seen, failed=True))
+                await _settle(self.limiter, settling, _ended(seen, failed=True), reported_cost(scope))
             raise
         finally:
             if token:
-                await _settle(self.limiter, token, _ended(seen))
+                await _settle(self.limiter, token, _ended(seen), reported_cost(scope))

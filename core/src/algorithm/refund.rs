@@ -1,4 +1,7 @@
-//! Refunds: the inverse of an admission of `cost` at `now`. Applied right
+//! Refunds: the inverse of an admission of `cost` at `now`, or of part of
+//! it (a completion that reports a smaller actual cost gives back the
+//! difference, `cost` here), and forced debits (a negative `cost`: the
+//! actual cost was larger, see [`debit`]). Applied right
 //! after that admission, with no request in between, every later decision
 //! (at `now` or later) is what it would have been had the admitted request
 //! never come. Mirrored by `core/lua/refund.lua` line for line.
@@ -17,14 +20,20 @@
 //! state without the admission, and giving the cost back would then admit
 //! more than that state. Admissions at the same ms cap nothing.
 
-use super::gcra::{far_ahead, tat_cells, wait_scaled};
+use super::gcra::{far_ahead, tat_cells, wait_scaled, MAX_WAIT_SCALED};
 use super::sliding_window_counter::window_of;
 use super::sliding_window_log::Log;
 use super::{ceil_div, Kind, Params, State};
 
 /// Refunds `cost` admitted at `now` on a key's live state, in place.
 /// Returns the state's new time to live in ms, or `None` (nothing changed).
+/// A negative `cost` is a forced [`debit`] of `-cost` at `now` instead.
 pub(crate) fn refund(p: &Params, state: &mut State, now: i64, cost: i64) -> Option<i64> {
+    if cost < 0 {
+        let (debited, ttl) = debit(p, Some(&*state), now, -cost)?;
+        *state = debited;
+        return Some(ttl);
+    }
     let cells = match state {
         State::Log(log) => return sliding_window_log(p, log, now, cost),
         // A lease is given back by releasing it, not by a refund.
@@ -123,13 +132,118 @@ fn sliding_window_counter(p: &Params, c: &[i64; 3], now: i64, cost: i64) -> Opti
 }
 
 /// The log loses one entry logged at `now` for `cost` (entries alike are
-/// interchangeable). The entries the admission trimmed had expired.
+/// interchangeable), or, for part of an admission, an entry logged at `now`
+/// for more than `cost` is lowered by `cost` (decisions read only the cost
+/// logged at each time). The entries the admission trimmed had expired.
 fn sliding_window_log(p: &Params, log: &mut Log, now: i64, cost: i64) -> Option<i64> {
-    if !log.remove(now, cost) {
+    if !log.remove(now, cost) && !log.lower(now, cost) {
         return None;
     }
     let newest = log.newest().filter(|t| *t > now - p.period);
     Some(newest.map_or(0, |t| t + p.period - now))
+}
+
+/// A forced debit of `cost` at `now`: charged whatever the state holds (a
+/// completion whose actual cost exceeded the admission's reservation). The
+/// state first moves to `now` as a decision would (refill, drain, a new
+/// window), then takes the cost with no limit: a token bucket's tokens go
+/// below zero (a debt refilled before the next admission), a TAT or level
+/// moves past the burst, a window counts past its limit, the log gains an
+/// entry. `None` (a missing state) starts from a new key's. Returns the new
+/// state and its time to live, or `None` for a concurrency policy (leases
+/// are not charged) or a TAT far ahead (the clock went back by far: it
+/// already denies). Mirrored by `debit` in `core/lua/refund.lua`.
+pub(crate) fn debit(p: &Params, state: Option<&State>, now: i64, cost: i64) -> Option<(State, i64)> {
+    if let Some(State::Log(_)) | None = state {
+        if p.kind == Kind::SlidingWindowLog {
+            let mut log = match state {
+                Some(State::Log(log)) => log.clone(),
+                _ => Log::default(),
+            };
+            log.trim(now - p.period);
+            log.push(now, cost);
+            let newest = log.newest().unwrap_or(now);
+            return Some((State::Log(log), newest + p.period - now));
+        }
+    }
+    let cells = match state {
+        Some(State::Cells(c)) => Some(c),
+        None => None,
+        Some(_) => return None,
+    };
+    let (out, ttl) = match p.kind {
+        Kind::TokenBucket => {
+            // Refilled to `now` as a decision does, then charged.
+            let cap = p.capacity();
+            let (mut tokens, mut last, admitted) = cells.map_or((cap, now, now), |c| (c[0], c[1], c[2].max(now)));
+            if now > last {
+                if now - last >= ceil_div(cap - tokens, p.count) {
+                    tokens = cap;
+                } else {
+                    tokens += (now - last) * p.count;
+                }
+                last = now;
+            }
+            tokens -= cost * p.period;
+            ([tokens, last, admitted], last - now + ceil_div(cap - tokens, p.count))
+        }
+        Kind::TokenBucketInterval => {
+            let (mut tokens, mut last, admitted) = cells.map_or((p.burst, now, now), |c| (c[0], c[1], c[2].max(now)));
+            if now > last {
+                let periods = (now - last) / p.period;
+                if periods >= ceil_div(p.burst - tokens, p.count) {
+                    tokens = p.burst;
+                    last = now;
+                } else {
+                    tokens += periods * p.count;
+                    last += periods * p.period;
+                }
+            }
+            tokens -= cost;
+            let reset = last + ceil_div(p.burst - tokens, p.count) * p.period - now;
+            ([tokens, last, admitted], reset)
+        }
+        Kind::Gcra | Kind::LeakyShape => {
+            if far_ahead(cells, now, p.count).is_some() {
+                return None;
+            }
+            let wait = (wait_scaled(cells, now, p.count) + cost * p.period).min(MAX_WAIT_SCALED);
+            let admitted = cells.map_or(now, |c| c[2].max(now));
+            (tat_cells(now, wait, p.count, admitted), ceil_div(wait, p.count))
+        }
+        Kind::LeakyPolice => {
+            let (mut level, mut last, admitted) = cells.map_or((0, now, now), |c| (c[0], c[1], c[2].max(now)));
+            if now > last {
+                if now - last >= ceil_div(level, p.count) {
+                    level = 0;
+                } else {
+                    level -= (now - last) * p.count;
+                }
+                last = now;
+            }
+            level += cost * p.period;
+            ([level, last, admitted], last - now + ceil_div(level, p.count))
+        }
+        Kind::FixedWindow => {
+            let start = now - now.rem_euclid(p.period);
+            let c = match cells {
+                Some(c) if c[0] >= start => *c,
+                _ => [start, 0, now],
+            };
+            ([c[0], c[1] + cost, c[2]], c[0] + p.period - now)
+        }
+        Kind::SlidingWindowCounter => {
+            let start = now - now.rem_euclid(p.period);
+            let c = match cells {
+                Some(c) if window_of(c[0], p.period) >= start => *c,
+                Some(c) if window_of(c[0], p.period) + p.period == start => [start, c[2], 0],
+                _ => [now, 0, 0],
+            };
+            ([c[0], c[1], c[2] + cost], window_of(c[0], p.period) + 2 * p.period - now)
+        }
+        Kind::SlidingWindowLog | Kind::Concurrency => return None,
+    };
+    Some((State::Cells(out), ttl.max(0)))
 }
 
 #[cfg(test)]

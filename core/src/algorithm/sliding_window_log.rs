@@ -41,6 +41,17 @@ impl Log {
         true
     }
 
+    /// Lowers by `cost` one entry logged at `at` for more than `cost` (part
+    /// of an admission given back); false if there is none.
+    pub fn lower(&mut self, at: i64, cost: i64) -> bool {
+        let Some(index) = self.entries.iter().rposition(|&(t, c)| t == at && c > cost) else {
+            return false;
+        };
+        self.entries[index].1 -= cost;
+        self.sum -= cost;
+        true
+    }
+
     /// The time of the newest entry.
     pub fn newest(&self) -> Option<i64> {
         self.entries.back().map(|&(t, _)| t)

@@ -51,7 +51,9 @@
 //! added as a new kind:
 //!
 //! ```text
-//! token  = "pl1" ";n" now_ms ";c" cost ";t" nonce *( ";r" target )
+//! token  = "pl1" ";n" now_ms ";c" cost ";t" nonce [";g"] [";m" max_cost] *( ";r" target )
+//! max_cost = a request with a cost rule: the most it may be charged in all;
+//!          ; its targets are then all listed, count "all" included
 //! nonce  = the token's number in its limiter's registry of outstanding tokens
 //! target = ("s" / "l") ["o" / "p"] policy_index "," count "," key
 //!          ; s: the store decided, l: the local fallback; o: under a per-key override,
@@ -270,6 +272,10 @@ pub(crate) struct Completion {
     pub leases: Vec<Lease>,
     /// A gRPC call's: completed with its gRPC status code.
     pub grpc: bool,
+    /// A request with a cost rule: the most it may be charged in all
+    /// (`max_cost`); its actual cost may be reported at completion. Every
+    /// charge of the request is then in `charges`, `count: all` included.
+    pub max_cost: Option<u64>,
 }
 
 const TOKEN_VERSION: &str = "pl1";
@@ -289,15 +295,18 @@ impl Completion {
     /// are none, and no concurrency lease to release.
     /// Each target: its policy index, key, rule's count, decision, and
     /// whether a per-key override decided it.
+    /// With `max_cost` (a request with a cost rule) every charge is kept,
+    /// so its actual cost can be settled after the response.
     pub(crate) fn of<'a>(
         now_ms: i64,
         cost: u64,
+        max_cost: Option<u64>,
         targets: impl Iterator<Item = (usize, &'a str, &'a Count, crate::decision::Decision, Charged)>,
         leases: Vec<Lease>,
         grpc: bool,
     ) -> Option<Completion> {
         let charges: Vec<Charge> = targets
-            .filter(|(_, _, count, d, _)| **count != Count::All && d.allowed)
+            .filter(|(_, _, count, d, _)| (max_cost.is_some() || **count != Count::All) && d.allowed)
             .filter_map(|(policy, key, count, d, charged)| {
                 let local = match d.source {
                     Source::Store => false,
@@ -322,6 +331,7 @@ impl Completion {
             charges,
             leases,
             grpc,
+            max_cost,
         })
     }
 
@@ -329,6 +339,9 @@ impl Completion {
         let mut out = format!("{TOKEN_VERSION};n{};c{};t{}", self.now_ms, self.cost, self.nonce);
         if self.grpc {
             out.push_str(";g");
+        }
+        if let Some(max) = self.max_cost {
+            out.push_str(&format!(";m{max}"));
         }
         for c in &self.charges {
             out.push_str(&format!(
@@ -367,6 +380,7 @@ impl Completion {
         }
         let (mut now_ms, mut cost, mut nonce, mut charges, mut leases) = (None, None, None, Vec::new(), Vec::new());
         let mut grpc = false;
+        let mut max_cost = None;
         for record in records {
             let (kind, rest) = record.split_at(record.chars().next().map_or(0, char::len_utf8));
             match kind {
@@ -374,6 +388,7 @@ impl Completion {
                 "c" => cost = Some(rest.parse::<u64>().map_err(|_| bad("bad cost"))?),
                 "t" => nonce = Some(rest.parse::<u64>().map_err(|_| bad("bad nonce"))?),
                 "g" if rest.is_empty() => grpc = true,
+                "m" => max_cost = Some(rest.parse::<u64>().ok().filter(|&m| m > 0).ok_or_else(|| bad("bad max cost"))?),
                 "r" => {
                     let mut parts = rest.splitn(3, ',');
                     let (head, count, key) = match (parts.next(), parts.next(), parts.next()) {
@@ -424,6 +439,7 @@ impl Completion {
                 charges,
                 leases,
                 grpc,
+                max_cost,
             }),
             _ => Err(bad("no time, cost or nonce")),
         }
@@ -511,9 +527,15 @@ impl Tokens {
         Some(completion.encode())
     }
 
-    /// [`Limiter::complete`](crate::Limiter::complete) of a token this
-    /// registry gave out, on `engine`.
-    pub(crate) async fn complete(&self, current: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
+    /// [`Limiter::complete_with`](crate::Limiter::complete_with) of a token
+    /// this registry gave out, on `engine`.
+    pub(crate) async fn complete(
+        &self,
+        current: &Engine,
+        token: &str,
+        status: Option<u16>,
+        options: CompleteOptions,
+    ) -> Result<usize> {
         let completion = Completion::decode(token)?;
         // The first completion takes the token; a later one gives nothing back.
         let taken = self.take_engine(completion.nonce);
@@ -539,11 +561,23 @@ impl Tokens {
                 "names a policy this limiter does not have (a token of another limiter?)",
             ));
         }
-        let refund = |local: bool| -> Vec<(usize, &str, Charged)> {
+        let reserved = completion.cost as i64;
+        // The actual cost, capped so the request's total is at most max_cost.
+        let actual = match options.cost {
+            None => reserved,
+            Some(n) => {
+                let cap = completion.max_cost.unwrap_or(crate::http::rules::DEFAULT_MAX_COST).max(completion.cost);
+                n.min(cap) as i64
+            }
+        };
+        // The charges to settle: those the status does not count (given back
+        // whole), and, when the actual cost differs, those it counts (the
+        // difference given back or charged).
+        let settle = |local: bool, counted: bool| -> Vec<(usize, &str, Charged)> {
             completion
                 .charges
                 .iter()
-                .filter(|c| first && c.local == local && !c.count.counts(status))
+                .filter(|c| first && c.local == local && c.count.counts(status) == counted)
                 .map(|c| {
                     let charged = match (c.overridden, c.limited) {
                         (true, _) => Charged::Override,
@@ -554,20 +588,78 @@ impl Tokens {
                 })
                 .collect()
         };
-        let (store, local) = (refund(false), refund(true));
-        let cost = completion.cost as i64;
         let mut given = 0;
-        if !local.is_empty() {
-            given += engine.refund_memory(&local, completion.now_ms, cost);
-        }
-        if !store.is_empty() {
-            given += engine.refund_guarded(&store, completion.now_ms, cost).await;
+        for local in [true, false] {
+            // Not counted: the whole reservation back, at the decision's time.
+            // Counted, smaller: the difference back, at the decision's time
+            // (the exact inverse of that part of the admission).
+            for (targets, amount) in [(settle(local, false), reserved), (settle(local, true), reserved - actual)] {
+                if targets.is_empty() || amount <= 0 {
+                    continue;
+                }
+                given += if local {
+                    engine.refund_memory(&targets, completion.now_ms, amount)
+                } else {
+                    engine.refund_guarded(&targets, completion.now_ms, amount).await
+                };
+            }
+            // Counted, larger: the difference charged whatever the state
+            // holds (a forced debit), at the completion's time.
+            let targets = settle(local, true);
+            if actual > reserved && !targets.is_empty() {
+                let now = options.now_ms.unwrap_or_else(crate::engine::process_now_ms);
+                let debit = -(actual - reserved);
+                given += if local {
+                    engine.refund_memory(&targets, now, debit)
+                } else {
+                    engine.refund_guarded(&targets, now, debit).await
+                };
+            }
         }
         if !completion.leases.is_empty() {
             // At the decision's time, like the refunds: a lease is live then.
             engine.release(&completion.leases, Some(completion.now_ms)).await?;
         }
         Ok(given)
+    }
+}
+
+/// What a completion reports besides the status ([`Limiter::complete_with`](crate::Limiter::complete_with)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompleteOptions {
+    /// The request's actual cost, learned from the response (`None`: the
+    /// cost it was checked with). Smaller than that: the difference is
+    /// given back by the exact inverse of the admission; larger: the
+    /// difference is charged whatever the limit (a forced debit), the
+    /// request's total capped at its rules' `max_cost`. Only charges the
+    /// status counts are settled this way; the others are given back whole.
+    pub cost: Option<u64>,
+    /// The completion's clock for a forced debit, for tests and simulations
+    /// only (`None`: this process's clock).
+    pub now_ms: Option<i64>,
+}
+
+impl CompleteOptions {
+    /// Options from loosely typed values (a binding's arguments): `cost` a
+    /// whole number of at least 0, `now_ms` an integer; `null` or absent is `None`.
+    pub fn from_values(cost: Option<&Value>, now_ms: Option<&Value>) -> Result<CompleteOptions> {
+        let whole = |v: &Value| {
+            v.as_u64()
+                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
+        };
+        let cost = match cost.filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(whole(v).ok_or_else(|| Error::config("cost", v, "is not a whole number of at least 0"))?),
+        };
+        let now_ms = match now_ms.filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(
+                v.as_i64()
+                    .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15).map(|f| f as i64))
+                    .ok_or_else(|| Error::config("now_ms", v, "is not an integer"))?,
+            ),
+        };
+        Ok(CompleteOptions { cost, now_ms })
     }
 }
 
@@ -695,6 +787,7 @@ mod tests {
                 key: "user=a;b,c".into(),
             }],
             grpc: false,
+            max_cost: None,
         };
         let token = c.encode();
         assert!(

@@ -16,6 +16,9 @@ pub const RESOURCE_EXHAUSTED: u16 = 8;
 pub const UNAVAILABLE: u16 = 14;
 /// PERMISSION_DENIED: the client is denylisted (HTTP 403).
 pub const PERMISSION_DENIED: u16 = 7;
+/// INVALID_ARGUMENT: the call's cost (a `cost: header:<name>` metadata
+/// value) is refused (HTTP 400, `invalid_cost`).
+pub const INVALID_ARGUMENT: u16 = 3;
 
 /// The request the rules see for a gRPC call: method `POST`, the full
 /// method name as path and route (with its leading `/`, which grpc-java
@@ -93,6 +96,7 @@ pub(super) fn answer(mut outcome: Outcome) -> Outcome {
     outcome.status = outcome.status.map(|status| match status {
         429 => RESOURCE_EXHAUSTED,
         503 => UNAVAILABLE,
+        400 => INVALID_ARGUMENT,
         _ => PERMISSION_DENIED,
     });
     let mut headers = Headers::with_capacity(outcome.headers.len(), 0);

@@ -17,7 +17,7 @@ pub(crate) mod route;
 mod route_rule;
 pub(crate) mod rules;
 
-pub use completion::ended_status;
+pub use completion::{ended_status, CompleteOptions};
 pub use header_list::{Headers, HeadersIter};
 pub use headers::{HeaderDraft, HeaderMode};
 pub use outcome::{Outcome, RuleDecision};

@@ -10,7 +10,8 @@ use super::header_list::Headers;
 use super::headers;
 use super::plan::Targets;
 use super::request::RequestInfo;
-use super::rules::HttpRules;
+use super::plan::RequestCost;
+use super::rules::{HttpRules, InvalidCost};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::engine::{process_now_ms, Engine};
 use crate::policy::Policy;
@@ -49,8 +50,10 @@ pub struct Outcome {
     /// ([`Limiter::release`](crate::Limiter::release)) when its response is done.
     pub leases: Vec<Lease>,
     /// An allowed request some of whose rules do not count every response
-    /// (`count`): the token to pass to [`Limiter::complete`](crate::Limiter::complete) with the
-    /// response's status. Server-side only, never a header.
+    /// (`count`), or that has a rule with a cost (`cost`, `max_cost`): the
+    /// token to pass to [`Limiter::complete`](crate::Limiter::complete) (or
+    /// [`Limiter::complete_with`](crate::Limiter::complete_with) with the
+    /// actual cost) with the response's status. Server-side only, never a header.
     pub completion: Option<String>,
 }
 
@@ -66,6 +69,27 @@ impl Outcome {
             leases: Vec::new(),
             completion: None,
         }
+    }
+
+    /// The answer to a request whose cost is refused: 400 (a gRPC call:
+    /// INVALID_ARGUMENT, 3), `{"error":"invalid_cost",…}` naming the header
+    /// (or `cost`) and the value; nothing was charged.
+    pub(super) fn invalid_cost(invalid: &InvalidCost) -> Outcome {
+        let mut outcome = Outcome::pass();
+        outcome.status = Some(400);
+        let message = format!(
+            "{}: {:?} is not a whole number from 1 to {}",
+            invalid.field, invalid.value, invalid.max
+        );
+        let body = serde_json::json!({
+            "error": "invalid_cost",
+            "message": message,
+            "field": invalid.field,
+            "value": invalid.value,
+            "max_cost": invalid.max,
+        });
+        outcome.body = Some(body.to_string());
+        outcome
     }
 
     /// The answer to a denylisted request.
@@ -87,6 +111,7 @@ pub(super) fn outcome(
     result: CheckResult,
     record: bool,
     req: &RequestInfo,
+    cost: RequestCost,
 ) -> Outcome {
     let decisions: Vec<RuleDecision> = planned
         .iter()
@@ -187,7 +212,8 @@ pub(super) fn outcome(
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
         outcome.completion = tokens.token(Completion::of(
             result.now_ms,
-            req.cost.unwrap_or(1),
+            cost.cost,
+            cost.max_cost,
             charges,
             result.leases.clone(),
             req.grpc,

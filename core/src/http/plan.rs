@@ -9,7 +9,7 @@ use super::client_ip::{client_ip, parse_peer, push_ip_key};
 use super::completion;
 use super::request::RequestInfo;
 use super::route::{self, normalize_path};
-use super::rules::{glob_match, Dimension, HttpRules, List, Rule, Target};
+use super::rules::{glob_match, Dimension, HttpRules, InvalidCost, List, Rule, Target};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
@@ -19,8 +19,63 @@ pub(super) enum Plan<'r> {
     Forbidden,
     /// Allowlisted, or no rule limits it: let through without the store.
     Pass,
-    /// The pairs to decide.
-    Decide(Targets<'r>),
+    /// The pairs to decide, at the request's cost.
+    Decide(Targets<'r>, RequestCost),
+    /// The request's cost is refused (a bad cost header): HTTP 400, nothing
+    /// charged (the pairs are those a reset forgets).
+    InvalidCost(Targets<'r>, InvalidCost),
+}
+
+/// A request's cost as its matching rules make it (`cost`, `max_cost`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RequestCost {
+    /// What the request is charged now: the caller's cost (a cost function,
+    /// or `cost` in the request), else the largest of its rules' costs, else 1.
+    pub(super) cost: u64,
+    /// Some rule has cost fields: the request carries a completion token, so
+    /// its actual cost can be reported after the response; the most one
+    /// request may be charged in all (the smallest `max_cost` of those rules).
+    pub(super) max_cost: Option<u64>,
+}
+
+/// Folds the cost fields of the rules that decide a request into its cost,
+/// or the first refusal.
+fn request_cost<'r>(rules: impl Iterator<Item = &'r Rule>, req: &RequestInfo) -> Result<RequestCost, InvalidCost> {
+    let (mut cost, mut max_cost): (Option<u64>, Option<u64>) = (None, None);
+    for rule in rules {
+        let Some(rc) = &rule.cost else { continue };
+        max_cost = Some(max_cost.map_or(rc.max, |m| m.min(rc.max)));
+        if req.cost.is_none() {
+            if let Some(c) = rc.of(&req.headers) {
+                let c = c?;
+                cost = Some(cost.map_or(c, |m| m.max(c)));
+            }
+        }
+    }
+    let cost = match (req.cost, max_cost) {
+        (Some(given), Some(max)) if given > max => {
+            return Err(InvalidCost {
+                field: "cost".into(),
+                value: given.to_string(),
+                max,
+            })
+        }
+        (Some(given), _) => given,
+        (None, _) => cost.unwrap_or(1),
+    };
+    // Several rules may give different costs: the request's is the largest,
+    // within the tightest bound.
+    let cost = match max_cost {
+        Some(max) if cost > max => {
+            return Err(InvalidCost {
+                field: "cost".into(),
+                value: cost.to_string(),
+                max,
+            })
+        }
+        _ => cost,
+    };
+    Ok(RequestCost { cost, max_cost })
 }
 
 /// The (policy index, key) pairs a request's rules name, each with its
@@ -256,6 +311,8 @@ pub(super) fn plan<'r>(
     };
     let path = normalize_path(&req.path, req.case_insensitive, req.ignore_trailing_slash);
     let mut targets: Targets<'r> = Vec::new();
+    // The rules that name a target (with a key): their cost fields make the request's cost.
+    let mut costed: Vec<&'r Rule> = Vec::new();
     for rule in candidates
         .iter()
         .filter(|r| r.matches(req, &path, resolved.route.as_deref()))
@@ -276,6 +333,9 @@ pub(super) fn plan<'r>(
         let Some(mut key) = resolved.key(&rule.key) else {
             continue;
         };
+        if rule.cost.is_some() {
+            costed.push(rule);
+        }
         let shadow = rule.shadow || rules.shadow;
         for (n, &p) in policies.iter().enumerate() {
             // The same policy on the same key is one limit, charged once
@@ -309,5 +369,8 @@ pub(super) fn plan<'r>(
     if targets.is_empty() {
         return Ok(Plan::Pass);
     }
-    Ok(Plan::Decide(targets))
+    match request_cost(costed.into_iter(), req) {
+        Ok(cost) => Ok(Plan::Decide(targets, cost)),
+        Err(invalid) => Ok(Plan::InvalidCost(targets, invalid)),
+    }
 }

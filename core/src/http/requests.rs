@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::completion::Tokens;
+use super::completion::{CompleteOptions, Tokens};
 use super::grpc;
 use super::outcome::{outcome, Outcome};
 use super::plan::{plan, Plan, Planned};
@@ -59,7 +59,7 @@ impl Requests {
         let rules = self.rules_file()?;
         match plan(engine, rules, &rules.rules, &grpc::as_http(req))? {
             Plan::Forbidden | Plan::Pass => Ok(0),
-            Plan::Decide(planned) => {
+            Plan::Decide(planned, _) | Plan::InvalidCost(planned, _) => {
                 let pairs: Vec<(usize, &str)> = planned.iter().map(|t| (t.policy, t.key.as_str())).collect();
                 engine.forget(&pairs).await?;
                 Ok(pairs.len())
@@ -81,9 +81,15 @@ impl Requests {
         }
     }
 
-    /// [`Limiter::complete`](crate::Limiter::complete) on `engine`.
-    pub(crate) async fn complete(&self, engine: &Engine, token: &str, status: Option<u16>) -> Result<usize> {
-        self.tokens.complete(engine, token, status).await
+    /// [`Limiter::complete_with`](crate::Limiter::complete_with) on `engine`.
+    pub(crate) async fn complete(
+        &self,
+        engine: &Engine,
+        token: &str,
+        status: Option<u16>,
+        options: CompleteOptions,
+    ) -> Result<usize> {
+        self.tokens.complete(engine, token, status, options).await
     }
 
     /// Whether [`Limiter::check_request`](crate::Limiter::check_request),
@@ -139,10 +145,12 @@ impl Requests {
         let planned = match plan(engine, rules, candidates, req)? {
             Plan::Forbidden => return Ok(Outcome::forbidden()),
             Plan::Pass => return Ok(Outcome::pass()),
-            Plan::Decide(planned) => planned,
+            Plan::InvalidCost(_, invalid) => return Ok(Outcome::invalid_cost(&invalid)),
+            Plan::Decide(planned, cost) => (planned, cost),
         };
+        let (planned, cost) = planned;
         let options = CheckOptions {
-            cost: req.cost.unwrap_or(1),
+            cost: cost.cost,
             now_ms: req.now_ms,
         };
         // One target (most requests): no vector of them.
@@ -168,6 +176,6 @@ impl Requests {
             Err(Error::Store { .. }) => engine.fallback(pairs, options.now_ms, options.cost as i64, charge),
             Err(e) => return Err(e),
         };
-        Ok(outcome(engine, &self.tokens, rules, &planned, result, charge, req))
+        Ok(outcome(engine, &self.tokens, rules, &planned, result, charge, req, cost))
     }
 }

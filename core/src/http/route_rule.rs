@@ -89,6 +89,7 @@ impl RouteRule {
                 target: Target::Policies(policies),
                 shadow: false,
                 count: completion::Count::All,
+                cost: None,
             },
             owner: engine.clone(),
             every: policy.is_none(),

@@ -82,6 +82,150 @@ pub(crate) struct Rule {
     pub shadow: bool,
     /// Which responses are charged (`count`); anything but `all` is settled after the response.
     pub count: Count,
+    /// The rule's cost fields (`cost`, `cost_default`, `max_cost`), when it has any.
+    pub cost: Option<RuleCost>,
+}
+
+/// Where a rule's cost comes from (`cost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CostFrom {
+    /// `cost: 5`: every request the rule matches costs this (a route's cost).
+    Fixed(u64),
+    /// `cost: header:x-cost`: the request's header (lower case), a whole number.
+    Header(String),
+}
+
+/// A rule's cost: the request's cost and the bound of what one request may
+/// be charged, at the check and after the response (`complete` with a cost).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RuleCost {
+    /// `None`: only `max_cost` was given (the cost is the caller's, or 1).
+    pub from: Option<CostFrom>,
+    /// The cost of a request without the header (`cost_default`, default 1).
+    pub default: u64,
+    /// The most one request may be charged (`max_cost`, default [`DEFAULT_MAX_COST`]).
+    pub max: u64,
+}
+
+/// `max_cost` of a rule that has cost fields but does not say.
+pub(crate) const DEFAULT_MAX_COST: u64 = 1000;
+
+/// A request's cost that the core refuses (HTTP 400, `invalid_cost`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InvalidCost {
+    /// `header:<name>`, or `cost` (given by the caller: a cost function).
+    pub field: String,
+    /// The value as received (several field lines joined by `, `).
+    pub value: String,
+    /// The largest cost allowed.
+    pub max: u64,
+}
+
+/// A whole number from 1 to `max` written in decimal digits (surrounding
+/// spaces and tabs ignored), or `None`.
+fn whole_number(text: &str, max: u64) -> Option<u64> {
+    let t = text.trim_matches([' ', '\t']);
+    if t.is_empty() || t.len() > 20 || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse::<u64>().ok().filter(|n| (1..=max).contains(n))
+}
+
+impl RuleCost {
+    /// This rule's cost for `headers`: the fixed cost, the header's value
+    /// (several field lines must agree), or the default when it is missing
+    /// or empty; `None` when the rule gives no cost (only `max_cost`).
+    pub(crate) fn of(&self, headers: &[(String, String)]) -> Option<Result<u64, InvalidCost>> {
+        match self.from.as_ref()? {
+            CostFrom::Fixed(n) => Some(Ok(*n)),
+            CostFrom::Header(name) => {
+                let mut lines = headers
+                    .iter()
+                    .filter(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.as_str());
+                let Some(first) = lines.next() else {
+                    return Some(Ok(self.default));
+                };
+                let mut shown = first.to_string();
+                let mut agree = true;
+                for line in lines {
+                    agree &= line.trim() == first.trim();
+                    shown.push_str(", ");
+                    shown.push_str(line);
+                }
+                if first.trim().is_empty() && agree {
+                    return Some(Ok(self.default));
+                }
+                let bad = || InvalidCost {
+                    field: format!("header:{name}"),
+                    value: shown.clone(),
+                    max: self.max,
+                };
+                Some(match whole_number(first, self.max) {
+                    Some(n) if agree => Ok(n),
+                    _ => Err(bad()),
+                })
+            }
+        }
+    }
+}
+
+/// Parses a rule's `cost`, `cost_default` and `max_cost` (`None`: it has none).
+fn parse_cost(obj: &serde_json::Map<String, Value>, path: &str) -> Result<Option<RuleCost>> {
+    let (cost, default, max) = (obj.get("cost"), obj.get("cost_default"), obj.get("max_cost"));
+    if cost.is_none() && default.is_none() && max.is_none() {
+        return Ok(None);
+    }
+    let at = |f: &str| format!("{path}.{f}");
+    let number = |v: &Value, field: &str, max: u64| {
+        v.as_u64()
+            .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 1.0).map(|f| f as u64))
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| Error::config(at(field), v, format!("is not a whole number from 1 to {max}")))
+    };
+    let max = match max {
+        None => DEFAULT_MAX_COST,
+        Some(v) => number(v, "max_cost", crate::policy::MAX_COST)?,
+    };
+    let from = match cost {
+        None => None,
+        Some(Value::String(s)) if s.trim_start().starts_with("header:") => {
+            let name = s.trim_start()["header:".len()..].trim();
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+                return Err(Error::config(at("cost"), s, "names no header (cost: header:<name>)"));
+            }
+            Some(CostFrom::Header(name.to_ascii_lowercase()))
+        }
+        Some(Value::String(s)) => match whole_number(s, max) {
+            Some(n) => Some(CostFrom::Fixed(n)),
+            None => {
+                return Err(Error::config(
+                    at("cost"),
+                    s,
+                    format!("is not a whole number from 1 to max_cost ({max}) or header:<name>"),
+                ))
+            }
+        },
+        Some(v) => Some(CostFrom::Fixed(number(v, "cost", max).map_err(|_| {
+            Error::config(
+                at("cost"),
+                v,
+                format!("is not a whole number from 1 to max_cost ({max}) or header:<name>"),
+            )
+        })?)),
+    };
+    let default = match default {
+        None => 1,
+        Some(v) if matches!(from, Some(CostFrom::Header(_))) => number(v, "cost_default", max)?,
+        Some(v) => {
+            return Err(Error::config(
+                at("cost_default"),
+                v,
+                "is only used with cost: header:<name> (the cost of a request without the header)",
+            ))
+        }
+    };
+    Ok(Some(RuleCost { from, default, max }))
 }
 
 /// An allowlist or denylist: networks match the client address; typed
@@ -301,6 +445,11 @@ pub(crate) fn middleware_key(key: Option<&[String]>, key_function: bool, per_rou
 }
 
 impl Rule {
+    /// Whether the rule takes its cost from the header `name` (any case).
+    pub(crate) fn reads_cost_header(&self, name: &str) -> bool {
+        matches!(&self.cost, Some(RuleCost { from: Some(CostFrom::Header(h)), .. }) if h.eq_ignore_ascii_case(name))
+    }
+
     /// Whether the rule reads the caller's `key` (in its key or its tiers).
     pub(crate) fn reads_key(&self) -> bool {
         self.key.contains(&Dimension::Key) || matches!(&self.target, Target::Tiers { by: Dimension::Key, .. })
@@ -331,10 +480,11 @@ impl HttpRules {
         let name = name.trim();
         let dim = |d: &Dimension| matches!(d, Dimension::Header(h) if h.eq_ignore_ascii_case(name));
         name.eq_ignore_ascii_case(self.trusted_proxies.header.name())
-            || self
-                .rules
-                .iter()
-                .any(|r| r.key.iter().any(dim) || matches!(&r.target, Target::Tiers { by, .. } if dim(by)))
+            || self.rules.iter().any(|r| {
+                r.key.iter().any(dim)
+                    || matches!(&r.target, Target::Tiers { by, .. } if dim(by))
+                    || r.reads_cost_header(name)
+            })
     }
 }
 
@@ -355,7 +505,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
     let obj = value
         .as_object()
         .ok_or_else(|| Error::config(path, value, "is not an object"))?;
-    const FIELDS: [&str; 9] = [
+    const FIELDS: [&str; 12] = [
         "name",
         "match",
         "key",
@@ -365,6 +515,9 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         "default_tier",
         "shadow",
         "count",
+        "cost",
+        "cost_default",
+        "max_cost",
     ];
     let at = |f: &str| format!("{path}.{f}");
     for k in obj.keys() {
@@ -456,6 +609,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         None | Some(Value::Null) => Count::All,
         Some(v) => Count::parse(v, &at("count"))?,
     };
+    let cost = parse_cost(obj, path)?;
     let label = match obj.get("name") {
         Some(v) => {
             let name = v
@@ -483,6 +637,7 @@ fn parse_rule(value: &Value, path: &str, policy_index: &dyn Fn(&str) -> Option<u
         target,
         shadow,
         count,
+        cost,
     })
 }
 

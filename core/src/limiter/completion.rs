@@ -2,6 +2,7 @@
 
 use super::Limiter;
 use crate::error::Result;
+use crate::http::CompleteOptions;
 
 impl Limiter {
     /// Completes a request whose [`Outcome`](crate::Outcome) carried a
@@ -17,7 +18,24 @@ impl Limiter {
     /// lease ends by its TTL, and the error is metered); fails on a token
     /// that is not one, or one naming a policy this limiter does not have.
     pub async fn complete(&self, token: &str, status: Option<u16>) -> Result<usize> {
+        self.complete_with(token, status, CompleteOptions::default()).await
+    }
+
+    /// [`Limiter::complete`] reporting the request's actual cost, learned
+    /// from the response (an LLM call's tokens): for every charge the status
+    /// counts, a smaller actual cost gives the difference back (the exact
+    /// inverse of that part of the admission, under the same rules as a
+    /// refund), a larger one charges the difference whatever the limit (a
+    /// forced debit at the completion's clock: a token bucket goes into
+    /// debt, a window counts past its limit), the request's total capped at
+    /// the `max_cost` of its rules (1000 when they say nothing). Charges the
+    /// status does not count are given back whole, whatever the cost.
+    /// Returns how many charges were given back or charged. The overshoot
+    /// bound: N requests of one key admitted at once, each reserving `r` and
+    /// costing up to `m`, take the key at most `N * (m - r)` past its limit,
+    /// which later requests wait off.
+    pub async fn complete_with(&self, token: &str, status: Option<u16>, options: CompleteOptions) -> Result<usize> {
         let live = self.live();
-        live.http.complete(&live.engine, token, status).await
+        live.http.complete(&live.engine, token, status, options).await
     }
 }

@@ -383,7 +383,8 @@ impl MemoryStore {
             .decide_and_store(&key, check, now, cost, self.per_shard_cap)
     }
 
-    /// Gives back admissions of `cost` at `now` ([`refund`]), key by key.
+    /// Gives back admissions of `cost` at `now` ([`refund`]), key by key;
+    /// a negative `cost` is a forced debit (a new key's state when none is live).
     /// Returns how many checks' charges were given back.
     pub fn refund(&self, checks: &[MemoryCheck<'_>], now: i64, cost: i64) -> usize {
         let mut refunded = 0;
@@ -394,6 +395,26 @@ impl MemoryStore {
                 key: &stored,
             };
             let mut shard = self.shards[self.shard_of(&key)].lock();
+            if cost < 0 && !shard.map.get(&key).is_some_and(|e| now < e.expires_at) {
+                // A forced debit on a new (or expired) key starts from a new key's state.
+                if let Some((state, ttl)) = crate::algorithm::refund::debit(check.params, None, now, -cost) {
+                    if shard.map.len() >= self.per_shard_cap {
+                        shard.evict_one();
+                    }
+                    shard.map.insert(
+                        MapKey {
+                            slot: key.slot,
+                            key: key.key.into(),
+                        },
+                        Entry {
+                            state,
+                            expires_at: now.saturating_add(ttl.max(1)),
+                        },
+                    );
+                    refunded += 1;
+                }
+                continue;
+            }
             let Some(entry) = shard.map.get_mut(&key).filter(|e| now < e.expires_at) else {
                 continue;
             };
