@@ -15,7 +15,7 @@ const NOW: i64 = 1_700_000_000_000;
 /// Every family a limiter with a block cache and an adaptive policy exports
 /// (the breaker's and the block cache's only with a store that has them:
 /// the memory store has neither).
-const FAMILIES: [&str; 13] = [
+const FAMILIES: [&str; 14] = [
     "polylimit_requests_total",
     "rate_limit_blocked_total",
     "polylimit_store_errors_total",
@@ -29,6 +29,8 @@ const FAMILIES: [&str; 13] = [
     "polylimit_anomalous_keys",
     "polylimit_anomaly_alerts_suppressed_total",
     "polylimit_anomaly_callback_errors_total",
+    // A limiter built from rules or options can reload them.
+    "polylimit_config_reloads_total",
 ];
 
 fn rules(store: &str, prefix: &str) -> String {
