@@ -290,7 +290,11 @@ impl From<polylimit::MetricsSnapshot> for MetricsSnapshot {
                     .points
                     .into_iter()
                     .map(|p| {
-                        let labels = p.labels.into_iter().map(|(name, value)| MetricLabel { name, value }).collect();
+                        let labels = p
+                            .labels
+                            .into_iter()
+                            .map(|(name, value)| MetricLabel { name, value })
+                            .collect();
                         match p.value {
                             polylimit::MetricValue::Int(value) => MetricPoint {
                                 labels,
