@@ -73,7 +73,7 @@ BINDING_BENCHES += jvm-bench
 ## $(JVM_DIST_STAGE)/classpath.txt for the clean room (tests/dist).
 JVM_DIST_STAGE := $(CARGO_TARGET_DIR)/jvm-dist
 # The framework modules (frameworks.xml), each polylimit-<name>-<v>.jar.
-JVM_FRAMEWORKS := spring webflux ktor grpc
+JVM_FRAMEWORKS := spring webflux ktor grpc otel
 JVM_POM_VERSION = $(shell sed -n '0,/<version>/s/.*<version>\(.*\)<\/version>.*/\1/p' $(JVM_DIR)/pom.xml)
 
 .PHONY: jvm-dist

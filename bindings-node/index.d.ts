@@ -347,6 +347,42 @@ export class Lease {
   readonly released: boolean;
 }
 
+/** One point of a metric family: labels and a value, or a histogram's buckets. */
+export interface MetricPoint {
+  /** Label names and values (policy, route, decision, source, ...). */
+  labels: Record<string, string>;
+  /** A counter's or a gauge's value (whole numbers). */
+  value?: number;
+  /** A histogram's bucket upper bounds (inclusive), ascending. */
+  bounds?: number[];
+  /** A histogram's observations per bucket, not cumulative: one more than `bounds`. */
+  bucketCounts?: number[];
+  /** A histogram's sum of observations. */
+  sum?: number;
+  /** A histogram's number of observations. */
+  count?: number;
+}
+
+/** One metric of a limiter: name, help line, kind and points. */
+export interface MetricFamily {
+  /** The metric's name, as in the Prometheus text. */
+  name: string;
+  /** What it counts. */
+  help: string;
+  /** Counter (cumulative), gauge or histogram (cumulative). */
+  kind: 'counter' | 'gauge' | 'histogram';
+  /** Its points. */
+  points: MetricPoint[];
+}
+
+/** Every metric family of a limiter at one moment. */
+export interface MetricsSnapshot {
+  /** When the limiter was built, in nanoseconds since the epoch (a double: about 0.25 µs of precision). */
+  startUnixNanos: number;
+  /** The families, in the order of the Prometheus text. */
+  families: MetricFamily[];
+}
+
 /** A rate limiter: policies over a store (memory unless `store` names Redis), built once and shared. */
 export class Limiter {
   /** Builds the limiter; throws a ConfigError naming the field and value at fault. */
@@ -416,6 +452,8 @@ export class Limiter {
   removeLimit(options?: { policy?: string }): Promise<boolean>;
   /** The limiter's metrics in the Prometheus text format. */
   metricsText(): string;
+  /** Every metric family, read now (the Prometheus text is rendered from the same snapshot). */
+  metricsSnapshot(): MetricsSnapshot;
   /** The store circuit breaker's state. */
   readonly breakerState: 'closed' | 'open' | 'half_open';
   /** Closes the limiter and its store connections; later calls reject with a ClosedError. */

@@ -364,6 +364,27 @@ class Limiter {
     return this._native.metricsText();
   }
 
+  /**
+   * Every metric family, read now: `{ startUnixNanos, families: [{ name, help, kind, points }] }`.
+   * The Prometheus text is rendered from the same snapshot; `polylimit/otel` bridges it.
+   */
+  metricsSnapshot() {
+    const raw = JSON.parse(this._native.metricsSnapshotJson());
+    return {
+      startUnixNanos: raw.start_unix_nanos,
+      families: raw.families.map((f) => ({
+        name: f.name,
+        help: f.help,
+        kind: f.kind,
+        points: f.points.map((p) =>
+          f.kind === 'histogram'
+            ? { labels: p.labels, bounds: p.bounds, bucketCounts: p.bucket_counts, sum: p.sum, count: p.count }
+            : { labels: p.labels, value: p.value },
+        ),
+      })),
+    };
+  }
+
   /** The store circuit breaker's state: `closed`, `open` or `half_open`. */
   get breakerState() {
     return this._native.breakerState();

@@ -211,6 +211,12 @@ impl NativeLimiter {
         self.inner.metrics_text()
     }
 
+    /// Every metric family, read now (the Prometheus text is rendered from
+    /// the same snapshot; polylimit-otel bridges it into OpenTelemetry).
+    pub fn metrics_snapshot(&self) -> crate::types::MetricsSnapshot {
+        self.inner.metrics_snapshot().into()
+    }
+
     /// The policies' names, in order.
     pub fn policy_names(&self) -> Vec<String> {
         self.inner.policies().map(|p| p.name().to_string()).collect()

@@ -223,3 +223,103 @@ impl From<polylimit::Override> for Override {
         }
     }
 }
+
+/// Every metric family of a limiter at one moment (`metricsSnapshot()`):
+/// the Prometheus text is rendered from the same snapshot, and
+/// polylimit-otel bridges it into OpenTelemetry.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct MetricsSnapshot {
+    /// When the limiter was built, in nanoseconds since the epoch: the start
+    /// of every cumulative value (a Long: Java reads it; good until 2262).
+    pub start_unix_nanos: i64,
+    /// The families, in the order of the Prometheus text.
+    pub families: Vec<MetricFamily>,
+}
+
+/// One metric: its name, help line, kind and points.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct MetricFamily {
+    /// The name, as in the Prometheus text.
+    pub name: String,
+    /// What it counts.
+    pub help: String,
+    /// `counter` (cumulative), `gauge` or `histogram` (cumulative).
+    pub kind: String,
+    /// Its points.
+    pub points: Vec<MetricPoint>,
+}
+
+/// One label of a metric point.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct MetricLabel {
+    /// Its name (`policy`, `route`, `decision`, `source`, ...).
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// One point of a family: its labels, and a counter's or gauge's `value`,
+/// or a histogram's `bounds`, `bucket_counts` (per bucket, not cumulative,
+/// one more than `bounds`), `sum` and `count`.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct MetricPoint {
+    /// Label names and values, in the order of the text.
+    pub labels: Vec<MetricLabel>,
+    /// A counter's or a gauge's value (0 for a histogram).
+    pub value: i64,
+    /// A histogram's bucket upper bounds (inclusive); empty otherwise.
+    pub bounds: Vec<f64>,
+    /// A histogram's observations per bucket; empty otherwise.
+    pub bucket_counts: Vec<i64>,
+    /// A histogram's sum of observations (0 otherwise).
+    pub sum: f64,
+    /// A histogram's number of observations (0 otherwise).
+    pub count: i64,
+}
+
+impl From<polylimit::MetricsSnapshot> for MetricsSnapshot {
+    fn from(s: polylimit::MetricsSnapshot) -> Self {
+        let families = s
+            .families
+            .into_iter()
+            .map(|f| MetricFamily {
+                name: f.name,
+                help: f.help,
+                kind: f.kind.as_str().to_string(),
+                points: f
+                    .points
+                    .into_iter()
+                    .map(|p| {
+                        let labels = p
+                            .labels
+                            .into_iter()
+                            .map(|(name, value)| MetricLabel { name, value })
+                            .collect();
+                        match p.value {
+                            polylimit::MetricValue::Int(value) => MetricPoint {
+                                labels,
+                                value,
+                                bounds: Vec::new(),
+                                bucket_counts: Vec::new(),
+                                sum: 0.0,
+                                count: 0,
+                            },
+                            polylimit::MetricValue::Histogram(h) => MetricPoint {
+                                labels,
+                                value: 0,
+                                bounds: h.bounds,
+                                bucket_counts: h.bucket_counts.into_iter().map(long).collect(),
+                                sum: h.sum,
+                                count: long(h.count),
+                            },
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        MetricsSnapshot {
+            start_unix_nanos: long(s.start_unix_nanos),
+            families,
+        }
+    }
+}

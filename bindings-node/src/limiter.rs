@@ -428,6 +428,13 @@ impl NativeLimiter {
         self.inner.metrics_text()
     }
 
+    /// Every metric family, read now, as JSON: `start_unix_nanos` and
+    /// `families` (name, help, kind, points); `limiter.metricsSnapshot()` parses it.
+    #[napi]
+    pub fn metrics_snapshot_json(&self) -> String {
+        self.inner.metrics_snapshot().to_value().to_string()
+    }
+
     /// The store circuit breaker's state: closed, open or half_open.
     #[napi]
     pub fn breaker_state(&self) -> String {

@@ -256,7 +256,7 @@ def check_jvm(room: Path, env: dict) -> None:
     jar = room / one(f"polylimit-{VERSION}.jar").name
     shutil.copy(one(f"polylimit-{VERSION}.jar"), jar)
     assert one(f"polylimit-{VERSION}.pom")
-    for framework in ("spring", "webflux", "ktor", "grpc"):  # the framework modules' jars and poms (issue 37)
+    for framework in ("spring", "webflux", "ktor", "grpc", "otel"):  # the framework modules' jars and poms (issue 37, 38)
         assert one(f"polylimit-{framework}-{VERSION}.jar") and one(f"polylimit-{framework}-{VERSION}.pom")
     staged = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "jvm-dist" / "classpath.txt"
     deps = [d for d in staged.read_text().strip().split(os.pathsep) if d]

@@ -82,6 +82,14 @@ int main(void) {
   rc = polylimit_limiter_metrics(limiter, &metrics, &err);
   CHECK(rc == POLYLIMIT_OK && strstr(metrics, "polylimit_") != NULL);
   polylimit_string_free(metrics);
+  char *snapshot = NULL;
+  rc = polylimit_limiter_metrics_snapshot(limiter, &snapshot, &err);
+  CHECK(rc == POLYLIMIT_OK && strstr(snapshot, "\"families\"") != NULL && strstr(snapshot, "polylimit_requests_total") != NULL);
+  polylimit_string_free(snapshot);
+  rc = polylimit_limiter_metrics_snapshot(limiter, NULL, &err);
+  CHECK(rc == POLYLIMIT_INVALID_ARGUMENT && err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
 
   polylimit_limiter_close(limiter);
   polylimit_limiter_close(limiter);

@@ -1,6 +1,8 @@
 // Compiled by `tsc --noEmit` in limiter.test.js: every public name in use.
+import { PolylimitMetricProducer } from '../../otel';
 import {
   Limiter,
+  MetricsSnapshot,
   Lease,
   CircuitBreaker,
   PolylimitError,
@@ -56,6 +58,9 @@ async function main(): Promise<void> {
   const removed: boolean = await limiter.removeOverride('user:1');
   void [found, removed];
   const text: string = limiter.metricsText();
+  const snapshot: MetricsSnapshot = limiter.metricsSnapshot();
+  const kind: 'counter' | 'gauge' | 'histogram' = snapshot.families[0].kind;
+  void [snapshot.startUnixNanos, kind, new PolylimitMetricProducer(limiter)];
   limiter.close();
   const breaker = new CircuitBreaker(5, '30s', 3);
   const v: number | string = await breaker.call(async () => 1, () => 'fallback');

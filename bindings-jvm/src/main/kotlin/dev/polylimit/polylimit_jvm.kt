@@ -750,6 +750,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_on_anomaly(
@@ -877,6 +879,8 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_async(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,
     ): Long
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_snapshot(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_on_anomaly(`ptr`: Long,`listener`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -1111,6 +1115,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async() and 0xFFFF) != 34481) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot() and 0xFFFF) != 23170) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text() and 0xFFFF) != 48373) {
@@ -2391,6 +2398,12 @@ public interface NativeLimiterInterface {
     suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int? = null)
     
     /**
+     * Every metric family, read now (the Prometheus text is rendered from
+     * the same snapshot; polylimit-otel bridges it into OpenTelemetry).
+     */
+    fun `metricsSnapshot`(): MetricsSnapshot
+    
+    /**
      * Prometheus text exposition of this limiter's metrics.
      */
     fun `metricsText`(): kotlin.String
@@ -2833,6 +2846,23 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
         PolylimitException.ErrorHandler,
     )
     }
+
+    
+    /**
+     * Every metric family, read now (the Prometheus text is rendered from
+     * the same snapshot; polylimit-otel bridges it into OpenTelemetry).
+     */override fun `metricsSnapshot`(): MetricsSnapshot {
+            return FfiConverterTypeMetricsSnapshot.lift(
+    callWithHandle {
+    uniffiRustCall() { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_snapshot(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
 
     
     /**
@@ -4015,6 +4045,247 @@ public object FfiConverterTypeHttpRequest: FfiConverterRustBuffer<HttpRequest> {
 
 
 /**
+ * One metric: its name, help line, kind and points.
+ */
+data class MetricFamily (
+    /**
+     * The name, as in the Prometheus text.
+     */
+    var `name`: kotlin.String
+    , 
+    /**
+     * What it counts.
+     */
+    var `help`: kotlin.String
+    , 
+    /**
+     * `counter` (cumulative), `gauge` or `histogram` (cumulative).
+     */
+    var `kind`: kotlin.String
+    , 
+    /**
+     * Its points.
+     */
+    var `points`: List<MetricPoint>
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMetricFamily: FfiConverterRustBuffer<MetricFamily> {
+    override fun read(buf: ByteBuffer): MetricFamily {
+        return MetricFamily(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterSequenceTypeMetricPoint.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MetricFamily) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterString.allocationSize(value.`help`) +
+            FfiConverterString.allocationSize(value.`kind`) +
+            FfiConverterSequenceTypeMetricPoint.allocationSize(value.`points`)
+    )
+
+    override fun write(value: MetricFamily, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterString.write(value.`help`, buf)
+            FfiConverterString.write(value.`kind`, buf)
+            FfiConverterSequenceTypeMetricPoint.write(value.`points`, buf)
+    }
+}
+
+
+
+/**
+ * One label of a metric point.
+ */
+data class MetricLabel (
+    /**
+     * Its name (`policy`, `route`, `decision`, `source`, ...).
+     */
+    var `name`: kotlin.String
+    , 
+    /**
+     * Its value.
+     */
+    var `value`: kotlin.String
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMetricLabel: FfiConverterRustBuffer<MetricLabel> {
+    override fun read(buf: ByteBuffer): MetricLabel {
+        return MetricLabel(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MetricLabel) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterString.allocationSize(value.`value`)
+    )
+
+    override fun write(value: MetricLabel, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterString.write(value.`value`, buf)
+    }
+}
+
+
+
+/**
+ * One point of a family: its labels, and a counter's or gauge's `value`,
+ * or a histogram's `bounds`, `bucket_counts` (per bucket, not cumulative,
+ * one more than `bounds`), `sum` and `count`.
+ */
+data class MetricPoint (
+    /**
+     * Label names and values, in the order of the text.
+     */
+    var `labels`: List<MetricLabel>
+    , 
+    /**
+     * A counter's or a gauge's value (0 for a histogram).
+     */
+    var `value`: kotlin.Long
+    , 
+    /**
+     * A histogram's bucket upper bounds (inclusive); empty otherwise.
+     */
+    var `bounds`: List<kotlin.Double>
+    , 
+    /**
+     * A histogram's observations per bucket; empty otherwise.
+     */
+    var `bucketCounts`: List<kotlin.Long>
+    , 
+    /**
+     * A histogram's sum of observations (0 otherwise).
+     */
+    var `sum`: kotlin.Double
+    , 
+    /**
+     * A histogram's number of observations (0 otherwise).
+     */
+    var `count`: kotlin.Long
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMetricPoint: FfiConverterRustBuffer<MetricPoint> {
+    override fun read(buf: ByteBuffer): MetricPoint {
+        return MetricPoint(
+            FfiConverterSequenceTypeMetricLabel.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterSequenceDouble.read(buf),
+            FfiConverterSequenceLong.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterLong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MetricPoint) = (
+            FfiConverterSequenceTypeMetricLabel.allocationSize(value.`labels`) +
+            FfiConverterLong.allocationSize(value.`value`) +
+            FfiConverterSequenceDouble.allocationSize(value.`bounds`) +
+            FfiConverterSequenceLong.allocationSize(value.`bucketCounts`) +
+            FfiConverterDouble.allocationSize(value.`sum`) +
+            FfiConverterLong.allocationSize(value.`count`)
+    )
+
+    override fun write(value: MetricPoint, buf: ByteBuffer) {
+            FfiConverterSequenceTypeMetricLabel.write(value.`labels`, buf)
+            FfiConverterLong.write(value.`value`, buf)
+            FfiConverterSequenceDouble.write(value.`bounds`, buf)
+            FfiConverterSequenceLong.write(value.`bucketCounts`, buf)
+            FfiConverterDouble.write(value.`sum`, buf)
+            FfiConverterLong.write(value.`count`, buf)
+    }
+}
+
+
+
+/**
+ * Every metric family of a limiter at one moment (`metricsSnapshot()`):
+ * the Prometheus text is rendered from the same snapshot, and
+ * polylimit-otel bridges it into OpenTelemetry.
+ */
+data class MetricsSnapshot (
+    /**
+     * When the limiter was built, in nanoseconds since the epoch: the start
+     * of every cumulative value (a Long: Java reads it; good until 2262).
+     */
+    var `startUnixNanos`: kotlin.Long
+    , 
+    /**
+     * The families, in the order of the Prometheus text.
+     */
+    var `families`: List<MetricFamily>
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMetricsSnapshot: FfiConverterRustBuffer<MetricsSnapshot> {
+    override fun read(buf: ByteBuffer): MetricsSnapshot {
+        return MetricsSnapshot(
+            FfiConverterLong.read(buf),
+            FfiConverterSequenceTypeMetricFamily.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MetricsSnapshot) = (
+            FfiConverterLong.allocationSize(value.`startUnixNanos`) +
+            FfiConverterSequenceTypeMetricFamily.allocationSize(value.`families`)
+    )
+
+    override fun write(value: MetricsSnapshot, buf: ByteBuffer) {
+            FfiConverterLong.write(value.`startUnixNanos`, buf)
+            FfiConverterSequenceTypeMetricFamily.write(value.`families`, buf)
+    }
+}
+
+
+
+/**
  * What to answer a request (SPEC §6): `status` null lets it through; set
  * every header of `headers` either way; wait `delayMs` first; write `body`
  * (JSON) with a refusal.
@@ -4963,6 +5234,62 @@ public object FfiConverterSequenceInt: FfiConverterRustBuffer<List<kotlin.Int>> 
 /**
  * @suppress
  */
+public object FfiConverterSequenceLong: FfiConverterRustBuffer<List<kotlin.Long>> {
+    override fun read(buf: ByteBuffer): List<kotlin.Long> {
+        val len = buf.getInt()
+        return List<kotlin.Long>(len) {
+            FfiConverterLong.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.Long>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterLong.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.Long>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterLong.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceDouble: FfiConverterRustBuffer<List<kotlin.Double>> {
+    override fun read(buf: ByteBuffer): List<kotlin.Double> {
+        val len = buf.getInt()
+        return List<kotlin.Double>(len) {
+            FfiConverterDouble.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.Double>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterDouble.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.Double>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterDouble.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterSequenceString: FfiConverterRustBuffer<List<kotlin.String>> {
     override fun read(buf: ByteBuffer): List<kotlin.String> {
         val len = buf.getInt()
@@ -5009,6 +5336,90 @@ public object FfiConverterSequenceTypeHeader: FfiConverterRustBuffer<List<Header
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeHeader.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeMetricFamily: FfiConverterRustBuffer<List<MetricFamily>> {
+    override fun read(buf: ByteBuffer): List<MetricFamily> {
+        val len = buf.getInt()
+        return List<MetricFamily>(len) {
+            FfiConverterTypeMetricFamily.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<MetricFamily>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeMetricFamily.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<MetricFamily>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeMetricFamily.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeMetricLabel: FfiConverterRustBuffer<List<MetricLabel>> {
+    override fun read(buf: ByteBuffer): List<MetricLabel> {
+        val len = buf.getInt()
+        return List<MetricLabel>(len) {
+            FfiConverterTypeMetricLabel.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<MetricLabel>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeMetricLabel.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<MetricLabel>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeMetricLabel.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeMetricPoint: FfiConverterRustBuffer<List<MetricPoint>> {
+    override fun read(buf: ByteBuffer): List<MetricPoint> {
+        val len = buf.getInt()
+        return List<MetricPoint>(len) {
+            FfiConverterTypeMetricPoint.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<MetricPoint>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeMetricPoint.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<MetricPoint>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeMetricPoint.write(it, buf)
         }
     }
 }
