@@ -202,6 +202,9 @@ func restartUnderLoad(t *testing.T, sig syscall.Signal) {
 	}
 
 	var next, ok, over, transport atomic.Int64
+	// Set just before the server is stopped: a transport error before it is
+	// a failure of its own, not the restart (and must not park a worker).
+	var stopping atomic.Bool
 	var mu sync.Mutex
 	var failures []string
 	var wg sync.WaitGroup
@@ -212,6 +215,10 @@ func restartUnderLoad(t *testing.T, sig syscall.Signal) {
 			for next.Add(1) <= calls {
 				reply, err := call()
 				switch {
+				case status.Code(err) == codes.Unavailable && !stopping.Load():
+					mu.Lock()
+					failures = append(failures, "before the restart: "+err.Error())
+					mu.Unlock()
 				case status.Code(err) == codes.Unavailable:
 					transport.Add(1) // refused or cut: the client knows
 					<-restarted      // and calls again once the server is back
@@ -234,7 +241,16 @@ func restartUnderLoad(t *testing.T, sig syscall.Signal) {
 		}()
 	}
 	// Under load: stop the server with calls in flight, start it again.
-	<-loaded
+	// (Every call may also end before that: then the test fails, not hangs.)
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+	select {
+	case <-loaded:
+	case <-workersDone:
+		t.Fatalf("every call ended before a third of the budget was admitted (%d OK, %d over); failures: %v",
+			ok.Load(), over.Load(), failures[:min(5, len(failures))])
+	}
+	stopping.Store(true)
 	if err := server.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
