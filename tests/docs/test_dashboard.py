@@ -82,6 +82,7 @@ def families() -> set:
         limiter = polylimit.Limiter(rules=f"""
 store: {redis.url}
 block_cache: true
+overrides: true
 anomaly_log: false
 policies:
   api: {{ rate: 2/min }}
@@ -94,6 +95,8 @@ rules:
             limiter.check_request_sync(request)
         for _ in range(4):
             limiter.check_sync("user:1", now_ms=NOW)
+        limiter.set_limit_sync(policy="api", rate="3/min")
+        limiter.reload_sync()
         snapshot = limiter.metrics_snapshot()
         text = limiter.metrics_text()
         limiter.close()
@@ -120,7 +123,8 @@ def test_the_dashboard_shows_each_part() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     read = set().union(*(metric_names(e) for _, e in expressions(dashboard)))
     for name in ("polylimit_requests_total", "rate_limit_blocked_total", "polylimit_store_latency_seconds_bucket",
-                 "polylimit_store_errors_total", "polylimit_breaker_state", "polylimit_anomalies_total"):
+                 "polylimit_store_errors_total", "polylimit_breaker_state", "polylimit_anomalies_total",
+                 "polylimit_config_reloads_total", "polylimit_limit_changes_total"):
         assert name in read, name
     var = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert var["datasource"]["type"] == "datasource" and var["datasource"]["query"] == "prometheus"
