@@ -202,8 +202,8 @@ type httpVectorFile struct {
 			// completion's clock (default: the request's now_ms).
 			ActualCost *int64 `json:"actual_cost"`
 			AtMs       *int64 `json:"at_ms"`
-			Peek     bool            `json:"peek"` // the answer a check would get, nothing charged
-			Expect   struct {
+			Peek       bool   `json:"peek"` // the answer a check would get, nothing charged
+			Expect     struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
 				Body    *string     `json:"body"`
