@@ -131,3 +131,36 @@ func TestMiddlewareSettlesTheReportedCost(t *testing.T) {
 		})
 	}
 }
+
+// WithCostFunc gives the request's cost; the core checks it against the
+// rules' max_cost (a 400 naming "cost" above it).
+func TestCostFuncIsBoundedByMaxCost(t *testing.T) {
+	l, err := FromRules(llmRules("memory", "go-cost-func"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	costOf := func(r *http.Request) uint64 {
+		n, _ := strconv.ParseUint(r.Header.Get("x-estimate"), 10, 64)
+		return n
+	}
+	srv := httptest.NewServer(l.Middleware(WithCostFunc(costOf))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	post := func(estimate string) *http.Response {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat", nil)
+		req.Header.Set("x-api-key", "k1")
+		req.Header.Set("x-estimate", estimate)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if r := post("2500"); r.StatusCode != 200 || r.Header.Get("X-RateLimit-Remaining") != "7500" {
+		t.Fatalf("%d %v", r.StatusCode, r.Header)
+	}
+	if r := post("4001"); r.StatusCode != 400 {
+		t.Fatalf("above max_cost: %d", r.StatusCode)
+	}
+}
