@@ -198,8 +198,12 @@ type httpVectorFile struct {
 			// this status (JSON null: no response). Absent: not completed here.
 			Complete json.RawMessage `json:"complete"`
 			Of       *int            `json:"of"`
-			Peek     bool            `json:"peek"` // the answer a check would get, nothing charged
-			Expect   struct {
+			// cost/: the actual cost reported at that completion, and the
+			// completion's clock (default: the request's now_ms).
+			ActualCost *int64 `json:"actual_cost"`
+			AtMs       *int64 `json:"at_ms"`
+			Peek       bool   `json:"peek"` // the answer a check would get, nothing charged
+			Expect     struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
 				Body    *string     `json:"body"`
@@ -258,6 +262,22 @@ func completeStatus(t *testing.T, raw json.RawMessage) int {
 func TestHTTPConformanceVectors(t *testing.T) {
 	files := map[string]*httpVectorFile{}
 	names := vectorFiles(t, "http", func(name string) any { files[name] = &httpVectorFile{}; return files[name] })
+	for _, name := range vectorFiles(t, "cost", func(name string) any {
+		files["cost/"+name] = &httpVectorFile{}
+		return files["cost/"+name]
+	}) {
+		names = append(names, "cost/"+name)
+	}
+	// complete settles a request with a step's status and, for cost/, its actual cost.
+	complete := func(l *Limiter, token string, raw json.RawMessage, actual, at, requestNow *int64) error {
+		if actual == nil {
+			return l.Complete(context.Background(), token, completeStatus(t, raw))
+		}
+		if at == nil {
+			at = requestNow
+		}
+		return l.CompleteWith(context.Background(), token, completeStatus(t, raw), CompleteOptions{Cost: actual, NowMs: at})
+	}
 	for store, url := range stores(t) {
 		t.Run(store, func(t *testing.T) {
 			requests := 0
@@ -292,7 +312,7 @@ func TestHTTPConformanceVectors(t *testing.T) {
 							tokens = append(tokens, "")
 							if token == "" {
 								t.Errorf("%s: %s: %q step %d: request %d has no completion token", store, name, c.Name, i, *step.Of)
-							} else if err := l.Complete(context.Background(), token, completeStatus(t, step.Complete)); err != nil {
+							} else if err := complete(l, token, step.Complete, step.ActualCost, step.AtMs, nil); err != nil {
 								t.Errorf("%s: %s: %q step %d: %v", store, name, c.Name, i, err)
 							}
 							continue
@@ -301,7 +321,8 @@ func TestHTTPConformanceVectors(t *testing.T) {
 						if step.Peek {
 							decide = l.PeekRequest
 						}
-						got, err := decide(context.Background(), requestInfo(t, step.Request))
+						info := requestInfo(t, step.Request)
+						got, err := decide(context.Background(), info)
 						if err != nil {
 							tokens = append(tokens, "")
 							t.Errorf("%s: %q request %d: %v", name, c.Name, i, err)
@@ -311,7 +332,7 @@ func TestHTTPConformanceVectors(t *testing.T) {
 						if step.Complete != nil {
 							if got.Completion == "" {
 								t.Errorf("%s: %s: %q request %d: no completion token", store, name, c.Name, i)
-							} else if err := l.Complete(context.Background(), got.Completion, completeStatus(t, step.Complete)); err != nil {
+							} else if err := complete(l, got.Completion, step.Complete, step.ActualCost, step.AtMs, info.NowMs); err != nil {
 								t.Errorf("%s: %s: %q request %d: %v", store, name, c.Name, i, err)
 							}
 						}

@@ -459,6 +459,39 @@ func (l *Limiter) Complete(ctx context.Context, token string, status int) error 
 	})
 }
 
+// CompleteOptions is what a request's response taught besides its status.
+type CompleteOptions struct {
+	// Cost, when set, is the request's actual cost (a whole number >= 0),
+	// learned from the response (an LLM call's tokens): the difference from
+	// its reservation is given back (smaller) or charged whatever the limit
+	// (larger), capped at the rules' max_cost. Only charges the status counts
+	// are settled this way; the others are given back whole.
+	Cost *int64
+	// NowMs, when set, is the clock of a charge past the reservation, for
+	// tests and simulations (ms since the epoch).
+	NowMs *int64
+}
+
+// CompleteWith is Complete reporting the request's actual cost (see
+// CompleteOptions); a negative cost is a *ConfigError naming "cost".
+func (l *Limiter) CompleteWith(ctx context.Context, token string, status int, opts CompleteOptions) error {
+	if status < 0 || status > 0xffff {
+		return &ConfigError{Field: "status", Value: fmt.Sprint(status), Message: fmt.Sprintf("status: %d is not an HTTP status", status)}
+	}
+	var cost, nowMs C.int64_t
+	hasCost, hasNow := opts.Cost != nil, opts.NowMs != nil
+	if hasCost {
+		cost = C.int64_t(*opts.Cost)
+	}
+	if hasNow {
+		nowMs = C.int64_t(*opts.NowMs)
+	}
+	return l.complete(ctx, token, func(tokenPtr *C.uint8_t, tokenLen C.size_t, pending **C.polylimit_pending_t, cerr **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_try_complete_cost(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), C.bool(hasCost), cost,
+			C.bool(hasNow), nowMs, pending, cerr)
+	})
+}
+
 // complete runs one of the C ABI's completions (try, under the read lock)
 // and waits for the store when it must.
 func (l *Limiter) complete(ctx context.Context, token string,

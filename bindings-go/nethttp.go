@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -210,7 +211,48 @@ func (p Pass) Done(written int, panicked bool) {
 	}
 	status := endedStatus(written, panicked, p.r.Context().Err() != nil)
 	// A refund that must happen even when the client is gone; the core bounds it by its timeout.
-	_ = p.l.Complete(context.WithoutCancel(p.r.Context()), p.token, status)
+	ctx := context.WithoutCancel(p.r.Context())
+	if h, ok := p.r.Context().Value(costKey{}).(*reportedCost); ok {
+		if cost, set := h.get(); set {
+			_ = p.l.CompleteWith(ctx, p.token, status, CompleteOptions{Cost: &cost})
+			return
+		}
+	}
+	_ = p.l.Complete(ctx, p.token, status)
+}
+
+// costKey is the context key of a request's reportedCost.
+type costKey struct{}
+
+// reportedCost holds the actual cost a handler reported (ReportCost).
+type reportedCost struct {
+	mu   sync.Mutex
+	cost int64
+	set  bool
+}
+
+func (h *reportedCost) get() (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cost, h.set
+}
+
+// ReportCost records the actual cost of the request whose context is ctx,
+// learned while serving it (an LLM call's tokens): once the handler is done,
+// the middleware completes the request with it, so the difference from its
+// reservation (a rule's cost) is given back or charged, capped at the rules'
+// max_cost. Call it from a handler behind Limiter.Middleware with
+// r.Context(). It returns false when ctx is not such a request's (the
+// request carries no completion: no rule of it has a cost or a count).
+func ReportCost(ctx context.Context, cost int64) bool {
+	h, ok := ctx.Value(costKey{}).(*reportedCost)
+	if !ok {
+		return false
+	}
+	h.mu.Lock()
+	h.cost, h.set = cost, true
+	h.mu.Unlock()
+	return true
 }
 
 // serveAndSettle serves a request whose charge depends on its status (a
@@ -220,6 +262,8 @@ func (p Pass) Done(written int, panicked bool) {
 // a client still there; no response when it wrote nothing and panicked or
 // its client went away.
 func (l *Limiter) serveAndSettle(next http.Handler, w http.ResponseWriter, r *http.Request, token string) {
+	// Where the handler reports the request's actual cost (ReportCost).
+	r = r.WithContext(context.WithValue(r.Context(), costKey{}, &reportedCost{}))
 	rec := &statusRecorder{ResponseWriter: w}
 	defer func() {
 		p := recover()

@@ -200,6 +200,17 @@ export interface CheckOptions {
   nowMs?: number;
 }
 
+/** Options of `complete`: the request's actual cost, learned from the response. */
+export interface CompleteOptions {
+  /**
+   * The actual cost (a whole number >= 0): the difference from the reservation is given back
+   * (smaller) or charged whatever the limit (larger), capped at the rules' `max_cost`.
+   */
+  cost?: number;
+  /** For tests and simulations: the clock of a charge past the reservation (ms since the epoch). */
+  nowMs?: number;
+}
+
 /** What answered a decision: the store, a local cache, a fallback, a penalty, an allow/deny list or adaptive. */
 export type Source = 'store' | 'local' | 'fail_open' | 'fail_closed' | 'penalty' | 'allowlist' | 'denylist' | 'adaptive';
 
@@ -430,7 +441,7 @@ export class Limiter {
    * count `status` (null/undefined/0: no response, counted as failed). Never rejects because the
    * store is down; rejects with a ConfigError naming `token` for a malformed token.
    */
-  complete(token: string, status?: number | null): Promise<void>;
+  complete(token: string, status?: number | null, options?: CompleteOptions): Promise<void>;
   /** Forgets everything charged to `key` under every policy. */
   reset(key: string): Promise<void>;
   /**

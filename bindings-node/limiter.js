@@ -231,18 +231,24 @@ class Limiter {
 
   /**
    * Settles a request after its response: `token` is the outcome's `completion` (present when a
-   * rule's `count` charges only some responses), `status` the response's status (null/undefined/0:
-   * no response, counted as failed), or a gRPC call's status code (0: OK). The core gives back the charges whose rule does not count
-   * that status. Never rejects because the store is down; rejects with a ConfigError naming
-   * `token` when it is not one.
+   * rule's `count` charges only some responses, or a rule has a `cost`), `status` the response's
+   * status (null/undefined/0: no response, counted as failed), or a gRPC call's status code (0: OK).
+   * The core gives back the charges whose rule does not count that status. `options.cost`: the
+   * request's actual cost, learned from the response (an LLM call's tokens): the difference from
+   * its reservation is given back or charged, capped at its rules' `max_cost`; `options.nowMs`:
+   * that charge's clock (tests). Never rejects because the store is down; rejects with a
+   * ConfigError naming `token` when it is not one, or `cost` for a bad cost.
    */
-  complete(token, status) {
+  complete(token, status, options) {
     this._flushChecks();
     if (typeof token !== 'string') {
       return Promise.reject(new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token)));
     }
+    const { cost, nowMs } = options || {};
     // 0 goes through: a gRPC call's OK (for HTTP the core reads 0 as no response).
-    return calls.start((id) => this._native.complete(id, token, status === null || status === undefined ? undefined : Number(status)));
+    return calls.start((id) =>
+      this._native.complete(id, token, status === null || status === undefined ? undefined : Number(status), cost, nowMs),
+    );
   }
 
   /**

@@ -47,6 +47,16 @@ function routeRuleFor(limiter, options, perRoute) {
 }
 
 /**
+ * The actual cost a handler reported for its request (an LLM call's tokens), learned from the
+ * response: `res.locals.polylimitCost` (Express's per-response locals; any framework can set
+ * `res.locals` on the Node response). Undefined when it did not: the reservation stands.
+ */
+function reportedCost(res) {
+  const locals = res.locals;
+  return locals && locals.polylimitCost !== undefined && locals.polylimitCost !== null ? locals.polylimitCost : undefined;
+}
+
+/**
  * Settles an allowed request whose outcome carries a `completion` token (a rule's `count`, a
  * concurrency lease) as its response ends: when the handler calls `res.end()` (Express and
  * Fastify do), `limiter.complete(token, status)` runs first and the response ends once it has
@@ -68,7 +78,7 @@ function settleAfterResponse(limiter, outcome, res) {
     const status = native.endedStatus(res.statusCode, true, false, res.destroyed && !res.writableFinished);
     let settled;
     try {
-      settled = limiter.complete(token, status);
+      settled = limiter.complete(token, status, { cost: reportedCost(res) });
     } catch {
       return end.apply(this, args);
     }

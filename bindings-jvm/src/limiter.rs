@@ -206,6 +206,21 @@ impl NativeLimiter {
         spawn(async move { inner.complete(&token, status).await.map(|_| ()) }).await
     }
 
+    /// `complete` reporting the request's actual cost, learned from the
+    /// response (an LLM call's tokens): the difference from its reservation
+    /// is given back (smaller) or charged whatever the limit (larger), capped
+    /// at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
+    /// A negative cost throws `Config` naming `cost`.
+    #[uniffi::method(default(status = None, now_ms = None))]
+    pub fn complete_cost(&self, token: String, status: Option<i32>, cost: i64, now_ms: Option<i64>) -> Result<()> {
+        let status = status_code(status)?;
+        let options = polylimit::CompleteOptions::from_values(
+            Some(&serde_json::Value::from(cost)),
+            now_ms.map(serde_json::Value::from).as_ref(),
+        )?;
+        block(self.inner.complete_with(&token, status, options)).map(|_| ())
+    }
+
     /// Prometheus text exposition of this limiter's metrics.
     pub fn metrics_text(&self) -> String {
         self.inner.metrics_text()

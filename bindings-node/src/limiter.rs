@@ -11,7 +11,7 @@ use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::bridge::Bridge;
 use polylimit::wire::packed::Reply;
-use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
+use polylimit::{CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
 use serde_json::Value;
 
 use crate::bridge::NativeBridge;
@@ -320,17 +320,35 @@ impl NativeLimiter {
 
     /// Call `id`: settles a request after its response (`outcome.completion`):
     /// gives back the charges whose rule's `count` does not count `status`
-    /// (absent or 0: no response, counted as failed). Its record is unit, or
-    /// the config error of a malformed token; never fails because the store is down.
+    /// (absent or 0: no response, counted as failed); with `cost`, the
+    /// request's actual cost, gives back or charges the difference from its
+    /// reservation (`nowMs`: that charge's clock, for tests). Its record is
+    /// unit, or the config error of a malformed token or cost; never fails
+    /// because the store is down.
     #[napi]
-    pub fn complete(&self, env: Env, id: u32, token: String, status: Option<u32>) -> Result<()> {
+    pub fn complete(
+        &self,
+        env: Env,
+        id: u32,
+        token: String,
+        status: Option<u32>,
+        cost: Option<Unknown<'_>>,
+        now_ms: Option<Unknown<'_>>,
+    ) -> Result<()> {
         let status = match status {
             None => None,
             Some(s) => Some(u16::try_from(s).map_err(|_| config(&env, "status", s, "is not an HTTP status"))?),
         };
+        let options =
+            CompleteOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
+                polylimit::Error::Config { field, value, message } if field == "now_ms" => {
+                    config(&env, "nowMs", value, &message)
+                }
+                e => throw(&env, e),
+            })?;
         let limiter = self.inner.clone();
         self.submit(&env, id, move || async move {
-            limiter.complete(&token, status).await?;
+            limiter.complete_with(&token, status, options).await?;
             Ok(Reply::Unit)
         })
     }

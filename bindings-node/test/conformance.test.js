@@ -10,9 +10,9 @@ const CASE = ['name', 'description', 'policy', 'steps'];
 const STEP = ['now_ms', 'key', 'cost', 'peek', 'expect'];
 const EXPECT = ['allowed', 'remaining', 'reset_after_ms', 'retry_after_ms', 'limit', 'delay_ms', 'source'];
 const HTTP_CASE = ['name', 'description', 'rules', 'requests'];
-const HTTP_STEP = ['request', 'peek', 'expect', 'complete'];
+const HTTP_STEP = ['request', 'peek', 'expect', 'complete', 'actual_cost', 'at_ms'];
 // A step that completes an earlier request (`of`: its index) with a status.
-const HTTP_LATER = ['complete', 'of'];
+const HTTP_LATER = ['complete', 'of', 'actual_cost', 'at_ms'];
 const HTTP_EXPECT = ['status', 'headers', 'body', 'delay_ms'];
 
 async function playDecisions(store, files) {
@@ -96,11 +96,11 @@ async function playHttp(store, files) {
       for (const [i, step] of c.requests.entries()) {
         if ('of' in step) {
           // The completion of an earlier request, now (what a middleware does after the response).
-          strictFields(step, HTTP_LATER, HTTP_LATER, `${file}: ${c.name}: step ${i}`);
+          strictFields(step, HTTP_LATER, ['complete', 'of'], `${file}: ${c.name}: step ${i}`);
           const token = tokens[step.of];
           tokens.push(undefined);
           if (!token) failures.push(`${store}: ${file}: ${c.name} step ${i}: request ${step.of} has no completion token`);
-          else await limiter.complete(token, step.complete);
+          else await limiter.complete(token, step.complete, { cost: step.actual_cost, nowMs: step.at_ms });
           continue;
         }
         strictFields(step, HTTP_STEP, ['request', 'expect'], `${file}: ${c.name}: request ${i}`);
@@ -118,7 +118,11 @@ async function playHttp(store, files) {
           tokens.push(o.completion);
           if ('complete' in step) {
             if (!o.completion) failures.push(`${store}: ${file}: ${c.name} request ${i}: no completion token`);
-            else await limiter.complete(o.completion, step.complete);
+            else {
+              // cost/: the actual cost, at the completion's clock (default: the request's).
+              const nowMs = step.at_ms ?? step.request.now_ms;
+              await limiter.complete(o.completion, step.complete, { cost: step.actual_cost, nowMs });
+            }
           }
           got = { status: o.status, headers: o.headers, body: o.body, delayMs: o.delayMs };
           const fallback = o.decisions.filter((d) => ['local', 'fail_open', 'fail_closed'].includes(d.source));
@@ -162,7 +166,7 @@ for (const store of ['memory', 'redis', 'cluster']) {
   });
 
   test(`http vectors on ${store}`, async () => {
-    const files = vectorFiles('http');
+    const files = vectorFiles('http').concat(vectorFiles('cost').map(([name, doc]) => [`cost/${name}`, doc]));
     const { steps, failures } = await playHttp(urlOf(store), files);
     assert.ok(steps > 0);
     assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);

@@ -57,8 +57,7 @@ pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{
     ended_status, CompleteOptions, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule,
-    RouteShorthand,
-    RuleDecision,
+    RouteShorthand, RuleDecision,
 };
 pub use limiter::{LeaseGuard, Limiter};
 pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};

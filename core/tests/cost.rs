@@ -44,7 +44,11 @@ async fn overshoot(limiter: &Limiter) {
         assert_eq!(outcome.status, None, "admitted on its reservation");
         tokens.push(outcome.completion.expect("a request with a cost rule carries a token"));
     }
-    assert_eq!(check(limiter, T0).await.status, Some(429), "the reservations fill the limit");
+    assert_eq!(
+        check(limiter, T0).await.status,
+        Some(429),
+        "the reservations fill the limit"
+    );
     for token in &tokens {
         let options = CompleteOptions {
             cost: Some(1_000_000),
@@ -58,15 +62,23 @@ async fn overshoot(limiter: &Limiter) {
 
 async fn bound_on(store: &str) {
     let over = N as u64 * (MAX_COST - RESERVED); // 20 past the limit of 10
-    // Token bucket (10/min: one token per 6 s): 20 tokens of debt, then the
-    // reservation's 2: the next request waits exactly (20 + 2) * 6 s.
+                                                 // Token bucket (10/min: one token per 6 s): 20 tokens of debt, then the
+                                                 // reservation's 2: the next request waits exactly (20 + 2) * 6 s.
     let bucket = limiter(store, "token_bucket", "cost-bucket");
     overshoot(&bucket).await;
     let denied = check(&bucket, T0).await;
     assert_eq!(denied.status, Some(429));
     let wait = (over + RESERVED) * 6_000;
-    assert_eq!(denied.decisions[0].decision.retry_after_ms, Some(wait), "{store}: at most N*(m-r) over");
-    assert_eq!(check(&bucket, T0 + wait as i64 - 1).await.status, Some(429), "{store}: the debt is waited off");
+    assert_eq!(
+        denied.decisions[0].decision.retry_after_ms,
+        Some(wait),
+        "{store}: at most N*(m-r) over"
+    );
+    assert_eq!(
+        check(&bucket, T0 + wait as i64 - 1).await.status,
+        Some(429),
+        "{store}: the debt is waited off"
+    );
     assert_eq!(check(&bucket, T0 + wait as i64).await.status, None, "{store}");
 
     // Fixed window: 10 + 20 counted; denied until the window ends, then a fresh window.
@@ -75,14 +87,22 @@ async fn bound_on(store: &str) {
     let denied = check(&window, T0 + 59_999).await;
     assert_eq!(denied.status, Some(429), "{store}");
     assert_eq!(denied.decisions[0].decision.retry_after_ms, Some(1));
-    assert_eq!(check(&window, T0 + 60_000).await.status, None, "{store}: the next window");
+    assert_eq!(
+        check(&window, T0 + 60_000).await.status,
+        None,
+        "{store}: the next window"
+    );
 
     // GCRA: the TAT moves (20 + 10) * 6 s ahead of now: the next request of
     // cost 2 fits once it is back to burst - 2.
     let gcra = limiter(store, "gcra", "cost-gcra");
     overshoot(&gcra).await;
     let denied = check(&gcra, T0).await;
-    assert_eq!(denied.decisions[0].decision.retry_after_ms, Some(wait), "{store}: the same bound as the bucket");
+    assert_eq!(
+        denied.decisions[0].decision.retry_after_ms,
+        Some(wait),
+        "{store}: the same bound as the bucket"
+    );
 }
 
 #[tokio::test]
@@ -134,7 +154,10 @@ fn bad_cost_fields_are_config_errors_naming_the_field() {
         (json!({"cost": 2000}), "rules[0].cost"),
         (json!({"cost": 5, "max_cost": 0}), "rules[0].max_cost"),
         (json!({"cost": 5, "cost_default": 2}), "rules[0].cost_default"),
-        (json!({"cost": "header:x-cost", "cost_default": 9, "max_cost": 8}), "rules[0].cost_default"),
+        (
+            json!({"cost": "header:x-cost", "cost_default": 9, "max_cost": 8}),
+            "rules[0].cost_default",
+        ),
     ] {
         let mut r = json!({"match": {"path": "/*"}, "policy": "p"});
         r.as_object_mut().unwrap().extend(rule.as_object().unwrap().clone());

@@ -157,8 +157,9 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
                                     case.name
                                 )),
                                 Some(token) => {
-                                    if let Err(e) =
-                                        limiter.complete_with(token, status, step.options(step.request.as_ref())).await
+                                    if let Err(e) = limiter
+                                        .complete_with(token, status, step.options(step.request.as_ref()))
+                                        .await
                                     {
                                         failures.push(format!(
                                             "{store}: {file}: {:?} request {i}: complete: {e}",

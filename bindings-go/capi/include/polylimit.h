@@ -585,6 +585,26 @@ int32_t polylimit_limiter_try_complete(const struct polylimit_limiter_t *limiter
                                        struct polylimit_pending_t **pending,
                                        struct polylimit_error_t **err);
 
+// `polylimit_limiter_try_complete` reporting the request's actual cost,
+// learned from the response: with `has_cost`, `cost` (a whole number of at
+// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`) replaces the
+// reservation: the difference is given back, or charged whatever the limit,
+// capped at the rules' `max_cost`; with `has_now_ms`, `now_ms` is the clock
+// of that charge (tests; otherwise the process's clock).
+//
+// # Safety
+// As `polylimit_limiter_try_complete`.
+int32_t polylimit_limiter_try_complete_cost(const struct polylimit_limiter_t *limiter,
+                                            const uint8_t *token,
+                                            size_t token_len,
+                                            uint16_t status,
+                                            bool has_cost,
+                                            int64_t cost,
+                                            bool has_now_ms,
+                                            int64_t now_ms,
+                                            struct polylimit_pending_t **pending,
+                                            struct polylimit_error_t **err);
+
 // Settles a gRPC call (a request of the gRPC kind) once it has ended:
 // `code` is the gRPC status code it ended with (0 is OK), or -1 when it
 // ended with no status at all (counted as failed). As

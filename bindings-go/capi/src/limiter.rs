@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use polylimit::bridge::Call;
 use polylimit::wire::packed::Reply;
-use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec};
+use polylimit::{CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
@@ -363,6 +363,50 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
             err,
         )
     }
+}
+
+/// `polylimit_limiter_try_complete` reporting the request's actual cost,
+/// learned from the response: with `has_cost`, `cost` (a whole number of at
+/// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`) replaces the
+/// reservation: the difference is given back, or charged whatever the limit,
+/// capped at the rules' `max_cost`; with `has_now_ms`, `now_ms` is the clock
+/// of that charge (tests; otherwise the process's clock).
+///
+/// # Safety
+/// As `polylimit_limiter_try_complete`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn polylimit_limiter_try_complete_cost(
+    limiter: *const polylimit_limiter_t,
+    token: *const u8,
+    token_len: usize,
+    status: u16,
+    has_cost: bool,
+    cost: i64,
+    has_now_ms: bool,
+    now_ms: i64,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    guard(err, || {
+        let cost = has_cost.then(|| serde_json::Value::from(cost));
+        let now_ms = has_now_ms.then(|| serde_json::Value::from(now_ms));
+        let options = CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref())?;
+        // SAFETY: the caller passes NULL or a live handle.
+        let limiter = unsafe { handle(limiter) }?.clone();
+        // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
+        let token = unsafe { str_arg(token, token_len, "token") }?.to_string();
+        if pending.is_null() {
+            return Err(FfiError::invalid("pending is NULL"));
+        }
+        let status = (status != 0).then_some(status);
+        let work: Call = Box::pin(async move {
+            limiter.complete_with(&token, status, options).await?;
+            Ok(Reply::Unit)
+        });
+        // SAFETY: `pending` was checked above.
+        unsafe { now_or_pending(work, pending, |_| Ok(())) }
+    })
 }
 
 /// Settles a gRPC call (a request of the gRPC kind) once it has ended:

@@ -239,7 +239,10 @@ pub(crate) fn debit(p: &Params, state: Option<&State>, now: i64, cost: i64) -> O
                 Some(c) if window_of(c[0], p.period) + p.period == start => [start, c[2], 0],
                 _ => [now, 0, 0],
             };
-            ([c[0], c[1], c[2] + cost], window_of(c[0], p.period) + 2 * p.period - now)
+            (
+                [c[0], c[1], c[2] + cost],
+                window_of(c[0], p.period) + 2 * p.period - now,
+            )
         }
         Kind::SlidingWindowLog | Kind::Concurrency => return None,
     };

@@ -388,7 +388,14 @@ impl Completion {
                 "c" => cost = Some(rest.parse::<u64>().map_err(|_| bad("bad cost"))?),
                 "t" => nonce = Some(rest.parse::<u64>().map_err(|_| bad("bad nonce"))?),
                 "g" if rest.is_empty() => grpc = true,
-                "m" => max_cost = Some(rest.parse::<u64>().ok().filter(|&m| m > 0).ok_or_else(|| bad("bad max cost"))?),
+                "m" => {
+                    max_cost = Some(
+                        rest.parse::<u64>()
+                            .ok()
+                            .filter(|&m| m > 0)
+                            .ok_or_else(|| bad("bad max cost"))?,
+                    )
+                }
                 "r" => {
                     let mut parts = rest.splitn(3, ',');
                     let (head, count, key) = match (parts.next(), parts.next(), parts.next()) {
@@ -566,7 +573,10 @@ impl Tokens {
         let actual = match options.cost {
             None => reserved,
             Some(n) => {
-                let cap = completion.max_cost.unwrap_or(crate::http::rules::DEFAULT_MAX_COST).max(completion.cost);
+                let cap = completion
+                    .max_cost
+                    .unwrap_or(crate::http::rules::DEFAULT_MAX_COST)
+                    .max(completion.cost);
                 n.min(cap) as i64
             }
         };
@@ -593,7 +603,10 @@ impl Tokens {
             // Not counted: the whole reservation back, at the decision's time.
             // Counted, smaller: the difference back, at the decision's time
             // (the exact inverse of that part of the admission).
-            for (targets, amount) in [(settle(local, false), reserved), (settle(local, true), reserved - actual)] {
+            for (targets, amount) in [
+                (settle(local, false), reserved),
+                (settle(local, true), reserved - actual),
+            ] {
                 if targets.is_empty() || amount <= 0 {
                     continue;
                 }
@@ -644,8 +657,11 @@ impl CompleteOptions {
     /// whole number of at least 0, `now_ms` an integer; `null` or absent is `None`.
     pub fn from_values(cost: Option<&Value>, now_ms: Option<&Value>) -> Result<CompleteOptions> {
         let whole = |v: &Value| {
-            v.as_u64()
-                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
+            v.as_u64().or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
+                    .map(|f| f as u64)
+            })
         };
         let cost = match cost.filter(|v| !v.is_null()) {
             None => None,
@@ -655,7 +671,11 @@ impl CompleteOptions {
             None => None,
             Some(v) => Some(
                 v.as_i64()
-                    .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9e15).map(|f| f as i64))
+                    .or_else(|| {
+                        v.as_f64()
+                            .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
+                            .map(|f| f as i64)
+                    })
                     .ok_or_else(|| Error::config("now_ms", v, "is not an integer"))?,
             ),
         };

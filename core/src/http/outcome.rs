@@ -8,9 +8,9 @@ use std::sync::Arc;
 use super::completion::{Completion, Tokens};
 use super::header_list::Headers;
 use super::headers;
+use super::plan::RequestCost;
 use super::plan::Targets;
 use super::request::RequestInfo;
-use super::plan::RequestCost;
 use super::rules::{HttpRules, InvalidCost};
 use crate::decision::{CheckResult, Decision, Lease, Source};
 use crate::engine::{process_now_ms, Engine};
@@ -102,7 +102,9 @@ impl Outcome {
 }
 
 /// The answer to decided request `req`; `record`: it was charged (not a
-/// peek): count it in the metrics and give it its completion token.
+/// peek): count it in the metrics and give it its completion token
+/// (`cost`: the request's, and its bound when a rule has cost fields).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn outcome(
     engine: &Engine,
     tokens: &Tokens,

@@ -176,6 +176,15 @@ impl Requests {
             Err(Error::Store { .. }) => engine.fallback(pairs, options.now_ms, options.cost as i64, charge),
             Err(e) => return Err(e),
         };
-        Ok(outcome(engine, &self.tokens, rules, &planned, result, charge, req, cost))
+        Ok(outcome(
+            engine,
+            &self.tokens,
+            rules,
+            &planned,
+            result,
+            charge,
+            req,
+            cost,
+        ))
     }
 }

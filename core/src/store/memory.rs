@@ -395,7 +395,7 @@ impl MemoryStore {
                 key: &stored,
             };
             let mut shard = self.shards[self.shard_of(&key)].lock();
-            if cost < 0 && !shard.map.get(&key).is_some_and(|e| now < e.expires_at) {
+            if cost < 0 && shard.map.get(&key).is_none_or(|e| now >= e.expires_at) {
                 // A forced debit on a new (or expired) key starts from a new key's state.
                 if let Some((state, ttl)) = crate::algorithm::refund::debit(check.params, None, now, -cost) {
                     if shard.map.len() >= self.per_shard_cap {

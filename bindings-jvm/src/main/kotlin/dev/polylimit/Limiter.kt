@@ -99,6 +99,17 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     }
 
     /**
+     * [complete] reporting the request's actual [cost], learned from the
+     * response (an LLM call's tokens): the difference from its reservation is
+     * given back (smaller) or charged whatever the limit (larger), capped at
+     * the rules' `max_cost`; [nowMs] is the clock of that charge (tests).
+     */
+    @Throws(PolylimitException::class)
+    override fun completeCost(token: String, status: Int?, cost: Long, nowMs: Long?) {
+        GeneratedCalls.record { native.completeCost(token, status, cost, nowMs) }
+    }
+
+    /**
      * The middleware's call: [checkRequest] of a [PackedRequest], the outcome
      * without its per-policy decisions (`decisions` is empty). The same
      * outcome and exceptions as `checkRequest(request.toHttpRequest())`.

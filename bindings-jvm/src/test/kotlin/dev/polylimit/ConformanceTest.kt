@@ -66,6 +66,12 @@ class ConformanceTest {
         }
     }
 
+    /** The cost vectors (tests/conformance/cost): completions with the actual cost (`completeCost`). */
+    @TestFactory
+    fun costVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("cost").map { file -> DynamicTest.dynamicTest("$name: cost/${file.name}") { playHttp(file, store, Http.BLOCKING) } }
+    }
+
     @TestFactory
     fun httpVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
         files("http").map { file -> DynamicTest.dynamicTest("$name: http/${file.name}") { playHttp(file, store, Http.ASYNC) } }
@@ -288,11 +294,13 @@ class ConformanceTest {
                     val step = element.asJsonObject
                     if (step.has("of")) {
                         // The completion of an earlier request, now (what a middleware does after the response).
-                        fields("$where step $i", step, HTTP_LATER, HTTP_LATER)
+                        fields("$where step $i", step, HTTP_LATER, setOf("complete", "of"))
                         val token = tokens[step["of"].asInt]
                         tokens += null
                         if (token == null) {
                             failures += "$where step $i: request ${step["of"]} has no completion token"
+                        } else if (step.has("actual_cost")) {
+                            limiter.completeCost(token, status(step["complete"]), step["actual_cost"].asLong, step["at_ms"]?.asLong)
                         } else {
                             complete(limiter, mode, token, status(step["complete"]))
                         }
@@ -320,6 +328,10 @@ class ConformanceTest {
                         val token = outcome.completion
                         if (token == null) {
                             failures += "$where request $i: no completion token"
+                        } else if (step.has("actual_cost")) {
+                            // cost/: the actual cost, at the completion's clock (default: the request's).
+                            val at = step["at_ms"]?.asLong ?: step.getAsJsonObject("request")["now_ms"]?.asLong
+                            limiter.completeCost(token, status(step["complete"]), step["actual_cost"].asLong, at)
                         } else {
                             complete(limiter, mode, token, status(step["complete"]))
                         }
@@ -344,8 +356,11 @@ class ConformanceTest {
         }
         assertTrue(played > 0, "${file.name}: no requests played")
         if (failures.isNotEmpty()) fail("${failures.size} mismatches on $store:\n" + failures.joinToString("\n"))
-        // Every check, peek and completion took the fast native path.
-        assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+        // Every check, peek and completion took the fast native path (a completion with a cost
+        // is a generated call).
+        if (file.parentFile.name != "cost") {
+            assertEquals(generatedBefore, GeneratedCalls.count(), "${file.name}: generated-path calls")
+        }
     }
 
     /** A completion in the mode's form: the suspend, future or (as the Spring filter) blocking `complete`. */
@@ -402,10 +417,10 @@ class ConformanceTest {
         val EXPECT_REQUIRED = setOf("allowed", "remaining", "reset_after_ms", "retry_after_ms")
         val CONCURRENCY_STEP = setOf("now_ms", "key", "cost", "expect", "release", "released")
         val HTTP_CASE = setOf("name", "description", "rules", "requests")
-        val HTTP_STEP = setOf("request", "peek", "expect", "complete")
+        val HTTP_STEP = setOf("request", "peek", "expect", "complete", "actual_cost", "at_ms")
 
         // A step that completes an earlier request (`of`: its index) with a status.
-        val HTTP_LATER = setOf("complete", "of")
+        val HTTP_LATER = setOf("complete", "of", "actual_cost", "at_ms")
         val HTTP_EXPECT = setOf("status", "headers", "body", "delay_ms")
         val REQUEST = setOf(
             "method", "path", "route", "peer", "headers", "user", "api_key", "key", "cost", "now_ms",
