@@ -461,7 +461,11 @@ impl Engine {
                 config.breaker.half_open_max.to_string(),
             ),
             ("tls_ca", format!("{:?}", old.tls_ca), format!("{:?}", config.tls_ca)),
-            ("block_cache", old.block_cache.to_string(), config.block_cache.to_string()),
+            (
+                "block_cache",
+                old.block_cache.to_string(),
+                config.block_cache.to_string(),
+            ),
         ];
         for (field, was, now) in fixed {
             if was != now {
@@ -480,7 +484,12 @@ impl Engine {
             ));
         }
         let inner = &*self.inner;
-        let policies = compile(std::mem::take(&mut config.policies), &config.prefix, &inner.slots, Vec::new());
+        let policies = compile(
+            std::mem::take(&mut config.policies),
+            &config.prefix,
+            &inner.slots,
+            Vec::new(),
+        );
         let metrics = inner.metrics.for_policies(policies.iter().map(|c| c.policy.name()));
         Ok(Engine::assemble(
             policies,
@@ -1167,9 +1176,9 @@ impl Engine {
             .filter_map(|&(i, key, charged)| {
                 let overridden = match charged {
                     Charged::Base => None,
-                    Charged::Now | Charged::Override => {
-                        view.as_ref().and_then(|v| v.params(inner.policies[i].records, key, now))
-                    }
+                    Charged::Now | Charged::Override => view
+                        .as_ref()
+                        .and_then(|v| v.params(inner.policies[i].records, key, now)),
                 };
                 let (slot, params) = match (overridden, charged) {
                     (Some(params), _) => (inner.policies[i].records | OVERRIDE_SLOT, params),

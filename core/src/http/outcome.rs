@@ -180,13 +180,16 @@ pub(super) fn outcome(
             .zip(&result.decisions)
             .enumerate()
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
-        outcome.completion = tokens.token(Completion::of(
-            result.now_ms,
-            req.cost.unwrap_or(1),
-            charges,
-            result.leases.clone(),
-            req.grpc,
-        ), engine);
+        outcome.completion = tokens.token(
+            Completion::of(
+                result.now_ms,
+                req.cost.unwrap_or(1),
+                charges,
+                result.leases.clone(),
+                req.grpc,
+            ),
+            engine,
+        );
     }
     outcome.decisions = decisions;
     outcome.leases = result.leases;

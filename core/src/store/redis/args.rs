@@ -76,7 +76,11 @@ impl KeyLayout {
             keys.push(format!("{records}:penalty"));
         }
         if self.overrides {
-            keys.extend(crate::store::overrides::redis_keys(records, params).into_iter().flatten());
+            keys.extend(
+                crate::store::overrides::redis_keys(records, params)
+                    .into_iter()
+                    .flatten(),
+            );
         }
         if self.adaptive {
             keys.push(format!("{records}:adaptive"));
