@@ -211,9 +211,7 @@ async fn a_bad_reload_keeps_serving_and_is_counted() {
         file.write("policies: [");
         assert!(matches!(limiter.reload().await, Err(Error::Config { .. })), "{store}");
         // A setting that needs a restart.
-        file.write(&format!(
-            "store: memory\nprefix: other\npolicies:\n  api: {{ rate: 1/s }}\n"
-        ));
+        file.write("store: memory\nprefix: other\npolicies:\n  api: { rate: 1/s }\n");
         match limiter.reload().await {
             Err(Error::Config { field, .. }) => assert!(field == "prefix" || field == "store", "{store}: {field}"),
             other => panic!("{store}: {other:?}"),
