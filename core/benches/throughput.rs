@@ -184,7 +184,13 @@ fn our_function(port: u16, pipeline: u32) -> f64 {
         .unwrap()
         .as_millis()
         .to_string();
-    let mut command = vec!["FCALL", &function, "1", "polylimit:token_bucket:default:p1000:{bench}", &now];
+    let mut command = vec![
+        "FCALL",
+        &function,
+        "1",
+        "polylimit:token_bucket:default:p1000:{bench}",
+        &now,
+    ];
     command.extend(DECISION_ARGS);
     // The arguments must be a valid decision (an allowed one), or the
     // benchmark would time error replies.

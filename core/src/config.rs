@@ -262,7 +262,6 @@ pub(crate) fn from_document(value: &Value) -> Result<(Engine, HttpRules)> {
     Ok((Engine::new(resolved.config)?, resolved.rules))
 }
 
-
 /// The configuration a limiter would be built from, in canonical form: every
 /// option under its rules-file name with its effective value (defaults
 /// included), each policy with every field, and the rules. Errors are the

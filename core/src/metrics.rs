@@ -216,6 +216,9 @@ type RequestCounts = BTreeMap<String, BTreeMap<String, BTreeMap<(&'static str, &
 /// One policy's checks outside the HTTP layer: [source][allowed] → count.
 type PolicyCounts = [[AtomicU64; 2]; SOURCES.len()];
 
+/// One policy's counters: its checks, and its blocked-key cache hits.
+type PolicyRow = (Arc<PolicyCounts>, Arc<AtomicU64>);
+
 /// Counters of one limiter's policies, on the limiter's registry
 /// ([`Registry`], shared by every set of policies a reload gives it).
 pub(crate) struct Metrics {
@@ -238,7 +241,7 @@ impl std::ops::Deref for Metrics {
 #[derive(Default)]
 pub(crate) struct Registry {
     /// Every policy's counters, by name: a reload that keeps a policy keeps them.
-    by_name: Mutex<BTreeMap<String, (Arc<PolicyCounts>, Arc<AtomicU64>)>>,
+    by_name: Mutex<BTreeMap<String, PolicyRow>>,
     /// Reloads: [failed, succeeded].
     reloads: [AtomicU64; 2],
     /// Whether the limiter can reload (built from options or a rules file):

@@ -363,9 +363,9 @@ impl Engine {
             None => {
                 let memory = self.memory_store();
                 let slot = self.records_slot(i);
-                Ok(memory
-                    .overrides
-                    .remove(slot, key, process_now_ms(), || memory.reset(slot | OVERRIDE_SLOT, slot | OVERRIDE_SLOT, key)))
+                Ok(memory.overrides.remove(slot, key, process_now_ms(), || {
+                    memory.reset(slot | OVERRIDE_SLOT, slot | OVERRIDE_SLOT, key)
+                }))
             }
             Some(redis) => {
                 let keys = self.override_keys(i, key);

@@ -237,7 +237,9 @@ async fn a_key_of_the_wrong_type_is_reported_for_that_key_only() {
             .for_decisions(),
     )
     .unwrap();
-    redis.command("HSET polylimit:token_bucket:default:p1000:{hash} a 1").unwrap();
+    redis
+        .command("HSET polylimit:token_bucket:default:p1000:{hash} a 1")
+        .unwrap();
     redis
         .command("SET polylimit:token_bucket:default:p1000:{junk} hello")
         .unwrap();
@@ -329,7 +331,9 @@ async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
     assert!(d.allowed && d.remaining == 4 && d.source == Source::Store, "{d:?}");
     // Written back packed: a marker byte, three 64-bit cells and the key's expiry.
     assert_eq!(
-        redis.command("STRLEN polylimit:token_bucket:default:p1000:{old}").unwrap(),
+        redis
+            .command("STRLEN polylimit:token_bucket:default:p1000:{old}")
+            .unwrap(),
         ":33\r\n"
     );
     let d = limiter.check_with("old", at).await.unwrap();

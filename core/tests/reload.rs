@@ -81,7 +81,10 @@ fn request(user: &str) -> RequestInfo {
 async fn state_is_kept_unless_the_numbers_it_is_measured_in_change() {
     for (store, head) in stores("reload-kept") {
         let rules = |policy: &str| format!("{head}policies:\n  api: {policy}\n");
-        let file = RulesFile::new(&format!("kept-{store}"), &rules("{ algorithm: fixed_window, rate: 5/min }"));
+        let file = RulesFile::new(
+            &format!("kept-{store}"),
+            &rules("{ algorithm: fixed_window, rate: 5/min }"),
+        );
         let limiter = limiter(&file);
         for _ in 0..3 {
             assert!(limiter.check_with("k", at(NOW)).await.unwrap().allowed);
@@ -111,7 +114,11 @@ async fn state_is_kept_unless_the_numbers_it_is_measured_in_change() {
                 "reload-kept:fixed_window:api:p120000:{k}",
                 "reload-kept:sliding_window_counter:api:p60000:{k}",
             ] {
-                assert_eq!(REDIS.command(&format!("EXISTS {key}")).as_deref(), Some(":1\r\n"), "{key}");
+                assert_eq!(
+                    REDIS.command(&format!("EXISTS {key}")).as_deref(),
+                    Some(":1\r\n"),
+                    "{key}"
+                );
             }
         }
     }
@@ -120,7 +127,9 @@ async fn state_is_kept_unless_the_numbers_it_is_measured_in_change() {
 #[tokio::test]
 async fn a_scaled_state_starts_afresh_when_its_count_changes() {
     for (store, head) in stores("reload-gcra") {
-        let rules = |rate: &str, burst: u32| format!("{head}policies:\n  api: {{ algorithm: gcra, rate: {rate}, burst: {burst} }}\n");
+        let rules = |rate: &str, burst: u32| {
+            format!("{head}policies:\n  api: {{ algorithm: gcra, rate: {rate}, burst: {burst} }}\n")
+        };
         let file = RulesFile::new(&format!("gcra-{store}"), &rules("10/s", 5));
         let limiter = limiter(&file);
         for _ in 0..5 {
@@ -135,10 +144,18 @@ async fn a_scaled_state_starts_afresh_when_its_count_changes() {
         // The count: the TAT's remainder is in 1/count ms, so new keys.
         file.write(&rules("20/2s", 6));
         limiter.reload().await.unwrap();
-        assert_eq!(limiter.check_with("k", at(NOW)).await.unwrap().remaining, 5, "{store}: fresh");
+        assert_eq!(
+            limiter.check_with("k", at(NOW)).await.unwrap().remaining,
+            5,
+            "{store}: fresh"
+        );
         if store == "redis" {
             for key in ["reload-gcra:gcra:api:p1000c10:{k}", "reload-gcra:gcra:api:p2000c20:{k}"] {
-                assert_eq!(REDIS.command(&format!("EXISTS {key}")).as_deref(), Some(":1\r\n"), "{key}");
+                assert_eq!(
+                    REDIS.command(&format!("EXISTS {key}")).as_deref(),
+                    Some(":1\r\n"),
+                    "{key}"
+                );
             }
         }
     }
@@ -178,7 +195,10 @@ async fn overrides_and_penalties_survive_a_reload_that_changes_the_window() {
 async fn a_bad_reload_keeps_serving_and_is_counted() {
     for (store, head) in stores("reload-bad") {
         let rules = |policy: &str| format!("{head}policies:\n  api: {policy}\n");
-        let file = RulesFile::new(&format!("bad-{store}"), &rules("{ algorithm: fixed_window, rate: 3/min }"));
+        let file = RulesFile::new(
+            &format!("bad-{store}"),
+            &rules("{ algorithm: fixed_window, rate: 3/min }"),
+        );
         let limiter = limiter(&file);
         assert!(limiter.check_with("k", at(NOW)).await.unwrap().allowed);
         file.write(&rules("{ algorithm: fixed_window, rate: often }"));
@@ -191,7 +211,7 @@ async fn a_bad_reload_keeps_serving_and_is_counted() {
         file.write("policies: [");
         assert!(matches!(limiter.reload().await, Err(Error::Config { .. })), "{store}");
         // A setting that needs a restart.
-        file.write(&format!("store: memory\nprefix: other\npolicies:\n  api: {{ rate: 1/s }}\n"));
+        file.write("store: memory\nprefix: other\npolicies:\n  api: { rate: 1/s }\n");
         match limiter.reload().await {
             Err(Error::Config { field, .. }) => assert!(field == "prefix" || field == "store", "{store}: {field}"),
             other => panic!("{store}: {other:?}"),
@@ -202,10 +222,18 @@ async fn a_bad_reload_keeps_serving_and_is_counted() {
         file.write(&rules("{ algorithm: fixed_window, rate: 4/min }"));
         limiter.reload().await.unwrap();
         let text = limiter.metrics_text();
-        assert!(text.contains("polylimit_config_reloads_total{result=\"error\"} 3"), "{store}: {text}");
-        assert!(text.contains("polylimit_config_reloads_total{result=\"ok\"} 1"), "{store}: {text}");
         assert!(
-            text.contains("polylimit_requests_total{policy=\"api\",route=\"\",decision=\"allowed\",source=\"store\"} 2"),
+            text.contains("polylimit_config_reloads_total{result=\"error\"} 3"),
+            "{store}: {text}"
+        );
+        assert!(
+            text.contains("polylimit_config_reloads_total{result=\"ok\"} 1"),
+            "{store}: {text}"
+        );
+        assert!(
+            text.contains(
+                "polylimit_requests_total{policy=\"api\",route=\"\",decision=\"allowed\",source=\"store\"} 2"
+            ),
             "{store}: a policy's counters carry over: {text}"
         );
     }
@@ -277,7 +305,10 @@ async fn a_token_given_before_a_reload_completes_on_the_state_it_charged() {
         // A success is not counted: the charge goes back to api's state.
         assert_eq!(limiter.complete(&token, Some(200)).await.unwrap(), 1, "{store}");
         let outcome = limiter.peek_request(&request("u1")).await.unwrap();
-        assert_eq!(outcome.decisions[0].decision.remaining, 3, "{store}: nothing charged (a peek counts itself)");
+        assert_eq!(
+            outcome.decisions[0].decision.remaining, 3,
+            "{store}: nothing charged (a peek counts itself)"
+        );
         assert_eq!(limiter.complete(&token, Some(200)).await.unwrap(), 0, "{store}: once");
     }
 }
@@ -288,11 +319,24 @@ async fn a_route_rule_follows_a_reload() {
     let file = RulesFile::new("route", &rules("1/min"));
     let limiter = limiter(&file);
     let rule = limiter.route_rule(&["user"], Some("api")).unwrap();
-    assert!(limiter.check_route(&request("u"), &rule).await.unwrap().status.is_none());
-    assert_eq!(limiter.check_route(&request("u"), &rule).await.unwrap().status, Some(429));
+    assert!(limiter
+        .check_route(&request("u"), &rule)
+        .await
+        .unwrap()
+        .status
+        .is_none());
+    assert_eq!(
+        limiter.check_route(&request("u"), &rule).await.unwrap().status,
+        Some(429)
+    );
     file.write(&rules("3/min"));
     limiter.reload().await.unwrap();
-    assert!(limiter.check_route(&request("u"), &rule).await.unwrap().status.is_none());
+    assert!(limiter
+        .check_route(&request("u"), &rule)
+        .await
+        .unwrap()
+        .status
+        .is_none());
     file.write("store: memory\npolicies:\n  other: { rate: 1/s }\n");
     limiter.reload().await.unwrap();
     match limiter.check_route(&request("u"), &rule).await {
@@ -315,10 +359,16 @@ async fn watch_picks_up_a_changed_file_and_needs_one() {
     assert_eq!(count(&limiter), Some(7), "the watch reloaded the file");
     file.write(&rules("never"));
     let until = Instant::now() + Duration::from_secs(10);
-    while !limiter.metrics_text().contains("polylimit_config_reloads_total{result=\"error\"} 1") && Instant::now() < until {
+    while !limiter
+        .metrics_text()
+        .contains("polylimit_config_reloads_total{result=\"error\"} 1")
+        && Instant::now() < until
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(limiter.metrics_text().contains("polylimit_config_reloads_total{result=\"error\"} 1"));
+    assert!(limiter
+        .metrics_text()
+        .contains("polylimit_config_reloads_total{result=\"error\"} 1"));
     assert_eq!(count(&limiter), Some(7), "a bad file keeps the old rules");
     limiter.close();
 

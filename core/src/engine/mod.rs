@@ -471,7 +471,11 @@ impl Engine {
                 config.breaker.half_open_max.to_string(),
             ),
             ("tls_ca", format!("{:?}", old.tls_ca), format!("{:?}", config.tls_ca)),
-            ("block_cache", old.block_cache.to_string(), config.block_cache.to_string()),
+            (
+                "block_cache",
+                old.block_cache.to_string(),
+                config.block_cache.to_string(),
+            ),
         ];
         for (field, was, now) in fixed {
             if was != now {
@@ -490,7 +494,12 @@ impl Engine {
             ));
         }
         let inner = &*self.inner;
-        let policies = compile(std::mem::take(&mut config.policies), &config.prefix, &inner.slots, Vec::new());
+        let policies = compile(
+            std::mem::take(&mut config.policies),
+            &config.prefix,
+            &inner.slots,
+            Vec::new(),
+        );
         let metrics = inner.metrics.for_policies(policies.iter().map(|c| c.policy.name()));
         Ok(Engine::assemble(
             policies,

@@ -120,7 +120,6 @@ impl Limiter {
     pub async fn release_at(&self, leases: &[Lease], now_ms: i64) -> Result<usize> {
         self.engine().release(leases, Some(now_ms)).await
     }
-
 }
 
 /// [`Limiter::check`] returns one decision and no lease: on a limiter

@@ -91,7 +91,13 @@ impl Limiter {
 
     /// The policy in force named `name`, if there is one (cloning only it).
     pub fn policy(&self, name: &str) -> Option<Policy> {
-        self.shared.live.read().engine.policies().find(|p| p.name() == name).cloned()
+        self.shared
+            .live
+            .read()
+            .engine
+            .policies()
+            .find(|p| p.name() == name)
+            .cloned()
     }
 
     /// Closes the limiter: later checks fail with

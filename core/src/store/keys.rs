@@ -115,7 +115,11 @@ pub(crate) fn state_head(prefix: &str, kind: Kind, policy_name: &str, fingerprin
     if fingerprint.is_empty() {
         return key_head(prefix, kind, policy_name);
     }
-    format!("{prefix}:{}:{}:{fingerprint}:{{", kind_name(kind), escape(policy_name, b"{}:"))
+    format!(
+        "{prefix}:{}:{}:{fingerprint}:{{",
+        kind_name(kind),
+        escape(policy_name, b"{}:")
+    )
 }
 
 /// The full store key for `key` under `head`.
@@ -143,11 +147,19 @@ mod tests {
     #[test]
     fn state_keys_carry_the_fingerprint() {
         let fp = fingerprint(Kind::Gcra, 1000, 10);
-        assert_eq!(state_head("polylimit", Kind::Gcra, "api", &fp), "polylimit:gcra:api:p1000c10:{");
+        assert_eq!(
+            state_head("polylimit", Kind::Gcra, "api", &fp),
+            "polylimit:gcra:api:p1000c10:{"
+        );
         let fp = fingerprint(Kind::TokenBucket, 60_000, 5);
         assert_eq!(fp, "p60000");
         assert_eq!(
-            state_head("polylimit", Kind::Concurrency, "pool", &fingerprint(Kind::Concurrency, 1, 1)),
+            state_head(
+                "polylimit",
+                Kind::Concurrency,
+                "pool",
+                &fingerprint(Kind::Concurrency, 1, 1)
+            ),
             key_head("polylimit", Kind::Concurrency, "pool")
         );
     }

@@ -766,6 +766,10 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_policy_names(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reload(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reload_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_reset_async(
@@ -895,6 +899,10 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_policy_names(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reload(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reload_async(`ptr`: Long,
+    ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset(`ptr`: Long,`key`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_reset_async(`ptr`: Long,`key`: RustBuffer.ByValue,
@@ -1139,6 +1147,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_policy_names() and 0xFFFF) != 37724) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reload() and 0xFFFF) != 2463) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reload_async() and 0xFFFF) != 20861) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_reset() and 0xFFFF) != 53851) {
@@ -2442,6 +2456,18 @@ public interface NativeLimiterInterface {
     fun `policyNames`(): List<kotlin.String>
     
     /**
+     * Reads the limiter's rules file (or options) again, `${NAME}` expanded
+     * anew, and swaps the rules at once; a bad file throws `Config` naming
+     * the field and keeps the old rules.
+     */
+    fun `reload`()
+    
+    /**
+     * `reload` as a suspend function.
+     */
+    suspend fun `reloadAsync`()
+    
+    /**
      * Forgets every policy's state for `key`.
      */
     fun `reset`(`key`: kotlin.String)
@@ -3005,6 +3031,49 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
     )
     }
     
+
+    
+    /**
+     * Reads the limiter's rules file (or options) again, `${NAME}` expanded
+     * anew, and swaps the rules at once; a bad file throws `Config` naming
+     * the field and keeps the old rules.
+     */
+    @Throws(PolylimitException::class)override fun `reload`()
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reload(
+        it,
+        _status)
+}
+    }
+    
+    
+
+    
+    /**
+     * `reload` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `reloadAsync`() {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_reload_async(
+                uniffiHandle,
+                
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_void(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_void(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_void(future) },
+        // lift function
+        { },
+        
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
 
     
     /**
