@@ -60,8 +60,8 @@ pub use http::{
     RuleDecision,
 };
 pub use limiter::{LeaseGuard, Limiter};
-pub use options::Naming;
 pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};
+pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use runtime::build_runtime;

@@ -781,7 +781,12 @@ impl Engine {
             "# HELP polylimit_limit_changes_total Policy-wide limits set or removed by this process.\n# TYPE polylimit_limit_changes_total counter"
         );
         for (compiled, counts) in self.inner.policies.iter().zip(changes) {
-            let name = compiled.policy.name().replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let name = compiled
+                .policy
+                .name()
+                .replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n");
             for (action, n) in ["set", "remove"].iter().zip(counts) {
                 let _ = writeln!(
                     out,
@@ -1112,7 +1117,9 @@ impl Engine {
                     }
                 };
                 let limited = match charged {
-                    Charged::Now | Charged::Limit if inner.overrides => limits.as_ref().and_then(|v| v.params(i as u32, now)),
+                    Charged::Now | Charged::Limit if inner.overrides => {
+                        limits.as_ref().and_then(|v| v.params(i as u32, now))
+                    }
                     _ => None,
                 };
                 let (slot, params) = match (overridden, limited, charged) {

@@ -100,7 +100,11 @@ impl KeyLayout {
         if self.overrides {
             keys.extend(crate::store::overrides::redis_keys(&main, params).into_iter().flatten());
             let record = self.limit_record.then(limit_record);
-            keys.extend(crate::store::overrides::limit_keys(&main, record, params).into_iter().flatten());
+            keys.extend(
+                crate::store::overrides::limit_keys(&main, record, params)
+                    .into_iter()
+                    .flatten(),
+            );
         }
         if self.adaptive {
             keys.push(format!("{main}:adaptive"));
