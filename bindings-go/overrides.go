@@ -67,6 +67,43 @@ func (l *Limiter) RemoveOverride(ctx context.Context, key, policy string) (bool,
 	return removed, err
 }
 
+// LimitInfo is a policy-wide limit in force.
+type LimitInfo struct {
+	Policy string `json:"policy"` // the policy's name (every key of it)
+	Rate   string `json:"rate"`   // the policy's rate while it is in force, "<n>/<duration>"
+	Burst  uint64 `json:"burst"`  // its bucket capacity (the limit per window for window algorithms)
+	Limit  uint64 `json:"limit"`  // the Limit of its decisions (as Burst)
+	// ExpiresAtMs is when it ends (ms since the epoch, the store's clock); 0: never.
+	ExpiresAtMs int64 `json:"expires_at_ms"`
+}
+
+// SetLimit sets a policy-wide limit: every key of o.Policy (empty: the
+// limiter's one policy) is decided under o.Rate and o.Burst instead of the
+// policy's numbers, by every process on the store, until removed or until
+// o.TTL ends. A per-key override still wins. Needs Overrides: true. Bad
+// input is a *ConfigError naming the field.
+func (l *Limiter) SetLimit(ctx context.Context, o Override) (*LimitInfo, error) {
+	var info *LimitInfo
+	err := l.override(ctx, 3, "", o, &info)
+	return info, err
+}
+
+// GetLimit returns the policy-wide limit in force for policy (empty: the
+// limiter's one policy), or nil.
+func (l *Limiter) GetLimit(ctx context.Context, policy string) (*LimitInfo, error) {
+	var info *LimitInfo
+	err := l.override(ctx, 4, "", Override{Policy: policy}, &info)
+	return info, err
+}
+
+// RemoveLimit removes the policy-wide limit of policy (empty: the limiter's
+// one policy); it reports whether one was in force.
+func (l *Limiter) RemoveLimit(ctx context.Context, policy string) (bool, error) {
+	var removed bool
+	err := l.override(ctx, 5, "", Override{Policy: policy}, &removed)
+	return removed, err
+}
+
 func (l *Limiter) override(ctx context.Context, op int, key string, o Override, result any) error {
 	if err := ctx.Err(); err != nil {
 		return err

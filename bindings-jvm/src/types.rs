@@ -194,6 +194,33 @@ impl From<polylimit::Outcome> for Outcome {
     }
 }
 
+/// A policy-wide limit in force (`setLimit`, `getLimit`).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct PolicyLimit {
+    /// The policy's name (every key of it).
+    pub policy: String,
+    /// The limit's rate, `"<count>/<period>"`.
+    pub rate: String,
+    /// Its bucket capacity (the limit per window for window algorithms).
+    pub burst: i64,
+    /// The `limit` of its decisions (as `burst`).
+    pub limit: i64,
+    /// When it ends, in ms since the epoch (the store's clock); null: never.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl From<polylimit::PolicyLimit> for PolicyLimit {
+    fn from(l: polylimit::PolicyLimit) -> Self {
+        PolicyLimit {
+            policy: l.policy,
+            rate: l.rate,
+            burst: long(l.burst),
+            limit: long(l.limit),
+            expires_at_ms: l.expires_at_ms,
+        }
+    }
+}
+
 /// A key's override in force (`setOverride`, `getOverride`).
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct Override {

@@ -558,7 +558,9 @@ impl PyLimiter {
     #[pyo3(signature = (policy=None))]
     fn remove_limit<'py>(&self, py: Python<'py>, policy: Option<String>) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        host::submit(py, async move { inner.remove_limit(policy.as_deref()).await.map(Reply::Bool) })
+        host::submit(py, async move {
+            inner.remove_limit(policy.as_deref()).await.map(Reply::Bool)
+        })
     }
 
     /// `remove_limit`, blocking with the GIL released.

@@ -61,8 +61,8 @@ pub use http::{
 };
 pub use limiter::{LeaseGuard, Limiter};
 pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
-pub use options::Naming;
 pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};
+pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};
 pub use runtime::build_runtime;

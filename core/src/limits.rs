@@ -153,9 +153,7 @@ impl Engine {
                     params: params.clone(),
                     expires_at: until.unwrap_or(i64::MAX),
                 };
-                memory
-                    .limits
-                    .set(slot, entry, || memory.reset_slot(slot | LIMIT_SLOT));
+                memory.limits.set(slot, entry, || memory.reset_slot(slot | LIMIT_SLOT));
                 self.limit_of(i, &params, until)
             }
             Some(redis) => {
@@ -255,7 +253,14 @@ mod tests {
             parse_limit_record("l1 100 60000 500 0 1234 77", Kind::TokenBucket),
             Some(([100, 60_000, 500, 0], 1234, 77))
         );
-        for foreign in ["", "l1", "o1 1 1 1 0 0", "l1 1 1 1 0 0", "l1 1 1 1 0 0 x", "l1 0 1 1 0 0 5"] {
+        for foreign in [
+            "",
+            "l1",
+            "o1 1 1 1 0 0",
+            "l1 1 1 1 0 0",
+            "l1 1 1 1 0 0 x",
+            "l1 0 1 1 0 0 5",
+        ] {
             assert_eq!(parse_limit_record(foreign, Kind::TokenBucket), None, "{foreign:?}");
         }
         let g = new_generation();

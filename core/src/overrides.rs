@@ -418,7 +418,12 @@ const NOTICE_EVERY_MS: i64 = 60_000;
 
 impl Engine {
     /// Marks policy `i` as having overrides in the store, for `ttl_ms` (0: no end).
-    pub(crate) async fn mark_overrides(&self, redis: &crate::store::redis::RedisStore, i: usize, ttl_ms: i64) -> Result<()> {
+    pub(crate) async fn mark_overrides(
+        &self,
+        redis: &crate::store::redis::RedisStore,
+        i: usize,
+        ttl_ms: i64,
+    ) -> Result<()> {
         static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         let keys = [self.override_marker(i)];
         let _: i64 = redis

@@ -72,10 +72,18 @@ async fn a_limit_applies_to_every_key_and_removing_restores_the_policy() {
     for (store, limiter) in limiters(json!({"algorithm": "fixed_window", "rate": "5/1h"}), "lim-every") {
         assert_eq!(admitted(&limiter, "a", 1, NOW).await, 1, "{store}");
         let set = limiter.set_limit(&spec("2/1h", None, None, NOW)).await.unwrap();
-        assert_eq!((set.rate.as_str(), set.burst, set.expires_at_ms), ("2/1h", 2, None), "{store}");
+        assert_eq!(
+            (set.rate.as_str(), set.burst, set.expires_at_ms),
+            ("2/1h", 2, None),
+            "{store}"
+        );
         for key in ["a", "b", "c"] {
             let d = limiter.check_with(key, at(NOW)).await.unwrap();
-            assert_eq!((d.allowed, d.limit, d.remaining), (true, 2, 1), "{store}: {key} starts fresh under the limit");
+            assert_eq!(
+                (d.allowed, d.limit, d.remaining),
+                (true, 2, 1),
+                "{store}: {key} starts fresh under the limit"
+            );
             assert_eq!(admitted(&limiter, key, 5, NOW).await, 1, "{store}: {key}");
         }
         assert_eq!(limiter.get_limit(None, Some(NOW)).await.unwrap(), Some(set), "{store}");
@@ -97,7 +105,11 @@ async fn a_changed_limit_starts_every_key_fresh() {
         assert_eq!(admitted(&limiter, "k", 9, NOW).await, 5, "{store}");
         limiter.set_limit(&spec("7/1h", None, None, NOW)).await.unwrap();
         let d = limiter.check_with("k", at(NOW)).await.unwrap();
-        assert_eq!((d.allowed, d.limit, d.remaining), (true, 7, 6), "{store}: never the old state");
+        assert_eq!(
+            (d.allowed, d.limit, d.remaining),
+            (true, 7, 6),
+            "{store}: never the old state"
+        );
         // The same numbers set again: a new generation, a fresh state.
         limiter.set_limit(&spec("7/1h", None, None, NOW)).await.unwrap();
         assert_eq!(admitted(&limiter, "k", 9, NOW).await, 7, "{store}");
@@ -111,14 +123,21 @@ async fn a_changed_limit_starts_every_key_fresh() {
 async fn a_per_key_override_wins_over_the_limit() {
     for (store, limiter) in limiters(json!({"algorithm": "gcra", "rate": "1/s", "burst": 2}), "lim-override") {
         limiter.set_limit(&spec("10/s", Some(4), None, NOW)).await.unwrap();
-        limiter.set_override("vip", &spec("10/s", Some(20), None, NOW)).await.unwrap();
+        limiter
+            .set_override("vip", &spec("10/s", Some(20), None, NOW))
+            .await
+            .unwrap();
         assert_eq!(admitted(&limiter, "vip", 30, NOW).await, 20, "{store}: the override");
         assert_eq!(admitted(&limiter, "other", 30, NOW).await, 4, "{store}: the limit");
         let d = limiter.check_with("other", at(NOW + 100)).await.unwrap();
         assert_eq!((d.allowed, d.limit), (true, 4), "{store}: the limit's rate, 10/s");
         limiter.remove_override("vip", None).await.unwrap();
         let d = limiter.check_with("vip", at(NOW)).await.unwrap();
-        assert_eq!((d.allowed, d.limit, d.remaining), (true, 4, 3), "{store}: then the limit");
+        assert_eq!(
+            (d.allowed, d.limit, d.remaining),
+            (true, 4, 3),
+            "{store}: then the limit"
+        );
         limiter.remove_limit(None).await.unwrap();
     }
 }
@@ -133,9 +152,20 @@ async fn a_ttl_ends_on_the_decisions_clock() {
         assert_eq!(set.expires_at_ms, Some(NOW + 60_000), "{store}");
         assert_eq!(admitted(&limiter, "k", 12, NOW + 59_999).await, 10, "{store}");
         let d = limiter.check_with("k", at(NOW + 60_000)).await.unwrap();
-        assert_eq!((d.allowed, d.limit, d.remaining), (true, 3, 2), "{store}: the policy again");
-        assert_eq!(limiter.get_limit(None, Some(NOW + 60_000)).await.unwrap(), None, "{store}");
-        assert!(limiter.get_limit(None, Some(NOW + 1)).await.unwrap().is_some(), "{store}");
+        assert_eq!(
+            (d.allowed, d.limit, d.remaining),
+            (true, 3, 2),
+            "{store}: the policy again"
+        );
+        assert_eq!(
+            limiter.get_limit(None, Some(NOW + 60_000)).await.unwrap(),
+            None,
+            "{store}"
+        );
+        assert!(
+            limiter.get_limit(None, Some(NOW + 1)).await.unwrap().is_some(),
+            "{store}"
+        );
         limiter.remove_limit(None).await.unwrap();
     }
 }
@@ -147,7 +177,11 @@ async fn every_process_on_the_store_applies_it_at_the_next_check() {
     let b = Limiter::new(config(&p, &REDIS.url(), "lim-shared")).unwrap();
     assert_eq!(b.check_with("k", at(NOW)).await.unwrap().limit, 100);
     a.set_limit(&spec("2/1h", None, None, NOW)).await.unwrap();
-    assert_eq!(admitted(&b, "k", 5, NOW).await, 2, "the other process, at its next check");
+    assert_eq!(
+        admitted(&b, "k", 5, NOW).await,
+        2,
+        "the other process, at its next check"
+    );
     assert!(!a.check_with("k", at(NOW)).await.unwrap().allowed, "one state for both");
     assert!(b.remove_limit(Some("api")).await.unwrap());
     assert_eq!(a.check_with("k", at(NOW)).await.unwrap().limit, 100);
@@ -166,11 +200,18 @@ async fn on_a_cluster_a_change_applies_within_the_refresh_bound() {
     assert_eq!(a.check_with("k", at(NOW)).await.unwrap().limit, 3);
     // Another one keeps what it read for less than the bound...
     clock.advance(Duration::from_millis(polylimit::CLUSTER_REFRESH_MS as u64 - 1));
-    assert_eq!(b.check_with("k2", at(NOW)).await.unwrap().limit, 100, "within the bound: stale");
+    assert_eq!(
+        b.check_with("k2", at(NOW)).await.unwrap().limit,
+        100,
+        "within the bound: stale"
+    );
     // ...and applies it once the bound has passed.
     clock.advance(Duration::from_millis(1));
     assert_eq!(admitted(&b, "k", 5, NOW).await, 2, "b: 3/1h, one taken by a");
-    assert!(!a.check_with("k", at(NOW)).await.unwrap().allowed, "one state on the cluster");
+    assert!(
+        !a.check_with("k", at(NOW)).await.unwrap().allowed,
+        "one state on the cluster"
+    );
     assert!(a.remove_limit(None).await.unwrap());
     clock.advance(Duration::from_millis(polylimit::CLUSTER_REFRESH_MS as u64));
     assert_eq!(b.check_with("k", at(NOW)).await.unwrap().limit, 100);
@@ -181,8 +222,15 @@ async fn limits_are_opt_in_and_bad_input_names_its_field() {
     let p = json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h"});
     let mut off = config(&p, "memory", "x");
     off.overrides = false;
-    let e = Limiter::new(off).unwrap().set_limit(&spec("1/s", None, None, NOW)).await.unwrap_err();
-    assert!(matches!(e, Error::Config { .. }) && e.to_string().starts_with("overrides"), "{e}");
+    let e = Limiter::new(off)
+        .unwrap()
+        .set_limit(&spec("1/s", None, None, NOW))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Config { .. }) && e.to_string().starts_with("overrides"),
+        "{e}"
+    );
     let limiter = Limiter::new(config(&p, "memory", "x")).unwrap();
     let e = limiter.set_limit(&spec("ten/s", None, None, NOW)).await.unwrap_err();
     assert!(e.to_string().starts_with("rate: \"ten/s\""), "{e}");
@@ -200,15 +248,30 @@ async fn limits_are_opt_in_and_bad_input_names_its_field() {
 
 #[tokio::test]
 async fn each_change_is_counted() {
-    for (store, limiter) in limiters(json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h"}), "lim-audit") {
-        assert!(!limiter.metrics_text().contains("polylimit_limit_changes_total"), "{store}");
+    for (store, limiter) in limiters(
+        json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h"}),
+        "lim-audit",
+    ) {
+        assert!(
+            !limiter.metrics_text().contains("polylimit_limit_changes_total"),
+            "{store}"
+        );
         limiter.set_limit(&spec("5/1h", None, None, NOW)).await.unwrap();
         limiter.set_limit(&spec("6/1h", None, None, NOW)).await.unwrap();
         limiter.remove_limit(None).await.unwrap();
         let text = limiter.metrics_text();
-        assert!(text.contains("# TYPE polylimit_limit_changes_total counter"), "{store}: {text}");
-        assert!(text.contains("polylimit_limit_changes_total{policy=\"api\",action=\"set\"} 2"), "{store}: {text}");
-        assert!(text.contains("polylimit_limit_changes_total{policy=\"api\",action=\"remove\"} 1"), "{store}: {text}");
+        assert!(
+            text.contains("# TYPE polylimit_limit_changes_total counter"),
+            "{store}: {text}"
+        );
+        assert!(
+            text.contains("polylimit_limit_changes_total{policy=\"api\",action=\"set\"} 2"),
+            "{store}: {text}"
+        );
+        assert!(
+            text.contains("polylimit_limit_changes_total{policy=\"api\",action=\"remove\"} 1"),
+            "{store}: {text}"
+        );
     }
 }
 
@@ -236,15 +299,40 @@ async fn a_completion_refunds_the_limits_state_and_nothing_once_it_changed() {
         limiter.set_limit(&spec("2/1h", None, None, NOW)).await.unwrap();
         let o = limiter.check_request(&request(NOW)).await.unwrap();
         let header = |name: &str| o.headers.get(name).unwrap_or_default().to_string();
-        assert_eq!((header("X-RateLimit-Limit"), header("X-RateLimit-Remaining")), ("2".into(), "1".into()), "{store}: the limit in force");
-        assert_eq!(limiter.complete(o.completion.as_ref().unwrap(), Some(200)).await.unwrap(), 1, "{store}");
+        assert_eq!(
+            (header("X-RateLimit-Limit"), header("X-RateLimit-Remaining")),
+            ("2".into(), "1".into()),
+            "{store}: the limit in force"
+        );
+        assert_eq!(
+            limiter
+                .complete(o.completion.as_ref().unwrap(), Some(200))
+                .await
+                .unwrap(),
+            1,
+            "{store}"
+        );
         let o = limiter.check_request(&request(NOW + 1)).await.unwrap();
-        assert_eq!(o.decisions[0].decision.remaining, 1, "{store}: given back to the limit's state");
+        assert_eq!(
+            o.decisions[0].decision.remaining, 1,
+            "{store}: given back to the limit's state"
+        );
         // A changed limit: the charge is not given to its fresh state.
         limiter.set_limit(&spec("3/1h", None, None, NOW)).await.unwrap();
-        assert_eq!(limiter.complete(o.completion.as_ref().unwrap(), Some(200)).await.unwrap(), 0, "{store}");
+        assert_eq!(
+            limiter
+                .complete(o.completion.as_ref().unwrap(), Some(200))
+                .await
+                .unwrap(),
+            0,
+            "{store}"
+        );
         let o = limiter.check_request(&request(NOW + 2)).await.unwrap();
-        assert_eq!((o.decisions[0].decision.limit, o.decisions[0].decision.remaining), (3, 2), "{store}");
+        assert_eq!(
+            (o.decisions[0].decision.limit, o.decisions[0].decision.remaining),
+            (3, 2),
+            "{store}"
+        );
         limiter.remove_limit(None).await.unwrap();
         limiter.reset("user=alice").await.unwrap();
     }
@@ -252,12 +340,19 @@ async fn a_completion_refunds_the_limits_state_and_nothing_once_it_changed() {
 
 #[tokio::test]
 async fn reset_keeps_the_limit_and_a_concurrency_policy_takes_none() {
-    for (store, limiter) in limiters(json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h"}), "lim-reset") {
+    for (store, limiter) in limiters(
+        json!({"name": "api", "algorithm": "fixed_window", "rate": "3/1h"}),
+        "lim-reset",
+    ) {
         limiter.set_limit(&spec("1/1h", None, None, NOW)).await.unwrap();
         assert_eq!(admitted(&limiter, "k", 2, NOW).await, 1, "{store}");
         limiter.reset("k").await.unwrap();
         assert!(limiter.get_limit(None, Some(NOW)).await.unwrap().is_some(), "{store}");
-        assert_eq!(admitted(&limiter, "k", 2, NOW).await, 1, "{store}: fresh, under the limit");
+        assert_eq!(
+            admitted(&limiter, "k", 2, NOW).await,
+            1,
+            "{store}: fresh, under the limit"
+        );
         limiter.remove_limit(None).await.unwrap();
     }
     let c = Limiter::new(config(&json!({"algorithm": "concurrency", "limit": 2}), "memory", "c")).unwrap();

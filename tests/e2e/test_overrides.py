@@ -37,3 +37,30 @@ def test_an_override_set_from_python_is_enforced_by_every_app(apps, redis, monke
             "3",
             "2",
         ), name
+
+
+def test_a_policy_wide_limit_set_from_python_is_enforced_by_every_app(apps, redis, monkeypatch):
+    """Issue 38: `set_limit` from Python applies to every key of the policy in
+    every app (Express, Fastify, Go, FastAPI, JVM: each its own process and
+    language on the same Redis) at its next check; a per-key override still
+    wins; removed, the policy decides again."""
+    monkeypatch.setenv("REDIS_URL", redis.url)
+    admin = polylimit.Limiter(rules_file=str(RULES))
+    # A TTL, so a failed run leaves nothing behind for long.
+    got = admin.set_limit_sync("windowed", rate="5/h", ttl=120)
+    try:
+        assert (got["limit"], got["rate"]) == (5, "5/1h")
+        vip = uuid.uuid4().hex
+        admin.set_override_sync(f"ip=127.0.0.1|header:x-run={vip}", "windowed", rate="7/h", ttl=120)
+        for name, app in apps.items():
+            headers = {"X-Run": uuid.uuid4().hex}
+            answers = [app.request("/api/windowed", headers=headers) for _ in range(6)]
+            assert [a.status for a in answers] == [200] * 5 + [429], name
+            assert answers[0].header("X-RateLimit-Limit") == "5", name
+            assert answers[0].header("RateLimit-Policy") == '"windowed";q=5;w=3600', name
+            assert app.request("/api/windowed", headers={"X-Run": vip}).header("X-RateLimit-Limit") == "7", name
+    finally:
+        admin.remove_limit_sync("windowed")
+    for name, app in apps.items():
+        after = app.request("/api/windowed", headers={"X-Run": uuid.uuid4().hex})
+        assert (after.status, after.header("X-RateLimit-Limit")) == (200, "3"), name

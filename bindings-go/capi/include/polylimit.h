@@ -684,7 +684,9 @@ int32_t polylimit_limiter_reset_request(const struct polylimit_limiter_t *limite
 // `{"Policy", "NowMs"}`), 2 removes it (`{"Policy"}`). `*out` receives the
 // JSON of the result, free with `polylimit_string_free`: the override
 // (`{policy, key, rate, burst, limit, expires_at_ms}`), `null`, or whether
-// one was removed.
+// one was removed. Policy-wide limits cross here too, `key` ignored: `op` 3
+// sets the limit of `spec` (as 0), 4 reads it (as 1), 5 removes it (as 2);
+// the limit is `{policy, rate, burst, limit, expires_at_ms}`.
 //
 // # Safety
 // `limiter` is NULL or a live handle; `key` and `spec` are NULL (with length

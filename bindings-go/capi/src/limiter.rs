@@ -590,7 +590,9 @@ pub unsafe extern "C" fn polylimit_limiter_reset_request(
 /// `{"Policy", "NowMs"}`), 2 removes it (`{"Policy"}`). `*out` receives the
 /// JSON of the result, free with `polylimit_string_free`: the override
 /// (`{policy, key, rate, burst, limit, expires_at_ms}`), `null`, or whether
-/// one was removed.
+/// one was removed. Policy-wide limits cross here too, `key` ignored: `op` 3
+/// sets the limit of `spec` (as 0), 4 reads it (as 1), 5 removes it (as 2);
+/// the limit is `{policy, rate, burst, limit, expires_at_ms}`.
 ///
 /// # Safety
 /// `limiter` is NULL or a live handle; `key` and `spec` are NULL (with length
@@ -643,7 +645,19 @@ pub unsafe extern "C" fn polylimit_limiter_override(
             2 => serde_json::Value::Bool(
                 runtime().block_on(async move { limiter.remove_override(&key, policy.as_deref()).await })?,
             ),
-            other => return Err(FfiError::invalid(format!("op {other} is not 0, 1 or 2"))),
+            3 => {
+                let spec = OverrideSpec::from_value(&spec, Naming::Go)?;
+                runtime()
+                    .block_on(async move { limiter.set_limit(&spec).await })?
+                    .to_value()
+            }
+            4 => runtime()
+                .block_on(async move { limiter.get_limit(policy.as_deref(), now_ms).await })?
+                .map_or(serde_json::Value::Null, |l| l.to_value()),
+            5 => serde_json::Value::Bool(
+                runtime().block_on(async move { limiter.remove_limit(policy.as_deref()).await })?,
+            ),
+            other => return Err(FfiError::invalid(format!("op {other} is not 0 to 5"))),
         };
         // SAFETY: checked above.
         unsafe { *out = c_string(value.to_string()) };

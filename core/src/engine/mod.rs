@@ -210,8 +210,12 @@ struct Inner {
     /// On Redis Cluster with overrides: each policy's limit record as last
     /// read (when, on the breaker's clock, and its text; `None`: read it at
     /// the next check), read again after [`crate::store::overrides::CLUSTER_REFRESH_MS`].
-    cluster_limits: Option<Vec<parking_lot::Mutex<(Option<std::time::Instant>, Arc<str>)>>>,
+    cluster_limits: Option<Vec<parking_lot::Mutex<CachedLimit>>>,
 }
+
+/// A policy-wide limit record as a process on Redis Cluster last read it:
+/// when (on the breaker's clock; `None`: read it at the next check), and its text.
+type CachedLimit = (Option<std::time::Instant>, Arc<str>);
 
 /// The limiter's engine: compiled policies, the store, its resilience and
 /// the metrics. Cheap to clone; clones share state.

@@ -407,7 +407,8 @@ impl Completion {
                         Some('l') => true,
                         _ => return Err(bad("bad source")),
                     };
-                    let (overridden, limited, index) = match (head[1..].strip_prefix('o'), head[1..].strip_prefix('p')) {
+                    let (overridden, limited, index) = match (head[1..].strip_prefix('o'), head[1..].strip_prefix('p'))
+                    {
                         (Some(index), _) => (true, false, index),
                         (None, Some(index)) => (false, true, index),
                         (None, None) => (false, false, &head[1..]),

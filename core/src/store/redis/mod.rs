@@ -176,9 +176,7 @@ impl RedisStore {
                     Ok(redis::Value::BulkString(bytes)) => Ok(String::from_utf8(bytes).unwrap_or_default()),
                     Ok(_) => Ok(String::new()),
                     // A key holding another type is no record.
-                    Err(e) if e.code() == Some("WRONGTYPE") => {
-                        Ok(String::new())
-                    }
+                    Err(e) if e.code() == Some("WRONGTYPE") => Ok(String::new()),
                     Err(e) => {
                         self.link.forget(generation);
                         Err(unavailable(e))

@@ -84,6 +84,26 @@ fun Limiter.reloadFuture(): CompletableFuture<Unit> = scope.future { reloadAsync
 fun Limiter.removeOverrideFuture(key: String, policy: String? = null): CompletableFuture<Boolean> =
     scope.future { removeOverrideAsync(key, policy) }
 
+/** [Limiter.setLimitAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Limiter.setLimitFuture(
+    rate: String,
+    policy: String? = null,
+    burst: Long? = null,
+    ttl: String? = null,
+    nowMs: Long? = null,
+): CompletableFuture<PolicyLimit> = scope.future { setLimitAsync(rate, policy, burst, ttl, nowMs) }
+
+/** [Limiter.getLimitAsync] as a CompletableFuture (completes with null when there is none). */
+@JvmOverloads
+fun Limiter.getLimitFuture(policy: String? = null, nowMs: Long? = null): CompletableFuture<PolicyLimit?> =
+    scope.future { getLimitAsync(policy, nowMs) }
+
+/** [Limiter.removeLimitAsync] as a CompletableFuture. */
+@JvmOverloads
+fun Limiter.removeLimitFuture(policy: String? = null): CompletableFuture<Boolean> =
+    scope.future { removeLimitAsync(policy) }
+
 /** [Limiter.check] (kept for the code written against 0.1's first fast call). */
 @JvmOverloads
 @Throws(PolylimitException::class)

@@ -780,13 +780,25 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_shutdown(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_limit(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_limit_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override_async(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_limit(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_limit_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override_async(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_set_limit(
+    ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_set_limit_async(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override(
     ): Int
@@ -913,13 +925,25 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_shutdown(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_limit(`ptr`: Long,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_limit_async(`ptr`: Long,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
+    ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_get_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_limit(`ptr`: Long,`policy`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Byte
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_limit_async(`ptr`: Long,`policy`: RustBuffer.ByValue,
+    ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Byte
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_remove_override_async(`ptr`: Long,`key`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,
+    ): Long
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_set_limit(`ptr`: Long,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_set_limit_async(`ptr`: Long,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_set_override(`ptr`: Long,`key`: RustBuffer.ByValue,`rate`: RustBuffer.ByValue,`policy`: RustBuffer.ByValue,`burst`: RustBuffer.ByValue,`ttl`: RustBuffer.ByValue,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -1170,16 +1194,34 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_shutdown() and 0xFFFF) != 56840) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_limit() and 0xFFFF) != 31741) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_limit_async() and 0xFFFF) != 14587) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override() and 0xFFFF) != 54802) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_get_override_async() and 0xFFFF) != 28065) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_limit() and 0xFFFF) != 28607) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_limit_async() and 0xFFFF) != 8357) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override() and 0xFFFF) != 65349) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_remove_override_async() and 0xFFFF) != 47123) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_set_limit() and 0xFFFF) != 5334) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_set_limit_async() and 0xFFFF) != 63554) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_set_override() and 0xFFFF) != 13799) {
@@ -2495,6 +2537,17 @@ public interface NativeLimiterInterface {
     fun `shutdown`()
     
     /**
+     * The policy-wide limit in force for `policy` at `nowMs` (default: the
+     * store's clock); null when there is none.
+     */
+    fun `getLimit`(`policy`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): PolicyLimit?
+    
+    /**
+     * `getLimit` as a suspend function.
+     */
+    suspend fun `getLimitAsync`(`policy`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): PolicyLimit?
+    
+    /**
      * The override in force for `key` under `policy` at `nowMs` (default:
      * the store's clock); null when there is none.
      */
@@ -2506,6 +2559,16 @@ public interface NativeLimiterInterface {
     suspend fun `getOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): Override?
     
     /**
+     * Removes the policy-wide limit of `policy`; whether there was one.
+     */
+    fun `removeLimit`(`policy`: kotlin.String? = null): kotlin.Boolean
+    
+    /**
+     * `removeLimit` as a suspend function.
+     */
+    suspend fun `removeLimitAsync`(`policy`: kotlin.String? = null): kotlin.Boolean
+    
+    /**
      * Removes `key`'s override under `policy`; whether there was one.
      */
     fun `removeOverride`(`key`: kotlin.String, `policy`: kotlin.String? = null): kotlin.Boolean
@@ -2514,6 +2577,21 @@ public interface NativeLimiterInterface {
      * `removeOverride` as a suspend function.
      */
     suspend fun `removeOverrideAsync`(`key`: kotlin.String, `policy`: kotlin.String? = null): kotlin.Boolean
+    
+    /**
+     * Sets the policy-wide limit of `policy` (default: the only policy):
+     * every key of it is decided under `rate` and `burst` (default: the
+     * rate's count) instead of the policy's numbers, by every process on
+     * the store, until removed or until `ttl` (a duration string) ends. A
+     * per-key override still wins. A limiter without `"overrides": true`
+     * throws `Config` naming `overrides`.
+     */
+    fun `setLimit`(`rate`: kotlin.String, `policy`: kotlin.String? = null, `burst`: kotlin.Long? = null, `ttl`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): PolicyLimit
+    
+    /**
+     * `setLimit` as a suspend function.
+     */
+    suspend fun `setLimitAsync`(`rate`: kotlin.String, `policy`: kotlin.String? = null, `burst`: kotlin.Long? = null, `ttl`: kotlin.String? = null, `nowMs`: kotlin.Long? = null): PolicyLimit
     
     /**
      * Sets `key`'s override under `policy` (default: the only policy):
@@ -3180,6 +3258,52 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
 
     
     /**
+     * The policy-wide limit in force for `policy` at `nowMs` (default: the
+     * store's clock); null when there is none.
+     */
+    @Throws(PolylimitException::class)override fun `getLimit`(`policy`: kotlin.String?, `nowMs`: kotlin.Long?): PolicyLimit? {
+            return FfiConverterOptionalTypePolicyLimit.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_get_limit(
+        it,
+        
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `getLimit` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `getLimitAsync`(`policy`: kotlin.String?, `nowMs`: kotlin.Long?) : PolicyLimit? {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_get_limit_async(
+                uniffiHandle,
+                
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterOptionalTypePolicyLimit.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
      * The override in force for `key` under `policy` at `nowMs` (default:
      * the store's clock); null when there is none.
      */
@@ -3228,6 +3352,49 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
 
     
     /**
+     * Removes the policy-wide limit of `policy`; whether there was one.
+     */
+    @Throws(PolylimitException::class)override fun `removeLimit`(`policy`: kotlin.String?): kotlin.Boolean {
+            return FfiConverterBoolean.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_remove_limit(
+        it,
+        
+        FfiConverterOptionalString.lower(`policy`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `removeLimit` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `removeLimitAsync`(`policy`: kotlin.String?) : kotlin.Boolean {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_remove_limit_async(
+                uniffiHandle,
+                
+        FfiConverterOptionalString.lower(`policy`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_i8(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_i8(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_i8(future) },
+        // lift function
+        { FfiConverterBoolean.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
      * Removes `key`'s override under `policy`; whether there was one.
      */
     @Throws(PolylimitException::class)override fun `removeOverride`(`key`: kotlin.String, `policy`: kotlin.String?): kotlin.Boolean {
@@ -3266,6 +3433,62 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
         { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_i8(future) },
         // lift function
         { FfiConverterBoolean.lift(it) },
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
+
+    
+    /**
+     * Sets the policy-wide limit of `policy` (default: the only policy):
+     * every key of it is decided under `rate` and `burst` (default: the
+     * rate's count) instead of the policy's numbers, by every process on
+     * the store, until removed or until `ttl` (a duration string) ends. A
+     * per-key override still wins. A limiter without `"overrides": true`
+     * throws `Config` naming `overrides`.
+     */
+    @Throws(PolylimitException::class)override fun `setLimit`(`rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?): PolicyLimit {
+            return FfiConverterTypePolicyLimit.lift(
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_set_limit(
+        it,
+        
+        FfiConverterString.lower(`rate`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`burst`),
+        FfiConverterOptionalString.lower(`ttl`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `setLimit` as a suspend function.
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `setLimitAsync`(`rate`: kotlin.String, `policy`: kotlin.String?, `burst`: kotlin.Long?, `ttl`: kotlin.String?, `nowMs`: kotlin.Long?) : PolicyLimit {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_set_limit_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`rate`),
+        FfiConverterOptionalString.lower(`policy`),
+        FfiConverterOptionalLong.lower(`burst`),
+        FfiConverterOptionalString.lower(`ttl`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_rust_buffer(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_rust_buffer(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_rust_buffer(future) },
+        // lift function
+        { FfiConverterTypePolicyLimit.lift(it) },
         // Error FFI converter
         PolylimitException.ErrorHandler,
     )
@@ -4527,6 +4750,77 @@ public object FfiConverterTypeOverride: FfiConverterRustBuffer<Override> {
 
 
 /**
+ * A policy-wide limit in force (`setLimit`, `getLimit`).
+ */
+data class PolicyLimit (
+    /**
+     * The policy's name (every key of it).
+     */
+    var `policy`: kotlin.String
+    , 
+    /**
+     * The limit's rate, `"<count>/<period>"`.
+     */
+    var `rate`: kotlin.String
+    , 
+    /**
+     * Its bucket capacity (the limit per window for window algorithms).
+     */
+    var `burst`: kotlin.Long
+    , 
+    /**
+     * The `limit` of its decisions (as `burst`).
+     */
+    var `limit`: kotlin.Long
+    , 
+    /**
+     * When it ends, in ms since the epoch (the store's clock); null: never.
+     */
+    var `expiresAtMs`: kotlin.Long?
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypePolicyLimit: FfiConverterRustBuffer<PolicyLimit> {
+    override fun read(buf: ByteBuffer): PolicyLimit {
+        return PolicyLimit(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterLong.read(buf),
+            FfiConverterOptionalLong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: PolicyLimit) = (
+            FfiConverterString.allocationSize(value.`policy`) +
+            FfiConverterString.allocationSize(value.`rate`) +
+            FfiConverterLong.allocationSize(value.`burst`) +
+            FfiConverterLong.allocationSize(value.`limit`) +
+            FfiConverterOptionalLong.allocationSize(value.`expiresAtMs`)
+    )
+
+    override fun write(value: PolicyLimit, buf: ByteBuffer) {
+            FfiConverterString.write(value.`policy`, buf)
+            FfiConverterString.write(value.`rate`, buf)
+            FfiConverterLong.write(value.`burst`, buf)
+            FfiConverterLong.write(value.`limit`, buf)
+            FfiConverterOptionalLong.write(value.`expiresAtMs`, buf)
+    }
+}
+
+
+
+/**
  * When to retry a response; a field left null is the core's default
  * (`core/src/client.rs`, the same in every language).
  */
@@ -5201,6 +5495,38 @@ public object FfiConverterOptionalTypeOverride: FfiConverterRustBuffer<Override?
         } else {
             buf.put(1)
             FfiConverterTypeOverride.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypePolicyLimit: FfiConverterRustBuffer<PolicyLimit?> {
+    override fun read(buf: ByteBuffer): PolicyLimit? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypePolicyLimit.read(buf)
+    }
+
+    override fun allocationSize(value: PolicyLimit?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypePolicyLimit.allocationSize(value)
+        }
+    }
+
+    override fun write(value: PolicyLimit?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypePolicyLimit.write(value, buf)
         }
     }
 }
