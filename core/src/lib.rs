@@ -60,8 +60,8 @@ pub use http::{
     RouteShorthand, RuleDecision,
 };
 pub use limiter::{LeaseGuard, Limiter};
-pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};
+pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 pub use options::Naming;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{Algorithm, LeakyMode, OnStoreError, Penalty, Policy, Refill, SyncPolicy};

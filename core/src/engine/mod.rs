@@ -403,11 +403,12 @@ impl Engine {
             (settings.block_cache > 0 && redis).then(|| BlockCache::new(policies.len(), settings.block_cache));
         let ignored_overrides =
             (!settings.overrides && redis).then(|| crate::store::overrides::IgnoredOverrides::new(policies.len()));
-        let cluster_limits = (settings.overrides && matches!(&*backend, Backend::Redis(r) if r.is_cluster())).then(|| {
-            (0..policies.len())
-                .map(|_| parking_lot::Mutex::new((None, Arc::from(""))))
-                .collect()
-        });
+        let cluster_limits =
+            (settings.overrides && matches!(&*backend, Backend::Redis(r) if r.is_cluster())).then(|| {
+                (0..policies.len())
+                    .map(|_| parking_lot::Mutex::new((None, Arc::from(""))))
+                    .collect()
+            });
         Engine {
             inner: Arc::new(Inner {
                 policies,
@@ -966,7 +967,9 @@ impl Engine {
     /// Counts a policy-wide limit change of policy `i` (`set` or `remove`).
     pub(crate) fn count_limit_change(&self, i: usize, action: &str) {
         if let Some(compiled) = self.inner.policies.get(i) {
-            self.inner.metrics.limit_change(compiled.policy.name(), action == "remove");
+            self.inner
+                .metrics
+                .limit_change(compiled.policy.name(), action == "remove");
         }
     }
 
@@ -1277,13 +1280,15 @@ impl Engine {
             .filter_map(|&(i, key, charged)| {
                 let overridden = match charged {
                     Charged::Base => None,
-                    Charged::Now | Charged::Override | Charged::Limit => {
-                        view.as_ref().and_then(|v| v.params(inner.policies[i].records, key, now))
-                    }
+                    Charged::Now | Charged::Override | Charged::Limit => view
+                        .as_ref()
+                        .and_then(|v| v.params(inner.policies[i].records, key, now)),
                 };
                 let records = inner.policies[i].records;
                 let limited = match charged {
-                    Charged::Now | Charged::Limit if inner.overrides => limits.as_ref().and_then(|v| v.params(records, now)),
+                    Charged::Now | Charged::Limit if inner.overrides => {
+                        limits.as_ref().and_then(|v| v.params(records, now))
+                    }
                     _ => None,
                 };
                 let (slot, params) = match (overridden, limited, charged) {

@@ -212,14 +212,17 @@ pub(super) fn outcome(
             .zip(&result.decisions)
             .enumerate()
             .map(|(n, (t, d))| (t.policy, t.key.as_str(), &*t.owner.count, *d, overridden(n)));
-        outcome.completion = tokens.token(Completion::of(
-            result.now_ms,
-            cost.cost,
-            cost.max_cost,
-            charges,
-            result.leases.clone(),
-            req.grpc,
-        ), engine);
+        outcome.completion = tokens.token(
+            Completion::of(
+                result.now_ms,
+                cost.cost,
+                cost.max_cost,
+                charges,
+                result.leases.clone(),
+                req.grpc,
+            ),
+            engine,
+        );
     }
     outcome.decisions = decisions;
     outcome.leases = result.leases;

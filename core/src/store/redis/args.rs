@@ -105,9 +105,17 @@ impl KeyLayout {
             keys.push(format!("{records}:penalty"));
         }
         if self.overrides {
-            keys.extend(crate::store::overrides::redis_keys(records, params).into_iter().flatten());
+            keys.extend(
+                crate::store::overrides::redis_keys(records, params)
+                    .into_iter()
+                    .flatten(),
+            );
             let record = self.limit_record.then(limit_record);
-            keys.extend(crate::store::overrides::limit_keys(records, record, params).into_iter().flatten());
+            keys.extend(
+                crate::store::overrides::limit_keys(records, record, params)
+                    .into_iter()
+                    .flatten(),
+            );
         }
         if self.adaptive {
             keys.push(format!("{records}:adaptive"));
