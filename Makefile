@@ -9,6 +9,11 @@ export POLYLIMIT_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.to
 # Release artifacts: wheels, sdist and npm tarballs in dist/, the Go module
 # proxy tree in dist/goproxy/.
 export DIST := $(CURDIR)/dist
+# Every debug cargo run compiles the workspace's crates with clippy-driver,
+# clippy's lints denied (see lint); release builds set it empty ($(RELEASE_ENV)).
+# The same value in every run keeps cargo's fingerprints, so nothing rebuilds.
+export RUSTC_WORKSPACE_WRAPPER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+export CLIPPY_ARGS := -D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
 .PHONY: demo test test-all bench bench-start fuzz deps redis-server valkey-server valkey-test rust-build rust-test core-release lint dist dist-test
 
@@ -107,19 +112,23 @@ dist: $(BINDING_DISTS)
 dist-test: dist redis-server
 	python3 tests/dist/cleanroom.py
 
-lint:
+## Formatting, and clippy's lints with warnings as errors: clippy runs
+## inside rust-build's compile of the workspace's own crates (as `cargo
+## clippy` does, through RUSTC_WORKSPACE_WRAPPER, but compiling, not only
+## checking), so the lints cost no second pass over the workspace.
+lint: rust-build
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets --quiet -- -D warnings
 
 ## The workspace's debug build, once: every test binary, and the libraries
 ## the bindings' suites link (target/debug/libpolylimit_capi.a,
 ## libpolylimit_jvm.so, linked there by tests/debug-libs.py), all with the
-## one feature set of `cargo test --workspace`. (A `cargo build -p X` resolves
+## one feature set of `cargo test --workspace`, every target (benches and
+## examples too) compiled through clippy-driver: the lints of `lint`. (A `cargo build -p X` resolves
 ## features for X alone, e.g. tokio without the core tests' "full", and
 ## compiles the core and most of its dependency tree once more; so every
 ## debug cargo run here says --workspace.)
 rust-build:
-	set -o pipefail; $(CARGO) test --workspace --quiet --no-run --message-format=json-render-diagnostics | python3 tests/debug-libs.py
+	set -o pipefail; $(CARGO) test --workspace --all-targets --quiet --no-run --message-format=json-render-diagnostics | python3 tests/debug-libs.py
 
 ## `cargo test --workspace` in two runs side by side: the test binaries that
 ## mostly wait (Sentinel failovers, topologies starting, Redis round trips:
@@ -154,7 +163,7 @@ RELEASE_DIR := $(CARGO_TARGET_DIR)/$(RELEASE_TRIPLE)/release
 # subcommands (as its own wrappers do), at a fixed path: one linker for all.
 ZIG_WRAPPERS := $(CARGO_TARGET_DIR)/zig-$(RELEASE_GLIBC)
 RELEASE_TRIPLE_VAR := $(subst -,_,$(RELEASE_TRIPLE))
-RELEASE_ENV = CARGO_TARGET_$(shell echo $(RELEASE_TRIPLE_VAR) | tr a-z A-Z)_LINKER=$(ZIG_WRAPPERS)/cc \
+RELEASE_ENV = RUSTC_WORKSPACE_WRAPPER= CARGO_TARGET_$(shell echo $(RELEASE_TRIPLE_VAR) | tr a-z A-Z)_LINKER=$(ZIG_WRAPPERS)/cc \
   CC_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/cc CXX_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/c++ \
   AR_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/ar RANLIB_$(RELEASE_TRIPLE_VAR)=$(ZIG_WRAPPERS)/ranlib
 RELEASE_FEATURES := --no-default-features
