@@ -52,7 +52,6 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private Function<HttpServletRequest, String> user = r -> null;
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
-    /** Whether a rule reads the route (the core's answer): otherwise the handler lookup is skipped. */
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
