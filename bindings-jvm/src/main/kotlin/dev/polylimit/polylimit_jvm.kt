@@ -750,6 +750,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text(
@@ -895,6 +897,8 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_async(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,
     ): Long
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_cost(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,`cost`: Long,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_snapshot(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -1147,6 +1151,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async() and 0xFFFF) != 34481) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost() and 0xFFFF) != 5283) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot() and 0xFFFF) != 23170) {
@@ -2454,6 +2461,15 @@ public interface NativeLimiterInterface {
     suspend fun `completeAsync`(`token`: kotlin.String, `status`: kotlin.Int? = null)
     
     /**
+     * `complete` reporting the request's actual cost, learned from the
+     * response (an LLM call's tokens): the difference from its reservation
+     * is given back (smaller) or charged whatever the limit (larger), capped
+     * at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
+     * A negative cost throws `Config` naming `cost`.
+     */
+    fun `completeCost`(`token`: kotlin.String, `status`: kotlin.Int? = null, `cost`: kotlin.Long, `nowMs`: kotlin.Long? = null)
+    
+    /**
      * Every metric family, read now (the Prometheus text is rendered from
      * the same snapshot; polylimit-otel bridges it into OpenTelemetry).
      */
@@ -2950,6 +2966,30 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
         PolylimitException.ErrorHandler,
     )
     }
+
+    
+    /**
+     * `complete` reporting the request's actual cost, learned from the
+     * response (an LLM call's tokens): the difference from its reservation
+     * is given back (smaller) or charged whatever the limit (larger), capped
+     * at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
+     * A negative cost throws `Config` naming `cost`.
+     */
+    @Throws(PolylimitException::class)override fun `completeCost`(`token`: kotlin.String, `status`: kotlin.Int?, `cost`: kotlin.Long, `nowMs`: kotlin.Long?)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(PolylimitException) { _status ->
+    UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_complete_cost(
+        it,
+        
+        FfiConverterString.lower(`token`),
+        FfiConverterOptionalInt.lower(`status`),
+        FfiConverterLong.lower(`cost`),
+        FfiConverterOptionalLong.lower(`nowMs`),_status)
+}
+    }
+    
+    
 
     
     /**
