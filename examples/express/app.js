@@ -10,6 +10,14 @@ const limit = rateLimit({ rulesFile: rules, user: (req) => req.get('x-user') });
 app.use(limit);
 app.get('/api/:name', (req, res) => res.json({ hello: req.params.name }));
 app.post('/api/payments/:id', (req, res) => res.json({ paid: req.params.id }));
+// An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+// the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+// the model's token usage) and the middleware reconciles after the response.
+app.post('/api/llm', (req, res) => {
+  const actual = req.get('x-actual-cost');
+  if (actual !== undefined) res.locals.polylimitCost = Number(actual);
+  res.json({ answered: true });
+});
 // The demo's one account password; a real app checks its user store. The rules file's `login`
 // rule keys by IP and the X-Login-User header, and counts only failed logins.
 const DEMO_PASSWORD = 'open-sesame';

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 
 import uvicorn
-from fastapi import Body, FastAPI, Header, HTTPException
+from fastapi import Body, FastAPI, Header, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
 from polylimit import Limiter
@@ -30,6 +30,17 @@ async def hello(name: str):
 @app.post("/api/payments/{payment_id}")
 async def pay(payment_id: str):
     return {"paid": payment_id}
+
+
+# An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+# the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+# the model's token usage) and the middleware reconciles after the response.
+@app.post("/api/llm")
+async def llm(request: Request):
+    actual = request.headers.get("x-actual-cost")
+    if actual is not None:
+        request.state.polylimit_cost = int(actual)
+    return {"answered": True}
 
 
 # The demo's one account password; a real app checks its user store.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 	"github.com/polylimit/polylimit/examples/go/demo"
@@ -23,6 +24,15 @@ func main() {
 	})
 	mux.HandleFunc("POST /api/payments/{id}", func(w http.ResponseWriter, r *http.Request) {
 		demo.Reply(w, map[string]string{"paid": r.PathValue("id")})
+	})
+	// An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve header's cost before
+	// the handler; the handler reports the actual cost (here X-Actual-Cost, in a real app the
+	// model's token usage) and the middleware reconciles after the response.
+	mux.HandleFunc("POST /api/llm", func(w http.ResponseWriter, r *http.Request) {
+		if actual, err := strconv.ParseInt(r.Header.Get("X-Actual-Cost"), 10, 64); err == nil {
+			polylimit.ReportCost(r.Context(), actual)
+		}
+		demo.Reply(w, map[string]bool{"answered": true})
 	})
 	mux.HandleFunc("POST /login", demo.Login)
 	// A panicking report (fail=1): net/http recovers it and drops the connection.

@@ -41,8 +41,22 @@ import org.springframework.web.util.ServletRequestPathUtils;
  * {@link UserResolver}, {@link ApiKeyResolver} and {@link KeyResolver}
  * beans); a function answering {@code null} or {@code ""} leaves the
  * dimension out, and a rule keyed by it skips the request.
+ *
+ * <p>A handler reports its request's actual cost (an LLM call's tokens) by
+ * the request attribute {@link #COST_ATTRIBUTE}
+ * ({@code request.setAttribute(PolylimitFilter.COST_ATTRIBUTE, 3400L)}):
+ * the filter completes the request with it ({@code completeCost}), and the
+ * core reconciles the reservation the rule's {@code cost} charged with it.
  */
 public class PolylimitFilter extends OncePerRequestFilter {
+    /**
+     * The request attribute a handler sets to report its request's actual
+     * cost, a whole number ({@link Long}, {@link Integer}, …): the filter
+     * completes the request with {@code completeCost(token, status, cost)}
+     * after the response. Not set: the reservation stands.
+     */
+    public static final String COST_ATTRIBUTE = "polylimit.cost";
+
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
     /** The handler mappings the route lookup asks, in order (FoundHandler left out): found on the first request. */
@@ -131,7 +145,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
             throw e;
         } finally {
             if (token != null) {
-                settle(token, response, failed);
+                settle(token, request, response, failed);
             }
         }
     }
@@ -141,16 +155,45 @@ public class PolylimitFilter extends OncePerRequestFilter {
      * core's rule ({@code endedStatus}): a handler that answered (the response
      * is committed) is charged as its status even if it then failed or the
      * client left (an {@link IOException}: the connection broke); one that
-     * wrote nothing and failed is no response.
+     * wrote nothing and failed is no response. With the actual cost the
+     * handler reported ({@link #COST_ATTRIBUTE}), by {@code completeCost};
+     * a cost the core refuses (negative) is logged and the request completed
+     * without it, so its token never stays open.
      */
-    private void settle(String token, HttpServletResponse response, Throwable failed) {
+    private void settle(String token, HttpServletRequest request, HttpServletResponse response, Throwable failed) {
         Integer status = Polylimit_jvmKt.endedStatus(response.getStatus(), response.isCommitted(), failed != null,
                 failed instanceof IOException);
+        Object reported = request.getAttribute(COST_ATTRIBUTE);
+        if (reported != null) {
+            Long cost = wholeNumber(reported);
+            if (cost != null) {
+                try {
+                    limiter.completeCost(token, status, cost, null);
+                    return;
+                } catch (PolylimitException e) {
+                    logger.warn("polylimit: cannot settle the request with " + COST_ATTRIBUTE + "=" + reported, e);
+                }
+            } else {
+                logger.warn("polylimit: " + COST_ATTRIBUTE + " is not a whole number: " + reported
+                        + " (" + reported.getClass().getName() + "); the reservation stands");
+            }
+        }
         try {
             limiter.complete(token, status);
         } catch (PolylimitException e) {
             logger.warn("polylimit: cannot settle the request", e);
         }
+    }
+
+    /** {@code value} as a long when it is an integral {@link Number} ({@code null} otherwise). */
+    private static Long wholeNumber(Object value) {
+        if (value instanceof Long || value instanceof Integer || value instanceof Short || value instanceof Byte) {
+            return ((Number) value).longValue();
+        }
+        if (value instanceof java.math.BigInteger big && big.bitLength() < 64) {
+            return big.longValue();
+        }
+        return null;
     }
 
     private PackedRequest toRequest(HttpServletRequest request) {

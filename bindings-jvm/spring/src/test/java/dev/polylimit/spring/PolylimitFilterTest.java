@@ -10,6 +10,7 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpResponse;
 import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -24,6 +25,7 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.core.Ordered;
 import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
+import org.springframework.web.bind.annotation.PostMapping;
 import org.springframework.web.bind.annotation.RestController;
 import org.springframework.web.servlet.HandlerExecutionChain;
 import org.springframework.web.servlet.HandlerMapping;
@@ -58,6 +60,24 @@ class PolylimitFilterTest {
         @GetMapping({"/me", "/keyed", "/tenant", "/client"})
         String me() {
             return "ok";
+        }
+
+        /**
+         * An LLM-style endpoint: reports the actual cost it reads from the X-Actual-Cost header
+         * ({@link PolylimitFilter#COST_ATTRIBUTE}, a Long; "text" sets a String, which is not a cost).
+         * The body is written unflushed, so the client sees the response only once the filter has
+         * completed the request.
+         */
+        @PostMapping("/llm")
+        void llm(HttpServletRequest request, HttpServletResponse response) throws java.io.IOException {
+            String actual = request.getHeader("X-Actual-Cost");
+            if ("text".equals(actual)) {
+                request.setAttribute(PolylimitFilter.COST_ATTRIBUTE, actual);
+            } else if (actual != null) {
+                request.setAttribute(PolylimitFilter.COST_ATTRIBUTE, Long.parseLong(actual));
+            }
+            response.setContentType("text/plain");
+            response.getWriter().write("answered");
         }
 
         @GetMapping("/boom")

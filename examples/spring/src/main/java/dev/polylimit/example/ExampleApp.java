@@ -3,7 +3,9 @@ package dev.polylimit.example;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.polylimit.Limiter;
+import dev.polylimit.spring.PolylimitFilter;
 import dev.polylimit.spring.UserResolver;
+import jakarta.servlet.http.HttpServletRequest;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import org.springframework.boot.SpringApplication;
@@ -60,6 +62,21 @@ public class ExampleApp {
     @PostMapping("/api/payments/{id}")
     Map<String, String> pay(@PathVariable String id) {
         return Map.of("paid", id);
+    }
+
+    /**
+     * An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve
+     * header's cost before the handler; the handler reports the actual cost
+     * (here X-Actual-Cost, in a real app the model's token usage) and the
+     * filter reconciles after the response.
+     */
+    @PostMapping("/api/llm")
+    Map<String, Boolean> llm(HttpServletRequest request) {
+        String actual = request.getHeader("X-Actual-Cost");
+        if (actual != null) {
+            request.setAttribute(PolylimitFilter.COST_ATTRIBUTE, Long.parseLong(actual));
+        }
+        return Map.of("answered", true);
     }
 
     /**
