@@ -43,8 +43,8 @@ use serde_json::{json, Value};
 
 use crate::algorithm::Params;
 use crate::engine::{process_now_ms, Engine};
-use crate::error::{Error, Result};
-use crate::overrides::{now_arg, override_params, rate_text, OverrideSpec};
+use crate::error::Result;
+use crate::overrides::{now_arg, rate_text, OverrideSpec};
 use crate::store::memory::LIMIT_SLOT;
 use crate::store::overrides::{limit_script_sha, parse_limit_record, record, LimitEntry, LIMIT_SCRIPT};
 
@@ -129,20 +129,7 @@ impl Engine {
     /// Sets the policy-wide limit of `spec.policy`; returns it as stored.
     pub(crate) async fn set_limit(&self, spec: &OverrideSpec) -> Result<PolicyLimit> {
         self.check_open()?;
-        let i = self.override_policy(spec.policy.as_deref())?;
-        let params = override_params(self.policy_at(i), &spec.rate, spec.burst)?;
-        let ttl_ms = match spec.ttl {
-            None => 0,
-            Some(ttl) => i64::try_from(ttl.as_millis())
-                .ok()
-                .filter(|ms| (1..=1 << 50).contains(ms))
-                .ok_or_else(|| Error::config("ttl", format!("{ttl:?}"), "is not a duration from 1ms to 2^50 ms"))?,
-        };
-        if let Some(now) = spec.now_ms {
-            if !(0..=1 << 50).contains(&now) {
-                return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
-            }
-        }
+        let (i, params, ttl_ms) = self.checked_spec(spec)?;
         let limit = match self.redis_store() {
             None => {
                 let now = spec.now_ms.unwrap_or_else(process_now_ms);

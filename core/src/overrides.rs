@@ -227,6 +227,26 @@ pub(crate) fn override_params(policy: &Policy, rate: &str, burst: Option<u64>) -
 }
 
 impl Engine {
+    /// What an override or a policy-wide limit sets, checked: the policy's
+    /// index, the numbers, the TTL in ms (0: none). Errors name the field.
+    pub(crate) fn checked_spec(&self, spec: &OverrideSpec) -> Result<(usize, Params, i64)> {
+        let i = self.override_policy(spec.policy.as_deref())?;
+        let params = override_params(self.policy_at(i), &spec.rate, spec.burst)?;
+        let ttl_ms = match spec.ttl {
+            None => 0,
+            Some(ttl) => i64::try_from(ttl.as_millis())
+                .ok()
+                .filter(|ms| (1..=1 << 50).contains(ms))
+                .ok_or_else(|| Error::config("ttl", format!("{ttl:?}"), "is not a duration from 1ms to 2^50 ms"))?,
+        };
+        if let Some(now) = spec.now_ms {
+            if !(0..=1 << 50).contains(&now) {
+                return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
+            }
+        }
+        Ok((i, params, ttl_ms))
+    }
+
     /// The index of policy `name`; `None`: the limiter's only policy.
     /// Fails on a limiter whose checks do not read overrides.
     pub(crate) fn override_policy(&self, name: Option<&str>) -> Result<usize> {
@@ -273,20 +293,7 @@ impl Engine {
     /// Sets an override; returns it as stored.
     pub(crate) async fn set_override(&self, key: &str, spec: &OverrideSpec) -> Result<Override> {
         self.check_open()?;
-        let i = self.override_policy(spec.policy.as_deref())?;
-        let params = override_params(self.policy_at(i), &spec.rate, spec.burst)?;
-        let ttl_ms = match spec.ttl {
-            None => 0,
-            Some(ttl) => i64::try_from(ttl.as_millis())
-                .ok()
-                .filter(|ms| (1..=1 << 50).contains(ms))
-                .ok_or_else(|| Error::config("ttl", format!("{ttl:?}"), "is not a duration from 1ms to 2^50 ms"))?,
-        };
-        if let Some(now) = spec.now_ms {
-            if !(0..=1 << 50).contains(&now) {
-                return Err(Error::config("now_ms", now, "is not a time in ms since the epoch"));
-            }
-        }
+        let (i, params, ttl_ms) = self.checked_spec(spec)?;
         match self.redis_store() {
             None => {
                 let now = spec.now_ms.unwrap_or_else(process_now_ms);
