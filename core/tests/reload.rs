@@ -388,3 +388,27 @@ async fn watch_picks_up_a_changed_file_and_needs_one() {
         Ok(_) => panic!("a bad watch"),
     }
 }
+
+/// A policy-wide limit stays with its policy when a reload moves it to
+/// another place among the policies (the memory store once kept limits by
+/// the policy's index: after `a` was removed, `b` lost its limit).
+#[tokio::test]
+async fn a_policy_wide_limit_follows_its_policy_when_the_policies_change() {
+    for (store, head) in stores("reload-limit-order") {
+        let policy = |name: &str| format!("  {name}: {{ algorithm: fixed_window, rate: 100/h }}\n");
+        let file = RulesFile::new(
+            &format!("limit-order-{store}"),
+            &format!("{head}overrides: true\npolicies:\n{}{}", policy("a"), policy("b")),
+        );
+        let limiter = limiter(&file);
+        let mut spec = OverrideSpec::new("2/h");
+        spec.policy = Some("b".into());
+        spec.now_ms = Some(NOW);
+        limiter.set_limit(&spec).await.unwrap();
+        // `a` goes: `b` is now the first policy.
+        file.write(&format!("{head}overrides: true\npolicies:\n{}", policy("b")));
+        limiter.reload().await.unwrap();
+        let d = limiter.check_with("k", at(NOW)).await.unwrap();
+        assert_eq!(d.limit, 2, "{store}: b keeps its limit");
+    }
+}
