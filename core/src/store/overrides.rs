@@ -71,12 +71,11 @@ pub(crate) fn parse_record(raw: &str, kind: Kind) -> Option<([i64; 4], i64)> {
     valid.then_some(([c, p, b, d], u))
 }
 
-/// Sets (`ARGV[2]` = `set`), reads (`get`) or removes (`del`) an override.
-/// KEYS: the record, then the override's state keys. ARGV: now_ms ('' = the
-/// server's TIME), op, then for `set` count, period, burst, max_delay, ttl_ms
-/// (0 = none). Setting or removing clears the override's state. Returns
-/// {record or '', now} for `get`, {removed (0/1), now} for `del`, {1, now} for `set`.
-pub(crate) const SCRIPT: &str = r#"
+/// The start of the override and limit record scripts: `now` (ARGV[1], or
+/// the server's TIME when empty), the op (ARGV[2]), and `get` answered.
+macro_rules! record_script_prelude {
+    () => {
+        r#"
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -90,6 +89,18 @@ if op == 'get' then
   if type(raw) ~= 'string' then raw = '' end
   return {raw, now}
 end
+"#
+    };
+}
+
+/// Sets (`ARGV[2]` = `set`), reads (`get`) or removes (`del`) an override.
+/// KEYS: the record, then the override's state keys. ARGV: now_ms ('' = the
+/// server's TIME), op, then for `set` count, period, burst, max_delay, ttl_ms
+/// (0 = none). Setting or removing clears the override's state. Returns
+/// {record or '', now} for `get`, {removed (0/1), now} for `del`, {1, now} for `set`.
+pub(crate) const SCRIPT: &str = concat!(
+    record_script_prelude!(),
+    r#"
 for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
 if op == 'del' then
   return {redis.call('DEL', KEYS[1]), now}
@@ -104,7 +115,8 @@ else
   redis.call('SET', KEYS[1], value)
 end
 return {1, now}
-"#;
+"#
+);
 
 pub(crate) fn script_sha() -> &'static str {
     static SHA: std::sync::LazyLock<String> =
@@ -164,20 +176,9 @@ pub(crate) fn parse_limit_record(raw: &str, kind: Kind) -> Option<([i64; 4], i64
 /// Returns {record or '', now} for `get`, {removed (0/1), now} for `del`,
 /// {1, now} for `set`. The state under a limit is keyed by its generation:
 /// every key's old limit state is dropped at its next check.
-pub(crate) const LIMIT_SCRIPT: &str = r#"
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-local op = ARGV[2]
-if op == 'get' then
-  local raw = redis.pcall('GET', KEYS[1])
-  if type(raw) ~= 'string' then raw = '' end
-  return {raw, now}
-end
+pub(crate) const LIMIT_SCRIPT: &str = concat!(
+    record_script_prelude!(),
+    r#"
 if op == 'del' then
   local raw = redis.pcall('GET', KEYS[1])
   redis.call('DEL', KEYS[1])
@@ -194,7 +195,8 @@ else
   redis.call('SET', KEYS[1], value)
 end
 return {1, now}
-"#;
+"#
+);
 
 pub(crate) fn limit_script_sha() -> &'static str {
     static SHA: std::sync::LazyLock<String> =
