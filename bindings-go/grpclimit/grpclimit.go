@@ -6,7 +6,10 @@
 // metadata, refuse with the core's status code (RESOURCE_EXHAUSTED,
 // UNAVAILABLE, PERMISSION_DENIED), message and retry-after trailer, and
 // settle a rule's count or a concurrency slot with the code the call ended
-// with.
+// with. A handler that learns the call's actual cost (an LLM call's tokens)
+// reports it with polylimit.ReportCost(ctx, n) on its ctx (a stream's
+// ss.Context()): the call is completed with it, the difference from its
+// reservation (a rule's cost, or WithCostFunc's) given back or charged.
 //
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)),
@@ -90,6 +93,8 @@ func UnaryServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.UnaryServ
 		if token == "" {
 			return handler(ctx, req)
 		}
+		// Where the handler reports the call's actual cost (polylimit.ReportCost).
+		ctx = polylimit.NewCostContext(ctx)
 		defer settle(ctx, l, token, &err)
 		return handler(ctx, req)
 	}
@@ -109,10 +114,21 @@ func StreamServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.StreamSe
 		if token == "" {
 			return handler(srv, ss)
 		}
+		// Where the handler reports the stream's actual cost (polylimit.ReportCost).
+		ctx = polylimit.NewCostContext(ctx)
 		defer settle(ctx, l, token, &err)
-		return handler(srv, ss)
+		return handler(srv, &costStream{ServerStream: ss, ctx: ctx})
 	}
 }
+
+// costStream is a stream whose Context is where its handler reports the
+// actual cost.
+type costStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *costStream) Context() context.Context { return s.ctx }
 
 // admit decides the call: its metadata goes out through setHeader, a
 // refusal's trailers through setTrailer and its status as the error. Returns
@@ -208,7 +224,9 @@ func settle(ctx context.Context, l *polylimit.Limiter, token string, err *error)
 	complete(ctx, l, token, int(status.Code(*err)))
 }
 
-// complete settles a call even when its client is gone (the core bounds it by its timeout).
+// complete settles a call even when its client is gone (the core bounds it
+// by its timeout), with the actual cost its handler reported, if any.
 func complete(ctx context.Context, l *polylimit.Limiter, token string, code int) {
-	_ = l.CompleteCall(context.WithoutCancel(ctx), token, code)
+	opts := polylimit.CompleteOptions{Cost: polylimit.ReportedCost(ctx)}
+	_ = l.CompleteCallWith(context.WithoutCancel(ctx), token, code, opts)
 }
