@@ -62,8 +62,9 @@ func WithCostFunc(f func(*http.Request) uint64) MiddlewareOption {
 }
 
 // WithNowFunc decides each request at the time f gives instead of on the
-// store's clock (the zero Time keeps the store's): for tests and
-// simulations only, as RequestInfo.NowMs.
+// store's clock (the zero Time keeps the store's), and completes it at the
+// time f gives once the handler is done (CompleteOptions.NowMs): for tests
+// and simulations only, as RequestInfo.NowMs.
 func WithNowFunc(f func(*http.Request) time.Time) MiddlewareOption {
 	return func(m *middleware) { m.now = f }
 }
@@ -190,7 +191,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, route string) (Pass
 		return Pass{l: l, r: r}, true
 	}
 	// Where the handler reports the request's actual cost (ReportCost).
-	return Pass{l: l, r: r.WithContext(NewCostContext(ctx)), token: head.completion}, true
+	return Pass{l: l, r: r.WithContext(NewCostContext(ctx)), token: head.completion, now: m.now}, true
 }
 
 // Pass is a request Gate.Admit let through.
@@ -198,6 +199,7 @@ type Pass struct {
 	l     *Limiter
 	r     *http.Request
 	token string
+	now   func(*http.Request) time.Time // WithNowFunc's
 }
 
 // Request is the request to serve: when it Settles, the admitted request
@@ -223,7 +225,14 @@ func (p Pass) Done(written int, panicked bool) {
 	status := endedStatus(written, panicked, p.r.Context().Err() != nil)
 	// A refund that must happen even when the client is gone; the core bounds it by its timeout.
 	ctx := context.WithoutCancel(p.r.Context())
-	_ = p.l.CompleteWith(ctx, p.token, status, CompleteOptions{Cost: ReportedCost(ctx)})
+	opts := CompleteOptions{Cost: ReportedCost(ctx)}
+	if p.now != nil {
+		if t := p.now(p.r); !t.IsZero() {
+			ms := t.UnixMilli()
+			opts.NowMs = &ms
+		}
+	}
+	_ = p.l.CompleteWith(ctx, p.token, status, opts)
 }
 
 // serveAndSettle serves a request whose charge depends on its status (a

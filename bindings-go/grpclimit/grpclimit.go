@@ -56,8 +56,9 @@ func WithAPIKeyFunc(f func(ctx context.Context) string) Option {
 func WithCostFunc(f func(ctx context.Context) uint64) Option { return func(o *options) { o.cost = f } }
 
 // WithNowFunc decides each call at the time f gives instead of on the
-// store's clock (the zero Time keeps the store's): for tests and
-// simulations only, as polylimit.RequestInfo.NowMs.
+// store's clock (the zero Time keeps the store's), and completes it at the
+// time f gives once the handler has returned (CompleteOptions.NowMs): for
+// tests and simulations only, as polylimit.RequestInfo.NowMs.
 func WithNowFunc(f func(ctx context.Context) time.Time) Option { return func(o *options) { o.now = f } }
 
 // WithErrorHandler gives the error a call ends with when the limiter itself
@@ -95,7 +96,7 @@ func UnaryServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.UnaryServ
 		}
 		// Where the handler reports the call's actual cost (polylimit.ReportCost).
 		ctx = polylimit.NewCostContext(ctx)
-		defer settle(ctx, l, token, &err)
+		defer o.settle(ctx, l, token, &err)
 		return handler(ctx, req)
 	}
 }
@@ -116,7 +117,7 @@ func StreamServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.StreamSe
 		}
 		// Where the handler reports the stream's actual cost (polylimit.ReportCost).
 		ctx = polylimit.NewCostContext(ctx)
-		defer settle(ctx, l, token, &err)
+		defer o.settle(ctx, l, token, &err)
 		return handler(srv, &costStream{ServerStream: ss, ctx: ctx})
 	}
 }
@@ -155,7 +156,7 @@ func (o *options) admit(ctx context.Context, l *polylimit.Limiter, method string
 		case <-ctx.Done():
 			t.Stop()
 			if out.Completion != "" {
-				complete(ctx, l, out.Completion, polylimit.NoCode) // gone before the handler: no status
+				o.complete(ctx, l, out.Completion, polylimit.NoCode) // gone before the handler: no status
 			}
 			return "", status.FromContextError(ctx.Err()).Err()
 		}
@@ -216,17 +217,23 @@ func pairs(list [][2]string) metadata.MD {
 // settle completes the call once its handler has returned, with the code it
 // ended with (status.Code: OK for nil, UNKNOWN for an error that is no
 // status, as grpc-go sends it); a panic is no status at all, and goes on.
-func settle(ctx context.Context, l *polylimit.Limiter, token string, err *error) {
+func (o *options) settle(ctx context.Context, l *polylimit.Limiter, token string, err *error) {
 	if p := recover(); p != nil {
-		complete(ctx, l, token, polylimit.NoCode)
+		o.complete(ctx, l, token, polylimit.NoCode)
 		panic(p)
 	}
-	complete(ctx, l, token, int(status.Code(*err)))
+	o.complete(ctx, l, token, int(status.Code(*err)))
 }
 
 // complete settles a call even when its client is gone (the core bounds it
 // by its timeout), with the actual cost its handler reported, if any.
-func complete(ctx context.Context, l *polylimit.Limiter, token string, code int) {
+func (o *options) complete(ctx context.Context, l *polylimit.Limiter, token string, code int) {
 	opts := polylimit.CompleteOptions{Cost: polylimit.ReportedCost(ctx)}
+	if o.now != nil {
+		if t := o.now(ctx); !t.IsZero() {
+			ms := t.UnixMilli()
+			opts.NowMs = &ms
+		}
+	}
 	_ = l.CompleteCallWith(context.WithoutCancel(ctx), token, code, opts)
 }
