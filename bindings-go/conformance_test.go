@@ -202,8 +202,15 @@ type httpVectorFile struct {
 			// completion's clock (default: the request's now_ms).
 			ActualCost *int64 `json:"actual_cost"`
 			AtMs       *int64 `json:"at_ms"`
-			Peek       bool   `json:"peek"` // the answer a check would get, nothing charged
-			Expect     struct {
+			// limits/: a step that sets, reads or removes a policy-wide
+			// limit (no request), and what it returns.
+			SetLimit      *limitStep      `json:"set_limit"`
+			GetLimit      *limitStep      `json:"get_limit"`
+			RemoveLimit   *limitStep      `json:"remove_limit"`
+			ExpectLimit   json.RawMessage `json:"expect_limit"`
+			ExpectRemoved *bool           `json:"expect_removed"`
+			Peek          bool            `json:"peek"` // the answer a check would get, nothing charged
+			Expect        struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
 				Body    *string     `json:"body"`
@@ -211,6 +218,69 @@ type httpVectorFile struct {
 			} `json:"expect"`
 		} `json:"requests"`
 	} `json:"cases"`
+}
+
+// limitStep is a limits/ step's arguments: SetLimit(policy, rate, burst,
+// ttl) at now_ms, GetLimit(policy), RemoveLimit(policy).
+type limitStep struct {
+	Policy string `json:"policy"`
+	Rate   string `json:"rate"`
+	Burst  uint64 `json:"burst"`
+	TTLMs  int64  `json:"ttl_ms"`
+	NowMs  int64  `json:"now_ms"`
+}
+
+// playLimit plays a limits/ step: false when the step is none, else
+// whether it returned what it expects (a mismatch is reported on t).
+func playLimit(t *testing.T, l *Limiter, set, get, remove *limitStep, expectLimit json.RawMessage, expectRemoved *bool, where string) bool {
+	t.Helper()
+	ctx := context.Background()
+	// A limit as the vectors write it (expires_at_ms null: never).
+	asJSON := func(info *LimitInfo) string {
+		if info == nil {
+			return "null"
+		}
+		var expires any
+		if info.ExpiresAtMs != 0 {
+			expires = info.ExpiresAtMs
+		}
+		text, _ := json.Marshal(map[string]any{"policy": info.Policy, "rate": info.Rate, "burst": info.Burst,
+			"limit": info.Limit, "expires_at_ms": expires})
+		return string(text)
+	}
+	canonical := func(raw json.RawMessage) string {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatalf("%s: expect_limit %s: %v", where, raw, err)
+		}
+		text, _ := json.Marshal(v)
+		return string(text)
+	}
+	var got, want string
+	var err error
+	switch {
+	case set != nil:
+		var info *LimitInfo
+		info, err = l.SetLimit(ctx, Override{Policy: set.Policy, Rate: set.Rate, Burst: set.Burst,
+			TTL: time.Duration(set.TTLMs) * time.Millisecond, NowMs: set.NowMs})
+		got, want = asJSON(info), canonical(expectLimit)
+	case get != nil:
+		var info *LimitInfo
+		info, err = l.GetLimit(ctx, get.Policy)
+		got, want = asJSON(info), canonical(expectLimit)
+	case remove != nil:
+		var removed bool
+		removed, err = l.RemoveLimit(ctx, remove.Policy)
+		got, want = fmt.Sprint(removed), fmt.Sprint(expectRemoved != nil && *expectRemoved)
+	default:
+		return false
+	}
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+	} else if got != want {
+		t.Errorf("%s: expected %s, got %s", where, want, got)
+	}
+	return true
 }
 
 // requestInfo reads a vector's request object (headers as an object, in
@@ -268,6 +338,12 @@ func TestHTTPConformanceVectors(t *testing.T) {
 	}) {
 		names = append(names, "cost/"+name)
 	}
+	for _, name := range vectorFiles(t, "limits", func(name string) any {
+		files["limits/"+name] = &httpVectorFile{}
+		return files["limits/"+name]
+	}) {
+		names = append(names, "limits/"+name)
+	}
 	// complete settles a request with a step's status and, for cost/, its actual cost.
 	complete := func(l *Limiter, token string, raw json.RawMessage, actual, at, requestNow *int64) error {
 		if actual == nil {
@@ -306,6 +382,11 @@ func TestHTTPConformanceVectors(t *testing.T) {
 					tokens := make([]string, 0, len(c.Requests))
 					for i, step := range c.Requests {
 						requests++
+						where := fmt.Sprintf("%s: %s: %q step %d", store, name, c.Name, i)
+						if playLimit(t, l, step.SetLimit, step.GetLimit, step.RemoveLimit, step.ExpectLimit, step.ExpectRemoved, where) {
+							tokens = append(tokens, "")
+							continue
+						}
 						if step.Of != nil {
 							// The completion of an earlier request, now (what Middleware does after the response).
 							token := tokens[*step.Of]

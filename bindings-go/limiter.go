@@ -478,18 +478,35 @@ func (l *Limiter) CompleteWith(ctx context.Context, token string, status int, op
 	if status < 0 || status > 0xffff {
 		return &ConfigError{Field: "status", Value: fmt.Sprint(status), Message: fmt.Sprintf("status: %d is not an HTTP status", status)}
 	}
-	var cost, nowMs C.int64_t
-	hasCost, hasNow := opts.Cost != nil, opts.NowMs != nil
-	if hasCost {
-		cost = C.int64_t(*opts.Cost)
-	}
-	if hasNow {
-		nowMs = C.int64_t(*opts.NowMs)
-	}
+	hasCost, cost, hasNow, nowMs := opts.c()
 	return l.complete(ctx, token, func(tokenPtr *C.uint8_t, tokenLen C.size_t, pending **C.polylimit_pending_t, cerr **C.polylimit_error_t) C.int32_t {
-		return C.polylimit_limiter_try_complete_cost(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), C.bool(hasCost), cost,
-			C.bool(hasNow), nowMs, pending, cerr)
+		return C.polylimit_limiter_try_complete_cost(l.ptr, tokenPtr, tokenLen, C.uint16_t(status), hasCost, cost,
+			hasNow, nowMs, pending, cerr)
 	})
+}
+
+// CompleteCallWith is CompleteCall reporting the call's actual cost (see
+// CompleteOptions), as CompleteWith does for a request.
+func (l *Limiter) CompleteCallWith(ctx context.Context, token string, code int, opts CompleteOptions) error {
+	if code < NoCode || code > 0xffff {
+		return &ConfigError{Field: "code", Value: fmt.Sprint(code), Message: fmt.Sprintf("code: %d is not a gRPC status code or NoCode", code)}
+	}
+	hasCost, cost, hasNow, nowMs := opts.c()
+	return l.complete(ctx, token, func(tokenPtr *C.uint8_t, tokenLen C.size_t, pending **C.polylimit_pending_t, cerr **C.polylimit_error_t) C.int32_t {
+		return C.polylimit_limiter_try_complete_call_cost(l.ptr, tokenPtr, tokenLen, C.int32_t(code), hasCost, cost,
+			hasNow, nowMs, pending, cerr)
+	})
+}
+
+// c is opts as the C ABI's completions with a cost take them.
+func (opts CompleteOptions) c() (hasCost C.bool, cost C.int64_t, hasNow C.bool, nowMs C.int64_t) {
+	if opts.Cost != nil {
+		hasCost, cost = true, C.int64_t(*opts.Cost)
+	}
+	if opts.NowMs != nil {
+		hasNow, nowMs = true, C.int64_t(*opts.NowMs)
+	}
+	return
 }
 
 // complete runs one of the C ABI's completions (try, under the read lock)

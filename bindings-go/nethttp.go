@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -63,8 +62,9 @@ func WithCostFunc(f func(*http.Request) uint64) MiddlewareOption {
 }
 
 // WithNowFunc decides each request at the time f gives instead of on the
-// store's clock (the zero Time keeps the store's): for tests and
-// simulations only, as RequestInfo.NowMs.
+// store's clock (the zero Time keeps the store's), and completes it at the
+// time f gives once the handler is done (CompleteOptions.NowMs): for tests
+// and simulations only, as RequestInfo.NowMs.
 func WithNowFunc(f func(*http.Request) time.Time) MiddlewareOption {
 	return func(m *middleware) { m.now = f }
 }
@@ -96,8 +96,8 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 			if !ok {
 				return
 			}
-			if pass.token != "" {
-				l.serveAndSettle(next, w, r, pass.token)
+			if pass.Settles() {
+				serveAndSettle(next, w, pass)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -130,8 +130,9 @@ func (l *Limiter) Gate(opts ...MiddlewareOption) *Gate {
 // wins), sets the outcome's headers on w and, when it refuses r, writes the
 // refusal; a shape-mode delay is waited out here. It returns ok false when
 // r must not be served: refused, the limiter failed (WithErrorHandler
-// answered), or the client left during the delay. Otherwise serve r and,
-// when pass.Settles(), call pass.Done once the handler has ended.
+// answered), or the client left during the delay. Otherwise serve
+// pass.Request() (r, with a context where ReportCost reaches this request)
+// and, when pass.Settles(), call pass.Done once the handler has ended.
 func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, route string) (pass Pass, ok bool) {
 	if g.m.route != nil {
 		route = g.m.route(r)
@@ -186,7 +187,11 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, route string) (Pass
 			return Pass{}, false
 		}
 	}
-	return Pass{l: l, r: r, token: head.completion}, true
+	if head.completion == "" {
+		return Pass{l: l, r: r}, true
+	}
+	// Where the handler reports the request's actual cost (ReportCost).
+	return Pass{l: l, r: r.WithContext(NewCostContext(ctx)), token: head.completion, now: m.now}, true
 }
 
 // Pass is a request Gate.Admit let through.
@@ -194,7 +199,14 @@ type Pass struct {
 	l     *Limiter
 	r     *http.Request
 	token string
+	now   func(*http.Request) time.Time // WithNowFunc's
 }
+
+// Request is the request to serve: when it Settles, the admitted request
+// with a context where the handler reports its actual cost (ReportCost);
+// a router's middleware makes it the framework's request (gin's
+// c.Request, echo's c.SetRequest).
+func (p Pass) Request() *http.Request { return p.r }
 
 // Settles reports whether the request's charge depends on how it ends (a
 // rule's count, a concurrency slot): Done must then be called after the
@@ -204,7 +216,8 @@ func (p Pass) Settles() bool { return p.token != "" }
 // Done settles the request once its handler has ended, by the core's rule:
 // written is the status the handler wrote (0: none), panicked whether it
 // panicked. A client gone by then counts as "no response" unless a status
-// was written. Without Settles it does nothing.
+// was written. The actual cost the handler reported (ReportCost) replaces
+// the reservation. Without Settles it does nothing.
 func (p Pass) Done(written int, panicked bool) {
 	if p.token == "" {
 		return
@@ -212,47 +225,14 @@ func (p Pass) Done(written int, panicked bool) {
 	status := endedStatus(written, panicked, p.r.Context().Err() != nil)
 	// A refund that must happen even when the client is gone; the core bounds it by its timeout.
 	ctx := context.WithoutCancel(p.r.Context())
-	if h, ok := p.r.Context().Value(costKey{}).(*reportedCost); ok {
-		if cost, set := h.get(); set {
-			_ = p.l.CompleteWith(ctx, p.token, status, CompleteOptions{Cost: &cost})
-			return
+	opts := CompleteOptions{Cost: ReportedCost(ctx)}
+	if p.now != nil {
+		if t := p.now(p.r); !t.IsZero() {
+			ms := t.UnixMilli()
+			opts.NowMs = &ms
 		}
 	}
-	_ = p.l.Complete(ctx, p.token, status)
-}
-
-// costKey is the context key of a request's reportedCost.
-type costKey struct{}
-
-// reportedCost holds the actual cost a handler reported (ReportCost).
-type reportedCost struct {
-	mu   sync.Mutex
-	cost int64
-	set  bool
-}
-
-func (h *reportedCost) get() (int64, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.cost, h.set
-}
-
-// ReportCost records the actual cost of the request whose context is ctx,
-// learned while serving it (an LLM call's tokens): once the handler is done,
-// the middleware completes the request with it, so the difference from its
-// reservation (a rule's cost) is given back or charged, capped at the rules'
-// max_cost. Call it from a handler behind Limiter.Middleware with
-// r.Context(). It returns false when ctx is not such a request's (the
-// request carries no completion: no rule of it has a cost or a count).
-func ReportCost(ctx context.Context, cost int64) bool {
-	h, ok := ctx.Value(costKey{}).(*reportedCost)
-	if !ok {
-		return false
-	}
-	h.mu.Lock()
-	h.cost, h.set = cost, true
-	h.mu.Unlock()
-	return true
+	_ = p.l.CompleteWith(ctx, p.token, status, opts)
 }
 
 // serveAndSettle serves a request whose charge depends on its status (a
@@ -261,18 +241,16 @@ func ReportCost(ctx context.Context, cost int64) bool {
 // panicked after writing (the panic goes on); 200 when it wrote nothing to
 // a client still there; no response when it wrote nothing and panicked or
 // its client went away.
-func (l *Limiter) serveAndSettle(next http.Handler, w http.ResponseWriter, r *http.Request, token string) {
-	// Where the handler reports the request's actual cost (ReportCost).
-	r = r.WithContext(context.WithValue(r.Context(), costKey{}, &reportedCost{}))
+func serveAndSettle(next http.Handler, w http.ResponseWriter, pass Pass) {
 	rec := &statusRecorder{ResponseWriter: w}
 	defer func() {
 		p := recover()
-		Pass{l: l, r: r, token: token}.Done(rec.status, p != nil)
+		pass.Done(rec.status, p != nil)
 		if p != nil {
 			panic(p)
 		}
 	}()
-	next.ServeHTTP(rec, r)
+	next.ServeHTTP(rec, pass.Request())
 }
 
 // statusRecorder remembers the status a handler writes. Flush, Hijack and

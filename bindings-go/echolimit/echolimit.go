@@ -4,6 +4,13 @@
 //
 //	e := echo.New()
 //	e.Use(echolimit.New(limiter))
+//
+// The net/http middleware's options apply (polylimit.WithUserFunc,
+// polylimit.WithCostFunc, …). A handler that learns its request's actual
+// cost (an LLM call's tokens) reports it with
+// polylimit.ReportCost(c.Request().Context(), n): the request is completed
+// with it after the handler, the difference from its reservation given
+// back or charged.
 package echolimit
 
 import (
@@ -15,7 +22,8 @@ import (
 // and answers exactly as l.Middleware(opts...) does: rate-limit headers on
 // every answer, the core's refusal (429, 503, 403 with its JSON body)
 // instead of the handler, a shape-mode delay waited out, and a rule's count
-// or concurrency slot settled once the handler has ended. A handler's error
+// or concurrency slot settled once the handler has ended, with the actual
+// cost it reported (polylimit.ReportCost). A handler's error
 // is answered here (c.Error, as echo's logger does) so that its status is
 // the one settled; a panic is settled as the core's rule says and goes on.
 func New(l *polylimit.Limiter, opts ...polylimit.MiddlewareOption) echo.MiddlewareFunc {
@@ -30,6 +38,8 @@ func New(l *polylimit.Limiter, opts ...polylimit.MiddlewareOption) echo.Middlewa
 			if !pass.Settles() {
 				return next(c)
 			}
+			// Its context is where the handler reports the actual cost (polylimit.ReportCost).
+			c.SetRequest(pass.Request())
 			defer func() {
 				p := recover()
 				written := 0

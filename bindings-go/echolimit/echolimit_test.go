@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 	"github.com/polylimit/polylimit/bindings-go/echolimit"
+	"github.com/polylimit/polylimit/bindings-go/internal/adaptertest"
 )
 
 func rules(t *testing.T, text string) *polylimit.Limiter {
@@ -104,4 +105,37 @@ rules:
 	if want := "[200 200 200 200 401 200 500 500 429]"; fmt.Sprint(got) != want {
 		t.Errorf("got %v, want %s", got, want)
 	}
+}
+
+// A handler reports its request's actual cost with polylimit.ReportCost on
+// c.Request().Context(): echolimit completes the request with it, and the
+// next requests see the difference charged or given back.
+func TestTheReportedCostIsSettled(t *testing.T) {
+	for store, url := range adaptertest.Stores(t) {
+		t.Run(store, func(t *testing.T) {
+			l := rules(t, adaptertest.CostRules(url, "go-echo-cost-"+store, "/v1/*"))
+			e := echo.New()
+			e.Use(echolimit.New(l))
+			e.POST("/v1/chat", func(c echo.Context) error {
+				if used, ok := adaptertest.UsedCost(c.Request()); ok && !polylimit.ReportCost(c.Request().Context(), used) {
+					return c.String(http.StatusInternalServerError, "no request to report the cost of")
+				}
+				return c.String(200, "answered")
+			})
+			srv := httptest.NewServer(e)
+			defer srv.Close()
+			adaptertest.PlayCost(t, srv.URL)
+		})
+	}
+}
+
+// polylimit.WithCostFunc gives each request's reservation through echo too.
+func TestTheCostFuncReserves(t *testing.T) {
+	l := rules(t, adaptertest.CostRules("memory", "go-echo-cost-func", "/v1/*"))
+	e := echo.New()
+	e.Use(echolimit.New(l, polylimit.WithCostFunc(adaptertest.EstimateCost)))
+	e.POST("/v1/chat", func(c echo.Context) error { return c.String(200, "answered") })
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	adaptertest.PlayCostFunc(t, srv.URL)
 }

@@ -4,6 +4,13 @@
 //
 //	r := gin.New()
 //	r.Use(ginlimit.New(limiter))
+//
+// The net/http middleware's options apply (polylimit.WithUserFunc,
+// polylimit.WithCostFunc, …). A handler that learns its request's actual
+// cost (an LLM call's tokens) reports it with
+// polylimit.ReportCost(c.Request.Context(), n): the request is completed
+// with it after the handlers, the difference from its reservation given
+// back or charged.
 package ginlimit
 
 import (
@@ -17,7 +24,8 @@ import (
 // answers exactly as l.Middleware(opts...) does: rate-limit headers on every
 // answer, the core's refusal (429, 503, 403 with its JSON body) aborting the
 // chain, a shape-mode delay waited out, and a rule's count or concurrency
-// slot settled once the handlers have ended (a panic included).
+// slot settled once the handlers have ended (a panic included), with the
+// actual cost a handler reported (polylimit.ReportCost).
 func New(l *polylimit.Limiter, opts ...polylimit.MiddlewareOption) gin.HandlerFunc {
 	g := l.Gate(opts...)
 	return func(c *gin.Context) {
@@ -30,6 +38,8 @@ func New(l *polylimit.Limiter, opts ...polylimit.MiddlewareOption) gin.HandlerFu
 			c.Next()
 			return
 		}
+		// Its context is where a handler reports the actual cost (polylimit.ReportCost).
+		c.Request = pass.Request()
 		defer func() {
 			p := recover()
 			pass.Done(written(c.Writer), p != nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 	"github.com/polylimit/polylimit/bindings-go/ginlimit"
+	"github.com/polylimit/polylimit/bindings-go/internal/adaptertest"
 )
 
 func rules(t *testing.T, text string) *polylimit.Limiter {
@@ -101,4 +102,38 @@ rules:
 	if want := "[200 200 200 200 401 200 403 500 429]"; fmt.Sprint(got) != want {
 		t.Errorf("got %v, want %s", got, want)
 	}
+}
+
+// A handler reports its request's actual cost with polylimit.ReportCost on
+// c.Request.Context(): ginlimit completes the request with it, and the next
+// requests see the difference charged or given back.
+func TestTheReportedCostIsSettled(t *testing.T) {
+	for store, url := range adaptertest.Stores(t) {
+		t.Run(store, func(t *testing.T) {
+			l := rules(t, adaptertest.CostRules(url, "go-gin-cost-"+store, "/v1/*"))
+			r := gin.New()
+			r.Use(ginlimit.New(l))
+			r.POST("/v1/chat", func(c *gin.Context) {
+				if used, ok := adaptertest.UsedCost(c.Request); ok && !polylimit.ReportCost(c.Request.Context(), used) {
+					c.String(http.StatusInternalServerError, "no request to report the cost of")
+					return
+				}
+				c.String(200, "answered")
+			})
+			srv := httptest.NewServer(r)
+			defer srv.Close()
+			adaptertest.PlayCost(t, srv.URL)
+		})
+	}
+}
+
+// polylimit.WithCostFunc gives each request's reservation through gin too.
+func TestTheCostFuncReserves(t *testing.T) {
+	l := rules(t, adaptertest.CostRules("memory", "go-gin-cost-func", "/v1/*"))
+	r := gin.New()
+	r.Use(ginlimit.New(l, polylimit.WithCostFunc(adaptertest.EstimateCost)))
+	r.POST("/v1/chat", func(c *gin.Context) { c.String(200, "answered") })
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	adaptertest.PlayCostFunc(t, srv.URL)
 }

@@ -6,7 +6,10 @@
 // metadata, refuse with the core's status code (RESOURCE_EXHAUSTED,
 // UNAVAILABLE, PERMISSION_DENIED), message and retry-after trailer, and
 // settle a rule's count or a concurrency slot with the code the call ended
-// with.
+// with. A handler that learns the call's actual cost (an LLM call's tokens)
+// reports it with polylimit.ReportCost(ctx, n) on its ctx (a stream's
+// ss.Context()): the call is completed with it, the difference from its
+// reservation (a rule's cost, or WithCostFunc's) given back or charged.
 //
 //	srv := grpc.NewServer(
 //		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter)),
@@ -53,8 +56,9 @@ func WithAPIKeyFunc(f func(ctx context.Context) string) Option {
 func WithCostFunc(f func(ctx context.Context) uint64) Option { return func(o *options) { o.cost = f } }
 
 // WithNowFunc decides each call at the time f gives instead of on the
-// store's clock (the zero Time keeps the store's): for tests and
-// simulations only, as polylimit.RequestInfo.NowMs.
+// store's clock (the zero Time keeps the store's), and completes it at the
+// time f gives once the handler has returned (CompleteOptions.NowMs): for
+// tests and simulations only, as polylimit.RequestInfo.NowMs.
 func WithNowFunc(f func(ctx context.Context) time.Time) Option { return func(o *options) { o.now = f } }
 
 // WithErrorHandler gives the error a call ends with when the limiter itself
@@ -90,7 +94,9 @@ func UnaryServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.UnaryServ
 		if token == "" {
 			return handler(ctx, req)
 		}
-		defer settle(ctx, l, token, &err)
+		// Where the handler reports the call's actual cost (polylimit.ReportCost).
+		ctx = polylimit.NewCostContext(ctx)
+		defer o.settle(ctx, l, token, &err)
 		return handler(ctx, req)
 	}
 }
@@ -109,10 +115,21 @@ func StreamServerInterceptor(l *polylimit.Limiter, opts ...Option) grpc.StreamSe
 		if token == "" {
 			return handler(srv, ss)
 		}
-		defer settle(ctx, l, token, &err)
-		return handler(srv, ss)
+		// Where the handler reports the stream's actual cost (polylimit.ReportCost).
+		ctx = polylimit.NewCostContext(ctx)
+		defer o.settle(ctx, l, token, &err)
+		return handler(srv, &costStream{ServerStream: ss, ctx: ctx})
 	}
 }
+
+// costStream is a stream whose Context is where its handler reports the
+// actual cost.
+type costStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *costStream) Context() context.Context { return s.ctx }
 
 // admit decides the call: its metadata goes out through setHeader, a
 // refusal's trailers through setTrailer and its status as the error. Returns
@@ -139,7 +156,7 @@ func (o *options) admit(ctx context.Context, l *polylimit.Limiter, method string
 		case <-ctx.Done():
 			t.Stop()
 			if out.Completion != "" {
-				complete(ctx, l, out.Completion, polylimit.NoCode) // gone before the handler: no status
+				o.complete(ctx, l, out.Completion, polylimit.NoCode) // gone before the handler: no status
 			}
 			return "", status.FromContextError(ctx.Err()).Err()
 		}
@@ -200,15 +217,23 @@ func pairs(list [][2]string) metadata.MD {
 // settle completes the call once its handler has returned, with the code it
 // ended with (status.Code: OK for nil, UNKNOWN for an error that is no
 // status, as grpc-go sends it); a panic is no status at all, and goes on.
-func settle(ctx context.Context, l *polylimit.Limiter, token string, err *error) {
+func (o *options) settle(ctx context.Context, l *polylimit.Limiter, token string, err *error) {
 	if p := recover(); p != nil {
-		complete(ctx, l, token, polylimit.NoCode)
+		o.complete(ctx, l, token, polylimit.NoCode)
 		panic(p)
 	}
-	complete(ctx, l, token, int(status.Code(*err)))
+	o.complete(ctx, l, token, int(status.Code(*err)))
 }
 
-// complete settles a call even when its client is gone (the core bounds it by its timeout).
-func complete(ctx context.Context, l *polylimit.Limiter, token string, code int) {
-	_ = l.CompleteCall(context.WithoutCancel(ctx), token, code)
+// complete settles a call even when its client is gone (the core bounds it
+// by its timeout), with the actual cost its handler reported, if any.
+func (o *options) complete(ctx context.Context, l *polylimit.Limiter, token string, code int) {
+	opts := polylimit.CompleteOptions{Cost: polylimit.ReportedCost(ctx)}
+	if o.now != nil {
+		if t := o.now(ctx); !t.IsZero() {
+			ms := t.UnixMilli()
+			opts.NowMs = &ms
+		}
+	}
+	_ = l.CompleteCallWith(context.WithoutCancel(ctx), token, code, opts)
 }

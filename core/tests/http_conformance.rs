@@ -1,12 +1,14 @@
 //! Plays every HTTP vector in `$POLYLIMIT_VECTORS/http` (default
-//! `tests/conformance/http`), every gRPC call in `…/grpc` and every cost
-//! reconciliation in `…/cost`, through
-//! `check_request`, on the memory store and on a real Redis: exact status,
-//! rate-limit headers, trailers, body and delay.
+//! `tests/conformance/http`), every gRPC call in `…/grpc`, every cost
+//! reconciliation in `…/cost` and every policy-wide limit in `…/limits`,
+//! through `check_request`, on the memory store and on a real Redis: exact
+//! status, rate-limit headers, trailers, body and delay.
 
 mod support;
 
-use polylimit::{CompleteOptions, Limiter, RequestInfo};
+use std::time::Duration;
+
+use polylimit::{CompleteOptions, Limiter, OverrideSpec, RequestInfo};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -52,6 +54,75 @@ struct Step {
     /// request's `now_ms` (required with `of` and `actual_cost`).
     #[serde(default)]
     at_ms: Option<i64>,
+    /// `limits/`: a step that sets a policy-wide limit (no request).
+    #[serde(default)]
+    set_limit: Option<LimitStep>,
+    /// `limits/`: a step that reads the policy-wide limit in force.
+    #[serde(default)]
+    get_limit: Option<LimitStep>,
+    /// `limits/`: a step that removes a policy-wide limit.
+    #[serde(default)]
+    remove_limit: Option<LimitStep>,
+    /// The limit `set_limit` returned or `get_limit` found (`null`: none).
+    #[serde(default, deserialize_with = "present_value")]
+    expect_limit: Option<Value>,
+    /// Whether `remove_limit` found a limit in force.
+    #[serde(default)]
+    expect_removed: Option<bool>,
+}
+
+/// The arguments of a `limits/` step: `set_limit(policy, rate, burst, ttl)`
+/// at `now_ms`, `get_limit(policy)`, `remove_limit(policy)`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitStep {
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    rate: Option<String>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    now_ms: Option<i64>,
+}
+
+impl Step {
+    /// Plays this step when it is a `limits/` one: `None` when it is not,
+    /// else what it returned against what it expects.
+    async fn limit(&self, limiter: &Limiter) -> Option<Result<(), String>> {
+        let (got, want) = if let Some(s) = &self.set_limit {
+            let spec = OverrideSpec {
+                policy: s.policy.clone(),
+                rate: s.rate.clone().unwrap_or_default(),
+                burst: s.burst,
+                ttl: s.ttl_ms.map(Duration::from_millis),
+                now_ms: s.now_ms,
+            };
+            (
+                limiter.set_limit(&spec).await.map(|l| l.to_value()),
+                self.expect_limit.clone(),
+            )
+        } else if let Some(s) = &self.get_limit {
+            // At the store's clock: the bindings' get_limit takes no other.
+            let got = limiter.get_limit(s.policy.as_deref(), None).await;
+            (
+                got.map(|l| l.map_or(Value::Null, |l| l.to_value())),
+                self.expect_limit.clone(),
+            )
+        } else if let Some(s) = &self.remove_limit {
+            let got = limiter.remove_limit(s.policy.as_deref()).await;
+            (got.map(Value::Bool), self.expect_removed.map(Value::Bool))
+        } else {
+            return None;
+        };
+        Some(match (got, want) {
+            (Ok(got), Some(want)) if got == want => Ok(()),
+            (Ok(got), want) => Err(format!("expected {want:?}, got {got}")),
+            (Err(e), _) => Err(format!("error {e}")),
+        })
+    }
 }
 
 impl Step {
@@ -64,6 +135,11 @@ impl Step {
                 .or_else(|| request.and_then(|r| r.get("now_ms")).and_then(Value::as_i64)),
         }
     }
+}
+
+/// A JSON field that is present, `null` included.
+fn present_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// A field that is present, `null` included.
@@ -90,6 +166,8 @@ fn load() -> Vec<(String, File)> {
     files.extend(calls.map(|(name, file)| (format!("grpc/{name}"), file)));
     let costs = support::vector_files::<File>("cost").into_iter();
     files.extend(costs.map(|(name, file)| (format!("cost/{name}"), file)));
+    let limits = support::vector_files::<File>("limits").into_iter();
+    files.extend(limits.map(|(name, file)| (format!("limits/{name}"), file)));
     for (name, file) in &files {
         assert!(!file.cases.is_empty(), "{name}: no cases");
     }
@@ -113,6 +191,13 @@ async fn play(store: &str, files: &[(String, File)]) -> (usize, Vec<String>) {
             let mut tokens: Vec<Option<String>> = Vec::new();
             for (i, step) in case.requests.iter().enumerate() {
                 steps += 1;
+                if let Some(played) = step.limit(&limiter).await {
+                    tokens.push(None);
+                    if let Err(e) = played {
+                        failures.push(format!("{store}: {file}: {:?} step {i}: {e}", case.name));
+                    }
+                    continue;
+                }
                 let (request, expect) = match (&step.request, &step.expect, step.of) {
                     (Some(r), Some(e), None) => (r, e),
                     (None, None, Some(of)) => {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -33,6 +34,16 @@ func main() {
 	})
 	e.POST("/api/payments/:id", func(c echo.Context) error {
 		demo.Reply(c.Response(), map[string]string{"paid": c.Param("id")})
+		return nil
+	})
+	// An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve header's cost before
+	// the handler; the handler reports the actual cost (here X-Actual-Cost, in a real app the
+	// model's token usage) and echolimit reconciles after the response.
+	e.POST("/api/llm", func(c echo.Context) error {
+		if actual, err := strconv.ParseInt(c.Request().Header.Get("X-Actual-Cost"), 10, 64); err == nil {
+			polylimit.ReportCost(c.Request().Context(), actual)
+		}
+		demo.Reply(c.Response(), map[string]bool{"answered": true})
 		return nil
 	})
 	e.POST("/login", func(c echo.Context) error { demo.Login(c.Response(), c.Request()); return nil })

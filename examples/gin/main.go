@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 	polylimit "github.com/polylimit/polylimit/bindings-go"
@@ -28,6 +29,15 @@ func main() {
 	r.Use(gin.Recovery(), ginlimit.New(limiter, user))
 	r.GET("/api/:name", func(c *gin.Context) { demo.Reply(c.Writer, map[string]string{"hello": c.Param("name")}) })
 	r.POST("/api/payments/:id", func(c *gin.Context) { demo.Reply(c.Writer, map[string]string{"paid": c.Param("id")}) })
+	// An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve header's cost before
+	// the handler; the handler reports the actual cost (here X-Actual-Cost, in a real app the
+	// model's token usage) and ginlimit reconciles after the response.
+	r.POST("/api/llm", func(c *gin.Context) {
+		if actual, err := strconv.ParseInt(c.GetHeader("X-Actual-Cost"), 10, 64); err == nil {
+			polylimit.ReportCost(c.Request.Context(), actual)
+		}
+		demo.Reply(c.Writer, map[string]bool{"answered": true})
+	})
 	r.POST("/login", func(c *gin.Context) { demo.Login(c.Writer, c.Request) })
 	r.GET("/reports/:id", func(c *gin.Context) { demo.Report(c.Writer, c.Request, c.Param("id")) })
 	r.GET("/stats", func(c *gin.Context) { demo.StatsAnswer(c.Writer, false) })

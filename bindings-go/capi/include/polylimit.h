@@ -620,6 +620,23 @@ int32_t polylimit_limiter_try_complete_call(const struct polylimit_limiter_t *li
                                             struct polylimit_pending_t **pending,
                                             struct polylimit_error_t **err);
 
+// `polylimit_limiter_try_complete_call` reporting the call's actual cost,
+// learned while serving it: `has_cost`, `cost`, `has_now_ms` and `now_ms`
+// as in `polylimit_limiter_try_complete_cost`.
+//
+// # Safety
+// As `polylimit_limiter_try_complete`.
+int32_t polylimit_limiter_try_complete_call_cost(const struct polylimit_limiter_t *limiter,
+                                                 const uint8_t *token,
+                                                 size_t token_len,
+                                                 int32_t code,
+                                                 bool has_cost,
+                                                 int64_t cost,
+                                                 bool has_now_ms,
+                                                 int64_t now_ms,
+                                                 struct polylimit_pending_t **pending,
+                                                 struct polylimit_error_t **err);
+
 // The status a middleware's request ends with, to pass to
 // `polylimit_limiter_try_complete` (the core's `ended_status`, SPEC §6),
 // from what the middleware saw: `status` the response's status (0: none),

@@ -359,6 +359,7 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
             token,
             token_len,
             Ok((status != 0).then_some(status)),
+            Ok(CompleteOptions::default()),
             pending,
             err,
         )
@@ -388,25 +389,10 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete_cost(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    guard(err, || {
-        let cost = has_cost.then(|| serde_json::Value::from(cost));
-        let now_ms = has_now_ms.then(|| serde_json::Value::from(now_ms));
-        let options = CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref())?;
-        // SAFETY: the caller passes NULL or a live handle.
-        let limiter = unsafe { handle(limiter) }?.clone();
-        // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
-        let token = unsafe { str_arg(token, token_len, "token") }?.to_string();
-        if pending.is_null() {
-            return Err(FfiError::invalid("pending is NULL"));
-        }
-        let status = (status != 0).then_some(status);
-        let work: Call = Box::pin(async move {
-            limiter.complete_with(&token, status, options).await?;
-            Ok(Reply::Unit)
-        });
-        // SAFETY: `pending` was checked above.
-        unsafe { now_or_pending(work, pending, |_| Ok(())) }
-    })
+    let options = cost_options(has_cost, cost, has_now_ms, now_ms);
+    let status = Ok((status != 0).then_some(status));
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe { complete(limiter, token, token_len, status, options, pending, err) }
 }
 
 /// Settles a gRPC call (a request of the gRPC kind) once it has ended:
@@ -426,17 +412,63 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete_call(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    let code = match code {
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe {
+        complete(
+            limiter,
+            token,
+            token_len,
+            call_code(code),
+            Ok(CompleteOptions::default()),
+            pending,
+            err,
+        )
+    }
+}
+
+/// `polylimit_limiter_try_complete_call` reporting the call's actual cost,
+/// learned while serving it: `has_cost`, `cost`, `has_now_ms` and `now_ms`
+/// as in `polylimit_limiter_try_complete_cost`.
+///
+/// # Safety
+/// As `polylimit_limiter_try_complete`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn polylimit_limiter_try_complete_call_cost(
+    limiter: *const polylimit_limiter_t,
+    token: *const u8,
+    token_len: usize,
+    code: i32,
+    has_cost: bool,
+    cost: i64,
+    has_now_ms: bool,
+    now_ms: i64,
+    pending: *mut *mut polylimit_pending_t,
+    err: *mut *mut polylimit_error_t,
+) -> i32 {
+    let options = cost_options(has_cost, cost, has_now_ms, now_ms);
+    // SAFETY: the caller's guarantees, passed on.
+    unsafe { complete(limiter, token, token_len, call_code(code), options, pending, err) }
+}
+
+/// A gRPC call's end as a completion's status: -1 is none at all.
+fn call_code(code: i32) -> Result<Option<u16>, FfiError> {
+    match code {
         -1 => Ok(None),
         _ => u16::try_from(code)
             .map(Some)
             .map_err(|_| FfiError::invalid(format!("code: {code} is not a gRPC status code or -1"))),
-    };
-    // SAFETY: the caller's guarantees, passed on.
-    unsafe { complete(limiter, token, token_len, code, pending, err) }
+    }
 }
 
-/// The two completions' one body: `status` None is no response at all.
+/// The options of a completion with a cost, checked by the core.
+fn cost_options(has_cost: bool, cost: i64, has_now_ms: bool, now_ms: i64) -> Result<CompleteOptions, FfiError> {
+    let cost = has_cost.then(|| serde_json::Value::from(cost));
+    let now_ms = has_now_ms.then(|| serde_json::Value::from(now_ms));
+    CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref()).map_err(FfiError::from)
+}
+
+/// The completions' one body: `status` None is no response at all.
 ///
 /// # Safety
 /// As `polylimit_limiter_try_complete`.
@@ -445,11 +477,13 @@ unsafe fn complete(
     token: *const u8,
     token_len: usize,
     status: Result<Option<u16>, FfiError>,
+    options: Result<CompleteOptions, FfiError>,
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
         let status = status?;
+        let options = options?;
         // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
         // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
@@ -458,7 +492,7 @@ unsafe fn complete(
             return Err(FfiError::invalid("pending is NULL"));
         }
         let work: Call = Box::pin(async move {
-            limiter.complete(&token, status).await?;
+            limiter.complete_with(&token, status, options).await?;
             Ok(Reply::Unit)
         });
         // SAFETY: `pending` was checked above.

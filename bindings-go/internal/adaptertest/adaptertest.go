@@ -1,6 +1,7 @@
 // Package adaptertest plays the HTTP conformance vectors (tests/conformance/http)
-// through a router adapter (ginlimit, echolimit), on memory and on a real
-// Redis, for those adapters' tests. Not part of the released module.
+// and the cost vectors (tests/conformance/cost) through a router adapter
+// (ginlimit, echolimit), on memory and on a real Redis, for those adapters'
+// tests. Not part of the released module.
 package adaptertest
 
 import (
@@ -73,7 +74,11 @@ type Step struct {
 	Complete json.RawMessage `json:"complete"`
 	Of       *int            `json:"of"`
 	Peek     bool            `json:"peek"`
-	Expect   struct {
+	// cost/: the actual cost the handler reports (polylimit.ReportCost)
+	// before it answers, and the completion's clock (default: the request's).
+	ActualCost *int64 `json:"actual_cost"`
+	AtMs       *int64 `json:"at_ms"`
+	Expect     struct {
 		Status   *int        `json:"status"`
 		Headers  [][2]string `json:"headers"`
 		Trailers [][2]string `json:"trailers"`
@@ -157,22 +162,26 @@ type Adapter func(l *polylimit.Limiter, opts []polylimit.MiddlewareOption, handl
 type vectorKey struct{}
 
 // a request in flight: the handler signals entered with the headers the
-// adapter set, then answers the status sent on release (nil: it panics
-// with nothing written).
+// adapter set, then ends as release says.
 type inFlight struct {
 	entered chan http.Header
-	release chan *int
+	release chan ending
 	done    chan struct{}
 	rec     *httptest.ResponseRecorder
 	start   time.Time
 }
 
-// PlayHTTP plays every HTTP vector through adapter on store. Peeks are
-// skipped (an adapter never peeks, and a peek charges nothing), and so are
-// the cases of routers that ignore case or a trailing slash (gin's and
-// echo's routers do neither).
+// PlayHTTP plays every HTTP and cost vector through adapter on store.
+// Peeks are skipped (an adapter never peeks, and a peek charges nothing),
+// and so are the cases of routers that ignore case or a trailing slash
+// (gin's and echo's routers do neither). A cost vector's actual cost is
+// reported by the handler (polylimit.ReportCost on its request's context),
+// its at_ms given to the completion through WithNowFunc.
 func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 	files := Files[HTTPFile](t, "http")
+	for name, file := range Files[HTTPFile](t, "cost") {
+		files["cost/"+name] = file
+	}
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -189,11 +198,15 @@ func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f := r.Context().Value(flightKey{}).(*inFlight)
 		f.entered <- w.Header().Clone()
-		status := <-f.release
-		if status == nil {
+		e := <-f.release
+		if e.cost != nil && !polylimit.ReportCost(r.Context(), *e.cost) {
+			http.Error(w, "ReportCost: no request to report the cost of", http.StatusInternalServerError)
+			return
+		}
+		if e.status == nil {
 			panic(http.ErrAbortHandler) // no response, and no stack trace in the log
 		}
-		w.WriteHeader(*status)
+		w.WriteHeader(*e.status)
 	})
 	played, skipped := 0, 0
 	for fi, name := range names {
@@ -224,8 +237,7 @@ func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 						t.Errorf("%s step %d: request %d was not let through", where, i, *s.Of)
 						continue
 					}
-					f.release <- CompleteStatus(t, s.Complete)
-					<-f.done
+					end(t, f, steps[*s.Of], s)
 					flights[*s.Of], ended[*s.Of] = nil, true
 					continue
 				}
@@ -263,8 +275,7 @@ func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 						where, i, want, s.Expect.Headers, wantBody, status, header, body)
 				}
 				if s.Complete != nil && flights[i] != nil {
-					f.release <- CompleteStatus(t, s.Complete)
-					<-f.done
+					end(t, f, req, s)
 					flights[i], ended[i] = nil, true
 				}
 			}
@@ -272,7 +283,7 @@ func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 			ok := 200
 			for _, f := range flights {
 				if f != nil {
-					f.release <- &ok
+					f.release <- ending{status: &ok}
 					<-f.done
 				}
 			}
@@ -284,10 +295,28 @@ func PlayHTTP(t *testing.T, store string, adapter Adapter) {
 
 type flightKey struct{}
 
+// ending is how a request in flight ends: the status its handler answers
+// (nil: it panics with nothing written), after reporting cost when set.
+type ending struct {
+	status *int
+	cost   *int64
+}
+
+// end releases f, the flight of req, as step s says and waits for its
+// end; s.AtMs, the completion's clock, is set on req first.
+func end(t testing.TB, f *inFlight, req *Request, s Step) {
+	if s.AtMs != nil {
+		at := *s.AtMs
+		req.NowMs = &at // read by the adapter's WithNowFunc once the handler is done
+	}
+	f.release <- ending{status: CompleteStatus(t, s.Complete), cost: s.ActualCost}
+	<-f.done
+}
+
 // serve sends req to h on a goroutine of its own, as a server would (a
 // panic ends the request, never the test).
 func serve(h http.Handler, req *Request) *inFlight {
-	f := &inFlight{entered: make(chan http.Header, 1), release: make(chan *int, 1), done: make(chan struct{}),
+	f := &inFlight{entered: make(chan http.Header, 1), release: make(chan ending, 1), done: make(chan struct{}),
 		rec: httptest.NewRecorder(), start: time.Now()}
 	method, target := req.Method, req.Path
 	if method == "" {
