@@ -153,7 +153,10 @@ async fn bad_costs_are_refused_with_400_and_charge_nothing() {
         .filter(|l| l.starts_with("polylimit_requests_total") && l.contains("decision=\"invalid_cost\""))
         .collect();
     assert_eq!(refused.len(), 1, "{text}");
-    assert!(refused[0].contains("policy=\"llm\"") && refused[0].contains("source=\"cost\""), "{text}");
+    assert!(
+        refused[0].contains("policy=\"llm\"") && refused[0].contains("source=\"cost\""),
+        "{text}"
+    );
     assert!(refused[0].ends_with(" 8"), "{text}");
     // The header is one the rules read, so a binding passes it.
     assert!(limiter.reads_header("X-Cost"));
