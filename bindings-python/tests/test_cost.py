@@ -9,11 +9,11 @@ import json
 
 import pytest
 from conftest import unique_prefix
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from test_fastapi import Server
 
 import polylimit
-from polylimit.fastapi import PolylimitMiddleware
+from polylimit.fastapi import PolylimitMiddleware, install
 
 T0 = 1_700_000_000_000
 
@@ -64,6 +64,10 @@ def test_a_bad_cost_header_is_a_400_naming_it(store: str) -> None:
     body = json.loads(outcome.body)
     assert body["error"] == "invalid_cost" and body["field"] == "header:x-reserve" and body["value"] == "lots"
     assert limiter.check_request_sync(request("4000")).decisions[0]["remaining"] == 6000, "nothing was charged"
+    # The refusal is counted in the request metrics, under the policy it would have charged.
+    refused = [line for line in limiter.metrics_text().splitlines() if 'decision="invalid_cost"' in line]
+    assert len(refused) == 1 and 'policy="llm"' in refused[0] and 'source="cost"' in refused[0], refused
+    assert refused[0].endswith(" 1")
 
 
 def test_the_middleware_settles_the_cost_the_handler_reports(store: str) -> None:
@@ -118,5 +122,41 @@ def test_a_cost_function_gives_the_cost_checked_against_max_cost(store: str) -> 
             assert ok.headers["x-ratelimit-remaining"] == "7500"
             too_much = client.post("/v1/chat", headers={**headers, "x-estimate": "4001"})
             assert too_much.status_code == 400 and too_much.json()["field"] == "cost"
+    finally:
+        server.stop()
+
+
+def test_the_per_route_forms_take_a_cost_function_and_settle_the_reported_cost(store: str) -> None:
+    limiter = polylimit.Limiter(policy={"rate": "1000/h"}, store=store, prefix=unique_prefix("costroute"),
+                                timeout="10s")
+    app = FastAPI()
+    install(app)  # the Depends form completes after the response
+
+    async def reserve(request: Request) -> int:  # a cost function may be async
+        return int(request.headers.get("x-reserve", "1"))
+
+    def report(request: Request) -> None:
+        if "used" in request.query_params:
+            request.state.polylimit_cost = int(request.query_params["used"])
+
+    @app.get("/decorated")
+    @limiter.limit(key="ip", count="successful", cost=reserve)
+    async def decorated(request: Request):
+        report(request)
+        return {}
+
+    @app.get("/depends", dependencies=[Depends(limiter.depends(key="ip", count="successful", cost=reserve))])
+    async def depends(request: Request):
+        report(request)
+        return {}
+
+    server = Server(app)
+    try:
+        with server.client() as client:
+            for route in ("/decorated", "/depends"):  # each route has its own budget
+                first = client.get(f"{route}?used=500", headers={"x-reserve": "100"})
+                assert first.headers["x-ratelimit-remaining"] == "900", (route, "the cost function reserved 100")
+                # The handler used 500: 400 more charged after the response; this request reserves 1.
+                assert 499 <= int(client.get(route).headers["x-ratelimit-remaining"]) <= 501, route
     finally:
         server.stop()

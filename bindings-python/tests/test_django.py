@@ -147,7 +147,33 @@ def boom(request):
     raise RuntimeError("the view failed")
 
 
+def _reserve(request) -> int:
+    return int(request.headers.get("x-reserve", "1"))
+
+
+def _report(request) -> None:
+    if "used" in request.GET:
+        request.polylimit_cost = int(request.GET["used"])  # the view's actual cost (an LLM call's tokens)
+
+
+cost_limiter = polylimit.Limiter(policy={"rate": "1000/h"}, prefix=unique_prefix("djcost"))
+
+
+@ratelimit(key="ip", limiter=cost_limiter, count="successful", cost=_reserve)
+def reported(request):
+    _report(request)
+    return JsonResponse({})
+
+
+@ratelimit(key="ip", limiter=cost_limiter, count="successful", cost=_reserve)
+async def async_reported(request):
+    _report(request)
+    return JsonResponse({})
+
+
 urlpatterns = [
+    path("reported", reported),
+    path("async_reported", async_reported),
     path("sync/<int:item_id>", sync_item),
     path("async/<int:item_id>", async_item),
     path("login", login),
@@ -238,3 +264,81 @@ def test_bad_settings_name_the_field(settings_rules) -> None:
         assert "rate" in err.value.field
     with settings_rules(42), pytest.raises(TypeError, match="POLYLIMIT"):
         pdj.settings_limiter()
+
+
+# --- Cost: a cost function, and the actual cost the view reports on request.polylimit_cost -----
+
+
+def test_decorator_cost_function_and_reported_cost() -> None:
+    client = Client()
+    first = client.get("/reported?used=500", HTTP_X_RESERVE="100")
+    assert first["X-RateLimit-Remaining"] == "900", "the cost function reserved 100"
+    # The view used 500: 400 more charged after the response; this request reserves 1.
+    assert 499 <= int(client.get("/reported")["X-RateLimit-Remaining"]) <= 501
+
+    async def run() -> List[str]:
+        client = AsyncClient()
+        first = await client.get("/async_reported?used=500", headers={"x-reserve": "100"})
+        return [first["X-RateLimit-Remaining"], (await client.get("/async_reported"))["X-RateLimit-Remaining"]]
+
+    first_async, second_async = asyncio.run(run())
+    assert first_async == "900" and 499 <= int(second_async) <= 501
+
+
+def llm_rules(store: str, **fields: Any) -> Dict[str, Any]:
+    # 10 000 tokens an hour per client; a request reserves x-reserve tokens (1000 without it).
+    rule = {"match": {"path": "/v1/*"}, "key": ["ip"], "policy": "llm",
+            "cost": "header:x-reserve", "cost_default": 1000, "max_cost": 4000, "count": "successful"}
+    rule.update(fields)
+    return {"store": store, "prefix": unique_prefix("djllm"), "timeout": "10s", "headers": "legacy",
+            "policies": {"llm": {"algorithm": "token_bucket", "rate": "10000/h"}},
+            "rules": [{k: v for k, v in rule.items() if v is not None}]}
+
+
+def llm_middleware(limiter: Any, mode: str, **hooks: Any) -> PolylimitMiddleware:
+    def view(request):
+        _report(request)
+        return HttpResponse("ok", status=int(request.GET.get("status", "200")))
+
+    async def async_view(request):
+        return view(request)
+
+    return PolylimitMiddleware(async_view if mode == "async" else view, limiter=limiter, **hooks)
+
+
+def post(middleware: PolylimitMiddleware, path_: str, **meta: str):
+    request = RequestFactory().post(path_, **meta)
+    request.urlconf = NoRoutes
+    response = middleware(request)
+    return asyncio.run(response) if middleware.is_async else response
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_middleware_settles_the_cost_the_view_reports(store: str, mode: str) -> None:
+    middleware = llm_middleware(polylimit.Limiter.from_rules(llm_rules(store)), mode)
+    assert post(middleware, "/v1/chat?used=3400")["X-RateLimit-Remaining"] == "9000", "reserved 1000"
+    # 3400 charged for the first, 1000 reserved for this one (a little refill in between).
+    second = int(post(middleware, "/v1/chat?used=1000")["X-RateLimit-Remaining"])
+    assert 5600 <= second <= 5610
+    # A cost the core refuses is logged and the request completed without it: a 500, which the rule
+    # does not count, is given back whole.
+    assert post(middleware, "/v1/chat?used=-1&status=500").status_code == 500
+    assert second - 1000 <= int(post(middleware, "/v1/chat")["X-RateLimit-Remaining"]) <= second - 1000 + 10
+    bad = post(middleware, "/v1/chat", HTTP_X_RESERVE="lots")
+    assert bad.status_code == 400 and json.loads(bad.content)["error"] == "invalid_cost"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_middleware_cost_function_is_checked_against_max_cost(store: str, mode: str) -> None:
+    limiter = polylimit.Limiter.from_rules(llm_rules(store, cost=None, cost_default=None))
+
+    def estimate(request) -> int:
+        return int(request.headers.get("x-estimate", "1"))
+
+    async def async_estimate(request) -> int:
+        return estimate(request)
+
+    middleware = llm_middleware(limiter, mode, cost=async_estimate if mode == "async" else estimate)
+    assert post(middleware, "/v1/chat", HTTP_X_ESTIMATE="2500")["X-RateLimit-Remaining"] == "7500"
+    too_much = post(middleware, "/v1/chat", HTTP_X_ESTIMATE="4001")
+    assert too_much.status_code == 400 and json.loads(too_much.content)["field"] == "cost"

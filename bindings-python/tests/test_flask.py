@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 import pytest
 from conftest import unique_prefix
-from flask import Flask, request
+from flask import Flask, g, request
 from http_vectors import Answer, Recorder, play, rate_headers
 from test_conformance import files
 
@@ -189,3 +189,76 @@ def test_bad_config_names_the_field() -> None:
     with pytest.raises(polylimit.ConfigError) as err:
         make_app({"rules": {"policies": {"p": {"rate": "fast"}}, "rules": []}})
     assert "rate" in err.value.field
+
+
+# --- Cost: a cost function, and the actual cost the view reports on g.polylimit_cost -------------
+
+
+def _report() -> None:
+    if "used" in request.args:
+        g.polylimit_cost = int(request.args["used"])  # the view's actual cost (an LLM call's tokens)
+
+
+def llm_rules(store: str, **fields: Any) -> Dict[str, Any]:
+    # 10 000 tokens an hour per client; a request reserves x-reserve tokens (1000 without it).
+    rule = {"match": {"path": "/v1/*"}, "key": ["ip"], "policy": "llm",
+            "cost": "header:x-reserve", "cost_default": 1000, "max_cost": 4000, "count": "successful"}
+    rule.update(fields)
+    return {"store": store, "prefix": unique_prefix("flllm"), "timeout": "10s", "headers": "legacy",
+            "policies": {"llm": {"algorithm": "token_bucket", "rate": "10000/h"}},
+            "rules": [{k: v for k, v in rule.items() if v is not None}]}
+
+
+def llm_app(limiter: Any, **hooks: Any) -> Flask:
+    app = Flask(__name__)
+    ext = Polylimit(app, limiter=limiter, **hooks)
+
+    @app.post("/v1/chat")
+    def chat():
+        _report()
+        return "ok", int(request.args.get("status", "200"))
+
+    @app.get("/reported")
+    @ext.limit(key="ip", rate="1000/h", count="successful", cost=lambda req: int(req.headers.get("x-reserve", "1")))
+    def reported():
+        _report()
+        return {}
+
+    return app
+
+
+def test_extension_settles_the_cost_the_view_reports(store: str) -> None:
+    client = llm_app(polylimit.Limiter.from_rules(llm_rules(store))).test_client()
+    assert client.post("/v1/chat?used=3400").headers["X-RateLimit-Remaining"] == "9000", "reserved 1000"
+    # 3400 charged for the first, 1000 reserved for this one (a little refill in between).
+    second = int(client.post("/v1/chat?used=1000").headers["X-RateLimit-Remaining"])
+    assert 5600 <= second <= 5610
+    # A cost the core refuses is logged and the request completed without it: a 500, which the rule
+    # does not count, is given back whole.
+    assert client.post("/v1/chat?used=-1&status=500").status_code == 500
+    assert second - 1000 <= int(client.post("/v1/chat").headers["X-RateLimit-Remaining"]) <= second - 1000 + 10
+    bad = client.post("/v1/chat", headers={"X-Reserve": "lots"})
+    assert bad.status_code == 400 and bad.get_json()["error"] == "invalid_cost"
+
+
+def test_extension_cost_function_is_checked_against_max_cost(store: str) -> None:
+    limiter = polylimit.Limiter.from_rules(llm_rules(store, cost=None, cost_default=None))
+    client = llm_app(limiter, cost=lambda req: int(req.headers.get("x-estimate", "1"))).test_client()
+    assert client.post("/v1/chat", headers={"X-Estimate": "2500"}).headers["X-RateLimit-Remaining"] == "7500"
+    too_much = client.post("/v1/chat", headers={"X-Estimate": "4001"})
+    assert too_much.status_code == 400 and too_much.get_json()["field"] == "cost"
+
+
+def test_config_cost_hook() -> None:
+    config = rules([{"match": {"path": "/items/*"}, "key": ["ip"], "policy": "p"}], rate="10/min", burst=10)
+    config["cost"] = lambda req: int(req.headers.get("x-estimate", "1"))
+    client = make_app(config).test_client()
+    assert client.get("/items/1", headers={"X-Estimate": "4"}).headers["X-RateLimit-Remaining"] == "6"
+
+
+def test_decorator_cost_function_and_reported_cost() -> None:
+    client = llm_app(None).test_client()  # no app-wide rules: only the decorated view
+    first = client.get("/reported?used=500", headers={"X-Reserve": "100"})
+    assert first.headers["X-RateLimit-Remaining"] == "900", "the cost function reserved 100"
+    # The view used 500: 400 more charged after the response; this request reserves 1.
+    assert 499 <= int(client.get("/reported").headers["X-RateLimit-Remaining"]) <= 501

@@ -305,3 +305,87 @@ def test_slot_released_when_a_client_cancels_a_stream(greeter: Server) -> None:
         deadline = time.monotonic() + 10
         while call(channel, "/test.Slow/Fail", [])[0] == grpc.StatusCode.RESOURCE_EXHAUSTED:
             assert time.monotonic() < deadline, "the cancelled stream kept its slot"
+
+
+# --- Cost: a cost function, and the actual cost the servicer reports with report_cost ----------
+
+LLM_METHOD = "/test.Llm/Chat"
+
+
+def llm_rules(store: str, **fields: Any) -> Dict[str, Any]:
+    # 10 000 tokens an hour per client; a call reserves its x-reserve metadata (1000 without it).
+    rule = {"match": {"path": "/test.Llm/*"}, "key": ["ip"], "policy": "llm",
+            "cost": "header:x-reserve", "cost_default": 1000, "max_cost": 4000}
+    rule.update(fields)
+    return {"store": store, "prefix": unique_prefix("grpcllm"), "timeout": "10s", "headers": "legacy",
+            "policies": {"llm": {"algorithm": "token_bucket", "rate": "10000/h"}},
+            "rules": [{k: v for k, v in rule.items() if v is not None}]}
+
+
+class Llm(grpc.GenericRpcHandler):
+    """``/test.Llm/Chat``: reports the call's ``x-used`` metadata as its actual cost."""
+
+    def __init__(self, aio: bool) -> None:
+        self.aio = aio
+        self.reported: List[bool] = []
+
+    def report(self, context: Any) -> None:
+        used = dict(context.invocation_metadata()).get("x-used")
+        if used is not None:
+            self.reported.append(polylimit.grpc.report_cost(context, int(used)))
+
+    def service(self, details):
+        if self.aio:
+            async def chat(request, context):
+                self.report(context)
+                return b"ok"
+        else:
+            def chat(request, context):
+                self.report(context)
+                return b"ok"
+
+        return grpc.unary_unary_rpc_method_handler(chat)
+
+
+def llm_server(aio: bool, limiter: Any, **hooks: Any) -> Tuple[Server, Llm]:
+    module = polylimit.grpc.aio if aio else polylimit.grpc
+    handlers = Llm(aio)
+    return Server(aio, module.PolylimitInterceptor(limiter=limiter, **hooks), handlers), handlers
+
+
+def remaining(answer: Any) -> int:
+    return int(dict(answer[2])["x-ratelimit-remaining"])
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "aio"])
+def test_interceptor_settles_the_cost_the_servicer_reports(store: str, aio: bool) -> None:
+    server, handlers = llm_server(aio, polylimit.Limiter.from_rules(llm_rules(store)))
+    try:
+        with server.channel() as channel:
+            first = call(channel, LLM_METHOD, [("x-used", "3400")])
+            assert first[0] == grpc.StatusCode.OK and remaining(first) == 9000, "reserved 1000"
+            # 3400 charged for the first, 1000 reserved for this one (a little refill in between).
+            assert 5600 <= remaining(call(channel, LLM_METHOD, [("x-used", "1000")])) <= 5610
+            bad = call(channel, LLM_METHOD, [("x-reserve", "lots")])
+            assert bad[0] == grpc.StatusCode.INVALID_ARGUMENT and json.loads(bad[1])["error"] == "invalid_cost"
+        assert handlers.reported == [True, True]
+    finally:
+        server.stop()
+    assert polylimit.grpc.report_cost(object(), 5) is False, "no call of an interceptor"
+
+
+@pytest.mark.parametrize("aio", [False, True], ids=["sync", "aio"])
+def test_interceptor_cost_function_is_checked_against_max_cost(store: str, aio: bool) -> None:
+    limiter = polylimit.Limiter.from_rules(llm_rules(store, cost=None, cost_default=None))
+
+    def estimate(context: Any) -> int:
+        return int(dict(context.invocation_metadata()).get("x-estimate", "1"))
+
+    server, _ = llm_server(aio, limiter, cost=estimate)
+    try:
+        with server.channel() as channel:
+            assert remaining(call(channel, LLM_METHOD, [("x-estimate", "2500")])) == 7500
+            too_much = call(channel, LLM_METHOD, [("x-estimate", "4001")])
+            assert too_much[0] == grpc.StatusCode.INVALID_ARGUMENT and json.loads(too_much[1])["field"] == "cost"
+    finally:
+        server.stop()

@@ -390,6 +390,16 @@ impl Metrics {
         }
     }
 
+    /// Counts one HTTP request of `policy` on `route` refused for its cost
+    /// (a 400 `invalid_cost`, nothing decided or charged): `decision="invalid_cost"`,
+    /// `source="cost"` in `polylimit_requests_total`.
+    pub fn invalid_cost(&self, policy: &str, route: &str) {
+        let mut requests = self.requests.lock();
+        *labelled(labelled(&mut requests, policy), route)
+            .entry(("invalid_cost", "cost"))
+            .or_default() += 1;
+    }
+
     /// When these counters started, in nanoseconds since the Unix epoch.
     pub fn started_unix_nanos(&self) -> u64 {
         self.started_unix_nanos

@@ -142,6 +142,22 @@ async fn bad_costs_are_refused_with_400_and_charge_nothing() {
     let outcome = limiter.check_request(&req).await.unwrap();
     assert_eq!(outcome.status, Some(400));
     assert!(outcome.body.unwrap().contains("\"field\":\"cost\""));
+    // Each refusal is counted in the request metrics (a peek is not): 7 bad headers and the 9.
+    let bad = RequestInfo::from_value(&json!({"path": "/x", "peer": "203.0.113.7", "now_ms": T0,
+                                             "headers": {"x-cost": "abc"}}))
+    .unwrap();
+    assert_eq!(limiter.peek_request(&bad).await.unwrap().status, Some(400));
+    let text = limiter.metrics_text();
+    let refused: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("polylimit_requests_total") && l.contains("decision=\"invalid_cost\""))
+        .collect();
+    assert_eq!(refused.len(), 1, "{text}");
+    assert!(
+        refused[0].contains("policy=\"llm\"") && refused[0].contains("source=\"cost\""),
+        "{text}"
+    );
+    assert!(refused[0].ends_with(" 8"), "{text}");
     // The header is one the rules read, so a binding passes it.
     assert!(limiter.reads_header("X-Cost"));
 }

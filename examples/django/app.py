@@ -38,6 +38,18 @@ async def pay(request, payment_id):
     return JsonResponse({"paid": payment_id})
 
 
+# An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+# the view; the view reports the actual cost (here read from X-Actual-Cost, in a real app the
+# model's token usage) and the middleware reconciles after the response.
+async def llm(request):
+    if request.method != "POST":
+        return await hello(request, "llm")
+    actual = request.headers.get("x-actual-cost")
+    if actual is not None:
+        request.polylimit_cost = int(actual)
+    return JsonResponse({"answered": True})
+
+
 # The demo's one account password; a real app checks its user store.
 DEMO_PASSWORD = "open-sesame"
 
@@ -84,6 +96,7 @@ async def metrics(request):
 
 urlpatterns = [
     path("api/payments/<str:payment_id>", pay),
+    path("api/llm", llm),
     path("api/<str:name>", hello),
     path("login", login),
     path("reports/<str:report_id>", report),

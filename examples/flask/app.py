@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.serving import run_simple
 
 from polylimit.flask import Polylimit
@@ -26,6 +26,17 @@ def hello(name):
 @app.post("/api/payments/<payment_id>")
 def pay(payment_id):
     return {"paid": payment_id}
+
+
+# An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+# the view; the view reports the actual cost (here read from X-Actual-Cost, in a real app the
+# model's token usage) and the extension reconciles after the response.
+@app.post("/api/llm")
+def llm():
+    actual = request.headers.get("x-actual-cost")
+    if actual is not None:
+        g.polylimit_cost = int(actual)
+    return {"answered": True}
 
 
 # The demo's one account password; a real app checks its user store.

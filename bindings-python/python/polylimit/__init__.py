@@ -131,7 +131,7 @@ class Limiter(_NativeLimiter):
         key: Union[None, str, Sequence[str], Callable[[Any], Optional[str]]] = None,
         *,
         policy: Optional[str] = None,
-        cost: int = 1,
+        cost: Union[int, Callable[[Any], Any]] = 1,
         per_route: bool = True,
         count: Union[None, str, int, Sequence[Union[str, int]]] = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -146,7 +146,7 @@ class Limiter(_NativeLimiter):
         key: Union[None, str, Sequence[str], Callable[[Any], Optional[str]]] = None,
         *,
         policy: Optional[str] = None,
-        cost: int = 1,
+        cost: Union[int, Callable[[Any], Any]] = 1,
         per_route: bool = True,
         count: Union[None, str, int, Sequence[Union[str, int]]] = None,
     ) -> Callable[..., Any]:

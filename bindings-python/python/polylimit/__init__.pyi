@@ -131,7 +131,7 @@ class Limiter(_NativeLimiter):
         key: Optional[KeySpec] = None,
         *,
         policy: Optional[str] = None,
-        cost: int = 1,
+        cost: Union[int, Callable[[Any], Any]] = 1,
         per_route: bool = True,
         count: Optional[CountSpec] = None,
     ) -> Callable[[_F], _F]:
@@ -141,7 +141,7 @@ class Limiter(_NativeLimiter):
         key: Optional[KeySpec] = None,
         *,
         policy: Optional[str] = None,
-        cost: int = 1,
+        cost: Union[int, Callable[[Any], Any]] = 1,
         per_route: bool = True,
         count: Optional[CountSpec] = None,
     ) -> Callable[..., Awaitable[Optional[Outcome]]]:

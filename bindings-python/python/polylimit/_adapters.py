@@ -1,10 +1,13 @@
-"""What the Django and Flask adapters share, free of any framework: the limiter their settings
-build, a decorator's rule, and the status a request ended with. Every rule is the core's; this
-module only reads settings and hands their values over."""
+"""What the Python adapters share, free of any framework: the limiter their settings build, a
+decorator's rule, the status a request ended with, the actual cost a handler reported, and the
+completion after the response. Every rule is the core's; this module only reads settings and
+hands their values over."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import logging
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -15,7 +18,15 @@ CountSpec = Union[str, int, Sequence[Union[str, int]], None]
 Hook = Optional[Callable[[Any], Optional[str]]]
 
 # The settings entries that are request hooks, not options of the core.
-HOOKS = ("user", "api_key", "key")
+HOOKS = ("user", "api_key", "key", "cost")
+
+COST = "polylimit_cost"
+"""Where a handler reports its request's actual cost (an LLM call's tokens), learned from the
+response: ``request.state.polylimit_cost`` (FastAPI / Starlette), ``request.polylimit_cost``
+(Django), ``g.polylimit_cost`` (Flask); a gRPC servicer calls ``polylimit.grpc.report_cost``.
+The adapter passes it to ``limiter.complete(token, status, cost)`` after the response."""
+
+_log = logging.getLogger("polylimit")
 
 
 def _callable(name: str, value: Any) -> Hook:
@@ -31,7 +42,8 @@ def _callable(name: str, value: Any) -> Hook:
 def from_settings(config: Any, where: str) -> Tuple[Any, Dict[str, Any], Dict[str, Hook]]:
     """``(limiter, options, hooks)`` from a framework's setting: a rules file's path, or a dict of
     ``Limiter`` options (``rules``, ``rules_file``, ``store``, ``trusted_proxies``, …) with the optional
-    hooks ``user``, ``api_key``, ``key`` (functions of the request, or dotted paths to them).
+    hooks ``user``, ``api_key``, ``key`` and ``cost`` (functions of the request, or dotted paths to
+    them; ``cost`` gives the request's cost, which the core checks against its rules' ``max_cost``).
     ``options`` are what built the limiter (``effective_config(**options)`` shows its configuration)."""
     from . import Limiter
 
@@ -114,12 +126,73 @@ def with_dimensions(
     cost: Optional[int],
 ) -> Dict[str, Any]:
     """``info`` (method, path, headers) with the fields a framework gave: no peer for a Unix socket
-    (the core keys it ``unknown``), none of the dimensions left as ``None``, a cost only past 1."""
+    (the core keys it ``unknown``), none of the dimensions left as ``None``, the cost when one was
+    given (a cost function's result is the caller's cost, even 1: it wins over the rules' costs)."""
     if peer:
         info["peer"] = peer
     for name, value in (("route", route), ("key", key), ("user", user), ("api_key", api_key)):
         if value is not None:
             info[name] = value
-    if cost is not None and cost != 1:
+    if cost is not None:
         info["cost"] = cost
     return info
+
+
+def reported_cost(holder: Any) -> Any:
+    """The actual cost a handler reported on ``holder`` under ``COST`` (a mapping such as an ASGI
+    scope's ``state``, or an object: a Django request, Flask's ``g``), None when it reported none.
+    The value is passed on as given: the core checks it."""
+    if holder is None:
+        return None
+    if isinstance(holder, dict):
+        return holder.get(COST)
+    return getattr(holder, COST, None)
+
+
+def request_cost(cost: Any, request: Any) -> Any:
+    """A per-route form's ``cost`` for ``request``: the number given, or the result of a function of
+    the request (an awaitable when the function is ``async def``). The core checks it."""
+    return cost(request) if callable(cost) else cost
+
+
+async def awaited(value: Any) -> Any:
+    """``value``, awaited when it is awaitable (a hook that is ``async def``)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+def _refused(cost: Any) -> None:
+    _log.exception("polylimit: the reported cost %r was refused; the request is completed without it", cost)
+
+
+def settle_sync(limiter: Any, token: str, status: Optional[int], cost: Any = None) -> None:
+    """Completes a request after its response (``complete_sync``) with the actual cost its handler
+    reported, if any; never raises into the app: a cost the core refuses is logged and the request
+    completed without it (so its other charges and its leases are still settled), anything else logged."""
+    try:
+        if cost is None:
+            limiter.complete_sync(token, status)
+        else:
+            limiter.complete_sync(token, status, cost)
+        return
+    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
+        if cost is None:
+            _log.exception("polylimit: completing a request failed")
+            return
+        _refused(cost)
+    settle_sync(limiter, token, status)
+
+
+async def settle(limiter: Any, token: str, status: Optional[int], cost: Any = None) -> None:
+    """``settle_sync`` for an async app: awaits the core's ``complete``."""
+    try:
+        if cost is None:
+            await limiter.complete(token, status)
+        else:
+            await limiter.complete(token, status, cost)
+        return
+    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
+        if cost is None:
+            _log.exception("polylimit: completing a request failed")
+            return
+        _refused(cost)
+    await settle(limiter, token, status)

@@ -20,17 +20,23 @@ The route is the URL pattern Django resolved (``request.resolver_match.route``, 
 returned, and a concurrency slot is released then; a view's exception is charged as Django's 500,
 an async request cancelled by a client gone as no response. A streaming response is settled when
 the view returns it, before its body is sent.
+
+``cost`` (the middleware, the setting's hooks, ``@ratelimit``): the request's cost, a number (the
+decorator) or a function of the request giving it (``async def`` in an async stack); the core checks
+it (against the rules' ``max_cost`` for the middleware). A view that learns its actual cost from the
+response (an LLM call's tokens) sets ``request.polylimit_cost = n``: the middleware (and the
+decorator) pass it to ``limiter.complete(token, status, cost=n)`` when they complete the request (a
+rules-file cost rule, ``count``, a concurrency policy). A value the core refuses is logged and the
+request completed without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
-import logging
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.signals import setting_changed
@@ -38,12 +44,12 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
 
 from . import _adapters
-from ._adapters import CountSpec, Hook, KeySpec, ended
+from ._adapters import COST, CountSpec, Hook, KeySpec, awaited as _resolve, ended, reported_cost, request_cost
+from ._adapters import settle as _settle, settle_sync as _settle_sync
 from ._polylimit import Outcome
 
 __all__ = ["PolylimitMiddleware", "ratelimit", "request_info", "refusal", "settings_limiter"]
 
-_log = logging.getLogger("polylimit")
 _lock = threading.Lock()
 _shared: Dict[str, Any] = {}
 _UNSET: Any = object()
@@ -117,33 +123,25 @@ def _add_headers(response: HttpResponse, outcome: Outcome) -> None:
         response[name] = value
 
 
-def _settle_sync(limiter: Any, token: str, status: Optional[int]) -> None:
-    try:
-        limiter.complete_sync(token, status)
-    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        _log.exception("polylimit: completing a request failed")
-
-
-async def _settle(limiter: Any, token: str, status: Optional[int]) -> None:
-    try:
-        await limiter.complete(token, status)
-    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        _log.exception("polylimit: completing a request failed")
+COST_ATTRIBUTE = COST
+"""The attribute of the request a view sets to report its actual cost: ``request.polylimit_cost = 3400``."""
 
 
 # Completions of cancelled requests, referenced until they finish.
 _settling: "set[asyncio.Task[None]]" = set()
 
 
-def _settle_soon(limiter: Any, token: str, status: Optional[int]) -> None:
-    task = asyncio.get_running_loop().create_task(_settle(limiter, token, status))
+def _settle_soon(limiter: Any, token: str, status: Optional[int], cost: Any) -> None:
+    task = asyncio.get_running_loop().create_task(_settle(limiter, token, status, cost))
     _settling.add(task)
     task.add_done_callback(_settling.discard)
 
 
-def _serve_sync(limiter: Any, outcome: Outcome, call: Callable[[], HttpResponse], sleep: Callable[[float], None]) -> HttpResponse:
+def _serve_sync(
+    limiter: Any, outcome: Outcome, request: HttpRequest, call: Callable[[], HttpResponse], sleep: Callable[[float], None]
+) -> HttpResponse:
     """Answers a checked request: its refusal, or the view's response with the outcome's headers,
-    settled (``count``, concurrency) with the response's status."""
+    settled (``count``, concurrency, cost) with the response's status and the cost the view reported."""
     if outcome.status is not None:
         return refusal(outcome)
     if outcome.delay_ms:
@@ -153,15 +151,17 @@ def _serve_sync(limiter: Any, outcome: Outcome, call: Callable[[], HttpResponse]
         response = call()
     except BaseException:
         if token is not None:
-            _settle_sync(limiter, token, ended(None, failed=True))
+            _settle_sync(limiter, token, ended(None, failed=True), reported_cost(request))
         raise
     _add_headers(response, outcome)
     if token is not None:
-        _settle_sync(limiter, token, ended(response.status_code))
+        _settle_sync(limiter, token, ended(response.status_code), reported_cost(request))
     return response
 
 
-async def _serve(limiter: Any, outcome: Outcome, call: Callable[[], Any], sleep: Callable[[float], Any]) -> HttpResponse:
+async def _serve(
+    limiter: Any, outcome: Outcome, request: HttpRequest, call: Callable[[], Any], sleep: Callable[[float], Any]
+) -> HttpResponse:
     """``_serve_sync`` for an async request; a request cancelled (client gone) is settled as one
     without a response."""
     if outcome.status is not None:
@@ -173,27 +173,24 @@ async def _serve(limiter: Any, outcome: Outcome, call: Callable[[], Any], sleep:
         response = await call()
     except asyncio.CancelledError:
         if token is not None:
-            _settle_soon(limiter, token, ended(None, gone=True))
+            _settle_soon(limiter, token, ended(None, gone=True), reported_cost(request))
         raise
     except BaseException:
         if token is not None:
-            await _settle(limiter, token, ended(None, failed=True))
+            await _settle(limiter, token, ended(None, failed=True), reported_cost(request))
         raise
     _add_headers(response, outcome)
     if token is not None:
-        await _settle(limiter, token, ended(response.status_code))
+        await _settle(limiter, token, ended(response.status_code), reported_cost(request))
     return response
-
-
-async def _resolve(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 class PolylimitMiddleware:
     """Applies a limiter's rules to every request: ``settings.POLYLIMIT``'s, or
-    ``PolylimitMiddleware(get_response, limiter=..., user=..., api_key=..., key=...)`` built by hand.
-    Hooks are functions of the request; in an async stack they may be ``async def`` (one that reads
-    the database must be: ``(await request.auser()).pk``)."""
+    ``PolylimitMiddleware(get_response, limiter=..., user=..., api_key=..., key=..., cost=...)`` built
+    by hand. Hooks are functions of the request; in an async stack they may be ``async def`` (one that
+    reads the database must be: ``(await request.auser()).pk``). ``cost`` gives the request's cost,
+    which the core checks against the rules' ``max_cost``."""
 
     sync_capable = True
     """Django may call it from a sync (WSGI) chain."""
@@ -201,7 +198,14 @@ class PolylimitMiddleware:
     """Django may call it from an async (ASGI) chain, where it awaits the core."""
 
     def __init__(
-        self, get_response: Callable[..., Any], limiter: Any = None, *, user: Hook = None, api_key: Hook = None, key: Hook = None
+        self,
+        get_response: Callable[..., Any],
+        limiter: Any = None,
+        *,
+        user: Hook = None,
+        api_key: Hook = None,
+        key: Hook = None,
+        cost: Optional[Callable[[HttpRequest], Any]] = None,
     ) -> None:
         self.get_response = get_response
         """The next middleware or the view (Django's middleware chain)."""
@@ -214,9 +218,9 @@ class PolylimitMiddleware:
             limiter, _, hooks = settings_limiter()
         self.limiter = limiter
         """The limiter whose rules decide each request."""
-        given = {"user": user, "api_key": api_key, "key": key}
+        given = {"user": user, "api_key": api_key, "key": key, "cost": cost}
         self.hooks = {name: given[name] or hooks.get(name) for name in given}
-        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions."""
+        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions and its ``cost``."""
 
     def request_info(self, request: HttpRequest, hooks: Dict[str, Any]) -> Dict[str, Any]:
         """The core's request for ``request``, with the hooks' values."""
@@ -231,12 +235,12 @@ class PolylimitMiddleware:
             return self.__acall__(request)
         values = {name: hook(request) for name, hook in self.hooks.items() if hook is not None}
         outcome = self.limiter.check_request_sync(self.request_info(request, values))
-        return _serve_sync(self.limiter, outcome, lambda: self.get_response(request), self.sleep)
+        return _serve_sync(self.limiter, outcome, request, lambda: self.get_response(request), self.sleep)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
         values = {name: await _resolve(hook(request)) for name, hook in self.hooks.items() if hook is not None}
         outcome = await self.limiter.check_request(self.request_info(request, values))
-        return await _serve(self.limiter, outcome, lambda: self.get_response(request), self.sleep)
+        return await _serve(self.limiter, outcome, request, lambda: self.get_response(request), self.sleep)
 
 
 def ratelimit(
@@ -247,7 +251,7 @@ def ratelimit(
     algorithm: Optional[str] = None,
     policy: Optional[str] = None,
     limiter: Any = None,
-    cost: int = 1,
+    cost: Union[int, Callable[[HttpRequest], Any]] = 1,
     per_route: bool = True,
     count: CountSpec = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -269,8 +273,9 @@ def ratelimit(
                 value = await _resolve(hook(request)) if hook is not None else None
                 if hook is not None and value is None:
                     return await view(request, *args, **kwargs)
-                outcome = await limiter.check_route(request_info(request, key=value, cost=cost), rule)
-                return await _serve(limiter, outcome, lambda: view(request, *args, **kwargs), asyncio.sleep)
+                given = await _resolve(request_cost(cost, request))
+                outcome = await limiter.check_route(request_info(request, key=value, cost=given), rule)
+                return await _serve(limiter, outcome, request, lambda: view(request, *args, **kwargs), asyncio.sleep)
 
             return markcoroutinefunction(async_wrapper)
 
@@ -279,8 +284,9 @@ def ratelimit(
             value = hook(request) if hook is not None else None
             if hook is not None and value is None:
                 return view(request, *args, **kwargs)
-            outcome = limiter.check_route_sync(request_info(request, key=value, cost=cost), rule)
-            return _serve_sync(limiter, outcome, lambda: view(request, *args, **kwargs), time.sleep)
+            given = request_cost(cost, request)
+            outcome = limiter.check_route_sync(request_info(request, key=value, cost=given), rule)
+            return _serve_sync(limiter, outcome, request, lambda: view(request, *args, **kwargs), time.sleep)
 
         return wrapper
 

@@ -36,6 +36,14 @@ The same completion releases a concurrency policy's slots after the response (an
 client gone included); without ``install(app)`` the ``Depends`` form holds them until their lease ends.
 Rules-file ``count`` (the ASGI middleware) is settled by ``PolylimitMiddleware`` itself.
 
+``cost`` (``limit``, ``depends``, ``PolylimitMiddleware``): the request's cost, a number or a function
+of the request (``async def`` too) giving it; the core checks it (against the rules' ``max_cost``
+for the middleware), a bad one is the core's error. A handler that learns its actual cost from the
+response (an LLM call's tokens) sets ``request.state.polylimit_cost = n``: each form passes it to
+``limiter.complete(token, status, cost=n)`` when it completes the request (a rules-file cost rule,
+``count``, a concurrency policy; the ``Depends`` form with ``install(app)``). A value the core
+refuses is logged and the request completed without it.
+
 ``limit`` and ``depends`` check through the limiter they are called on (a
 ``route_rule`` of it, validated when the route is decorated): the same store,
 memory state and metrics (labelled ``route="route_rule"``), the rules file's
@@ -61,7 +69,8 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._adapters import route_rule, with_dimensions
+from ._adapters import COST, awaited, request_cost, route_rule, settle as _settle, with_dimensions
+from ._adapters import reported_cost as _reported_cost
 from ._polylimit import Limiter as _NativeLimiter, Outcome, RouteRule, ended_status as _ended_status
 
 __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "limit", "request_info"]
@@ -69,6 +78,7 @@ __all__ = ["PolylimitMiddleware", "RateLimitExceeded", "depends", "install", "li
 KeySpec = Union[str, Sequence[str], Callable[[Request], Optional[str]]]
 CountSpec = Union[str, int, Sequence[Union[str, int]], None]
 Hook = Optional[Callable[[Request], Optional[str]]]
+CostSpec = Union[int, Callable[[Request], Any]]
 
 _REQUEST = "polylimit_request__"
 _RESPONSE = "polylimit_response__"
@@ -78,16 +88,6 @@ _SETTLE = "polylimit.settle"
 _log = logging.getLogger("polylimit")
 # Completions left to run after a cancelled request: referenced until they finish.
 _settling: "set[asyncio.Task[None]]" = set()
-
-
-async def _settle(limiter: Any, token: str, status: Optional[int], cost: Optional[int] = None) -> None:
-    """Settles a request after its response, with the actual cost the handler reported (if any);
-    never raises into the app (the core does not fail because the store is down; anything else,
-    a bad reported cost included, is logged)."""
-    try:
-        await limiter.complete(token, status, cost)
-    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        _log.exception("polylimit: completing a request failed")
 
 
 def _settle_soon(limiter: Any, token: str, status: Optional[int], cost: Optional[int] = None) -> None:
@@ -107,7 +107,7 @@ def _ended(seen: List[int], failed: bool = False, gone: bool = False) -> Optiona
     return _ended_status(seen[0] if seen else 0, bool(seen), failed, gone)
 
 
-COST_STATE = "polylimit_cost"
+COST_STATE = COST
 """The ``request.state`` attribute a handler sets to report its request's actual cost (an LLM
 call's tokens): ``request.state.polylimit_cost = 3400``. The middleware passes it to
 ``limiter.complete(token, status, cost)`` after the response."""
@@ -115,8 +115,7 @@ call's tokens): ``request.state.polylimit_cost = 3400``. The middleware passes i
 
 def reported_cost(scope: Scope) -> Optional[int]:
     """The actual cost the handler reported on ``request.state`` (``None``: it did not)."""
-    state = scope.get("state")
-    return state.get(COST_STATE) if isinstance(state, dict) else None
+    return _reported_cost(scope.get("state"))
 
 
 def _route_status(scope: Scope) -> int:
@@ -166,7 +165,7 @@ class _Check:
     ``route`` first per route."""
 
     def __init__(
-        self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: int, per_route: bool, count: CountSpec = None
+        self, limiter: Any, key: Optional[KeySpec], policy: Optional[str], cost: CostSpec, per_route: bool, count: CountSpec = None
     ) -> None:
         self.limiter: _NativeLimiter = limiter
         self.rule: RouteRule
@@ -182,7 +181,8 @@ class _Check:
                 key = await key
             if key is None:
                 return None
-        return await self.limiter.check_route(request_info(request.scope, key=key, cost=self.cost), self.rule)
+        cost = await awaited(request_cost(self.cost, request))
+        return await self.limiter.check_route(request_info(request.scope, key=key, cost=cost), self.rule)
 
 
 def _own_parameter(params: List[inspect.Parameter], hints: Dict[str, Any], kind: type) -> Optional[str]:
@@ -200,7 +200,7 @@ def limit(
     key: Optional[KeySpec] = None,
     *,
     policy: Optional[str] = None,
-    cost: int = 1,
+    cost: CostSpec = 1,
     per_route: bool = True,
     count: CountSpec = None,
 ):
@@ -293,12 +293,12 @@ async def _call_and_settle(
         status = exc.status_code
         raise
     except asyncio.CancelledError:
-        _settle_soon(limiter, token, None)
+        _settle_soon(limiter, token, None, reported_cost(request.scope))
         token = ""
         raise
     finally:
         if token:
-            await _settle(limiter, token, status)
+            await _settle(limiter, token, status, reported_cost(request.scope))
 
 
 class RateLimitExceeded(HTTPException):
@@ -317,7 +317,7 @@ def depends(
     key: Optional[KeySpec] = None,
     *,
     policy: Optional[str] = None,
-    cost: int = 1,
+    cost: CostSpec = 1,
     per_route: bool = True,
     count: CountSpec = None,
 ):
@@ -376,14 +376,16 @@ def _is_last_body(message: Message) -> bool:
     return message["type"] == "http.response.body" and not message.get("more_body", False)
 
 
-async def _send_capturing(send: Send, seen: List[int], pending: List[Tuple[Any, str]], message: Message) -> None:
+async def _send_capturing(
+    send: Send, scope: Scope, seen: List[int], pending: List[Tuple[Any, str]], message: Message
+) -> None:
     if message["type"] == "http.response.start":
         seen.append(int(message["status"]))
     elif pending and _is_last_body(message):
         settling = list(pending)
         pending.clear()
         for limiter, token in settling:
-            await _settle(limiter, token, _ended(seen))
+            await _settle(limiter, token, _ended(seen), reported_cost(scope))
     await send(message)
 
 
@@ -401,20 +403,20 @@ class _SettleMiddleware:
         scope[_SETTLE] = pending
         seen: List[int] = []
         try:
-            await self.app(scope, receive, functools.partial(_send_capturing, send, seen, pending))
+            await self.app(scope, receive, functools.partial(_send_capturing, send, scope, seen, pending))
         except asyncio.CancelledError:
             for limiter, token in pending:
-                _settle_soon(limiter, token, _ended(seen, gone=True))
+                _settle_soon(limiter, token, _ended(seen, gone=True), reported_cost(scope))
             pending.clear()
             raise
         except Exception:
             for limiter, token in pending:
-                await _settle(limiter, token, _ended(seen, failed=True))
+                await _settle(limiter, token, _ended(seen, failed=True), reported_cost(scope))
             pending.clear()
             raise
         finally:
             for limiter, token in pending:
-                await _settle(limiter, token, _ended(seen))
+                await _settle(limiter, token, _ended(seen), reported_cost(scope))
 
 
 def _route_template(scope: Scope) -> Optional[str]:
@@ -482,7 +484,7 @@ class PolylimitMiddleware:
             request = Request(scope, receive)
             for name, hook in self.hooks.items():
                 if hook is not None:
-                    extra[name] = hook(request)
+                    extra[name] = await awaited(hook(request))
         outcome = await self.limiter.check_request(request_info(scope, route=_route_template(scope), **extra))
         if outcome.status is not None:
             await refusal(outcome)(scope, receive, send)

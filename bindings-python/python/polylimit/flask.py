@@ -18,29 +18,38 @@ status, headers and body; it holds no default, key or status rule.
 The route is the URL rule Flask matched (``request.url_rule.rule``: ``/items/<int:id>``); a request
 no rule matches has none (the core's ``unmatched``). ``count`` and concurrency slots are settled with
 the status of the response Flask sends (a view's exception is Flask's 500), in ``after_request``.
+
+``cost`` (``Polylimit(cost=...)``, the config's hooks, ``@polylimit.limit(cost=...)``): the request's
+cost, a number (the decorator) or a function of the request giving it; the core checks it (against
+the rules' ``max_cost`` for the app-wide rules). A view that learns its actual cost from the response
+(an LLM call's tokens) sets ``g.polylimit_cost = n``: the extension passes it to
+``limiter.complete(token, status, cost=n)`` when it completes the request (a rules-file cost rule,
+``count``, a concurrency policy), in ``after_request``. A value the core refuses is logged and the
+request completed without it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import click
-from flask import Flask, Response, current_app, request
+from flask import Flask, Response, current_app, g, request
 from flask.cli import AppGroup
 
 from . import _adapters
-from ._adapters import CountSpec, Hook, KeySpec, ended
+from ._adapters import COST, CountSpec, Hook, KeySpec, ended, reported_cost, request_cost, settle_sync
 from ._polylimit import Outcome
 
 __all__ = ["Polylimit", "refusal", "request_info"]
 
-_log = logging.getLogger("polylimit")
 _UNSET: Any = object()
+
+COST_ATTRIBUTE = COST
+"""The attribute of Flask's ``g`` a view sets to report its request's actual cost: ``g.polylimit_cost = 3400``."""
 
 
 def request_info(
@@ -82,25 +91,25 @@ def _pending() -> List[Tuple[Any, Outcome]]:
     return request.environ.setdefault(_PENDING, [])
 
 
-def _settle(limiter: Any, token: str, status: Optional[int]) -> None:
-    try:
-        limiter.complete_sync(token, status)
-    except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        _log.exception("polylimit: completing a request failed")
-
-
 class Polylimit:
     """The extension: see the module documentation."""
 
     def __init__(
-        self, app: Optional[Flask] = None, *, limiter: Any = None, user: Hook = None, api_key: Hook = None, key: Hook = None
+        self,
+        app: Optional[Flask] = None,
+        *,
+        limiter: Any = None,
+        user: Hook = None,
+        api_key: Hook = None,
+        key: Hook = None,
+        cost: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         self.limiter = limiter
         """The limiter whose rules decide each request (``app.config["POLYLIMIT"]``'s once ``init_app`` ran)."""
         self.options: Optional[Dict[str, Any]] = None
         """The options the limiter was built from (None for a limiter given)."""
-        self.hooks: Dict[str, Hook] = {"user": user, "api_key": api_key, "key": key}
-        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions."""
+        self.hooks: Dict[str, Any] = {"user": user, "api_key": api_key, "key": key, "cost": cost}
+        """The functions giving a request's ``user``, ``api_key`` and ``key`` dimensions and its ``cost``."""
         self._initialised = False
         if app is not None:
             self.init_app(app)
@@ -142,7 +151,7 @@ class Polylimit:
             if outcome.status is None:
                 response.headers.extend(outcome.headers)
             if outcome.completion is not None:
-                _settle(limiter, outcome.completion, ended(response.status_code))
+                settle_sync(limiter, outcome.completion, ended(response.status_code), reported_cost(g))
         return response
 
     @staticmethod
@@ -152,7 +161,7 @@ class Polylimit:
         while pending:
             limiter, outcome = pending.pop(0)
             if outcome.completion is not None:
-                _settle(limiter, outcome.completion, ended(None, failed=True))
+                settle_sync(limiter, outcome.completion, ended(None, failed=True), reported_cost(g))
 
     def limit(
         self,
@@ -162,7 +171,7 @@ class Polylimit:
         burst: Optional[int] = None,
         algorithm: Optional[str] = None,
         policy: Optional[str] = None,
-        cost: int = 1,
+        cost: Union[int, Callable[[Any], Any]] = 1,
         per_route: bool = True,
         count: CountSpec = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -192,10 +201,12 @@ class Polylimit:
 
         def check() -> Optional[Response]:
             limiter, rule, hook = built or build()
-            value = hook(request) if hook is not None else None
+            req = request._get_current_object()
+            value = hook(req) if hook is not None else None
             if hook is not None and value is None:
                 return None
-            return _admit(limiter, limiter.check_route_sync(request_info(None, key=value, cost=cost), rule), time.sleep)
+            given = request_cost(cost, req)
+            return _admit(limiter, limiter.check_route_sync(request_info(req, key=value, cost=given), rule), time.sleep)
 
         def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
             if _is_async(view):

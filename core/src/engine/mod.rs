@@ -553,6 +553,11 @@ impl Engine {
             .request(self.policy_at(policy).name(), rule, decision, blocked);
     }
 
+    /// Counts a request of the policy at `policy` refused for its cost.
+    pub(crate) fn record_invalid_cost(&self, policy: usize, rule: &str) {
+        self.inner.metrics.invalid_cost(self.policy_at(policy).name(), rule);
+    }
+
     /// The policies, in order.
     pub(crate) fn policies(&self) -> impl Iterator<Item = &Policy> {
         self.inner.policies.iter().map(|c| &c.policy)

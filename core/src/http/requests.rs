@@ -145,7 +145,14 @@ impl Requests {
         let planned = match plan(engine, rules, candidates, req)? {
             Plan::Forbidden => return Ok(Outcome::forbidden()),
             Plan::Pass => return Ok(Outcome::pass()),
-            Plan::InvalidCost(_, invalid) => return Ok(Outcome::invalid_cost(&invalid)),
+            Plan::InvalidCost(planned, invalid) => {
+                // Counted under each (policy, key) the request would have charged
+                // (a peek is not counted, as it never is).
+                for t in planned.iter().filter(|_| charge) {
+                    engine.record_invalid_cost(t.policy, &t.owner.rule.label);
+                }
+                return Ok(Outcome::invalid_cost(&invalid));
+            }
             Plan::Decide(planned, cost) => (planned, cost),
         };
         let (planned, cost) = planned;

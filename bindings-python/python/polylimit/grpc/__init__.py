@@ -17,23 +17,58 @@ that went away (a stream's end, including a cancel, releases its slots).
 
 ``user`` / ``api_key`` / ``key``: optional functions of the ``ServicerContext`` giving those
 dimensions (None: the request lacks it), e.g. ``user=lambda ctx: dict(ctx.invocation_metadata()).get("x-user")``.
+``cost``: an optional function of the ``ServicerContext`` giving the call's cost, which the core
+checks against the rules' ``max_cost`` (a bad one is ``INVALID_ARGUMENT``).
+
+A servicer that learns its call's actual cost from the answer (an LLM call's tokens) reports it with
+``polylimit.grpc.report_cost(context, n)``: the interceptor passes it to
+``limiter.complete(token, code, cost=n)`` when the call ends (a rules-file cost rule, ``count``, a
+concurrency policy). A value the core refuses is logged and the call completed without it.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import grpc
 
+from .. import _adapters
 from .._polylimit import Outcome
 
-__all__ = ["PolylimitInterceptor", "request_info", "status_code"]
+__all__ = ["PolylimitInterceptor", "report_cost", "request_info", "status_code"]
 
-_log = logging.getLogger("polylimit")
 Hook = Optional[Callable[[Any], Optional[str]]]
+
+# The calls a servicer may report a cost for: id(context the servicer got) → (that context, its
+# settlement), from the call's admission to its settlement.
+_calls: Dict[int, Tuple[Any, Any]] = {}
+
+
+def report_cost(context: Any, cost: Any) -> bool:
+    """Reports the actual cost of the call whose ``ServicerContext`` is ``context`` (learned from its
+    answer: an LLM call's tokens); the interceptor completes the call with it when it ends, and the core
+    gives back or charges the difference from what the call reserved (capped at its rules' ``max_cost``).
+    False when the call has nothing to complete (it is under no ``PolylimitInterceptor``, or none of
+    its rules has a cost, ``count`` or concurrency policy): the value is then ignored."""
+    call = _calls.get(id(context))
+    if call is None or call[0] is not context:
+        return False
+    call[1].cost = cost
+    return True
+
+
+def _track(context: Any, settlement: Any) -> None:
+    """Lets ``report_cost(context, …)`` reach ``settlement`` (a call's ``_Once``) until it settles."""
+    _calls[id(context)] = (context, settlement)
+
+
+def _untrack(context: Any) -> None:
+    """Ends ``_track``: the call is settled."""
+    call = _calls.get(id(context))
+    if call is not None and call[0] is context:
+        del _calls[id(context)]
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 OK, CANCELLED, UNKNOWN = 0, 1, 2
@@ -83,11 +118,9 @@ def build(limiter: Any, options: Dict[str, Any], key: Any) -> Tuple[Any, Hook]:
     return limiter, hook
 
 
-def settle_sync(limiter: Any, token: str, code: Optional[int]) -> None:
-    try:
-        limiter.complete_sync(token, code)
-    except Exception:  # noqa: BLE001 - after the call: log, never raise into the server
-        _log.exception("polylimit: completing a call failed")
+def settle_sync(limiter: Any, token: str, code: Optional[int], cost: Any = None) -> None:
+    """Completes a call with its code and the cost its servicer reported (if any); never raises."""
+    _adapters.settle_sync(limiter, token, code, cost)
 
 
 def _wrap(handler: grpc.RpcMethodHandler, behavior: Callable[..., Any], name: str) -> grpc.RpcMethodHandler:
@@ -110,18 +143,24 @@ def handler_behavior(handler: grpc.RpcMethodHandler) -> Tuple[str, Callable[...,
 
 
 class _Once:
-    """Settles a call once, whichever comes first: its end, or grpcio's termination callback."""
+    """Settles a call once, whichever comes first: its end, or grpcio's termination callback; with
+    the cost its servicer reported (``report_cost``)."""
 
-    def __init__(self, limiter: Any, token: Optional[str]) -> None:
+    def __init__(self, limiter: Any, token: Optional[str], context: Any) -> None:
         self.limiter = limiter
         self.token = token
         self.lock = threading.Lock()
+        self.cost: Any = None
+        self.context = context
+        if token is not None:
+            _track(context, self)
 
     def __call__(self, code: Optional[int]) -> None:
         with self.lock:
             token, self.token = self.token, None
         if token is not None:
-            settle_sync(self.limiter, token, code)
+            _untrack(self.context)
+            settle_sync(self.limiter, token, code, self.cost)
 
 
 def ended_code(context: Any, exc: Optional[BaseException]) -> int:
@@ -144,11 +183,20 @@ class PolylimitInterceptor(grpc.ServerInterceptor):
     """Applies a limiter's rules to every call of a ``grpc.server``: see the module documentation.
     ``PolylimitInterceptor(limiter=...)``, or the options of ``Limiter(...)`` themselves."""
 
-    def __init__(self, limiter: Any = None, *, user: Hook = None, api_key: Hook = None, key: Any = None, **options: Any) -> None:
+    def __init__(
+        self,
+        limiter: Any = None,
+        *,
+        user: Hook = None,
+        api_key: Hook = None,
+        key: Any = None,
+        cost: Optional[Callable[[Any], Any]] = None,
+        **options: Any,
+    ) -> None:
         self.limiter, hook = build(limiter, options, key)
         """The limiter whose rules decide each call."""
-        self.hooks = {"user": user, "api_key": api_key, "key": hook}
-        """The functions giving a call's ``user``, ``api_key`` and ``key`` dimensions."""
+        self.hooks = {"user": user, "api_key": api_key, "key": hook, "cost": cost}
+        """The functions giving a call's ``user``, ``api_key`` and ``key`` dimensions and its ``cost``."""
 
     def request_info(self, method: str, context: grpc.ServicerContext) -> Dict[str, Any]:
         """The core's request for a call, with the hooks' values."""
@@ -175,7 +223,7 @@ class PolylimitInterceptor(grpc.ServerInterceptor):
             if outcome.status is not None:
                 context.set_trailing_metadata(outcome.trailers)
                 context.abort(status_code(outcome.status), outcome.body or "")
-            settle = _Once(self.limiter, outcome.completion)
+            settle = _Once(self.limiter, outcome.completion, context)
             if outcome.completion is not None:
                 # A call that ends without reaching its end here (a client cancel) is settled then.
                 context.add_callback(lambda: settle(terminated_code(context)))

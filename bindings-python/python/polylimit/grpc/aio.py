@@ -1,43 +1,54 @@
 """The ``grpc.aio`` server interceptor: ``grpc.aio.server(interceptors=[PolylimitInterceptor(...)])``.
 It answers like ``polylimit.grpc.PolylimitInterceptor`` (see that module) and awaits the core: the
 event loop is never blocked. Handlers are coroutines; a server stream is an async generator or a
-coroutine writing with ``context.write``. Hooks (``user``, ``api_key``, ``key``) may be ``async def``."""
+coroutine writing with ``context.write``. Hooks (``user``, ``api_key``, ``key``, ``cost``) may be
+``async def``. A servicer reports its call's actual cost with ``polylimit.grpc.report_cost(context, n)``
+on the context it was given."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 from typing import Any, AsyncIterator, Callable, Dict, Optional
 
 import grpc
 import grpc.aio
 
+from .. import _adapters
 from .._polylimit import Outcome
 from . import CANCELLED, Hook, _wrap, build, code_number, ended_code, handler_behavior, request_info, status_code, terminated_code
+from . import _track, _untrack
 
 __all__ = ["PolylimitInterceptor"]
 
-_log = logging.getLogger("polylimit")
 # Settlements started from grpcio's done callbacks, referenced until they finish.
 _settling: "set[asyncio.Task[None]]" = set()
 
 
 class _Once:
-    """Settles a call once, whichever comes first: its end here, or grpcio's done callback."""
+    """Settles a call once, whichever comes first: its end here, or grpcio's done callback; with the
+    cost its servicer reported (``report_cost`` on the context it was given)."""
 
     def __init__(self, limiter: Any, token: Optional[str]) -> None:
         self.limiter = limiter
         self.token = token
+        self.cost: Any = None
+        self.context: Any = None
+
+    def track(self, context: Any) -> Any:
+        """Lets ``report_cost(context, …)`` reach this call until it settles; returns ``context``."""
+        if self.token is not None:
+            self.context = context
+            _track(context, self)
+        return context
 
     async def __call__(self, code: Optional[int]) -> None:
         token, self.token = self.token, None
         if token is None:
             return
-        try:
-            await self.limiter.complete(token, code)
-        except Exception:  # noqa: BLE001 - after the call: log, never raise into the server
-            _log.exception("polylimit: completing a call failed")
+        if self.context is not None:
+            _untrack(self.context)
+        await _adapters.settle(self.limiter, token, code, self.cost)
 
     def soon(self, code: Optional[int]) -> None:
         """Settles in a task of its own: from a callback or a cancelled call, which cannot await."""
@@ -76,11 +87,20 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
     """Applies a limiter's rules to every call of a ``grpc.aio.server``: ``PolylimitInterceptor(limiter=...)``,
     or the options of ``Limiter(...)`` themselves."""
 
-    def __init__(self, limiter: Any = None, *, user: Hook = None, api_key: Hook = None, key: Any = None, **options: Any) -> None:
+    def __init__(
+        self,
+        limiter: Any = None,
+        *,
+        user: Hook = None,
+        api_key: Hook = None,
+        key: Any = None,
+        cost: Optional[Callable[[Any], Any]] = None,
+        **options: Any,
+    ) -> None:
         self.limiter, hook = build(limiter, options, key)
         """The limiter whose rules decide each call."""
-        self.hooks = {"user": user, "api_key": api_key, "key": hook}
-        """The functions giving a call's ``user``, ``api_key`` and ``key`` dimensions."""
+        self.hooks = {"user": user, "api_key": api_key, "key": hook, "cost": cost}
+        """The functions giving a call's ``user``, ``api_key`` and ``key`` dimensions and its ``cost``."""
 
     async def request_info(self, method: str, context: grpc.aio.ServicerContext) -> Dict[str, Any]:
         """The core's request for a call, with the hooks' values."""
@@ -118,7 +138,7 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 settle = await admit(context)
                 try:
-                    response = await _value(behavior(request, _SettlingContext(context, settle)))
+                    response = await _value(behavior(request, settle.track(_SettlingContext(context, settle))))
                 except asyncio.CancelledError:
                     settle.soon(CANCELLED)
                     raise
@@ -133,7 +153,7 @@ class PolylimitInterceptor(grpc.aio.ServerInterceptor):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             settle = await admit(context)
             try:
-                async for response in behavior(request, _SettlingContext(context, settle)):
+                async for response in behavior(request, settle.track(_SettlingContext(context, settle))):
                     yield response
             except (asyncio.CancelledError, GeneratorExit):
                 settle.soon(CANCELLED)
