@@ -1319,6 +1319,17 @@ impl Engine {
         inner.memory.refund(&checks, now, cost)
     }
 
+    /// The store's clock now, ms: on Redis the server's as the decisions
+    /// estimate it, so a write stamped with it orders with them (the
+    /// process's clock until the first decision, and on the memory store).
+    pub(crate) fn store_now_ms(&self) -> i64 {
+        match &*self.inner.backend {
+            Backend::Redis(redis) => redis.now_ms(),
+            Backend::Memory => None,
+        }
+        .unwrap_or_else(process_now_ms)
+    }
+
     /// [`Engine::refund`] through the store's breaker, for a refund that may
     /// not fail (after a response): a store that cannot answer keeps the
     /// charges (a spurious denial later, never an over-admission), and the

@@ -618,10 +618,19 @@ impl Tokens {
                 };
             }
             // Counted, larger: the difference charged whatever the state
-            // holds (a forced debit), at the completion's time.
+            // holds (a forced debit), at the completion's time by the
+            // store's clock: the process's clock may run a ms ahead of the
+            // decisions' estimate of Redis's, and a debit stamped after a
+            // later decision would refuse that decision's refund.
             let targets = settle(local, true);
             if actual > reserved && !targets.is_empty() {
-                let now = options.now_ms.unwrap_or_else(crate::engine::process_now_ms);
+                let now = options.now_ms.unwrap_or_else(|| {
+                    if local {
+                        crate::engine::process_now_ms()
+                    } else {
+                        engine.store_now_ms()
+                    }
+                });
                 let debit = -(actual - reserved);
                 given += if local {
                     engine.refund_memory(&targets, now, debit)

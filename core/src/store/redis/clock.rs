@@ -74,6 +74,15 @@ impl ServerClock {
         self.origin.elapsed().as_micros() as i64
     }
 
+    /// The server's ms at local µs `local` by the latest estimate, whatever
+    /// connection took it, without scheduling a sample: for a write that
+    /// sends its own time (a forced debit), not a decision. `None` before
+    /// the first sample.
+    pub(super) fn estimate_ms(&self, local: i64) -> Option<i64> {
+        let state = self.state.lock();
+        state.estimate.as_ref().map(|e| (local + e.offset_us).div_euclid(1000))
+    }
+
     /// What a call on connection `generation` sends at local µs `local`.
     pub(super) fn now(&self, generation: u64, local: i64) -> Now {
         let mut state = self.state.lock();
@@ -185,5 +194,17 @@ mod tests {
         assert_eq!(clock.now(1, 2_000_200), Now::Sample);
         assert_eq!(clock.now(1, 2_000_201), Now::Estimate(3_004));
         assert_eq!(clock.now(1, 3_000_200), Now::Sample);
+    }
+
+    #[test]
+    fn a_write_reads_the_estimate_without_taking_the_next_sample() {
+        let clock = ServerClock::new();
+        assert_eq!(clock.estimate_ms(10), None);
+        clock.record(1, 0, 0, 1_000); // offset 1_000_500 µs
+                                      // Due for a sample: the write reads the estimate and leaves the
+                                      // sample to the next decision, whatever connection it goes on.
+        assert_eq!(clock.estimate_ms(1_000_000), Some(2_000));
+        assert_eq!(clock.now(1, 1_000_000), Now::Sample);
+        assert_eq!(clock.estimate_ms(1_500_000), Some(2_500));
     }
 }

@@ -113,6 +113,13 @@ impl RedisStore {
             .await
     }
 
+    /// The server's clock now, ms, as the limiter's decisions estimate it
+    /// (`None` before the first decision): the time a write that is no
+    /// decision sends, so that it orders with the decisions around it.
+    pub fn now_ms(&self) -> Option<i64> {
+        self.clock.estimate_ms(self.clock.local_us())
+    }
+
     /// Gives back admissions of `cost` at `now` for `checks`, one call per
     /// slot on a cluster; `charged[n]`: which state the admission of
     /// `checks[n]` charged. Returns how many checks' charges were given back.
