@@ -261,6 +261,16 @@ func playLimit(t *testing.T, l *Limiter, set, get, remove, override *limitStep, 
 		text, _ := json.Marshal(v)
 		return string(text)
 	}
+	kinds := 0
+	for _, kind := range []*limitStep{set, get, remove, override} {
+		if kind != nil {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		t.Errorf("%s: a limits/ step has one kind, not %d", where, kinds)
+		return true
+	}
 	var got, want string
 	var err error
 	switch {
@@ -402,6 +412,10 @@ func TestHTTPConformanceVectors(t *testing.T) {
 					for i, step := range c.Requests {
 						requests++
 						where := fmt.Sprintf("%s: %s: %q step %d", store, name, c.Name, i)
+						if (step.SetLimit != nil || step.GetLimit != nil || step.RemoveLimit != nil || step.SetOverride != nil) &&
+							(len(step.Request) > 0 || step.Of != nil || len(step.Complete) > 0) {
+							t.Fatalf("%s: a limits/ step has no request, of or complete", where)
+						}
 						if playLimit(t, l, step.SetLimit, step.GetLimit, step.RemoveLimit, step.SetOverride, step.ExpectLimit, step.ExpectOverride, step.ExpectRemoved, where) {
 							tokens = append(tokens, "")
 							continue

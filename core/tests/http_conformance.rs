@@ -103,6 +103,23 @@ impl Step {
     /// Plays this step when it is a `limits/` one: `None` when it is not,
     /// else what it returned against what it expects.
     async fn limit(&self, limiter: &Limiter) -> Option<Result<(), String>> {
+        let kinds = [
+            self.set_limit.is_some(),
+            self.get_limit.is_some(),
+            self.remove_limit.is_some(),
+            self.set_override.is_some(),
+        ];
+        let kinds = kinds.iter().filter(|k| **k).count();
+        if kinds == 0 {
+            return None;
+        }
+        // A limits/ step is nothing else: one kind, its expectation, no request.
+        if kinds > 1 || self.request.is_some() || self.expect.is_some() || self.of.is_some() || self.complete.is_some()
+        {
+            return Some(Err(
+                "a limits/ step has one kind and no request, expect, of or complete".into(),
+            ));
+        }
         let spec = |s: &LimitStep| OverrideSpec {
             policy: s.policy.clone(),
             rate: s.rate.clone().unwrap_or_default(),
