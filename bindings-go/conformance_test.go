@@ -209,8 +209,11 @@ type httpVectorFile struct {
 			RemoveLimit   *limitStep      `json:"remove_limit"`
 			ExpectLimit   json.RawMessage `json:"expect_limit"`
 			ExpectRemoved *bool           `json:"expect_removed"`
-			Peek          bool            `json:"peek"` // the answer a check would get, nothing charged
-			Expect        struct {
+			// limits/: a step that sets a per-key override, and what it returns.
+			SetOverride    *limitStep      `json:"set_override"`
+			ExpectOverride json.RawMessage `json:"expect_override"`
+			Peek           bool            `json:"peek"` // the answer a check would get, nothing charged
+			Expect         struct {
 				Status  *int        `json:"status"`
 				Headers [][2]string `json:"headers"`
 				Body    *string     `json:"body"`
@@ -221,8 +224,10 @@ type httpVectorFile struct {
 }
 
 // limitStep is a limits/ step's arguments: SetLimit(policy, rate, burst,
-// ttl) at now_ms, GetLimit(policy), RemoveLimit(policy).
+// ttl) at now_ms, GetLimit(policy), RemoveLimit(policy), SetOverride(key,
+// policy, rate, burst, ttl) at now_ms.
 type limitStep struct {
+	Key    string `json:"key"` // set_override only
 	Policy string `json:"policy"`
 	Rate   string `json:"rate"`
 	Burst  uint64 `json:"burst"`
@@ -232,7 +237,7 @@ type limitStep struct {
 
 // playLimit plays a limits/ step: false when the step is none, else
 // whether it returned what it expects (a mismatch is reported on t).
-func playLimit(t *testing.T, l *Limiter, set, get, remove *limitStep, expectLimit json.RawMessage, expectRemoved *bool, where string) bool {
+func playLimit(t *testing.T, l *Limiter, set, get, remove, override *limitStep, expectLimit, expectOverride json.RawMessage, expectRemoved *bool, where string) bool {
 	t.Helper()
 	ctx := context.Background()
 	// A limit as the vectors write it (expires_at_ms null: never).
@@ -251,10 +256,20 @@ func playLimit(t *testing.T, l *Limiter, set, get, remove *limitStep, expectLimi
 	canonical := func(raw json.RawMessage) string {
 		var v any
 		if err := json.Unmarshal(raw, &v); err != nil {
-			t.Fatalf("%s: expect_limit %s: %v", where, raw, err)
+			t.Fatalf("%s: expected %s: %v", where, raw, err)
 		}
 		text, _ := json.Marshal(v)
 		return string(text)
+	}
+	kinds := 0
+	for _, kind := range []*limitStep{set, get, remove, override} {
+		if kind != nil {
+			kinds++
+		}
+	}
+	if kinds > 1 {
+		t.Errorf("%s: a limits/ step has one kind, not %d", where, kinds)
+		return true
 	}
 	var got, want string
 	var err error
@@ -268,6 +283,20 @@ func playLimit(t *testing.T, l *Limiter, set, get, remove *limitStep, expectLimi
 		var info *LimitInfo
 		info, err = l.GetLimit(ctx, get.Policy)
 		got, want = asJSON(info), canonical(expectLimit)
+	case override != nil:
+		var info *OverrideInfo
+		info, err = l.SetOverride(ctx, override.Key, Override{Policy: override.Policy, Rate: override.Rate, Burst: override.Burst,
+			TTL: time.Duration(override.TTLMs) * time.Millisecond, NowMs: override.NowMs})
+		got, want = "null", canonical(expectOverride)
+		if info != nil {
+			var expires any
+			if info.ExpiresAtMs != 0 {
+				expires = info.ExpiresAtMs
+			}
+			text, _ := json.Marshal(map[string]any{"policy": info.Policy, "key": info.Key, "rate": info.Rate, "burst": info.Burst,
+				"limit": info.Limit, "expires_at_ms": expires})
+			got = string(text)
+		}
 	case remove != nil:
 		var removed bool
 		removed, err = l.RemoveLimit(ctx, remove.Policy)
@@ -383,7 +412,11 @@ func TestHTTPConformanceVectors(t *testing.T) {
 					for i, step := range c.Requests {
 						requests++
 						where := fmt.Sprintf("%s: %s: %q step %d", store, name, c.Name, i)
-						if playLimit(t, l, step.SetLimit, step.GetLimit, step.RemoveLimit, step.ExpectLimit, step.ExpectRemoved, where) {
+						if (step.SetLimit != nil || step.GetLimit != nil || step.RemoveLimit != nil || step.SetOverride != nil) &&
+							(len(step.Request) > 0 || step.Of != nil || len(step.Complete) > 0) {
+							t.Fatalf("%s: a limits/ step has no request, of or complete", where)
+						}
+						if playLimit(t, l, step.SetLimit, step.GetLimit, step.RemoveLimit, step.SetOverride, step.ExpectLimit, step.ExpectOverride, step.ExpectRemoved, where) {
 							tokens = append(tokens, "")
 							continue
 						}

@@ -1,6 +1,6 @@
 'use strict';
 // Plays every vector in $POLYLIMIT_VECTORS (default tests/conformance) and
-// $POLYLIMIT_VECTORS/http through the public API, on memory, a real Redis and a real Redis Cluster.
+// $POLYLIMIT_VECTORS/http, cost and limits through the public API, on memory, a real Redis and a real Redis Cluster.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
@@ -14,6 +14,44 @@ const HTTP_STEP = ['request', 'peek', 'expect', 'complete', 'actual_cost', 'at_m
 // A step that completes an earlier request (`of`: its index) with a status.
 const HTTP_LATER = ['complete', 'of', 'actual_cost', 'at_ms'];
 const HTTP_EXPECT = ['status', 'headers', 'body', 'delay_ms'];
+// limits/: steps with no request that set, read or remove a policy-wide limit or
+// set a per-key override, with what each returns (tests/conformance/limits/README.md).
+const LIMIT_STEPS = {
+  set_limit: [['policy', 'rate', 'burst', 'ttl_ms', 'now_ms'], 'expect_limit'],
+  get_limit: [['policy'], 'expect_limit'],
+  remove_limit: [['policy'], 'expect_removed'],
+  set_override: [['key', 'policy', 'rate', 'burst', 'ttl_ms', 'now_ms'], 'expect_override'],
+};
+
+// A limit or an override as the vectors write it (snake_case, expires_at_ms null: none).
+const asVector = (v) => {
+  if (v === null || typeof v !== 'object') return v;
+  const { expiresAtMs, ...rest } = v;
+  return { ...rest, expires_at_ms: expiresAtMs ?? null };
+};
+
+/** Plays a limits/ step: a failure text, or undefined when it returned what it expects. */
+async function playLimitStep(limiter, where, step) {
+  const kinds = Object.keys(LIMIT_STEPS).filter((k) => k in step);
+  assert.equal(kinds.length, 1, `${where}: more than one step kind ${kinds}`);
+  const [kind] = kinds;
+  const [fields, expectField] = LIMIT_STEPS[kind];
+  strictFields(step, [kind, expectField], [kind, expectField], where);
+  const args = step[kind];
+  strictFields(args, fields, fields.filter((f) => f === 'key' || f === 'rate'), `${where} ${kind}`);
+  const spec = { policy: args.policy, rate: args.rate, burst: args.burst, ttl: args.ttl_ms, nowMs: args.now_ms };
+  let got;
+  if (kind === 'set_limit') got = await limiter.setLimit(spec);
+  else if (kind === 'get_limit') got = await limiter.getLimit({ policy: args.policy }); // at the store's clock
+  else if (kind === 'remove_limit') got = await limiter.removeLimit({ policy: args.policy });
+  else got = await limiter.setOverride(args.key, spec);
+  try {
+    assert.deepStrictEqual(asVector(got), step[expectField]);
+  } catch {
+    return `${where}: ${kind}: expected ${JSON.stringify(step[expectField])}, got ${JSON.stringify(got)}`;
+  }
+  return undefined;
+}
 
 async function playDecisions(store, files) {
   const failures = [];
@@ -94,6 +132,18 @@ async function playHttp(store, files) {
       const limiter = Limiter.fromRules({ timeout: '10s', ...c.rules, store, prefix: `node-http-${fi}-${ci}` });
       const tokens = [];
       for (const [i, step] of c.requests.entries()) {
+        if (Object.keys(LIMIT_STEPS).some((k) => k in step)) {
+          tokens.push(undefined);
+          steps++;
+          try {
+            const failure = await playLimitStep(limiter, `${store}: ${file}: ${c.name} step ${i}`, step);
+            if (failure) failures.push(failure);
+          } catch (err) {
+            if (err instanceof assert.AssertionError) throw err;
+            failures.push(`${store}: ${file}: ${c.name} step ${i}: error ${err.message}`);
+          }
+          continue;
+        }
         if ('of' in step) {
           // The completion of an earlier request, now (what a middleware does after the response).
           strictFields(step, HTTP_LATER, ['complete', 'of'], `${file}: ${c.name}: step ${i}`);
@@ -166,7 +216,10 @@ for (const store of ['memory', 'redis', 'cluster']) {
   });
 
   test(`http vectors on ${store}`, async () => {
-    const files = vectorFiles('http').concat(vectorFiles('cost').map(([name, doc]) => [`cost/${name}`, doc]));
+    const files = vectorFiles('http').concat(
+      vectorFiles('cost').map(([name, doc]) => [`cost/${name}`, doc]),
+      vectorFiles('limits').map(([name, doc]) => [`limits/${name}`, doc]),
+    );
     const { steps, failures } = await playHttp(urlOf(store), files);
     assert.ok(steps > 0);
     assert.deepStrictEqual(failures, [], `${failures.length} mismatches:\n${failures.join('\n')}`);

@@ -1,5 +1,5 @@
-"""Every vector in $POLYLIMIT_VECTORS (and its http/ directory) through the
-public API, on the memory store, a real Redis and a real Redis Cluster. Unknown fields and
+"""Every vector in $POLYLIMIT_VECTORS (and its http/, cost/, limits/ and
+concurrency/ directories) through the public API, on the memory store, a real Redis and a real Redis Cluster. Unknown fields and
 unreadable files fail; nothing is skipped."""
 
 from __future__ import annotations
@@ -23,6 +23,49 @@ HTTP_STEP_FIELDS = {"request", "peek", "expect", "complete", "actual_cost", "at_
 # (cost/: and the actual cost, at the completion's clock).
 HTTP_LATER_FIELDS = {"complete", "of", "actual_cost", "at_ms"}
 HTTP_EXPECT_FIELDS = {"status", "headers", "body", "delay_ms"}
+# limits/: steps with no request that set, read or remove a policy-wide limit
+# or set a per-key override, with what each returns (tests/conformance/limits/README.md).
+LIMIT_STEPS = {
+    "set_limit": ({"policy", "rate", "burst", "ttl_ms", "now_ms"}, "expect_limit"),
+    "get_limit": ({"policy"}, "expect_limit"),
+    "remove_limit": ({"policy"}, "expect_removed"),
+    "set_override": ({"key", "policy", "rate", "burst", "ttl_ms", "now_ms"}, "expect_override"),
+}
+
+
+async def play_limit_step(limiter: "polylimit.Limiter", where: str, step: Dict[str, Any]) -> Any:
+    """Plays a limits/ step (exactly one kind and its expectation, nothing else);
+    returns a failure text, or None when it returned what it expects."""
+    kinds = [k for k in LIMIT_STEPS if k in step]
+    assert len(kinds) == 1, f"{where}: more than one step kind {kinds}"
+    kind = kinds[0]
+    allowed, expect_field = LIMIT_STEPS[kind]
+    check_fields(where, step, {kind, expect_field}, {kind, expect_field})
+    args = step[kind]
+    check_fields(f"{where} {kind}", args, allowed, {"key", "rate"} & allowed)
+    ttl = args["ttl_ms"] / 1000 if "ttl_ms" in args else None
+    if kind == "set_limit":
+        got = await limiter.set_limit(
+            args.get("policy"), rate=args["rate"], burst=args.get("burst"), ttl=ttl, now_ms=args.get("now_ms")
+        )
+    elif kind == "get_limit":
+        got = await limiter.get_limit(args.get("policy"))  # at the store's clock
+    elif kind == "remove_limit":
+        got = await limiter.remove_limit(args.get("policy"))
+    else:
+        got = await limiter.set_override(
+            args["key"],
+            args.get("policy"),
+            rate=args["rate"],
+            burst=args.get("burst"),
+            ttl=ttl,
+            now_ms=args.get("now_ms"),
+        )
+    want = step[expect_field]
+    got = dict(got) if isinstance(got, dict) else got
+    if got != want or type(got) is not type(want):
+        return f"{where}: {kind}: expected {want!r}, got {got!r}"
+    return None
 
 
 def files(sub: str) -> List[Path]:
@@ -82,7 +125,7 @@ def test_vectors(path: Path, vector_store: str) -> None:
     assert not failures, f"{len(failures)} mismatches on {store}:\n" + "\n".join(failures)
 
 
-@pytest.mark.parametrize("path", files("http") + files("cost"), ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", files("http") + files("cost") + files("limits"), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_http_vectors(path: Path, vector_store: str) -> None:
     """Through the same call the middleware makes (``Limiter.check_request``, awaited)."""
     import asyncio
@@ -99,6 +142,12 @@ def test_http_vectors(path: Path, vector_store: str) -> None:
             limiter = polylimit.Limiter.from_rules(rules)
             tokens: List[Any] = []
             for i, step in enumerate(case["requests"]):
+                if any(kind in step for kind in LIMIT_STEPS):
+                    tokens.append(None)
+                    failure = await play_limit_step(limiter, f"{where} step {i}", step)
+                    if failure:
+                        failures.append(failure)
+                    continue
                 if "of" in step:
                     # The completion of an earlier request, now (what a middleware does after the response).
                     check_fields(f"{where} step {i}", step, HTTP_LATER_FIELDS, {"complete", "of"})

@@ -63,6 +63,13 @@ struct Step {
     /// `limits/`: a step that removes a policy-wide limit.
     #[serde(default)]
     remove_limit: Option<LimitStep>,
+    /// `limits/`: a step that sets a per-key override (`key` names the key
+    /// the rule composes).
+    #[serde(default)]
+    set_override: Option<LimitStep>,
+    /// The override `set_override` returned.
+    #[serde(default)]
+    expect_override: Option<Value>,
     /// The limit `set_limit` returned or `get_limit` found (`null`: none).
     #[serde(default, deserialize_with = "present_value")]
     expect_limit: Option<Value>,
@@ -72,10 +79,14 @@ struct Step {
 }
 
 /// The arguments of a `limits/` step: `set_limit(policy, rate, burst, ttl)`
-/// at `now_ms`, `get_limit(policy)`, `remove_limit(policy)`.
+/// at `now_ms`, `get_limit(policy)`, `remove_limit(policy)`,
+/// `set_override(key, policy, rate, burst, ttl)` at `now_ms`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LimitStep {
+    /// `set_override` only: the key.
+    #[serde(default)]
+    key: Option<String>,
     #[serde(default)]
     policy: Option<String>,
     #[serde(default)]
@@ -92,17 +103,40 @@ impl Step {
     /// Plays this step when it is a `limits/` one: `None` when it is not,
     /// else what it returned against what it expects.
     async fn limit(&self, limiter: &Limiter) -> Option<Result<(), String>> {
+        let kinds = [
+            self.set_limit.is_some(),
+            self.get_limit.is_some(),
+            self.remove_limit.is_some(),
+            self.set_override.is_some(),
+        ];
+        let kinds = kinds.iter().filter(|k| **k).count();
+        if kinds == 0 {
+            return None;
+        }
+        // A limits/ step is nothing else: one kind, its expectation, no request.
+        if kinds > 1 || self.request.is_some() || self.expect.is_some() || self.of.is_some() || self.complete.is_some()
+        {
+            return Some(Err(
+                "a limits/ step has one kind and no request, expect, of or complete".into(),
+            ));
+        }
+        let spec = |s: &LimitStep| OverrideSpec {
+            policy: s.policy.clone(),
+            rate: s.rate.clone().unwrap_or_default(),
+            burst: s.burst,
+            ttl: s.ttl_ms.map(Duration::from_millis),
+            now_ms: s.now_ms,
+        };
         let (got, want) = if let Some(s) = &self.set_limit {
-            let spec = OverrideSpec {
-                policy: s.policy.clone(),
-                rate: s.rate.clone().unwrap_or_default(),
-                burst: s.burst,
-                ttl: s.ttl_ms.map(Duration::from_millis),
-                now_ms: s.now_ms,
-            };
             (
-                limiter.set_limit(&spec).await.map(|l| l.to_value()),
+                limiter.set_limit(&spec(s)).await.map(|l| l.to_value()),
                 self.expect_limit.clone(),
+            )
+        } else if let Some(s) = &self.set_override {
+            let key = s.key.as_deref().unwrap_or_default();
+            (
+                limiter.set_override(key, &spec(s)).await.map(|o| o.to_value()),
+                self.expect_override.clone(),
             )
         } else if let Some(s) = &self.get_limit {
             // At the store's clock: the bindings' get_limit takes no other.

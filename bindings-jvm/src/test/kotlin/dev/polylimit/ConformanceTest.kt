@@ -5,6 +5,7 @@ import com.google.gson.JsonElement
 import com.google.gson.JsonNull
 import com.google.gson.JsonObject
 import com.google.gson.JsonParser
+import com.google.gson.JsonPrimitive
 import java.io.File
 import java.util.concurrent.atomic.AtomicInteger
 import kotlinx.coroutines.runBlocking
@@ -19,7 +20,7 @@ import org.junit.jupiter.api.fail
 
 /**
  * Every vector of $POLYLIMIT_VECTORS (default tests/conformance) and of its
- * http/ and concurrency/ directories through the public API, on the memory store and on a real
+ * http/, cost/, limits/ and concurrency/ directories through the public API, on the memory store and on a real
  * redis-server started for the class. Unknown fields and unreadable files
  * fail; nothing is skipped. The decision vectors go through the blocking
  * `check`/`checkAsync`/`checkFuture` and `peek`/`peekAsync`/`peekFuture` (in turn; each
@@ -70,6 +71,16 @@ class ConformanceTest {
     @TestFactory
     fun costVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
         files("cost").map { file -> DynamicTest.dynamicTest("$name: cost/${file.name}") { playHttp(file, store, Http.BLOCKING) } }
+    }
+
+    /**
+     * The limit vectors (tests/conformance/limits): HTTP vectors with steps that set, read or
+     * remove a policy-wide limit (`setLimit`, `getLimit`, `removeLimit`) or set a per-key
+     * override (`setOverride`) between the requests.
+     */
+    @TestFactory
+    fun limitsVectors(): List<DynamicTest> = stores().flatMap { (name, store) ->
+        files("limits").map { file -> DynamicTest.dynamicTest("$name: limits/${file.name}") { playHttp(file, store, Http.BLOCKING) } }
     }
 
     @TestFactory
@@ -292,6 +303,12 @@ class ConformanceTest {
                 val tokens = mutableListOf<String?>()
                 for ((i, element) in requests.withIndex()) {
                     val step = element.asJsonObject
+                    if (LIMIT_STEPS.keys.any(step::has)) {
+                        tokens += null
+                        played++
+                        playLimitStep(limiter, "$where step $i", step)?.let { failures += it }
+                        continue
+                    }
                     if (step.has("of")) {
                         // The completion of an earlier request, now (what a middleware does after the response).
                         fields("$where step $i", step, HTTP_LATER, setOf("complete", "of"))
@@ -363,6 +380,55 @@ class ConformanceTest {
         }
     }
 
+    /**
+     * Plays a limits/ step (exactly one kind and its expectation, nothing else): a failure
+     * text, or null when it returned what it expects (in the vectors' form).
+     */
+    private fun playLimitStep(limiter: Limiter, where: String, step: JsonObject): String? {
+        val kinds = LIMIT_STEPS.keys.filter(step::has)
+        assertEquals(1, kinds.size, "$where: step kinds $kinds")
+        val kind = kinds.single()
+        val (allowed, expectField) = LIMIT_STEPS.getValue(kind)
+        fields(where, step, setOf(kind, expectField), setOf(kind, expectField))
+        val args = step.getAsJsonObject(kind)
+        fields("$where $kind", args, allowed, allowed intersect setOf("key", "rate"))
+        fun text(name: String): String? = args[name]?.takeUnless { it.isJsonNull }?.asString
+        fun long(name: String): Long? = args[name]?.takeUnless { it.isJsonNull }?.asLong
+        val ttl = long("ttl_ms")?.let { "${it}ms" }
+        fun limit(l: PolicyLimit?): JsonElement = l?.let {
+            JsonObject().apply {
+                addProperty("policy", it.policy)
+                addProperty("rate", it.rate)
+                addProperty("burst", it.burst)
+                addProperty("limit", it.limit)
+                addProperty("expires_at_ms", it.expiresAtMs)
+            }
+        } ?: JsonNull.INSTANCE
+        val got: JsonElement = try {
+            when (kind) {
+                "set_limit" -> limit(limiter.setLimit(text("rate")!!, text("policy"), long("burst"), ttl, long("now_ms")))
+                "get_limit" -> limit(limiter.getLimit(text("policy"))) // at the store's clock
+                "remove_limit" -> JsonPrimitive(limiter.removeLimit(text("policy")))
+                else -> limiter.setOverride(text("key")!!, text("rate")!!, text("policy"), long("burst"), ttl, long("now_ms")).let {
+                    JsonObject().apply {
+                        addProperty("policy", it.policy)
+                        addProperty("key", it.key)
+                        addProperty("rate", it.rate)
+                        addProperty("burst", it.burst)
+                        addProperty("limit", it.limit)
+                        addProperty("expires_at_ms", it.expiresAtMs)
+                    }
+                }
+            }
+        } catch (e: PolylimitException) {
+            return "$where: $kind: error $e"
+        }
+        val want = step[expectField]
+        // Compared as parsed JSON (numbers by value): the vectors' form.
+        val same = JsonParser.parseString(got.toString()) == JsonParser.parseString(want.toString())
+        return if (same) null else "$where: $kind: expected $want, got $got"
+    }
+
     /** A completion in the mode's form: the suspend, future or (as the Spring filter) blocking `complete`. */
     private suspend fun complete(limiter: Limiter, mode: Http, token: String, status: Int?) = when (mode) {
         Http.ASYNC -> limiter.completeAsync(token, status)
@@ -422,6 +488,14 @@ class ConformanceTest {
         // A step that completes an earlier request (`of`: its index) with a status.
         val HTTP_LATER = setOf("complete", "of", "actual_cost", "at_ms")
         val HTTP_EXPECT = setOf("status", "headers", "body", "delay_ms")
+
+        // limits/: a step with no request, its arguments and the field of what it returns.
+        val LIMIT_STEPS = mapOf(
+            "set_limit" to (setOf("policy", "rate", "burst", "ttl_ms", "now_ms") to "expect_limit"),
+            "get_limit" to (setOf("policy") to "expect_limit"),
+            "remove_limit" to (setOf("policy") to "expect_removed"),
+            "set_override" to (setOf("key", "policy", "rate", "burst", "ttl_ms", "now_ms") to "expect_override"),
+        )
         val REQUEST = setOf(
             "method", "path", "route", "peer", "headers", "user", "api_key", "key", "cost", "now_ms",
             "case_insensitive", "ignore_trailing_slash",
