@@ -148,8 +148,10 @@ impl Requests {
             Plan::InvalidCost(planned, invalid) => {
                 // Counted under each (policy, key) the request would have charged
                 // (a peek is not counted, as it never is).
-                for t in planned.iter().filter(|_| charge) {
-                    engine.record_invalid_cost(t.policy, &t.owner.rule.label);
+                if charge {
+                    for t in &planned {
+                        engine.record_invalid_cost(t.policy, &t.owner.rule.label);
+                    }
                 }
                 return Ok(Outcome::invalid_cost(&invalid));
             }
