@@ -3,9 +3,10 @@
 // each request is sent over loopback with the vector's method, target and headers; the server
 // gives the request the vector's peer (its socket's remoteAddress) and the limiter the vector's
 // now_ms (the only thing injected: the clock); user, api_key, key and cost come through the
-// adapter's `user`, `apiKey`, `keyGenerator` and `cost` options. The handler answers the status a step completes
-// with (count-after-response through the adapter), and holds a request another step completes
-// later. Compared: the status, the rate-limit headers (exact list, in order) and the body.
+// adapter's `user`, `apiKey`, `keyGenerator` and `cost` options. The handler answers the status a
+// step completes with (count-after-response through the adapter), and holds a request another
+// step completes later. Compared: the status, the rate-limit headers (exact list, in order) and
+// the body.
 const http = require('node:http');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
