@@ -74,7 +74,7 @@ function costIn(holder) {
 function settle(limiter, token, status, cost) {
   if (cost === undefined) return limiter.complete(token, status).catch(() => {});
   return limiter.complete(token, status, { cost }).catch((e) => {
-    if (e && e.field !== 'cost') return undefined;
+    if (!e || e.field !== 'cost') return undefined;
     process.emitWarning(`polylimit: the reported cost was not used: ${e.message}`, { code: 'POLYLIMIT_COST' });
     return limiter.complete(token, status).catch(() => {});
   });
