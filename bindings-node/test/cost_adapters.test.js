@@ -251,6 +251,28 @@ for (const [name, adapter] of Object.entries(ADAPTERS)) {
   });
 }
 
+test("fastify: a route's config gives its cost; nestjs: @RateLimit gives a handler's", async () => {
+  const app = Fastify();
+  await app.register(polylimitFastify, { rules: llmRules('memory') });
+  app.post('/v1/chat', { config: { rateLimit: { cost: 4 } } }, async () => ({ ok: true }));
+  app.post('/v1/other', async () => ({ ok: true }));
+  await app.listen({ port: 0, host: '127.0.0.1' });
+  const url = `http://127.0.0.1:${app.server.address().port}`;
+  try {
+    assert.equal(remaining(await post(url)), '6', "the route's 4");
+    const other = await request(`${url}/v1/other`, { method: 'POST', headers: { 'x-api-key': 'k1' } });
+    assert.equal(remaining(other), '5', "the rule's 1 elsewhere");
+  } finally {
+    await app.close();
+  }
+  const srv = await nestServe('express', { rules: llmRules('memory') }, () => ({ ok: true }), [RateLimit({ cost: 3 })]);
+  try {
+    assert.equal(remaining(await post(srv.url)), '7');
+  } finally {
+    await srv.close();
+  }
+});
+
 test('hono without a Node server (Bun, Deno: the fetch handler alone): the reported cost is charged too', async () => {
   const app = new Hono();
   const limit = honoLimit({ rules: llmRules('memory') });
