@@ -9,7 +9,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * `app.use(rateLimit({ policy, store, key: ['ip'] }))`, or `rateLimit({ rules: 'polylimit.yaml' })`.
  * Options familiar from express-rate-limit: `windowMs`, `limit`/`max`, `keyGenerator(req, res)`,
  * `skip(req, res)`, `handler(req, res, next, outcome)`, `standardHeaders`, `legacyHeaders`,
- * `requestPropertyName` (default `rateLimit`). Also `user(req)` and `apiKey(req)` for those key dimensions.
+ * `requestPropertyName` (default `rateLimit`). Also `user(req)` and `apiKey(req)` for those key dimensions,
+ * and `cost(req, res)` (or a number) for the request's cost, which the core checks against the
+ * rules' `max_cost`. A handler reports the request's actual cost (an LLM call's tokens) as
+ * `res.locals.polylimitCost = n`: passed to `limiter.complete(token, status, { cost })` after the response.
  * `count: 'failed' | 'successful' | ['4xx', 503]` (express-rate-limit's skipSuccessfulRequests /
  * skipFailedRequests): the request is charged first and given back after the response when its
  * status does not count.

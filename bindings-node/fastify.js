@@ -6,9 +6,21 @@
 // one it built from its options or rules file) by `limiter.routeRule`, keyed per route unless
 // `perRoute: false`; a route config with its own limit (`policy: {...}`, `windowMs`, …) gets its
 // own limiter, which the core scopes to the route (`route` option). The plugin closes the
-// limiters it built when Fastify closes; a `limiter` you gave stays yours.
+// limiters it built when Fastify closes; a `limiter` you gave stays yours. `cost(request, reply)`
+// (or a number, also in a route's config) gives the request's cost; a handler reports its actual
+// cost (an LLM call's tokens) as `reply.polylimitCost = n` (a reply decorator), passed to
+// `limiter.complete(token, status, { cost })` after the response.
 const fp = require('fastify-plugin');
-const { checkerFor, decide, fastifyMatching, routeLimiterOptions, setHeaders, settleAfterResponse } = require('./options');
+const {
+  COST_PROPERTY,
+  checkerFor,
+  costIn,
+  decide,
+  fastifyMatching,
+  routeLimiterOptions,
+  setHeaders,
+  settleAfterResponse,
+} = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -26,7 +38,7 @@ function hookFor(limiter, rule, options, match) {
       return reply.code(outcome.status).type('application/json').send(outcome.body);
     }
     // After the response (also an aborted one): give back what `count` does not charge.
-    settleAfterResponse(limiter, outcome, reply.raw);
+    settleAfterResponse(limiter, outcome, reply.raw, () => costIn(reply));
     if (outcome.delayMs > 0) await sleep(outcome.delayMs);
   };
 }
@@ -50,6 +62,8 @@ async function polylimitFastify(fastify, options) {
   const match = fastifyMatching(fastify);
   const baseHook = global && hookFor(base, plugin.rule, rest, match);
   fastify.decorate('polylimit', { getter: () => base });
+  // `reply.polylimitCost = n`: the handler's actual cost for its request, read after the response.
+  if (!fastify.hasReplyDecorator(COST_PROPERTY)) fastify.decorateReply(COST_PROPERTY, null);
   fastify.addHook('onClose', async () => {
     for (const limiter of built) limiter.close();
   });

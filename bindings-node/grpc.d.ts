@@ -16,6 +16,8 @@ export interface GrpcOptions extends Omit<LimiterOptions, 'policy'> {
   apiKey?: (metadata: any, call: any) => string | null | undefined | Promise<string | null | undefined>;
   /** True: the call passes unchecked and uncharged. */
   skip?: (metadata: any, call: any, method: { path: string }) => boolean | Promise<boolean>;
+  /** The call's cost (default: its rules'): a whole number, or a function giving it per call (null or undefined: the rules'). */
+  cost?: number | ((metadata: any, call: any) => number | null | undefined | Promise<number | null | undefined>);
 }
 
 /** A @grpc/grpc-js server interceptor (`new grpc.Server({ interceptors: [...] })`); `limiter` is the one it checks with. */
@@ -24,3 +26,10 @@ export type PolylimitInterceptor = ((methodDescriptor: any, call: any) => any) &
 /** `new grpc.Server({ interceptors: [polylimitInterceptor(limiter)] })`. */
 export function polylimitInterceptor(limiterOrOptions?: Limiter | GrpcOptions): PolylimitInterceptor;
 export default polylimitInterceptor;
+
+/**
+ * In a handler: the call's actual cost (an LLM call's tokens), passed to `limiter.complete` as the
+ * call ends (the core caps it at the rules' `max_cost`). False when no polylimit interceptor
+ * settles this call (its rules carry no cost or `count`).
+ */
+export function reportCost(call: { metadata: any }, cost: number): boolean;

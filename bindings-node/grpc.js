@@ -6,7 +6,7 @@
 // opens; the call's final status code settles it (count-after-response, concurrency slots).
 const grpc = require('@grpc/grpc-js');
 const { Limiter } = require('./limiter');
-const { checkerFor } = require('./options');
+const { COST_PROPERTY, checkerFor, costIn, settle: settleWith } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -16,7 +16,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * by a route rule with `polylimitInterceptor({ limiter, key, policy })`, or by a limiter built
  * from the options (`{ policy, store, key }`, `{ rulesFile }`) as `rateLimit()` builds one.
  * `user(metadata, call)`, `apiKey(metadata, call)`, `keyGenerator(metadata, call)` give those key
- * dimensions; `skip(metadata, call, method)` true lets a call through unchecked.
+ * dimensions; `skip(metadata, call, method)` true lets a call through unchecked; `cost(metadata,
+ * call)` (or a number) gives the call's cost. A handler reports its call's actual cost (an LLM
+ * call's tokens) with `reportCost(call, n)`: passed to `limiter.complete(token, code, { cost })`
+ * as the call ends.
  */
 function polylimitInterceptor(limiterOrOptions = {}) {
   const options = limiterOrOptions instanceof Limiter ? { limiter: limiterOrOptions } : limiterOrOptions;
@@ -25,6 +28,7 @@ function polylimitInterceptor(limiterOrOptions = {}) {
 
   async function decide(methodDescriptor, call, metadata) {
     if (skip && (await skip(metadata, call, methodDescriptor))) return null;
+    const cost = typeof options.cost === 'function' ? await options.cost(metadata, call) : options.cost;
     return limiter._checkHttp(
       rule,
       'POST',
@@ -39,6 +43,7 @@ function polylimitInterceptor(limiterOrOptions = {}) {
       false,
       undefined,
       true,
+      cost,
     );
   }
 
@@ -46,11 +51,13 @@ function polylimitInterceptor(limiterOrOptions = {}) {
     let outcome = null;
     let settled = false;
     let headersSent = false;
+    // Where the handler's `reportCost(call, n)` puts the call's actual cost.
+    const reported = {};
     // The call's end (its status code, or CANCELLED when the client went away): once.
     const settle = (code) => {
       if (settled || !outcome || !outcome.completion) return Promise.resolve();
       settled = true;
-      return limiter.complete(outcome.completion, code).catch(() => {});
+      return settleWith(limiter, outcome.completion, code, costIn(reported));
     };
     return new grpc.ServerInterceptingCall(call, {
       start(next) {
@@ -60,6 +67,8 @@ function polylimitInterceptor(limiterOrOptions = {}) {
               async (o) => {
                 outcome = o;
                 if (o && o.status !== null) return refuse(call, o);
+                // The handler's call carries this metadata (`call.metadata`): its key to `reported`.
+                if (o && o.completion) costs.set(metadata, reported);
                 if (o && o.delayMs > 0) await sleep(o.delayMs);
                 return proceed(metadata);
               },
@@ -92,6 +101,23 @@ function polylimitInterceptor(limiterOrOptions = {}) {
   return interceptor;
 }
 
+/** The calls being checked, by their metadata (the handler's `call.metadata`): where their actual cost goes. */
+const costs = new WeakMap();
+
+/**
+ * `reportCost(call, n)` in a handler (unary or streaming; `call` the handler's call object): the
+ * call's actual cost (an LLM call's tokens), passed to `limiter.complete(token, code, { cost })`
+ * as the call ends; the core checks it and caps it at the rules' `max_cost` (the last report
+ * wins). Returns false when no polylimit interceptor settles this call (none checked it, or its
+ * rules carry no cost or `count`: its reservation is final).
+ */
+function reportCost(call, cost) {
+  const holder = call && call.metadata ? costs.get(call.metadata) : undefined;
+  if (!holder) return false;
+  holder[COST_PROPERTY] = cost;
+  return true;
+}
+
 /** A refused call: the rate-limit metadata as its headers, the code, message and trailers. */
 function refuse(call, outcome) {
   call.sendMetadata(toMetadata(outcome.headers));
@@ -119,5 +145,5 @@ function nullable(v) {
   return v === undefined || v === null ? null : String(v);
 }
 
-module.exports = { polylimitInterceptor };
+module.exports = { polylimitInterceptor, reportCost };
 module.exports.default = polylimitInterceptor;

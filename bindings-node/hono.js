@@ -2,7 +2,7 @@
 // Hono middleware: the request becomes the core's RequestInfo, the core's Outcome becomes the
 // response. No header, key, IP or body logic here (options.js and the core have it).
 const native = require('./native');
-const { checkerFor, decide, settleAfterResponse } = require('./options');
+const { checkerFor, costIn, decide, settle, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -10,8 +10,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * `app.use(rateLimit({ policy, store, key: ['ip'] }))`, `rateLimit({ rules: 'polylimit.yaml' })` or
  * `rateLimit({ limiter, key, policy })`: the options of the Express middleware (express.js), with
  * Hono's context where Express passes `req, res`: `keyGenerator(c)`, `skip(c)`, `user(c)`,
- * `apiKey(c)`, `handler(c, outcome)` (returns the Response); the outcome is `c.get('rateLimit')`
- * (`requestPropertyName`). The client address is the peer of @hono/node-server's request
+ * `apiKey(c)`, `handler(c, outcome)` (returns the Response), `cost(c)` (or a number); the outcome
+ * is `c.get('rateLimit')` (`requestPropertyName`). A handler reports its request's actual cost (an
+ * LLM call's tokens) with `c.set('polylimitCost', n)`: passed to `limiter.complete(token, status,
+ * { cost })` after the response. The client address is the peer of @hono/node-server's request
  * (`c.env.incoming`); elsewhere (Bun, Deno) give `getPeer(c)` (e.g. Bun's
  * `server.requestIP(c.req.raw).address`, Deno's `c.env.remoteAddr.hostname`).
  */
@@ -45,13 +47,13 @@ function rateLimit(options = {}) {
     const outgoing = c.env && c.env.outgoing;
     if (outcome.completion && outgoing) {
       // On Node the response settles as it ends, like Express's (options.js).
-      settleAfterResponse(limiter, outcome, outgoing);
+      settleAfterResponse(limiter, outcome, outgoing, () => costIn(c.var)); // c.set('polylimitCost', n)
     }
     await next();
     for (const [name, value] of outcome.headers) c.res.headers.set(name, value);
     if (outcome.completion && !outgoing) {
       // Elsewhere: once the handler answered (its status), before the response is sent.
-      await limiter.complete(outcome.completion, native.endedStatus(c.res.status, true, false, false)).catch(() => {});
+      await settle(limiter, outcome.completion, native.endedStatus(c.res.status, true, false, false), costIn(c.var));
     }
     return undefined;
   }

@@ -564,6 +564,16 @@ export interface MiddlewareOptions<Req = any, Res = any> extends Omit<LimiterOpt
   apiKey?: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   /** True: the request passes unchecked and uncharged. */
   skip?: (req: Req, res: Res) => boolean | Promise<boolean>;
+  /**
+   * The request's cost (default: its rules' `cost`, else 1): a whole number, or a function giving
+   * it per request (null or undefined: the rules'). The core checks it: not a whole number from 1
+   * is a ConfigError naming `cost` (a number when the middleware is built), above the matching
+   * rules' `max_cost` a 400 `invalid_cost`. A handler reports the actual cost after the response
+   * where its framework keeps per-request values: Express `res.locals.polylimitCost`, Koa
+   * `ctx.state.polylimitCost`, Hono `c.set('polylimitCost', n)`, Fastify `reply.polylimitCost`,
+   * NestJS `req.polylimitCost`, gRPC `reportCost(call, n)`.
+   */
+  cost?: number | ((req: Req, res: Res) => number | null | undefined | Promise<number | null | undefined>);
 }
 
 /** The Express middleware's options. */

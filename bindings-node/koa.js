@@ -1,7 +1,7 @@
 'use strict';
 // Koa middleware: the request becomes the core's RequestInfo, the core's Outcome becomes the
 // response. No header, key, IP or body logic here (options.js and the core have it).
-const { checkerFor, decide, pathOf, setHeaders, settleAfterResponse } = require('./options');
+const { checkerFor, costIn, decide, pathOf, setHeaders, settleAfterResponse } = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -9,8 +9,10 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * `app.use(rateLimit({ policy, store, key: ['ip'] }))`, `rateLimit({ rules: 'polylimit.yaml' })` or
  * `rateLimit({ limiter, key, policy })`: the options of the Express middleware (express.js), with
  * Koa's context where Express passes `req, res`: `keyGenerator(ctx)`, `skip(ctx)`, `user(ctx)`,
- * `apiKey(ctx)`, `handler(ctx, next, outcome)`; the outcome goes to `ctx.state.rateLimit`
- * (`requestPropertyName`). `router`: the @koa/router the app routes with, for the route template
+ * `apiKey(ctx)`, `handler(ctx, next, outcome)`, `cost(ctx)` (or a number); the outcome goes to
+ * `ctx.state.rateLimit` (`requestPropertyName`). A handler reports its request's actual cost (an
+ * LLM call's tokens) as `ctx.state.polylimitCost = n`: passed to `limiter.complete(token, status,
+ * { cost })` after the response. `router`: the @koa/router the app routes with, for the route template
  * and path matching when the middleware runs before it (under `router.use()` or on a route, the
  * router that dispatched the request is used).
  */
@@ -35,7 +37,7 @@ function rateLimit(options = {}) {
       ctx.body = outcome.body;
       return undefined;
     }
-    settleAfterResponse(limiter, outcome, ctx.res);
+    settleAfterResponse(limiter, outcome, ctx.res, () => costIn(ctx.state));
     if (outcome.delayMs > 0) await sleep(outcome.delayMs);
     return next();
   }

@@ -175,14 +175,12 @@ class Limiter {
   }
 
   /**
-   * checkRequest for the Express and Fastify middlewares: typed arguments instead of
-   * a JSON text, and Node's `rawHeaders` (`[name, value, …]`) as they are. Internal.
+   * checkRequest for the middlewares: typed arguments instead of a JSON text, and Node's
+   * `rawHeaders` (`[name, value, …]`) as they are. The request is decided by `rule` (from
+   * `routeRule`) or else by the limiter's rules; `grpc`: a gRPC call (the interceptor's); `cost`:
+   * the request's cost from a middleware's `cost` option (undefined: the rules'). Internal.
    */
-  /**
-   * A middleware's request, decided by `rule` (from `routeRule`) or else by the limiter's rules;
-   * `grpc`: a gRPC call (the interceptor's). Internal.
-   */
-  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs, grpc) {
+  _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs, grpc, cost) {
     this._flushChecks();
     return calls.start((id) =>
       this._native.checkHttpBatched(
@@ -200,6 +198,7 @@ class Limiter {
         ignoreTrailingSlash,
         nowMs,
         grpc,
+        cost,
       ),
     );
   }

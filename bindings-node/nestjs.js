@@ -3,8 +3,16 @@
 // RequestInfo and the core's Outcome into the response, and the decorators that exempt a
 // handler or give it its own rule. Nothing here imports Nest (its decorators only store
 // metadata), so it serves Nest 10 to 12, CommonJS or ESM. No header, key, IP or body logic here.
-const { checkerFor, decide, expressMatching, fastifyMatching, routeLimiterOptions, setHeaders, settleAfterResponse } =
-  require('./options');
+const {
+  checkerFor,
+  costIn,
+  decide,
+  expressMatching,
+  fastifyMatching,
+  routeLimiterOptions,
+  setHeaders,
+  settleAfterResponse,
+} = require('./options');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -85,6 +93,10 @@ class Polylimit {
  * WebSockets) pass. A refused request is answered here with the core's status, headers and body
  * (the guard then returns false, which Nest ends without writing: the response is sent); with a
  * `handler(context, outcome)` option, that function answers instead (throw your own exception).
+ * `cost(req, res)` (or a number; also in `@RateLimit`) gives the request's cost. A handler
+ * reports its request's actual cost (an LLM call's tokens) as `req.polylimitCost = n` (`@Req()`,
+ * on the Express or the Fastify platform; on Express `res.locals.polylimitCost` too): passed to
+ * `limiter.complete(token, status, { cost })` after the response.
  */
 class PolylimitGuard {
   constructor(polylimit) {
@@ -120,7 +132,8 @@ class PolylimitGuard {
       out.end(outcome.body);
       return false;
     }
-    settleAfterResponse(limiter, outcome, out);
+    // The handler's actual cost: `req.polylimitCost = n` (either platform), or Express's `res.locals`.
+    settleAfterResponse(limiter, outcome, out, () => costIn(req) ?? costIn(res.locals));
     if (outcome.delayMs > 0) await sleep(outcome.delayMs);
     return true;
   }

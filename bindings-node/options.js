@@ -2,7 +2,7 @@
 // Middleware options → the limiter and route rule a middleware checks through. Only option
 // translation lives here: what the options ask for, keys, headers, bodies and client IPs are
 // decided by the core.
-const { Limiter } = require('./limiter');
+const { Limiter, call } = require('./limiter');
 const native = require('./native');
 
 /**
@@ -15,7 +15,7 @@ const native = require('./native');
  * policy throws a ConfigError here, when the middleware is built.
  */
 function checkerFor(options, { enclosing, perRoute = false, ruleOptions = options, buildFrom } = {}) {
-  const plan = native.middlewarePlan(options, enclosing !== undefined);
+  const plan = planOf(options, enclosing !== undefined);
   if (plan.check === 'build') {
     return { limiter: limiterFrom(buildFrom ? buildFrom() : options), rule: null, built: true };
   }
@@ -24,9 +24,14 @@ function checkerFor(options, { enclosing, perRoute = false, ruleOptions = option
   return { limiter, rule, built: false };
 }
 
+/** The core's plan for a middleware's options; a bad `cost` value throws a ConfigError naming it. */
+function planOf(options, enclosing) {
+  return call(() => native.middlewarePlan(options, enclosing));
+}
+
 /** A limiter built from a middleware's options: the fields the core's plan gives a limiter. */
 function limiterFrom(options) {
-  const plan = native.middlewarePlan(options, false);
+  const plan = planOf(options, false);
   const given = {};
   for (const name of plan.limiterFields) given[name] = options[name];
   if (plan.keyFunction) given.keyFunction = true;
@@ -47,27 +52,48 @@ function routeRuleFor(limiter, options, perRoute) {
 }
 
 /**
- * The actual cost a handler reported for its request (an LLM call's tokens), learned from the
- * response: `res.locals.polylimitCost` (Express's per-response locals; any framework can set
- * `res.locals` on the Node response). Undefined when it did not: the reservation stands.
+ * The name a handler reports its request's actual cost under (an LLM call's tokens), on the
+ * object its framework gives it per request: Express `res.locals.polylimitCost`, Koa
+ * `ctx.state.polylimitCost`, Hono `c.set('polylimitCost', n)`, Fastify `reply.polylimitCost`,
+ * NestJS `req.polylimitCost`. The middleware passes it to `limiter.complete(token, status,
+ * { cost })` after the response; the core checks it and caps it at the rules' `max_cost`.
  */
-function reportedCost(res) {
-  const locals = res.locals;
-  return locals && locals.polylimitCost !== undefined && locals.polylimitCost !== null ? locals.polylimitCost : undefined;
+const COST_PROPERTY = 'polylimitCost';
+
+/** The cost reported on `holder` (`holder.polylimitCost`), or undefined when none was: the reservation stands. */
+function costIn(holder) {
+  const cost = holder ? holder[COST_PROPERTY] : undefined;
+  return cost === null ? undefined : cost;
 }
 
 /**
- * Settles an allowed request whose outcome carries a `completion` token (a rule's `count`, a
- * concurrency lease) as its response ends: when the handler calls `res.end()` (Express and
- * Fastify do), `limiter.complete(token, status)` runs first and the response ends once it has
- * answered, so the same client's next request sees the charge given back or the slot free (on
- * 'finish' it raced the next request). The status comes from the core's rule
- * (`polylimit::ended_status`): a client that went away before the response was done is charged
- * as the status the handler answered with, settled only once the handler is done with it, so a
- * concurrency slot is not given to the next request while this handler still runs; a handler
- * that never ends the response keeps it until its lease ends. Never throws into the app.
+ * `limiter.complete(token, status, { cost })`, never rejecting: a cost the core refuses (not a
+ * whole number, negative) is reported as a process warning and the request completed without it
+ * (the status still gives back what it does not charge, a concurrency slot still comes back).
  */
-function settleAfterResponse(limiter, outcome, res) {
+function settle(limiter, token, status, cost) {
+  if (cost === undefined) return limiter.complete(token, status).catch(() => {});
+  return limiter.complete(token, status, { cost }).catch((e) => {
+    if (!e || e.field !== 'cost') return undefined;
+    process.emitWarning(`polylimit: the reported cost was not used: ${e.message}`, { code: 'POLYLIMIT_COST' });
+    return limiter.complete(token, status).catch(() => {});
+  });
+}
+
+/**
+ * Settles an allowed request whose outcome carries a `completion` token (a rule's `count` or
+ * cost, a concurrency lease) as its response ends: when the handler calls `res.end()` (Express and
+ * Fastify do), `limiter.complete(token, status, { cost: reported() })` runs first and the response
+ * ends once it has answered, so the same client's next request sees the charge given back or the
+ * slot free (on 'finish' it raced the next request). `reported()` reads the actual cost the handler
+ * reported (default: Express's `res.locals.polylimitCost`; each adapter says where its handlers
+ * put it). The status comes from the core's rule (`polylimit::ended_status`): a client that went
+ * away before the response was done is charged as the status the handler answered with, settled
+ * only once the handler is done with it, so a concurrency slot is not given to the next request
+ * while this handler still runs; a handler that never ends the response keeps it until its lease
+ * ends. Never throws into the app.
+ */
+function settleAfterResponse(limiter, outcome, res, reported = () => costIn(res.locals)) {
   const token = outcome.completion;
   if (!token) return;
   const end = res.end;
@@ -78,13 +104,11 @@ function settleAfterResponse(limiter, outcome, res) {
     const status = native.endedStatus(res.statusCode, true, false, res.destroyed && !res.writableFinished);
     let settled;
     try {
-      settled = limiter.complete(token, status, { cost: reportedCost(res) });
+      settled = settle(limiter, token, status, reported());
     } catch {
       return end.apply(this, args);
     }
-    Promise.resolve(settled)
-      .catch(() => {})
-      .then(() => end.apply(res, args));
+    settled.then(() => end.apply(res, args));
     return this;
   };
 }
@@ -107,11 +131,13 @@ function pathOf(url) {
  * its method, request target, peer address (absent on a Unix socket) and `rawHeaders`
  * (as received) go to the core as they are; `match` is the router's path matching
  * (`caseInsensitive`, `ignoreTrailingSlash`); `req` and `res` go to the `keyGenerator`,
- * `user` and `apiKey` functions. `rule` (from `routeRuleFor`), when given, decides instead of
+ * `user` and `apiKey` functions, and to `cost` when it is one (else `cost` is the request's cost
+ * as given, or undefined: the rules'). `rule` (from `routeRuleFor`), when given, decides instead of
  * the limiter's rules.
  */
 async function decide(limiter, rule, options, raw, target, route, match, req, res) {
   const { keyGenerator, user, apiKey } = options;
+  const cost = typeof options.cost === 'function' ? await options.cost(req, res) : options.cost;
   return limiter._checkHttp(
     rule,
     raw.method,
@@ -124,6 +150,9 @@ async function decide(limiter, rule, options, raw, target, route, match, req, re
     apiKey ? nullable(await apiKey(req)) : undefined,
     match.caseInsensitive,
     match.ignoreTrailingSlash,
+    undefined,
+    undefined,
+    cost,
   );
 }
 
@@ -168,17 +197,20 @@ function fastifyMatching(fastify) {
 function routeLimiterOptions(plugin, config, url) {
   const base = { ...plugin };
   delete base.limiter;
-  for (const name of native.middlewarePlan(config, true).replaces) delete base[name];
+  for (const name of planOf(config, true).replaces) delete base[name];
   return { ...base, ...config, route: url };
 }
 
 module.exports = {
+  COST_PROPERTY,
   checkerFor,
+  costIn,
   decide,
   expressMatching,
   fastifyMatching,
   pathOf,
   routeLimiterOptions,
   setHeaders,
+  settle,
   settleAfterResponse,
 };

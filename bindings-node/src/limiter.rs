@@ -54,6 +54,17 @@ fn check_options(env: &Env, cost: Option<Unknown<'_>>, now_ms: Option<Unknown<'_
     })
 }
 
+/// A middleware's `cost` for a request: none when absent (or null/undefined),
+/// else a whole number the core's rule on a check's cost accepts.
+pub(crate) fn request_cost(env: &Env, cost: Option<Unknown<'_>>) -> Result<Option<u64>> {
+    match loose(cost)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => CheckOptions::from_values(Some(&v), None)
+            .map(|o| Some(o.cost))
+            .map_err(|e| throw(env, e)),
+    }
+}
+
 /// A `RequestInfo` from its JSON text.
 fn request_arg(env: &Env, request: &str) -> Result<RequestInfo> {
     let value: Value =
@@ -194,7 +205,10 @@ impl NativeLimiter {
     /// `close`). Its record is the outcome, like `checkRequestBatched`'s.
     /// `now_ms` (tests) decides at that time. `grpc`: a gRPC call (the
     /// interceptor's): `path` its full method name, `peer` the library's peer
-    /// string, `raw_headers` its metadata.
+    /// string, `raw_headers` its metadata. `cost`: the request's cost (a
+    /// middleware's cost function or number; absent: the rules'), checked by
+    /// the core's rule on a check's cost (thrown at once, naming `cost`), then
+    /// against the rules' `max_cost` (a 400 outcome).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
@@ -214,7 +228,9 @@ impl NativeLimiter {
         ignore_trailing_slash: Option<bool>,
         now_ms: Option<i64>,
         grpc: Option<bool>,
+        cost: Option<Unknown<'_>>,
     ) -> Result<()> {
+        let cost = request_cost(&env, cost)?;
         let mut flat = raw_headers.into_iter();
         let mut headers = Vec::with_capacity(flat.len() / 2);
         while let (Some(name), Some(value)) = (flat.next(), flat.next()) {
@@ -229,7 +245,7 @@ impl NativeLimiter {
             user,
             api_key,
             key,
-            cost: None,
+            cost,
             now_ms,
             case_insensitive: case_insensitive.unwrap_or(false),
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),

@@ -8,6 +8,7 @@ use polylimit::options::middleware::{middleware_plan as plan, Given};
 use polylimit::Naming;
 
 use crate::errors::guard;
+use crate::limiter::request_cost;
 
 /// What a middleware's options ask for: `check` (`build`, `route_rule` or
 /// `rules`), the fields a built limiter takes, whether a key generator is
@@ -22,6 +23,8 @@ pub struct MiddlewarePlan {
 
 /// The core's plan for `options` (a middleware's options object; fields
 /// holding `undefined` are not given); `enclosing`: inside the Fastify plugin.
+/// A `cost` given as a value (not a function) is checked here, by the core's
+/// rule on a check's cost: a bad one throws a ConfigError naming `cost`.
 #[napi]
 #[cfg_attr(test, allow(dead_code))] // called from JavaScript only
 pub fn middleware_plan(env: Env, options: Object<'_>, enclosing: bool) -> Result<MiddlewarePlan> {
@@ -31,7 +34,12 @@ pub fn middleware_plan(env: Env, options: Object<'_>, enclosing: bool) -> Result
         for i in 0..names.get_array_length()? {
             let name: String = names.get_element(i)?;
             let value: Unknown<'_> = options.get_named_property(&name)?;
-            let given = match value.get_type()? {
+            let kind = value.get_type()?;
+            if name == "cost" && !matches!(kind, ValueType::Function | ValueType::Undefined) {
+                // A cost given as a value is checked now, when the middleware is built.
+                request_cost(&env, Some(value))?;
+            }
+            let given = match kind {
                 ValueType::Undefined => continue,
                 ValueType::Function => Given::Function,
                 ValueType::String => Given::Text,

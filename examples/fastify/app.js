@@ -19,6 +19,14 @@ async function main() {
   await app.register(polylimit, { rulesFile: rules, user: (request) => request.headers['x-user'] }); // user: stands in for your auth
   app.get('/api/:name', async (request) => ({ hello: request.params.name }));
   app.post('/api/payments/:id', async (request) => ({ paid: request.params.id }));
+  // An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+  // the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+  // the model's token usage) and the middleware reconciles after the response.
+  app.post('/api/llm', async (request, reply) => {
+    const actual = request.headers['x-actual-cost'];
+    if (actual !== undefined) reply.polylimitCost = Number(actual);
+    return { answered: true };
+  });
   // The demo's one account password; a real app checks its user store. The rules file's `login`
   // rule keys by IP and the X-Login-User header, and counts only failed logins.
   app.post('/login', async (request, reply) => {

@@ -13,6 +13,14 @@ app.use(limit);
 
 app.get('/api/:name', (c) => c.json({ hello: c.req.param('name') }));
 app.post('/api/payments/:id', (c) => c.json({ paid: c.req.param('id') }));
+// An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+// the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+// the model's token usage) and the middleware reconciles after the response.
+app.post('/api/llm', (c) => {
+  const actual = c.req.header('x-actual-cost');
+  if (actual !== undefined) c.set('polylimitCost', Number(actual));
+  return c.json({ answered: true });
+});
 // The demo's one account password; a real app checks its user store. The rules file's `login`
 // rule keys by IP and the X-Login-User header, and counts only failed logins.
 const DEMO_PASSWORD = 'open-sesame';

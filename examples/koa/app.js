@@ -15,6 +15,14 @@ app.use(limit);
 
 router.get('/api/:name', (ctx) => (ctx.body = { hello: ctx.params.name }));
 router.post('/api/payments/:id', (ctx) => (ctx.body = { paid: ctx.params.id }));
+// An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+// the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+// the model's token usage) and the middleware reconciles after the response.
+router.post('/api/llm', (ctx) => {
+  const actual = ctx.get('x-actual-cost');
+  if (actual !== '') ctx.state.polylimitCost = Number(actual);
+  ctx.body = { answered: true };
+});
 // The demo's one account password; a real app checks its user store. The rules file's `login`
 // rule keys by IP and the X-Login-User header, and counts only failed logins.
 const DEMO_PASSWORD = 'open-sesame';

@@ -25,6 +25,14 @@ class AppController {
   pay(id) {
     return { paid: id };
   }
+  // An LLM-style endpoint: the rules file's `llm` rule reserves the X-Reserve header's cost before
+  // the handler; the handler reports the actual cost (here read from X-Actual-Cost, in a real app
+  // the model's token usage) on the request and the guard reconciles after the response.
+  llm(req) {
+    const actual = req.get('x-actual-cost');
+    if (actual !== undefined) req.polylimitCost = Number(actual);
+    return { answered: true };
+  }
   login(req, body) {
     const user = req.get('x-login-user');
     if (!user || !body || body.password !== DEMO_PASSWORD) throw new HttpException({ error: 'wrong user or password' }, 401);
@@ -59,6 +67,7 @@ function decorate(cls, name, decorators, params = []) {
 }
 decorate(AppController, 'hello', [Get('api/:name')], [Param('name')]);
 decorate(AppController, 'pay', [Post('api/payments/:id'), HttpCode(200)], [Param('id')]);
+decorate(AppController, 'llm', [Post('api/llm'), HttpCode(200)], [Req()]);
 decorate(AppController, 'login', [Post('login'), HttpCode(200)], [Req(), Body()]);
 decorate(AppController, 'report', [Get('reports/:id')], [Param('id'), Query('ms'), Query('fail')]);
 decorate(AppController, 'stats', [Get('stats'), SkipRateLimit()]);

@@ -21,7 +21,8 @@ import pytest
 from servers import App, running
 
 # The apps with the /api/llm route (the other example apps have none).
-COST_APPS = ["fastapi", "django", "flask", "express", "go", "gin", "echo", "spring"]
+COST_APPS = ["fastapi", "django", "flask", "express", "fastify", "koa", "hono", "nestjs", "go", "gin", "echo",
+             "spring"]
 RULES = Path(__file__).parent / "polylimit.yaml"
 BURST = 10_000
 TOKEN_S = 3600 / 10_000  # the llm policy refills a token every 0.36 s

@@ -25,7 +25,7 @@ import { retryFetch, parseRetryAfter, FetchLike } from '../../client';
 import { rateLimit as koaRateLimit, KoaOptions } from '../../koa';
 import { rateLimit as honoRateLimit } from '../../hono';
 import { PolylimitModule, PolylimitGuard, RateLimit, SkipRateLimit, POLYLIMIT } from '../../nestjs';
-import { polylimitInterceptor } from '../../grpc';
+import { polylimitInterceptor, reportCost } from '../../grpc';
 
 async function main(): Promise<void> {
   const policy: Policy = { algorithm: 'gcra', rate: '10/s', burst: 20 };
@@ -89,6 +89,11 @@ async function main(): Promise<void> {
   const nestModule = PolylimitModule.forRoot({ rulesFile: 'polylimit.yaml' });
   const decorators = [RateLimit({ policy: 'strict', key: ['user'] }), SkipRateLimit()];
   const interceptor = polylimitInterceptor({ limiter: conc, user: (md) => md.get('x-user')[0] });
+  const costed = rateLimit({ limiter: rules, policy: 'llm', cost: (req) => Number(req.get('x-reserve') ?? 1) });
+  const flat = koaRateLimit({ rulesFile: 'polylimit.yaml', cost: 5 });
+  const byCall = polylimitInterceptor({ limiter: conc, cost: async () => null });
+  const reported: boolean = reportCost({ metadata: null }, 3400);
+  void [costed, flat, byCall, reported, RateLimit({ policy: 'llm', cost: 2 })];
   void [koaMw.limiter, honoMw.limiter, nestModule.providers, decorators, interceptor.limiter, PolylimitGuard, POLYLIMIT, polylimitInterceptor(conc)];
   void [inline, fromText, cfg, retry, status, text, v, l2, rule, routeMw, plugin, errors, field, breaker.state, login, counted];
 }

@@ -16,6 +16,9 @@ type Names = (&'static str, &'static str);
 const LIMITER: Names = ("limiter", "limiter");
 /// A function whose result is the request's `key` dimension.
 const KEY_GENERATOR: Names = ("key_generator", "keyGenerator");
+/// The request's cost: a whole number, or a function giving it per request
+/// (checked by the core as a check's `cost`, then against the rules' `max_cost`).
+const COST: Names = ("cost", "cost");
 
 /// The fields only a middleware takes, never a limiter.
 const MIDDLEWARE_ONLY: &[Names] = &[
@@ -27,6 +30,7 @@ const MIDDLEWARE_ONLY: &[Names] = &[
     ("handler", "handler"),
     ("request_property_name", "requestPropertyName"),
     ("per_route", "perRoute"),
+    COST,
 ];
 
 /// The fields that say what is limited: options giving any of them replace
