@@ -21,7 +21,7 @@ import pytest
 from servers import App, running
 
 # The apps with the /api/llm route (the other example apps have none).
-COST_APPS = ["fastapi", "express", "go", "spring"]
+COST_APPS = ["fastapi", "express", "go", "spring", "webflux", "ktor"]
 RULES = Path(__file__).parent / "polylimit.yaml"
 BURST = 10_000
 TOKEN_S = 3600 / 10_000  # the llm policy refills a token every 0.36 s
