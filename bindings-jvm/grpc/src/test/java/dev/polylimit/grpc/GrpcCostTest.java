@@ -20,9 +20,13 @@ import io.grpc.stub.ServerCalls;
 import java.nio.charset.StandardCharsets;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import dev.polylimit.testkit.RedisServer;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * A handler reports its call's actual cost with {@link PolylimitServerInterceptor#reportCost}
@@ -30,11 +34,13 @@ import org.junit.jupiter.api.Test;
  * x-reserve metadata (1000 a day per x-api-key, {@code max_cost: 500}); the interceptor settles the
  * call with the reported cost as it closes with OK, and the core charges the difference past the
  * reservation, gives it back, or caps it at max_cost. Each remaining count after a settlement is
- * read from a follow-up call reserving 1 and reporting 1 (its x-ratelimit-remaining header).
+ * read from a follow-up call reserving 1 and reporting 1 (its x-ratelimit-remaining header). On
+ * the memory store and a real redis-server (whose completions finish after the call: the
+ * settlement holds the status until they have).
  */
 class GrpcCostTest {
     static final String RULES = """
-            {"store": "memory", "headers": "legacy",
+            {"store": "%s", "headers": "legacy", %s
              "policies": {"llm": {"algorithm": "token_bucket", "rate": "1000/d"}},
              "rules": [{"match": {"path": "/demo.L/*"}, "key": ["header:x-api-key"], "policy": "llm",
                         "cost": "header:x-reserve", "max_cost": 500}]}""";
@@ -45,9 +51,23 @@ class GrpcCostTest {
     Server server;
     ManagedChannel channel;
 
-    @BeforeEach
-    void start() throws Exception {
-        limiter = Limiter.Companion.fromRules(RULES);
+    static RedisServer redis;
+
+    @BeforeAll
+    static void startRedis() throws Exception {
+        redis = new RedisServer();
+    }
+
+    @AfterAll
+    static void stopRedis() throws Exception {
+        redis.close();
+    }
+
+    void start(String store) throws Exception {
+        limiter = Limiter.Companion.fromRules(RULES.formatted("redis".equals(store) ? redis.url() : store,
+                // On Redis a generous timeout: a loaded machine's completion slower than 100 ms would be given up.
+                "redis".equals(store) ? "\"timeout\": \"5s\"," : ""));
+        RedisServer.connected(limiter); // on Redis: its first checks would be the local fallback's
         ServerServiceDefinition service = ServerServiceDefinition.builder("demo.L")
                 .addMethod(LLM, ServerCalls.asyncUnaryCall((byte[] in, io.grpc.stub.StreamObserver<byte[]> out) -> {
                     String actual = new String(in, StandardCharsets.US_ASCII);
@@ -65,6 +85,9 @@ class GrpcCostTest {
 
     @AfterEach
     void stop() throws Exception {
+        if (channel == null) {
+            return;
+        }
         channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
         server.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
         limiter.close();
@@ -99,20 +122,26 @@ class GrpcCostTest {
         return Integer.parseInt(left);
     }
 
-    @Test
-    void aLargerActualCostIsChargedPastTheReservation() throws Exception {
+    @ParameterizedTest
+    @ValueSource(strings = {"memory", "redis"})
+    void aLargerActualCostIsChargedPastTheReservation(String store) throws Exception {
+        start(store);
         assertEquals(900, remaining("team-more", "100", "300"));
         assertEquals(1000 - 300 - 1, remaining("team-more", "1", "1"));
     }
 
-    @Test
-    void aSmallerActualCostGivesTheDifferenceBack() throws Exception {
+    @ParameterizedTest
+    @ValueSource(strings = {"memory", "redis"})
+    void aSmallerActualCostGivesTheDifferenceBack(String store) throws Exception {
+        start(store);
         assertEquals(800, remaining("team-less", "200", "50"));
         assertEquals(1000 - 50 - 1, remaining("team-less", "1", "1"));
     }
 
-    @Test
-    void theActualCostIsCappedAtMaxCostAndNoReportLeavesTheReservation() throws Exception {
+    @ParameterizedTest
+    @ValueSource(strings = {"memory", "redis"})
+    void theActualCostIsCappedAtMaxCostAndNoReportLeavesTheReservation(String store) throws Exception {
+        start(store);
         assertEquals(990, remaining("team-cap", "10", "9999"));
         assertEquals(1000 - 500 - 1, remaining("team-cap", "1", "1"));
         assertEquals(880, remaining("team-none", "120", null));

@@ -1,6 +1,7 @@
 package dev.polylimit.ktor
 
 import dev.polylimit.Limiter
+import dev.polylimit.testkit.RedisServer
 import io.ktor.client.HttpClient
 import io.ktor.client.request.get
 import io.ktor.client.request.header
@@ -15,10 +16,13 @@ import io.ktor.server.testing.testApplication
 import java.nio.file.Files
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.AfterAll
+import org.junit.jupiter.api.BeforeAll
 import org.junit.jupiter.api.Test
 
 /**
- * Cost and reload through the Ktor plugin in a Ktor test application (memory store): a handler
+ * Cost and reload through the Ktor plugin in a Ktor test application (cost on memory and a real
+ * redis-server, reload on memory): a handler
  * reports its call's actual cost with [reportCost] and the plugin settles with it (the core charges
  * the difference past the reservation, gives it back, or caps it at `max_cost`); the plugin's cost
  * function gives the reservation, bounded by `max_cost`; and the plugin follows `limiter.reload()`
@@ -26,12 +30,27 @@ import org.junit.jupiter.api.Test
  */
 class KtorCostAndReloadTest {
     companion object {
-        /** 1000 a day per X-Api-Key on POST /llm (a token refills every 86.4 s: the counts are exact). */
-        const val LLM_RULES = """
-            {"store": "memory", "headers": "legacy",
+        /**
+         * 1000 a day per X-Api-Key on POST /llm (a token refills every 86.4 s: the counts are exact); on
+         * Redis a generous timeout (a loaded machine's completion slower than 100 ms would be given up).
+         */
+        fun llmRules(store: String) = """
+            {"store": "$store", "headers": "legacy", ${if (store == "memory") "" else "\"timeout\": \"5s\","}
              "policies": {"llm": {"algorithm": "token_bucket", "rate": "1000/d"}},
              "rules": [{"match": {"path": "/llm"}, "key": ["header:x-api-key"], "policy": "llm",
                         "cost": "header:x-reserve", "max_cost": 500}]}"""
+
+        lateinit var redis: RedisServer
+
+        @JvmStatic
+        @BeforeAll
+        fun startRedis() {
+            redis = RedisServer()
+        }
+
+        @JvmStatic
+        @AfterAll
+        fun stopRedis() = redis.close()
 
         /** 2, then 4, a day per client on every /api/x path: a fixed window of a day, so no boundary falls inside the test. */
         fun byIp(perDay: Int) = "store: memory\nheaders: legacy\npolicies:\n  api: { algorithm: fixed_window, rate: $perDay/d }\n" +
@@ -57,8 +76,14 @@ class KtorCostAndReloadTest {
         }
 
     @Test
-    fun theReportedCostIsReconciledAndTheCostFunctionReserves() {
-        Limiter.fromRules(LLM_RULES).use { limiter ->
+    fun theReportedCostIsReconciledAndTheCostFunctionReservesOnMemory() = reconcile("memory")
+
+    @Test
+    fun theReportedCostIsReconciledAndTheCostFunctionReservesOnRedis() = reconcile(redis.url())
+
+    private fun reconcile(store: String) {
+        Limiter.fromRules(llmRules(store)).use { limiter ->
+            RedisServer.connected(limiter) // on Redis: its first checks would be the local fallback's
             testApplication {
                 install(Polylimit) {
                     this.limiter = limiter

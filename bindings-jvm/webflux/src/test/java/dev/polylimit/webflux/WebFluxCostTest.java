@@ -63,7 +63,7 @@ class WebFluxCostTest {
     @LocalServerPort
     int port;
 
-    private HttpResponse<String> llm(String apiKey, String reserve, String actual, String... more) throws Exception {
+    HttpResponse<String> llm(String apiKey, String reserve, String actual, String... more) throws Exception {
         List<String> headers = new ArrayList<>(List.of("X-Api-Key", apiKey, "X-Reserve", reserve));
         if (actual != null) {
             headers.addAll(List.of("X-Actual-Cost", actual));
