@@ -221,6 +221,25 @@ impl NativeLimiter {
         block(self.inner.complete_with(&token, status, options)).map(|_| ())
     }
 
+    /// `completeCost` as a suspend function (the non-blocking middlewares'
+    /// settlement with a reported cost).
+    #[uniffi::method(default(status = None, now_ms = None))]
+    pub async fn complete_cost_async(
+        &self,
+        token: String,
+        status: Option<i32>,
+        cost: i64,
+        now_ms: Option<i64>,
+    ) -> Result<()> {
+        let status = status_code(status)?;
+        let options = polylimit::CompleteOptions::from_values(
+            Some(&serde_json::Value::from(cost)),
+            now_ms.map(serde_json::Value::from).as_ref(),
+        )?;
+        let inner = self.inner.clone();
+        spawn(async move { inner.complete_with(&token, status, options).await.map(|_| ()) }).await
+    }
+
     /// Prometheus text exposition of this limiter's metrics.
     pub fn metrics_text(&self) -> String {
         self.inner.metrics_text()

@@ -1,10 +1,10 @@
-"""Cost reconciliation through the example apps (FastAPI, Express, Go net/http, Spring Boot) on a
-real Redis: POST /api/llm reserves its X-Reserve header before the handler (the rules' `llm`
-rule: a token bucket of 10 000 an hour, `max_cost: 5000`), the handler reports X-Actual-Cost
+"""Cost reconciliation through every example app on a real Redis: POST /api/llm reserves its
+X-Reserve header before the handler (the rules' `llm` rule: a token bucket of 10 000 an hour, `max_cost: 5000`), the handler reports X-Actual-Cost
 and the app's middleware completes with it. N concurrent requests reserving r and reporting m
 take the key at most N × (m − r) past its limit, exactly as many tokens as the admitted ones
 used beyond the burst; a smaller actual cost gives the difference back; a bad X-Reserve is the
-core's 400 invalid_cost. Each app is started alone, on tests/e2e/polylimit.yaml."""
+core's 400 invalid_cost. The apps are the session's (conftest.py), on tests/e2e/polylimit.yaml;
+each test's X-Run header is a key of its own."""
 
 from __future__ import annotations
 
@@ -13,26 +13,13 @@ import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict
 
-import pytest
+from servers import App
 
-from servers import App, running
-
-# The apps with the /api/llm route (the other example apps have none).
-COST_APPS = ["fastapi", "django", "flask", "express", "fastify", "koa", "hono", "nestjs", "go", "gin", "echo",
-             "spring"]
-RULES = Path(__file__).parent / "polylimit.yaml"
 BURST = 10_000
 TOKEN_S = 3600 / 10_000  # the llm policy refills a token every 0.36 s
 MAX_COST = 5000
-
-
-@pytest.fixture(scope="module", params=COST_APPS)
-def app(request, redis) -> Iterator[App]:
-    with running([request.param], {"REDIS_URL": redis.url, "POLYLIMIT_RULES": str(RULES)}) as started:
-        yield started[0]
 
 
 def llm(app: App, run: str, reserve: str | None, actual: int | None = None):

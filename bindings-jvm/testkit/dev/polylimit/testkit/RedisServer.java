@@ -37,6 +37,21 @@ public final class RedisServer implements AutoCloseable {
         }
     }
 
+    /**
+     * Waits (at most 10 s) until {@code limiter}'s store decides its checks: a limiter connects to
+     * Redis lazily, and while it connects its local fallback decides, which a test's exact counts
+     * cannot allow. Asks with peeks (nothing is charged); waits for the connection, not for time.
+     */
+    public static void connected(dev.polylimit.Limiter limiter) throws InterruptedException, dev.polylimit.PolylimitException {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!"store".equals(limiter.peek("polylimit-test-connected", null, null).getSource())) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("the limiter's store did not answer within 10 s");
+            }
+            Thread.sleep(20);
+        }
+    }
+
     public String url() {
         return "redis://127.0.0.1:" + port;
     }

@@ -53,6 +53,11 @@ internal object CAbi {
         l: Long, token: Long, tokenLen: Long, code: Int, pending: Long, err: Long,
     ): Int
 
+    @JvmStatic external fun polylimit_limiter_try_complete_cost(
+        l: Long, token: Long, tokenLen: Long, status: Short, hasCost: Byte, cost: Long, hasNowMs: Byte, nowMs: Long,
+        pending: Long, err: Long,
+    ): Int
+
     @JvmStatic external fun polylimit_limiter_reset(l: Long, key: ByteArray, keyLen: Long, err: LongArray): Int
 
     @JvmStatic external fun polylimit_limiter_reads_header(l: Long, name: ByteArray, nameLen: Long): Int

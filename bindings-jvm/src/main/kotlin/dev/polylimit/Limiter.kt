@@ -1,6 +1,8 @@
 package dev.polylimit
 
 import java.util.concurrent.CompletableFuture
+import java.util.concurrent.CompletionException
+import java.util.function.BiConsumer
 import java.util.concurrent.atomic.LongAdder
 import kotlinx.coroutines.future.await
 import kotlinx.coroutines.future.future
@@ -44,6 +46,76 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         /** A limiter from a rules file (YAML or JSON). */
         @Throws(PolylimitException::class)
         fun fromRulesFile(path: String): Limiter = Limiter(NativeLimiter.fromRulesFile(path))
+
+        /**
+         * The name of the attribute a handler reports its request's actual
+         * cost under, in every JVM middleware (a servlet request's or a
+         * WebFlux exchange's attribute; Ktor's and gRPC's keys are named so too).
+         */
+        const val COST_ATTRIBUTE = "polylimit.cost"
+
+        /**
+         * A reported actual cost as a whole number: a [Long], [Int], [Short],
+         * [Byte] or a [java.math.BigInteger] that fits a Long; null for
+         * anything else (a String, a Double: not a cost).
+         */
+        @JvmStatic
+        fun reportedCost(value: Any?): Long? = when (value) {
+            is Long -> value
+            is Int -> value.toLong()
+            is Short -> value.toLong()
+            is Byte -> value.toLong()
+            is java.math.BigInteger -> if (value.bitLength() < 64) value.toLong() else null
+            else -> null
+        }
+    }
+
+    /**
+     * The middlewares' one settlement of a request after its response:
+     * completes [token] with [status] and, when the handler reported one
+     * ([reported], the value of the middleware's [COST_ATTRIBUTE]), its
+     * actual cost ([completeCost]). A reported value that is not a whole
+     * number ([reportedCost]), or one the core refuses (negative), is told to
+     * [warn] and the request completed without it, so its token never stays
+     * open; a completion that fails is told to [warn] too. The future never
+     * fails, and no thread waits for the store.
+     */
+    fun settleFuture(token: String, status: Int?, reported: Any?, warn: BiConsumer<String, Throwable?>): CompletableFuture<Unit> =
+        settling(token, status, reported, warn, blocking = false)
+
+    /** [settleFuture] for a middleware whose thread waits for it (the servlet filter). */
+    fun settle(token: String, status: Int?, reported: Any?, warn: BiConsumer<String, Throwable?>) {
+        settling(token, status, reported, warn, blocking = true).join0()
+    }
+
+    private fun settling(
+        token: String, status: Int?, reported: Any?, warn: BiConsumer<String, Throwable?>, blocking: Boolean,
+    ): CompletableFuture<Unit> {
+        val plain = {
+            (startComplete(token, status, blocking) ?: scope.future { generatedCompleteAsync(token, status) })
+                .exceptionally { e -> warn.accept("polylimit: cannot settle the request", unwrapped(e)) }
+        }
+        if (reported == null) {
+            return plain()
+        }
+        val cost = reportedCost(reported)
+        if (cost == null) {
+            warn.accept(
+                "polylimit: $COST_ATTRIBUTE is not a whole number: $reported (${reported.javaClass.name}); the reservation stands",
+                null,
+            )
+            return plain()
+        }
+        val costed = startCompleteCost(token, status, cost, null, blocking)
+            ?: scope.future { generatedCompleteCostAsync(token, status, cost, null) }
+        return costed.handle { _, e -> e }.thenCompose { e ->
+            if (e == null) {
+                CompletableFuture.completedFuture(Unit)
+            } else {
+                warn.accept("polylimit: cannot settle the request with $COST_ATTRIBUTE=$reported", unwrapped(e))
+                plain()
+            }
+        }
     }
 
     /** Closes the limiter as [shutdown] does, and frees the C handle of the direct calls. */
@@ -106,7 +178,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      */
     @Throws(PolylimitException::class)
     override fun completeCost(token: String, status: Int?, cost: Long, nowMs: Long?) {
-        GeneratedCalls.record { native.completeCost(token, status, cost, nowMs) }
+        startCompleteCost(token, status, cost, nowMs, blocking = true)?.join0() ?: generatedCompleteCost(token, status, cost, nowMs)
+    }
+
+    /** [completeCost] as a suspend function. */
+    override suspend fun completeCostAsync(token: String, status: Int?, cost: Long, nowMs: Long?) {
+        startCompleteCost(token, status, cost, nowMs)?.await() ?: generatedCompleteCostAsync(token, status, cost, nowMs)
     }
 
     /**
@@ -139,12 +216,15 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
 
     /**
      * Whether deciding a request may read its header `name` (any case): a middleware packs only those.
-     * The core's answer, remembered per name (at most [READS_HEADER_NAMES] names: they are the clients').
+     * The core's answer, remembered per name (at most [READS_HEADER_NAMES] names: they are the clients')
+     * until the next [reload].
      */
-    fun readsHeader(name: String): Boolean =
-        readsHeader[name] ?: askReadsHeader(name).also { if (readsHeader.size < READS_HEADER_NAMES) readsHeader[name] = it }
-
-    private val readsHeader = java.util.concurrent.ConcurrentHashMap<String, Boolean>()
+    fun readsHeader(name: String): Boolean {
+        val known = rules
+        return known.headers[name] ?: askReadsHeader(name).also {
+            if (known.headers.size < READS_HEADER_NAMES) known.headers[name] = it
+        }
+    }
 
     private fun askReadsHeader(name: String): Boolean {
         val b = utf8(name) ?: return true
@@ -156,15 +236,27 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      * on `route`, or keys or tiers by it): a middleware finds the route only then.
      * Remembered until the next [reload].
      */
-    fun readsRoute(): Boolean =
-        readsRoute ?: ((direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0).also { readsRoute = it }
+    fun readsRoute(): Boolean {
+        val known = rules
+        return known.route ?: ((direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0).also { known.route = it }
+    }
 
-    @Volatile private var readsRoute: Boolean? = null
+    /**
+     * What the facade remembers of the rules in force ([readsHeader],
+     * [readsRoute]). A reload replaces it whole, after the core's swap: an
+     * answer the core gave for the old rules, stored while the reload runs,
+     * lands in the replaced one and is never read.
+     */
+    private class KnownRules {
+        val headers = java.util.concurrent.ConcurrentHashMap<String, Boolean>()
+        @Volatile var route: Boolean? = null
+    }
 
-    /** What the facade remembers of the rules ([readsHeader], [readsRoute]) is asked again after a reload. */
+    @Volatile private var rules = KnownRules()
+
+    /** What the facade remembers of the rules is asked again after a reload. */
     private fun forgetRules() {
-        readsHeader.clear()
-        readsRoute = null
+        rules = KnownRules()
     }
 
     /**
@@ -290,6 +382,33 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
     }
 
+    internal fun startCompleteCost(
+        token: String, status: Int?, cost: Long, nowMs: Long?, blocking: Boolean = false,
+    ): CompletableFuture<Unit>? {
+        // The C call's status 0 is no response (null): a gRPC call's OK (0),
+        // and a status that is no u16, go to the generated call.
+        if (status != null && status !in 1..0xffff) {
+            return null
+        }
+        val s = Scratch.get()
+        val n = s.text(token)
+        if (n < 0) {
+            return null
+        }
+        val a = s.address
+        val code = direct.use {
+            CAbi.polylimit_limiter_try_complete_cost(
+                it, a + Scratch.INPUT_AT, n.toLong(), (status ?: 0).toShort(), 1, cost, (if (nowMs != null) 1 else 0).toByte(),
+                nowMs ?: 0, a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            )
+        } ?: return null
+        return when (code) {
+            OK -> CompletableFuture.completedFuture(Unit)
+            PENDING -> Bridge.submit(s.pending, blocking) { }
+            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
+        }
+    }
+
     // The generated calls, counted: the routing tests assert that the
     // standard calls do not take them.
 
@@ -315,7 +434,16 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         GeneratedCalls.record {}
         native.completeAsync(token, status)
     }
+    internal fun generatedCompleteCost(token: String, status: Int?, cost: Long, nowMs: Long?) =
+        GeneratedCalls.record { native.completeCost(token, status, cost, nowMs) }
+    internal suspend fun generatedCompleteCostAsync(token: String, status: Int?, cost: Long, nowMs: Long?) {
+        GeneratedCalls.record {}
+        native.completeCostAsync(token, status, cost, nowMs)
+    }
 }
+
+/** A future's failure as it was thrown (not the [CompletionException] a dependent stage wraps it in). */
+private fun unwrapped(e: Throwable): Throwable = if (e is CompletionException && e.cause != null) e.cause!! else e
 
 private const val PEEK = 16
 private const val HAS_NOW_MS = 8

@@ -42,6 +42,11 @@ fun Limiter.checkRequestFuture(request: HttpRequest): CompletableFuture<Outcome>
 fun Limiter.completeFuture(token: String, status: Int? = null): CompletableFuture<Unit> =
     startComplete(token, status) ?: scope.future { generatedCompleteAsync(token, status) }
 
+/** [Limiter.completeCostAsync] as a CompletableFuture (the direct call, else the generated one). */
+@JvmOverloads
+fun Limiter.completeCostFuture(token: String, status: Int?, cost: Long, nowMs: Long? = null): CompletableFuture<Unit> =
+    startCompleteCost(token, status, cost, nowMs) ?: scope.future { generatedCompleteCostAsync(token, status, cost, nowMs) }
+
 /** [Limiter.acquireAsync] as a CompletableFuture. */
 @JvmOverloads
 fun Limiter.acquireFuture(key: String, cost: Long? = null, nowMs: Long? = null): CompletableFuture<Acquired> =

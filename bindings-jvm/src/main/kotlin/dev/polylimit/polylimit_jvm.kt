@@ -752,6 +752,8 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost(
     ): Int
+    external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost_async(
+    ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot(
     ): Int
     external fun uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_text(
@@ -899,6 +901,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_cost(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,`cost`: Long,`nowMs`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_polylimit_jvm_fn_method_nativelimiter_complete_cost_async(`ptr`: Long,`token`: RustBuffer.ByValue,`status`: RustBuffer.ByValue,`cost`: Long,`nowMs`: RustBuffer.ByValue,
+    ): Long
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_snapshot(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_polylimit_jvm_fn_method_nativelimiter_metrics_text(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -1154,6 +1158,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost() and 0xFFFF) != 5283) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost_async() and 0xFFFF) != 19948) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_metrics_snapshot() and 0xFFFF) != 23170) {
@@ -2470,6 +2477,12 @@ public interface NativeLimiterInterface {
     fun `completeCost`(`token`: kotlin.String, `status`: kotlin.Int? = null, `cost`: kotlin.Long, `nowMs`: kotlin.Long? = null)
     
     /**
+     * `completeCost` as a suspend function (the non-blocking middlewares'
+     * settlement with a reported cost).
+     */
+    suspend fun `completeCostAsync`(`token`: kotlin.String, `status`: kotlin.Int? = null, `cost`: kotlin.Long, `nowMs`: kotlin.Long? = null)
+    
+    /**
      * Every metric family, read now (the Prometheus text is rendered from
      * the same snapshot; polylimit-otel bridges it into OpenTelemetry).
      */
@@ -2990,6 +3003,36 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
     }
     
     
+
+    
+    /**
+     * `completeCost` as a suspend function (the non-blocking middlewares'
+     * settlement with a reported cost).
+     */
+    @Throws(PolylimitException::class)
+    @Suppress("ASSIGNED_BUT_NEVER_ACCESSED_VARIABLE")
+    override suspend fun `completeCostAsync`(`token`: kotlin.String, `status`: kotlin.Int?, `cost`: kotlin.Long, `nowMs`: kotlin.Long?) {
+        return uniffiRustCallAsync(
+        callWithHandle { uniffiHandle ->
+            UniffiLib.uniffi_polylimit_jvm_fn_method_nativelimiter_complete_cost_async(
+                uniffiHandle,
+                
+        FfiConverterString.lower(`token`),
+        FfiConverterOptionalInt.lower(`status`),
+        FfiConverterLong.lower(`cost`),
+        FfiConverterOptionalLong.lower(`nowMs`),
+            )
+        },
+        { future, callback, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_poll_void(future, callback, continuation) },
+        { future, continuation -> UniffiLib.ffi_polylimit_jvm_rust_future_complete_void(future, continuation) },
+        { future -> UniffiLib.ffi_polylimit_jvm_rust_future_free_void(future) },
+        // lift function
+        { },
+        
+        // Error FFI converter
+        PolylimitException.ErrorHandler,
+    )
+    }
 
     
     /**

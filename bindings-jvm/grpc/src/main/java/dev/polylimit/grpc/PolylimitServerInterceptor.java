@@ -2,9 +2,10 @@ package dev.polylimit.grpc;
 
 import dev.polylimit.Header;
 import dev.polylimit.Limiter;
-import dev.polylimit.LimiterFutures;
 import dev.polylimit.Outcome;
 import dev.polylimit.PackedRequest;
+import io.grpc.Context;
+import io.grpc.Contexts;
 import io.grpc.ForwardingServerCall.SimpleForwardingServerCall;
 import io.grpc.Grpc;
 import io.grpc.Metadata;
@@ -18,6 +19,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BiFunction;
 import java.util.function.LongSupplier;
 import java.util.logging.Level;
@@ -38,6 +40,10 @@ import java.util.logging.Logger;
  * client's cancel before the status: no status), which also releases its
  * concurrency slots. Adaptation only: every decision is the core's.
  *
+ * <p>A handler reports its call's actual cost (an LLM call's tokens) with
+ * {@link #reportCost} before it closes the call: the call is settled with it
+ * and the core reconciles the reservation the rule's {@code cost} charged.
+ *
  * <pre>{@code
  * Server server = ServerBuilder.forPort(50051)
  *     .addService(ServerInterceptors.intercept(service, new PolylimitServerInterceptor(limiter)))
@@ -51,6 +57,31 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
         t.setDaemon(true);
         return t;
     });
+
+    /**
+     * Where a call's handler reports its actual cost: the interceptor puts a
+     * fresh holder in each settled call's {@link Context} (named as the other
+     * JVM middlewares' {@code polylimit.cost}).
+     */
+    private static final Context.Key<AtomicReference<Long>> COST = Context.key(dev.polylimit.Limiter.COST_ATTRIBUTE);
+
+    /**
+     * Reports the actual cost of the call whose {@link Context} is current (a
+     * handler's, inside its listener callbacks or a task wrapped with
+     * {@code Context.current().wrap}), before the handler closes the call:
+     * the interceptor settles the call with it, and the core reconciles the
+     * reservation (the difference given back, or charged past it, capped at
+     * {@code max_cost}). The last report wins. False when the current context
+     * is no call's this interceptor settles (nothing is recorded).
+     */
+    public static boolean reportCost(long cost) {
+        AtomicReference<Long> holder = COST.get();
+        if (holder == null) {
+            return false;
+        }
+        holder.set(cost);
+        return true;
+    }
 
     /** A call's value for a rule dimension, from the call and its metadata; {@code null} or "" leaves it out. */
     @FunctionalInterface
@@ -87,7 +118,11 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
         return this;
     }
 
-    /** The units a call costs ({@code null}: the default, 1). */
+    /**
+     * The units a call costs (its reservation; {@code null}: the rules' cost,
+     * or 1); the core checks it against the rules' {@code max_cost} (above
+     * it: INVALID_ARGUMENT, nothing charged).
+     */
     public PolylimitServerInterceptor cost(CallFunction<Long> cost) {
         this.cost = cost;
         return this;
@@ -129,13 +164,15 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
             decided = CompletableFuture.failedFuture(e);
         }
         HeldListener<Q> held = new HeldListener<>();
+        // The call's own context (grpc-java's, current here: its deadline and cancellation), for its handler.
+        Context context = Context.current();
         decided.whenComplete((outcome, error) -> {
             if (error == null && outcome.getStatus() == null && outcome.getDelayMs() > 0) {
                 // Shaping: the handler starts after the core's delay.
-                timer.schedule(() -> held.start(() -> answer(call, headers, next, outcome, null)), outcome.getDelayMs(),
+                timer.schedule(() -> held.start(() -> answer(call, headers, next, context, outcome, null)), outcome.getDelayMs(),
                         TimeUnit.MILLISECONDS);
             } else {
-                held.start(() -> answer(call, headers, next, outcome, error));
+                held.start(() -> answer(call, headers, next, context, outcome, error));
             }
         });
         return held;
@@ -143,7 +180,7 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
 
     /** What the call becomes once decided: closed with the refusal, or handed to its handler (after the delay). */
     private <Q, R> ServerCall.Listener<Q> answer(ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next,
-            Outcome outcome, Throwable error) {
+            Context context, Outcome outcome, Throwable error) {
         if (error != null) {
             log.log(Level.WARNING, "polylimit: cannot decide the call", error);
             call.close(Status.INTERNAL.withDescription("polylimit: " + error.getMessage()), new Metadata());
@@ -159,7 +196,9 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
         SettledCall<Q, R> settled = new SettledCall<>(call, response, outcome.getCompletion());
         ServerCall.Listener<Q> listener;
         try {
-            listener = next.startCall(settled, headers);
+            listener = settled.token == null ? next.startCall(settled, headers)
+                    // The handler's context holds its call's cost holder (reportCost), in every callback.
+                    : Contexts.interceptCall(context.withValue(COST, settled.cost), settled, headers, next);
         } catch (RuntimeException e) {
             // As grpc-java answers a handler that throws as it starts (here, off the transport's thread).
             settled.close(Status.fromThrowable(e), new Metadata());
@@ -210,6 +249,8 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
         private boolean headersSent;
         private volatile Integer code;
         private final AtomicBoolean settled = new AtomicBoolean();
+        /** The actual cost the handler reported ({@link #reportCost}), null until it does. */
+        final AtomicReference<Long> cost = new AtomicReference<>();
 
         SettledCall(ServerCall<Q, R> call, Metadata response, String token) {
             super(call);
@@ -260,10 +301,9 @@ public final class PolylimitServerInterceptor implements ServerInterceptor {
             if (token == null || !settled.compareAndSet(false, true)) {
                 return CompletableFuture.completedFuture(null);
             }
-            return LimiterFutures.completeFuture(limiter, token, code).exceptionally(e -> {
-                log.log(Level.WARNING, "polylimit: cannot settle the call", e);
-                return null;
-            });
+            // With the actual cost the handler reported, if any: the one settlement every JVM middleware
+            // shares (it never fails; what it cannot settle is logged).
+            return limiter.settleFuture(token, code, cost.get(), (message, e) -> log.log(Level.WARNING, message, e));
         }
     }
 

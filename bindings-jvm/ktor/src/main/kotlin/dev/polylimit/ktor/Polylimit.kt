@@ -2,7 +2,6 @@ package dev.polylimit.ktor
 
 import dev.polylimit.Limiter
 import dev.polylimit.PackedRequest
-import dev.polylimit.completeFuture
 import dev.polylimit.endedStatus
 import io.ktor.http.ContentType
 import io.ktor.http.HttpStatusCode
@@ -54,7 +53,11 @@ class PolylimitConfig {
     /** A key of the application's choosing (the `key` dimension). */
     var key: (ApplicationCall) -> String? = { null }
 
-    /** The units a call costs (null: the default, 1). */
+    /**
+     * The units a call costs (its reservation; null: the rules' cost, or 1),
+     * like the key function; the core checks it against the rules'
+     * `max_cost` (above it: the core's 400 `invalid_cost`, nothing charged).
+     */
     var cost: (ApplicationCall) -> Long? = { null }
 
     /**
@@ -87,6 +90,23 @@ private class Pending(val token: String) {
 private val PendingKey = AttributeKey<Pending>("polylimit.pending")
 
 /**
+ * The call attribute a handler's actual cost is reported under
+ * ([reportCost]; named as the other JVM middlewares' `polylimit.cost`).
+ */
+val CostKey: AttributeKey<Long> = AttributeKey<Long>(Limiter.COST_ATTRIBUTE)
+
+/**
+ * Reports the call's actual cost (an LLM call's tokens), before its
+ * response is sent: the plugin completes the call with it and the core
+ * reconciles the reservation the rule's `cost` charged (the difference given
+ * back, or charged past it, capped at `max_cost`). Not reported: the
+ * reservation stands. The last report wins.
+ */
+fun ApplicationCall.reportCost(cost: Long) {
+    attributes.put(CostKey, cost)
+}
+
+/**
  * polylimit for Ktor: `install(Polylimit) { rulesFile = "polylimit.yaml" }`.
  *
  * Every call is decided by the limiter's rules before its handler, in a
@@ -96,8 +116,9 @@ private val PendingKey = AttributeKey<Pending>("polylimit.pending")
  * is answered with the core's status and JSON body, a shaped call waits the
  * core's delay, and a call whose rules count only some responses (or hold a
  * concurrency slot) is settled with its status once the response is sent,
- * or as no response when it fails or the client leaves. Adaptation only:
- * every decision, header and body is the core's.
+ * or as no response when it fails or the client leaves; a handler reports a
+ * call's actual cost with [reportCost]. Adaptation only: every decision,
+ * header and body is the core's.
  */
 val Polylimit = createApplicationPlugin("Polylimit", ::PolylimitConfig) {
     val config = pluginConfig
@@ -172,7 +193,7 @@ private class Calls(val config: PolylimitConfig, val limiter: Limiter, val appli
      * with, by the core's rule (`endedStatus`), once: as its response is about
      * to be sent ([sending]: that response's status), or when it failed.
      */
-    fun settle(call: ApplicationCall, failed: Throwable?, sending: HttpStatusCode? = null): CompletableFuture<Unit?>? {
+    fun settle(call: ApplicationCall, failed: Throwable?, sending: HttpStatusCode? = null): CompletableFuture<Unit>? {
         val pending = call.attributes.getOrNull(PendingKey) ?: return null
         if (!pending.settled.compareAndSet(false, true)) return null
         // The status of the content being sent (respondText's), else the call's.
@@ -180,9 +201,10 @@ private class Calls(val config: PolylimitConfig, val limiter: Limiter, val appli
         val answered = failed == null || call.response.isCommitted
         val ended = endedStatus(status?.value ?: 200, answered, failed != null,
             failed is IOException || failed is CancellationException)
-        return limiter.completeFuture(pending.token, ended).exceptionally { e ->
-            log.warn("polylimit: cannot settle the call", e)
-            null
+        // With the actual cost the handler reported (reportCost), if any: the one settlement every JVM
+        // middleware shares (it never fails; what it cannot settle is logged).
+        return limiter.settleFuture(pending.token, ended, call.attributes.getOrNull(CostKey)) { message, e ->
+            log.warn(message, e)
         }
     }
 }

@@ -19,7 +19,8 @@ import org.springframework.web.servlet.HandlerMapping;
  * servlet. Off with {@code polylimit.enabled=false}; an application's own
  * {@code Limiter} bean replaces the rules file's. {@link UserResolver},
  * {@link ApiKeyResolver} and {@link KeyResolver} beans give the filter the
- * {@code user}, {@code api_key} and {@code key} dimensions of each request.
+ * {@code user}, {@code api_key} and {@code key} dimensions of each request,
+ * a {@link CostResolver} bean its cost.
  */
 @AutoConfiguration
 @ConditionalOnWebApplication(type = ConditionalOnWebApplication.Type.SERVLET)
@@ -41,11 +42,12 @@ public class PolylimitAutoConfiguration {
     @Bean
     public FilterRegistrationBean<PolylimitFilter> polylimitFilter(Limiter limiter,
             ObjectProvider<HandlerMapping> mappings, ObjectProvider<UserResolver> user,
-            ObjectProvider<ApiKeyResolver> apiKey, ObjectProvider<KeyResolver> key) {
+            ObjectProvider<ApiKeyResolver> apiKey, ObjectProvider<KeyResolver> key, ObjectProvider<CostResolver> cost) {
         PolylimitFilter filter = new PolylimitFilter(limiter, () -> mappings.orderedStream().toList());
         filter.setUser(user.getIfAvailable());
         filter.setApiKey(apiKey.getIfAvailable());
         filter.setKey(key.getIfAvailable());
+        filter.setCost(cost.getIfAvailable());
         FilterRegistrationBean<PolylimitFilter> registration = new FilterRegistrationBean<>(filter);
         registration.setOrder(Ordered.HIGHEST_PRECEDENCE + 10);
         return registration;

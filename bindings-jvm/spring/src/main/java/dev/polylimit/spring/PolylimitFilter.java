@@ -40,7 +40,9 @@ import org.springframework.web.util.ServletRequestPathUtils;
  * and {@link #setKey} (the auto-configuration sets them from
  * {@link UserResolver}, {@link ApiKeyResolver} and {@link KeyResolver}
  * beans); a function answering {@code null} or {@code ""} leaves the
- * dimension out, and a rule keyed by it skips the request.
+ * dimension out, and a rule keyed by it skips the request. The request's
+ * cost may come from a function too ({@link #setCost}, a
+ * {@link CostResolver} bean).
  *
  * <p>A handler reports its request's actual cost (an LLM call's tokens) by
  * the request attribute {@link #COST_ATTRIBUTE}
@@ -55,7 +57,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
      * completes the request with {@code completeCost(token, status, cost)}
      * after the response. Not set: the reservation stands.
      */
-    public static final String COST_ATTRIBUTE = "polylimit.cost";
+    public static final String COST_ATTRIBUTE = Limiter.COST_ATTRIBUTE;
 
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
@@ -66,6 +68,7 @@ public class PolylimitFilter extends OncePerRequestFilter {
     private Function<HttpServletRequest, String> user = r -> null;
     private Function<HttpServletRequest, String> apiKey = r -> null;
     private Function<HttpServletRequest, String> key = r -> null;
+    private Function<HttpServletRequest, Long> cost = r -> null;
 
     /**
      * @param limiter  the limiter (a rules file's, usually)
@@ -95,6 +98,17 @@ public class PolylimitFilter extends OncePerRequestFilter {
      */
     public void setKey(Function<HttpServletRequest, String> key) {
         this.key = key == null ? r -> null : key;
+    }
+
+    /**
+     * The units a request costs (its reservation; {@code null}: the rules'
+     * cost, or 1), like the key function. The core checks it against the
+     * rules' {@code max_cost} (above it: the core's 400 {@code invalid_cost},
+     * nothing charged); 0 or less is the core's configuration error naming
+     * {@code cost}.
+     */
+    public void setCost(Function<HttpServletRequest, Long> cost) {
+        this.cost = cost == null ? r -> null : cost;
     }
 
     @Override
@@ -156,50 +170,22 @@ public class PolylimitFilter extends OncePerRequestFilter {
      * is committed) is charged as its status even if it then failed or the
      * client left (an {@link IOException}: the connection broke); one that
      * wrote nothing and failed is no response. With the actual cost the
-     * handler reported ({@link #COST_ATTRIBUTE}), by {@code completeCost};
-     * a cost the core refuses (negative) is logged and the request completed
-     * without it, so its token never stays open.
+     * handler reported ({@link #COST_ATTRIBUTE}): {@link Limiter#settle}, the
+     * settlement every JVM middleware shares (a value that is not a whole
+     * number, or one the core refuses, is logged and the request completed
+     * without it, so its token never stays open).
      */
     private void settle(String token, HttpServletRequest request, HttpServletResponse response, Throwable failed) {
         Integer status = Polylimit_jvmKt.endedStatus(response.getStatus(), response.isCommitted(), failed != null,
                 failed instanceof IOException);
-        Object reported = request.getAttribute(COST_ATTRIBUTE);
-        if (reported != null) {
-            Long cost = wholeNumber(reported);
-            if (cost != null) {
-                try {
-                    limiter.completeCost(token, status, cost, null);
-                    return;
-                } catch (PolylimitException e) {
-                    logger.warn("polylimit: cannot settle the request with " + COST_ATTRIBUTE + "=" + reported, e);
-                }
-            } else {
-                logger.warn("polylimit: " + COST_ATTRIBUTE + " is not a whole number: " + reported
-                        + " (" + reported.getClass().getName() + "); the reservation stands");
-            }
-        }
-        try {
-            limiter.complete(token, status);
-        } catch (PolylimitException e) {
-            logger.warn("polylimit: cannot settle the request", e);
-        }
-    }
-
-    /** {@code value} as a long when it is an integral {@link Number} ({@code null} otherwise). */
-    private static Long wholeNumber(Object value) {
-        if (value instanceof Long || value instanceof Integer || value instanceof Short || value instanceof Byte) {
-            return ((Number) value).longValue();
-        }
-        if (value instanceof java.math.BigInteger big && big.bitLength() < 64) {
-            return big.longValue();
-        }
-        return null;
+        limiter.settle(token, status, request.getAttribute(COST_ATTRIBUTE), (message, e) -> logger.warn(message, e));
     }
 
     private PackedRequest toRequest(HttpServletRequest request) {
         String path = request.getRequestURI().substring(request.getContextPath().length());
         PackedRequest packed = new PackedRequest(request.getMethod(), path.isEmpty() ? "/" : path, route(request),
                 request.getRemoteAddr(), user.apply(request), apiKey.apply(request), key.apply(request));
+        packed.setCost(cost.apply(request));
         Enumeration<String> names = request.getHeaderNames();
         while (names.hasMoreElements()) {
             String name = names.nextElement();

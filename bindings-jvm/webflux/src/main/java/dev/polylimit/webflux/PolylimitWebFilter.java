@@ -49,9 +49,24 @@ import reactor.core.scheduler.Schedulers;
  * come from the functions set with {@link #setUser}, {@link #setApiKey},
  * {@link #setKey} and {@link #setCost}; a function answering {@code null} or
  * {@code ""} leaves the dimension out.
+ *
+ * <p>A handler reports its request's actual cost (an LLM call's tokens) by
+ * the exchange attribute {@link #COST_ATTRIBUTE}
+ * ({@code exchange.getAttributes().put(PolylimitWebFilter.COST_ATTRIBUTE, 3400L)}),
+ * set before its response commits: the filter completes the request with it
+ * and the core reconciles the reservation the rule's {@code cost} charged.
  */
 public class PolylimitWebFilter implements WebFilter, Ordered {
     private static final Log log = LogFactory.getLog(PolylimitWebFilter.class);
+
+    /**
+     * The exchange attribute a handler sets to report its request's actual
+     * cost, a whole number ({@link Long}, {@link Integer}, …), before the
+     * response commits: the filter settles the request with it
+     * ({@link Limiter#settleFuture}). Not set: the reservation stands. The
+     * name is the servlet filter's ({@code "polylimit.cost"}).
+     */
+    public static final String COST_ATTRIBUTE = Limiter.COST_ATTRIBUTE;
 
     private final Limiter limiter;
     private final Supplier<List<HandlerMapping>> mappings;
@@ -92,7 +107,11 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
         this.key = key == null ? e -> null : key;
     }
 
-    /** The units a request costs, {@code null} for the default (1). */
+    /**
+     * The units a request costs (its reservation; {@code null}: the rules'
+     * cost, or 1), like the key function; the core checks it against the
+     * rules' {@code max_cost} (above it: the core's 400 {@code invalid_cost}).
+     */
     public void setCost(Function<ServerWebExchange, Long> cost) {
         this.cost = cost == null ? e -> null : cost;
     }
@@ -154,12 +173,12 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
         AtomicBoolean settled = new AtomicBoolean();
         // Settled as the response commits (its status is set, nothing is sent yet): the client's next
         // request sees the completion, whatever the store's latency.
-        response.beforeCommit(() -> settle(settled, token, response, null, true));
+        response.beforeCommit(() -> settle(settled, token, exchange, null, true));
         return call
-                .then(Mono.defer(() -> settle(settled, token, response, null, response.isCommitted())))
-                .onErrorResume(e -> settle(settled, token, response, e, response.isCommitted()).then(Mono.error(e)))
+                .then(Mono.defer(() -> settle(settled, token, exchange, null, response.isCommitted())))
+                .onErrorResume(e -> settle(settled, token, exchange, e, response.isCommitted()).then(Mono.error(e)))
                 // The client left (or the server dropped the exchange): settled now, slots released.
-                .doOnCancel(() -> settle(settled, token, response, new IOException("cancelled"), response.isCommitted())
+                .doOnCancel(() -> settle(settled, token, exchange, new IOException("cancelled"), response.isCommitted())
                         .subscribe());
     }
 
@@ -168,8 +187,9 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
      * core's rule ({@code endedStatus}), once. A {@link ResponseStatusException}
      * (WebFlux's 404, 405, ...) is the response WebFlux is about to write.
      */
-    private Mono<Void> settle(AtomicBoolean settled, String token, ServerHttpResponse response, Throwable failed,
+    private Mono<Void> settle(AtomicBoolean settled, String token, ServerWebExchange exchange, Throwable failed,
             boolean answered) {
+        ServerHttpResponse response = exchange.getResponse();
         if (!settled.compareAndSet(false, true)) {
             return Mono.empty();
         }
@@ -181,12 +201,10 @@ public class PolylimitWebFilter implements WebFilter, Ordered {
             status = Polylimit_jvmKt.endedStatus(code == null ? 200 : code.value(), answered, failed != null,
                     failed instanceof IOException);
         }
-        return Mono.fromFuture(() -> dev.polylimit.LimiterFutures.completeFuture(limiter, token, status))
-                .onErrorResume(e -> {
-                    log.warn("polylimit: cannot settle the request", e);
-                    return Mono.empty();
-                })
-                .then();
+        // With the actual cost the handler reported (COST_ATTRIBUTE), if any: the one settlement every
+        // JVM middleware shares (it never fails; what it cannot settle is logged).
+        return Mono.fromFuture(() -> limiter.settleFuture(token, status, exchange.getAttribute(COST_ATTRIBUTE),
+                (message, e) -> log.warn(message, e))).then();
     }
 
     private PackedRequest toRequest(ServerWebExchange exchange, String route) {

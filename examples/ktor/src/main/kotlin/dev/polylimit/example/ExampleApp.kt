@@ -2,6 +2,7 @@ package dev.polylimit.example
 
 import dev.polylimit.Limiter
 import dev.polylimit.ktor.Polylimit
+import dev.polylimit.ktor.reportCost
 import io.ktor.http.ContentType
 import io.ktor.http.HttpStatusCode
 import io.ktor.server.application.install
@@ -75,6 +76,13 @@ fun main() {
             }
             post("/api/payments/{id}") {
                 call.respondText("""{"paid":${json(call.parameters["id"]!!)}}""", ContentType.Application.Json)
+            }
+            // An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve header's cost before
+            // the handler; the handler reports the actual cost (here X-Actual-Cost, in a real app the
+            // model's token usage) and the plugin reconciles as the response is sent.
+            post("/api/llm") {
+                call.request.headers["X-Actual-Cost"]?.let { call.reportCost(it.toLong()) }
+                call.respondText("""{"answered":true}""", ContentType.Application.Json)
             }
             // The login rule counts only failed logins (a 401 here); successful ones are given back.
             post("/login") {

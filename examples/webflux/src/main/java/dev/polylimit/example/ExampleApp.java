@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.polylimit.Limiter;
 import dev.polylimit.webflux.ExchangeResolvers.UserResolver;
+import dev.polylimit.webflux.PolylimitWebFilter;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -21,6 +22,7 @@ import org.springframework.web.bind.annotation.RequestBody;
 import org.springframework.web.bind.annotation.RequestHeader;
 import org.springframework.web.bind.annotation.RequestParam;
 import org.springframework.web.bind.annotation.RestController;
+import org.springframework.web.server.ServerWebExchange;
 import reactor.core.publisher.Mono;
 
 /**
@@ -63,6 +65,23 @@ public class ExampleApp {
     @PostMapping("/api/payments/{id}")
     Map<String, String> pay(@PathVariable String id) {
         return Map.of("paid", id);
+    }
+
+    /**
+     * An LLM-style endpoint: the rules file's llm rule reserves the X-Reserve
+     * header's cost before the handler; the handler reports the actual cost
+     * (here X-Actual-Cost, in a real app the model's token usage) in the
+     * exchange attribute, and the filter reconciles as the response commits.
+     */
+    @PostMapping("/api/llm")
+    Mono<Map<String, Boolean>> llm(ServerWebExchange exchange) {
+        String actual = exchange.getRequest().getHeaders().getFirst("X-Actual-Cost");
+        return Mono.fromSupplier(() -> {
+            if (actual != null) {
+                exchange.getAttributes().put(PolylimitWebFilter.COST_ATTRIBUTE, Long.parseLong(actual));
+            }
+            return Map.of("answered", true);
+        });
     }
 
     /** The login rule counts only failed logins (a 401 here); successful ones are given back. */
