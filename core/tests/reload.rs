@@ -351,12 +351,14 @@ async fn watch_picks_up_a_changed_file_and_needs_one() {
     let file = RulesFile::new("watch", &rules("3/min"));
     let limiter = Limiter::build(Naming::Snake, &json!({ "rules_file": file.path(), "watch": "50ms" })).unwrap();
     let count = |l: &Limiter| l.policies().next().map(|p| p.count());
+    assert_eq!(limiter.rules_generation(), 0);
     file.write(&rules("7/min"));
     let until = Instant::now() + Duration::from_secs(10);
     while count(&limiter) != Some(7) && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(count(&limiter), Some(7), "the watch reloaded the file");
+    assert_eq!(limiter.rules_generation(), 1, "one swap, seen by a binding's cache");
     file.write(&rules("never"));
     let until = Instant::now() + Duration::from_secs(10);
     while !limiter
@@ -370,6 +372,7 @@ async fn watch_picks_up_a_changed_file_and_needs_one() {
         .metrics_text()
         .contains("polylimit_config_reloads_total{result=\"error\"} 1"));
     assert_eq!(count(&limiter), Some(7), "a bad file keeps the old rules");
+    assert_eq!(limiter.rules_generation(), 1, "a failed reload swaps nothing");
     limiter.close();
 
     for options in [

@@ -777,4 +777,14 @@ int32_t polylimit_limiter_reads_header(const struct polylimit_limiter_t *limiter
 // `limiter` is NULL or a live handle.
 int32_t polylimit_limiter_reads_route(const struct polylimit_limiter_t *limiter);
 
+// How many reloads (`polylimit_limiter_reload` or the `watch` option) have
+// swapped rules into the limiter (the core's `Limiter::rules_generation`):
+// a binding that remembers what the rules read (route, header names) asks
+// again when it moves. `POLYLIMIT_INVALID_ARGUMENT` (as a negative number)
+// for a NULL limiter.
+//
+// # Safety
+// `limiter` is NULL or a live handle.
+int64_t polylimit_limiter_rules_generation(const struct polylimit_limiter_t *limiter);
+
 #endif  /* POLYLIMIT_H */

@@ -59,3 +59,24 @@ pub unsafe extern "C" fn polylimit_limiter_reads_route(limiter: *const polylimit
     };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(invalid)
 }
+
+/// How many reloads (`polylimit_limiter_reload` or the `watch` option) have
+/// swapped rules into the limiter (the core's `Limiter::rules_generation`):
+/// a binding that remembers what the rules read (route, header names) asks
+/// again when it moves. `POLYLIMIT_INVALID_ARGUMENT` (as a negative number)
+/// for a NULL limiter.
+///
+/// # Safety
+/// `limiter` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn polylimit_limiter_rules_generation(limiter: *const polylimit_limiter_t) -> i64 {
+    let invalid = -(crate::Status::POLYLIMIT_INVALID_ARGUMENT as i64);
+    let body = || {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { crate::limiter::handle(limiter) } {
+            Ok(limiter) => i64::try_from(limiter.rules_generation()).unwrap_or(i64::MAX),
+            Err(_) => invalid,
+        }
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(invalid)
+}

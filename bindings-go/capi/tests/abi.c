@@ -150,6 +150,11 @@ int main(void) {
   /* No rule matches, keys or tiers by route: a middleware need not find it. */
   CHECK(polylimit_limiter_reads_route(limiter) == 0);
   CHECK(polylimit_limiter_reads_route(NULL) == -POLYLIMIT_INVALID_ARGUMENT);
+  /* A reload swaps the rules in: what a binding remembered of them is stale. */
+  CHECK(polylimit_limiter_rules_generation(limiter) == 0);
+  CHECK(polylimit_limiter_reload(limiter, &err) == POLYLIMIT_OK);
+  CHECK(polylimit_limiter_rules_generation(limiter) == 1);
+  CHECK(polylimit_limiter_rules_generation(NULL) == -POLYLIMIT_INVALID_ARGUMENT);
 
   /* The packed path: a request in one buffer (absent strings, one header),
    * the outcome in the caller's buffer or, when it does not fit, in one the

@@ -13,6 +13,7 @@ mod config;
 mod reload;
 mod requests;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -47,6 +48,8 @@ struct Shared {
     source: Mutex<reload::Source>,
     /// One reload at a time.
     reloading: Mutex<()>,
+    /// How many reloads have swapped the rules in ([`Limiter::rules_generation`]).
+    generation: AtomicU64,
 }
 
 impl Limiter {
@@ -68,6 +71,7 @@ impl Limiter {
                 }),
                 source: Mutex::new(source),
                 reloading: Mutex::new(()),
+                generation: AtomicU64::new(0),
             }),
         }
     }

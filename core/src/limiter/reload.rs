@@ -28,6 +28,7 @@
 //! limiter is closed or dropped.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -78,6 +79,14 @@ impl Limiter {
         self.swap(Some(Source::Options(naming, options.clone())))
     }
 
+    /// How many reloads (a call or `watch`) have swapped rules in: 0 for the
+    /// rules the limiter was built with. A binding that remembers an answer
+    /// about the rules (which headers they read, say) asks again when this
+    /// moves.
+    pub fn rules_generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::Acquire)
+    }
+
     /// Builds the new pair from `source` (`None`: the one the limiter was
     /// built from) and swaps it in; counts and logs the result.
     fn swap(&self, source: Option<Source>) -> Result<()> {
@@ -93,6 +102,7 @@ impl Limiter {
         match built {
             Ok(live) => {
                 *self.shared.live.write() = live;
+                self.shared.generation.fetch_add(1, Ordering::Release);
                 if let Some(source) = source {
                     *self.shared.source.lock() = source;
                 }

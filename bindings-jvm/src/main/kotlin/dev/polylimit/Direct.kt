@@ -64,6 +64,8 @@ internal object CAbi {
 
     @JvmStatic external fun polylimit_limiter_reads_route(l: Long): Int
 
+    @JvmStatic external fun polylimit_limiter_rules_generation(l: Long): Long
+
     @JvmStatic external fun polylimit_bridge_open(wakeFd: Int): Long
 
     @JvmStatic external fun polylimit_pending_submit(pending: Long, bridge: Long, ctx: Long): Int

@@ -7,6 +7,9 @@ import java.util.concurrent.atomic.LongAdder
 import kotlinx.coroutines.future.await
 import kotlinx.coroutines.future.future
 
+/** How often a limiter asks the core whether a `watch` swapped its rules (ns). */
+private const val GENERATION_CHECK_NS = 5_000_000L
+
 /** How many header names a limiter remembers the core's [Limiter.readsHeader] answer for. */
 private const val READS_HEADER_NAMES = 1024
 
@@ -220,7 +223,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      * until the next [reload].
      */
     fun readsHeader(name: String): Boolean {
-        val known = rules
+        val known = knownRules()
         return known.headers[name] ?: askReadsHeader(name).also {
             if (known.headers.size < READS_HEADER_NAMES) known.headers[name] = it
         }
@@ -237,7 +240,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      * Remembered until the next [reload].
      */
     fun readsRoute(): Boolean {
-        val known = rules
+        val known = knownRules()
         return known.route ?: ((direct.use { CAbi.polylimit_limiter_reads_route(it) } ?: 1) != 0).also { known.route = it }
     }
 
@@ -253,6 +256,29 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     }
 
     @Volatile private var rules = KnownRules()
+
+    /** The core's rules generation [rules] was filled under, and when to ask for it again (System.nanoTime). */
+    @Volatile private var rulesGeneration = 0L
+    @Volatile private var nextGenerationCheck = 0L
+
+    /**
+     * [rules], forgotten when the core swapped rules in by itself (the `watch`
+     * option): the generation is asked at most every [GENERATION_CHECK_NS],
+     * so a watched file's rules reach the middlewares' header and route
+     * reads within that of the swap. [reload] forgets at once.
+     */
+    private fun knownRules(): KnownRules {
+        val now = System.nanoTime()
+        if (now - nextGenerationCheck >= 0) {
+            nextGenerationCheck = now + GENERATION_CHECK_NS
+            val generation = direct.use { CAbi.polylimit_limiter_rules_generation(it) }?.takeIf { it >= 0 } ?: rulesGeneration
+            if (generation != rulesGeneration) {
+                rulesGeneration = generation
+                rules = KnownRules()
+            }
+        }
+        return rules
+    }
 
     /** What the facade remembers of the rules is asked again after a reload. */
     private fun forgetRules() {

@@ -3,6 +3,7 @@ package dev.polylimit
 import java.io.File
 import org.junit.jupiter.api.AfterAll
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.BeforeAll
 import org.junit.jupiter.api.Test
@@ -81,5 +82,25 @@ class ReloadTest {
         }
         val e = assertThrows<PolylimitException.Config> { Limiter("""{"policy": {"rate": "1/s"}, "watch": true}""") }
         assertEquals("watch", e.field)
+    }
+
+    @Test
+    fun `a watched swap reaches what the facade remembers of the rules`() {
+        val rules = file(rules("3/min"))
+        Limiter("""{"rules_file": "${rules.path}", "watch": "50ms"}""").use { limiter ->
+            // Remembered: no rule reads the header or the route.
+            assertFalse(limiter.readsHeader("X-Tenant"))
+            assertFalse(limiter.readsRoute())
+            rules.writeText(
+                "policies:\n  api: { algorithm: fixed_window, rate: 3/min }\n" +
+                    "rules:\n  - { key: [\"header:x-tenant\", route], policy: api }\n",
+            )
+            // The watch swaps the rules in by itself (no reload() call here): the
+            // middlewares' header and route reads must follow, not the old answers.
+            val deadline = System.nanoTime() + 10_000_000_000L
+            while (!(limiter.readsHeader("X-Tenant") && limiter.readsRoute()) && System.nanoTime() < deadline) Thread.sleep(20)
+            assertTrue(limiter.readsHeader("X-Tenant"))
+            assertTrue(limiter.readsRoute())
+        }
     }
 }
