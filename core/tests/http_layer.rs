@@ -170,7 +170,10 @@ async fn the_example_rules_file_keeps_the_llm_endpoint_off_the_catch_all() {
     assert_eq!((first.status, decided(&first)), (None, vec![("llm".to_string(), 9000)]));
     let hello = limiter.check_request(&request("GET", "/api/hello")).await.unwrap();
     assert_eq!(decided(&hello), [("api".to_string(), 9)]);
-    let paid = limiter.check_request(&request("POST", "/api/payments/7")).await.unwrap();
+    let paid = limiter
+        .check_request(&request("POST", "/api/payments/7"))
+        .await
+        .unwrap();
     let mut policies = decided(&paid);
     policies.sort();
     assert_eq!(policies, [("api".to_string(), 8), ("payments".to_string(), 4)]);

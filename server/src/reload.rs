@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::state::State;
 use crate::log;
+use crate::state::State;
 
 /// Reloads `state` on every SIGHUP, for the life of the process.
 pub fn on_hangup(state: Arc<State>) {

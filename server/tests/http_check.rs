@@ -386,7 +386,11 @@ async fn a_bad_rules_file_on_reload_keeps_serving_the_old_rules() {
     assert_eq!((fresh.status, limit(&fresh)), (200, "5"));
     // The same window on the same store: the two spent before the reload
     // stay spent (a limiter built anew would have said 4).
-    assert_eq!(header(&fresh, "x-ratelimit-remaining"), "2", "the memory store's state survives a reload");
+    assert_eq!(
+        header(&fresh, "x-ratelimit-remaining"),
+        "2",
+        "the memory store's state survives a reload"
+    );
     let text = metrics(&server).await;
     assert_eq!(
         text.matches("# TYPE polylimit_config_reloads_total counter").count(),

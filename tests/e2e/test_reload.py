@@ -65,7 +65,7 @@ def watched(redis, tmp_path_factory) -> Iterator[tuple]:
             app.start()
         for app in apps:
             app.wait_ready()
-        print(f"\n14 apps ready in {time.monotonic() - started:.1f} s")
+        print(f"\n{len(apps)} apps ready in {time.monotonic() - started:.1f} s")
         yield path, apps
     finally:
         for app in apps:
