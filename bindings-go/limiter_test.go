@@ -132,7 +132,7 @@ func TestFromFileReadsTheExampleRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	o, err := l.CheckRequest(context.Background(), &RequestInfo{Path: "/api/x", Peer: "203.0.113.9"})
+	o, err := l.CheckRequest(context.Background(), &RequestInfo{Method: "GET", Path: "/api/x", Peer: "203.0.113.9"})
 	if err != nil || o.Status != 0 || len(o.Headers) != 5 || o.Headers[1] != [2]string{"X-RateLimit-Remaining", "9"} {
 		t.Fatalf("%+v %v", o, err)
 	}

@@ -218,11 +218,19 @@ pub(crate) fn resolve(naming: Naming, options: &Value) -> Result<(LimiterConfig,
 
 /// The configuration and HTTP rules of a parsed rules document, for a reload.
 pub(crate) fn resolve_document(value: &Value) -> Result<(LimiterConfig, HttpRules)> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
-    let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
+    let resolved = Resolved::from_parts(document_fields(value)?, Map::new(), Origin::Document)?;
     Ok((resolved.config, resolved.rules))
+}
+
+/// The fields of a parsed rules document that is not a file: a `watch` in it
+/// is an error naming `watch` (there is no file to poll).
+fn document_fields(value: &Value) -> Result<Map<String, Value>> {
+    let mut obj = value
+        .as_object()
+        .ok_or_else(|| Error::config("rules file", "", "is not a map"))?
+        .clone();
+    watch_interval(obj.remove("watch"), false)?;
+    Ok(obj)
 }
 
 /// The poll interval of `watch`: `true` 1s, a duration, `false` (or absent) none.
@@ -255,10 +263,7 @@ fn watch_interval(value: Option<Value>, rules_file: bool) -> Result<Option<Durat
 /// The engine and the HTTP rules of a parsed rules document
 /// ([`Limiter::from_document`](crate::Limiter::from_document)).
 pub(crate) fn from_document(value: &Value) -> Result<(Engine, HttpRules)> {
-    let obj = value
-        .as_object()
-        .ok_or_else(|| Error::config("rules file", "", "is not a map"))?;
-    let resolved = Resolved::from_parts(obj.clone(), Map::new(), Origin::Document)?;
+    let resolved = Resolved::from_parts(document_fields(value)?, Map::new(), Origin::Document)?;
     Ok((Engine::new(resolved.config)?, resolved.rules))
 }
 
@@ -324,15 +329,24 @@ struct Resolved {
 impl Resolved {
     fn resolve(naming: Naming, options: &Value, lookup: Lookup<'_>) -> Result<Resolved> {
         let mut opts = canonical(naming, options)?;
-        let watch = watch_interval(opts.remove("watch"), opts.contains_key("rules_file"))?;
-        let mut resolved = Resolved::resolve_options(opts, lookup)?;
-        resolved.watch = watch;
+        // `watch` given in code wins over the rules file's own (`false` included).
+        let given = match opts.remove("watch") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(watch_interval(Some(value), opts.contains_key("rules_file"))?),
+        };
+        let mut resolved = Resolved::resolve_options(opts, lookup, given.is_none())?;
+        if let Some(watch) = given {
+            resolved.watch = watch;
+        }
         Ok(resolved)
     }
 
-    /// [`Resolved::resolve`] of canonical options (no `watch`).
-    fn resolve_options(mut opts: Map<String, Value>, lookup: Lookup<'_>) -> Result<Resolved> {
-        let document = match (opts.remove("rules"), opts.remove("rules_file")) {
+    /// [`Resolved::resolve`] of canonical options without `watch`; with
+    /// `file_watch`, the rules file's own `watch` is read into
+    /// [`Resolved::watch`] (otherwise it is left aside, unread).
+    fn resolve_options(mut opts: Map<String, Value>, lookup: Lookup<'_>, file_watch: bool) -> Result<Resolved> {
+        let from_file = opts.contains_key("rules_file");
+        let mut document = match (opts.remove("rules"), opts.remove("rules_file")) {
             (Some(_), Some(_)) => {
                 return Err(Error::config("rules_file", "", "cannot be given together with rules"));
             }
@@ -352,7 +366,13 @@ impl Resolved {
             (None, Some(other)) => return Err(Error::config("rules_file", other, "is not a path")),
             (None, None) => None,
         };
-        match document {
+        // A rules file may ask to be watched itself; a document given as text or a map may not.
+        let watch = match document.as_mut().and_then(Value::as_object_mut) {
+            Some(doc) if file_watch => watch_interval(doc.remove("watch"), from_file)?,
+            Some(doc) => doc.remove("watch").and(None),
+            None => None,
+        };
+        let mut resolved = match document {
             None => Resolved::from_parts(opts, Map::new(), Origin::Shorthand),
             // A route's own limiter beside the plugin's rules document: the
             // document's settings (store, proxies, headers, …), the route's limit.
@@ -376,7 +396,9 @@ impl Resolved {
                 Resolved::from_parts(doc, opts, Origin::Document)
             }
             Some(other) => Err(Error::config("rules file", other, "is not a map")),
-        }
+        }?;
+        resolved.watch = watch;
+        Ok(resolved)
     }
 
     /// `fields` with `overrides` on top, split into limiter options and HTTP fields.
@@ -580,11 +602,12 @@ mod tests {
             let config = effective_config_with(Naming::Snake, &json!({ "rules": rules }), &|_| None).unwrap();
             walk(&config, &mut Vec::new(), &mut seen);
         }
-        // `capacity` (shown as burst) and `key_function` (a middleware's) are not shown.
+        // `capacity` (shown as burst), `key_function` (a middleware's) and `watch` (how the file
+        // is read, not what it configures) are not shown.
         let unseen: Vec<&str> = SCHEMA.iter().map(|(p, _)| *p).filter(|p| !seen.contains(p)).collect();
         assert_eq!(
             unseen,
-            ["key_function", "policies.*.capacity"],
+            ["key_function", "watch", "policies.*.capacity"],
             "SCHEMA entries the configuration does not show"
         );
     }

@@ -116,6 +116,7 @@ pub(crate) const SCHEMA: &[(&str, Scalar)] = &[
     ("ipv6_subnet", Scalar::Number),
     ("shadow", Scalar::Bool),
     ("key_function", Scalar::Bool),
+    ("watch", Scalar::BoolOrText),
     ("regions.*.share", Scalar::Number),
     ("policies.*.burst", Scalar::Number),
     ("policies.*.capacity", Scalar::Number),

@@ -108,7 +108,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     spec("count", "count", "Count", Kind::Plain, "all", "which responses the one rule built from `policy` charges: all, failed (status >= 400 or no response), successful (< 400), or a list of classes and codes ([\"4xx\", 503]); settled after the response"),
     spec("rules", "rules", "Rules", Kind::Plain, "", "a rules document (YAML/JSON text; in Python and JavaScript a map too); the other options override its fields"),
     spec("rules_file", "rulesFile", "RulesFile", Kind::Plain, "", "the path of a rules file (YAML or JSON)"),
-    spec("watch", "watch", "Watch", Kind::Duration, "false", "with `rules_file`: reload the file when it changes (polled: true every 1s, or a duration); a bad file keeps the old rules"),
+    spec("watch", "watch", "Watch", Kind::Duration, "false", "with `rules_file` (or in the rules file itself): reload the file when it changes (polled: true every 1s, or a duration); a bad file keeps the old rules"),
     spec("store", "store", "Store", Kind::Plain, "memory", "memory, redis://…, rediss://…, redis+cluster://h1:p1,h2:p2, redis+sentinel://s1:p1/<service>"),
     spec("regions", "regions", "Regions", Kind::Plain, "", "multi-region quotas: region name → store URL or { store, share } (equal shares by default); each region's store holds its share of every policy, a region out of quota borrows from another"),
     spec("region", "region", "Region", Kind::Plain, "", "this process's region, one of `regions` (its store is the limiter's store)"),

@@ -143,6 +143,42 @@ async fn the_example_rules_file_loads_and_limits() {
     assert_eq!(statuses[10..], [Some(429), Some(429)]);
 }
 
+/// The example file's LLM endpoint has its own budget: a reservation of 1000
+/// tokens is charged to the `llm` policy alone, never to the per-IP `api`
+/// catch-all (burst 10), which still takes reads and payments.
+#[tokio::test]
+async fn the_example_rules_file_keeps_the_llm_endpoint_off_the_catch_all() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/polylimit.yaml");
+    let limiter = Limiter::from_file(path).unwrap();
+    let request = |method: &str, path: &str| RequestInfo {
+        method: method.into(),
+        path: path.into(),
+        peer: Some("198.51.100.2".into()),
+        user: Some("alice".into()),
+        now_ms: Some(1_700_000_000_000),
+        ..Default::default()
+    };
+    let mut llm = request("POST", "/api/llm");
+    llm.headers = vec![("x-reserve".into(), "1000".into())];
+    let decided = |o: &polylimit::Outcome| {
+        o.decisions
+            .iter()
+            .map(|d| (d.policy.to_string(), d.decision.remaining))
+            .collect::<Vec<_>>()
+    };
+    let first = limiter.check_request(&llm).await.unwrap();
+    assert_eq!((first.status, decided(&first)), (None, vec![("llm".to_string(), 9000)]));
+    let hello = limiter.check_request(&request("GET", "/api/hello")).await.unwrap();
+    assert_eq!(decided(&hello), [("api".to_string(), 9)]);
+    let paid = limiter
+        .check_request(&request("POST", "/api/payments/7"))
+        .await
+        .unwrap();
+    let mut policies = decided(&paid);
+    policies.sort();
+    assert_eq!(policies, [("api".to_string(), 8), ("payments".to_string(), 4)]);
+}
+
 #[test]
 fn the_headers_a_request_is_decided_by() {
     let limiter = Limiter::from_rules(

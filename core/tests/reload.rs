@@ -392,6 +392,58 @@ async fn watch_picks_up_a_changed_file_and_needs_one() {
     }
 }
 
+/// `watch` may stand in the rules file itself (the example apps only get a
+/// path): the file then polls itself, an option given in code wins over it,
+/// and a document that is no file (rules text, a parsed document) cannot ask.
+#[tokio::test]
+async fn a_rules_file_may_ask_to_be_watched() {
+    let rules = |watch: &str, rate: &str| {
+        format!("watch: {watch}\nstore: memory\npolicies:\n  api: {{ algorithm: fixed_window, rate: {rate} }}\n")
+    };
+    let count = |l: &Limiter| l.policies().next().map(|p| p.count());
+    let file = RulesFile::new("watch-in-file", &rules("50ms", "3/min"));
+    let limiter = Limiter::from_file(file.path()).unwrap();
+    file.write(&rules("50ms", "7/min"));
+    let until = Instant::now() + Duration::from_secs(10);
+    while count(&limiter) != Some(7) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(count(&limiter), Some(7), "the file's own watch reloaded it");
+    limiter.close();
+
+    // `watch` in code wins over the file's: a file whose own `watch` is bad
+    // builds and reloads with `watch: false` given.
+    file.write(&rules("sometimes", "9/min"));
+    let off = Limiter::build(Naming::Snake, &json!({ "rules_file": file.path(), "watch": false })).unwrap();
+    assert_eq!(count(&off), Some(9));
+    file.write(&rules("sometimes", "11/min"));
+    off.reload().await.unwrap();
+    assert_eq!(count(&off), Some(11));
+    off.close();
+
+    // A variable in the file: `true` is a boolean there too (every second).
+    std::env::set_var("POLYLIMIT_TEST_WATCH_IN_FILE", "true");
+    file.write(&rules("${POLYLIMIT_TEST_WATCH_IN_FILE}", "3/min"));
+    Limiter::from_file(file.path()).unwrap().close();
+    file.write(&rules("sometimes", "3/min"));
+    match Limiter::from_file(file.path()) {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "watch"),
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("a bad watch in the file"),
+    }
+    let text = rules("1s", "3/min");
+    match Limiter::from_rules(&text) {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "watch"),
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("watch in rules text"),
+    }
+    match Limiter::from_document(&polylimit::parse_rules(&text).unwrap()) {
+        Err(Error::Config { field, .. }) => assert_eq!(field, "watch"),
+        Err(other) => panic!("{other:?}"),
+        Ok(_) => panic!("watch in a parsed document"),
+    }
+}
+
 /// A policy-wide limit stays with its policy when a reload moves it to
 /// another place among the policies (the memory store once kept limits by
 /// the policy's index: after `a` was removed, `b` lost its limit).

@@ -66,7 +66,9 @@ impl RateLimit {
             .map(|(i, d)| descriptor::request_info(i, d, req.hits_addend, now_ms))
             .collect::<Result<Vec<_>, _>>()
             .map_err(Status::invalid_argument)?;
-        // The limiter of this call, to its end, whatever a reload does.
+        // Each check decides on the rules in force when it starts, whatever a
+        // reload does meanwhile; `current_limit` names the policy as it is
+        // when the reply is made (a reload in between shows the new rate).
         let limiter = self.state.current();
         let outcomes = join_all(infos.iter().map(|info| limiter.check_request(info))).await;
         let outcomes = outcomes
@@ -74,8 +76,8 @@ impl RateLimit {
             .enumerate()
             .map(|(i, o)| o.map_err(|e| status_of(i, e)))
             .collect::<Result<Vec<Outcome>, Status>>()?;
-        release_leases(&limiter, &outcomes, now_ms).await;
-        Ok(reply::response(&limiter, outcomes))
+        release_leases(limiter, &outcomes, now_ms).await;
+        Ok(reply::response(limiter, outcomes))
     }
 }
 

@@ -82,7 +82,7 @@ async fn check(
 async fn decide(http: &Http, peer: SocketAddr, method: &Method, query: Option<&str>, headers: &HeaderMap) -> Response {
     let limiter = http.state.current();
     let request = check::params(query).and_then(|params| {
-        check::request(&limiter, method, headers, peer, &params, http.trust_clock).map(|r| (r, params))
+        check::request(limiter, method, headers, peer, &params, http.trust_clock).map(|r| (r, params))
     });
     let (request, params) = match request {
         Ok(r) => r,

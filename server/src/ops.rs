@@ -1,7 +1,7 @@
 //! The server's own counters, beside the core's metrics on `/metrics`:
-//! /check answers by status and rules reloads by result. Process-wide
-//! atomics, so the reload task and both listeners count without sharing a
-//! handle.
+//! /check answers by status and the calls in flight. Process-wide atomics,
+//! so both listeners count without sharing a handle. (Reloads are the
+//! core's `polylimit_config_reloads_total`: the limiter is reloaded in place.)
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,8 +19,6 @@ const STATUSES: [u16; 6] = [200, 400, 403, 429, 500, 503];
 static CHECKS: [AtomicU64; STATUSES.len()] = [const { AtomicU64::new(0) }; STATUSES.len()];
 static CHECKS_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
 static GRPC_IN_FLIGHT: AtomicU64 = AtomicU64::new(0);
-static RELOADS_OK: AtomicU64 = AtomicU64::new(0);
-static RELOADS_ERROR: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one /check answer.
 pub fn count_check(status: u16) {
@@ -53,11 +51,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-/// Counts one reload of the rules file.
-pub fn count_reload(ok: bool) {
-    if ok { &RELOADS_OK } else { &RELOADS_ERROR }.fetch_add(1, Ordering::Relaxed);
 }
 
 /// /check answers so far by status, for the log's summary.
@@ -120,15 +113,6 @@ pub fn metrics_text() -> String {
             out,
             "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {}",
             gauge.load(Ordering::Relaxed)
-        );
-    }
-    out.push_str("# HELP polylimit_config_reloads_total Reloads of the rules file (SIGHUP) by result.\n");
-    out.push_str("# TYPE polylimit_config_reloads_total counter\n");
-    for (result, n) in [("ok", &RELOADS_OK), ("error", &RELOADS_ERROR)] {
-        let _ = writeln!(
-            out,
-            "polylimit_config_reloads_total{{result=\"{result}\"}} {}",
-            n.load(Ordering::Relaxed)
         );
     }
     out

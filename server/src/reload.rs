@@ -1,13 +1,14 @@
-//! SIGHUP: rebuild the limiter from the rules file. A bad file keeps the
-//! rules in force and logs the core's error naming the field; calls in
-//! flight finish on the limiter they started with (see `state`).
+//! SIGHUP: reload the limiter from the rules file ([`State::reload`]). A bad
+//! file keeps the rules in force and logs the core's error naming the field;
+//! calls in flight finish on the rules they started with. The core counts
+//! every reload in `polylimit_config_reloads_total{result}`.
 
 use std::sync::Arc;
 
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::log;
 use crate::state::State;
-use crate::{log, ops};
 
 /// Reloads `state` on every SIGHUP, for the life of the process.
 pub fn on_hangup(state: Arc<State>) {
@@ -17,20 +18,18 @@ pub fn on_hangup(state: Arc<State>) {
     };
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
-            reload(&state);
+            reload(&state).await;
         }
     });
 }
 
-fn reload(state: &State) {
+async fn reload(state: &State) {
     let path = state.path().display().to_string();
-    match state.reload(state.path()) {
+    match state.reload().await {
         Ok(()) => {
-            ops::count_reload(true);
             log::info("rules reloaded", &[("path", path.into())]);
         }
         Err(e) => {
-            ops::count_reload(false);
             log::error(
                 "rules reload failed, the previous rules stay in force",
                 &[("path", path.into()), ("error", e.to_string().into())],

@@ -341,10 +341,14 @@ fn check_headers(uri: &str) -> Vec<(String, String)> {
 }
 
 fn limit(answer: &Answer) -> &str {
+    header(answer, "x-ratelimit-limit")
+}
+
+fn header<'a>(answer: &'a Answer, name: &str) -> &'a str {
     answer
         .headers
         .iter()
-        .find(|(n, _)| n == "x-ratelimit-limit")
+        .find(|(n, _)| n == name)
         .map(|(_, v)| v.as_str())
         .unwrap_or("-")
 }
@@ -354,7 +358,8 @@ async fn metrics(server: &Server) -> String {
 }
 
 /// SIGHUP with a bad file: the error names the field, the old rules stay,
-/// the reload is counted; a good file then takes effect.
+/// the reload is counted; a good file then takes effect on the same limiter:
+/// the memory store's counters and the metrics carry over.
 #[tokio::test]
 async fn a_bad_rules_file_on_reload_keeps_serving_the_old_rules() {
     let dir = temp_dir("reload");
@@ -379,7 +384,24 @@ async fn a_bad_rules_file_on_reload_keeps_serving_the_old_rules() {
     server.line("rules reloaded");
     let fresh = send(server.http, [127, 0, 0, 1], "GET", "/check", &check_headers("/api/a")).await;
     assert_eq!((fresh.status, limit(&fresh)), (200, "5"));
+    // The same window on the same store: the two spent before the reload
+    // stay spent (a limiter built anew would have said 4).
+    assert_eq!(
+        header(&fresh, "x-ratelimit-remaining"),
+        "2",
+        "the memory store's state survives a reload"
+    );
     let text = metrics(&server).await;
+    assert_eq!(
+        text.matches("# TYPE polylimit_config_reloads_total counter").count(),
+        1,
+        "one reload counter, the core's: {text}"
+    );
+    let allowed = text
+        .lines()
+        .find(|l| l.starts_with("polylimit_requests_total{policy=\"api\"") && l.contains("decision=\"allowed\""))
+        .and_then(|l| l.rsplit(' ').next());
+    assert_eq!(allowed, Some("3"), "the request counters survive a reload: {text}");
     assert!(
         text.contains("polylimit_config_reloads_total{result=\"ok\"} 1\n"),
         "{text}"
