@@ -49,12 +49,8 @@ internal object CAbi {
         out: Long, outCap: Long, outLen: Long, outOwned: Long, pending: Long, err: Long,
     ): Int
 
-    @JvmStatic external fun polylimit_limiter_try_complete_call(
-        l: Long, token: Long, tokenLen: Long, code: Int, pending: Long, err: Long,
-    ): Int
-
-    @JvmStatic external fun polylimit_limiter_try_complete_cost(
-        l: Long, token: Long, tokenLen: Long, status: Short, hasCost: Byte, cost: Long, hasNowMs: Byte, nowMs: Long,
+    @JvmStatic external fun polylimit_limiter_try_complete_call_cost(
+        l: Long, token: Long, tokenLen: Long, code: Int, hasCost: Byte, cost: Long, hasNowMs: Byte, nowMs: Long,
         pending: Long, err: Long,
     ): Int
 

@@ -95,7 +95,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         token: String, status: Int?, reported: Any?, warn: BiConsumer<String, Throwable?>, blocking: Boolean,
     ): CompletableFuture<Unit> {
         val plain = {
-            (startComplete(token, status, blocking) ?: scope.future { generatedCompleteAsync(token, status) })
+            (startComplete(token, status, blocking = blocking) ?: scope.future { generatedCompleteAsync(token, status) })
                 .exceptionally { e -> warn.accept("polylimit: cannot settle the request", unwrapped(e)) }
         }
         if (reported == null) {
@@ -109,7 +109,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
             )
             return plain()
         }
-        val costed = startCompleteCost(token, status, cost, null, blocking)
+        val costed = startComplete(token, status, cost, null, blocking)
             ?: scope.future { generatedCompleteCostAsync(token, status, cost, null) }
         return costed.handle { _, e -> e }.thenCompose { e ->
             if (e == null) {
@@ -181,12 +181,12 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      */
     @Throws(PolylimitException::class)
     override fun completeCost(token: String, status: Int?, cost: Long, nowMs: Long?) {
-        startCompleteCost(token, status, cost, nowMs, blocking = true)?.join0() ?: generatedCompleteCost(token, status, cost, nowMs)
+        startComplete(token, status, cost, nowMs, blocking = true)?.join0() ?: generatedCompleteCost(token, status, cost, nowMs)
     }
 
     /** [completeCost] as a suspend function. */
     override suspend fun completeCostAsync(token: String, status: Int?, cost: Long, nowMs: Long?) {
-        startCompleteCost(token, status, cost, nowMs)?.await() ?: generatedCompleteCostAsync(token, status, cost, nowMs)
+        startComplete(token, status, cost, nowMs)?.await() ?: generatedCompleteCostAsync(token, status, cost, nowMs)
     }
 
     /**
@@ -383,10 +383,15 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
     }
 
-    internal fun startComplete(token: String, status: Int?, blocking: Boolean = false): CompletableFuture<Unit>? {
-        // The C call's -1 is no status (null); every other status as given (a
-        // gRPC call's OK is 0). One that is no u16 goes to the generated call,
-        // whose error is the core's.
+    /**
+     * Settles `token` through the C call: `status` null is no status (the C
+     * call's -1), any other as given (a gRPC call's OK is 0); `cost` the
+     * actual cost when the handler reported one. A status that is no u16
+     * goes to the generated call, whose error is the core's.
+     */
+    internal fun startComplete(
+        token: String, status: Int?, cost: Long? = null, nowMs: Long? = null, blocking: Boolean = false,
+    ): CompletableFuture<Unit>? {
         if (status != null && status !in 0..0xffff) {
             return null
         }
@@ -397,8 +402,9 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
         val a = s.address
         val code = direct.use {
-            CAbi.polylimit_limiter_try_complete_call(
-                it, a + Scratch.INPUT_AT, n.toLong(), status ?: -1, a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
+            CAbi.polylimit_limiter_try_complete_call_cost(
+                it, a + Scratch.INPUT_AT, n.toLong(), status ?: -1, flag(cost != null), cost ?: 0,
+                flag(nowMs != null), nowMs ?: 0, a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
             )
         } ?: return null
         return when (code) {
@@ -408,32 +414,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
     }
 
-    internal fun startCompleteCost(
-        token: String, status: Int?, cost: Long, nowMs: Long?, blocking: Boolean = false,
-    ): CompletableFuture<Unit>? {
-        // The C call's status 0 is no response (null): a gRPC call's OK (0),
-        // and a status that is no u16, go to the generated call.
-        if (status != null && status !in 1..0xffff) {
-            return null
-        }
-        val s = Scratch.get()
-        val n = s.text(token)
-        if (n < 0) {
-            return null
-        }
-        val a = s.address
-        val code = direct.use {
-            CAbi.polylimit_limiter_try_complete_cost(
-                it, a + Scratch.INPUT_AT, n.toLong(), (status ?: 0).toShort(), 1, cost, (if (nowMs != null) 1 else 0).toByte(),
-                nowMs ?: 0, a + Scratch.PENDING_AT, a + Scratch.ERROR_AT,
-            )
-        } ?: return null
-        return when (code) {
-            OK -> CompletableFuture.completedFuture(Unit)
-            PENDING -> Bridge.submit(s.pending, blocking) { }
-            else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
-        }
-    }
+    private fun flag(set: Boolean): Byte = if (set) 1 else 0
 
     // The generated calls, counted: the routing tests assert that the
     // standard calls do not take them.

@@ -45,7 +45,7 @@ fun Limiter.completeFuture(token: String, status: Int? = null): CompletableFutur
 /** [Limiter.completeCostAsync] as a CompletableFuture (the direct call, else the generated one). */
 @JvmOverloads
 fun Limiter.completeCostFuture(token: String, status: Int?, cost: Long, nowMs: Long? = null): CompletableFuture<Unit> =
-    startCompleteCost(token, status, cost, nowMs) ?: scope.future { generatedCompleteCostAsync(token, status, cost, nowMs) }
+    startComplete(token, status, cost, nowMs) ?: scope.future { generatedCompleteCostAsync(token, status, cost, nowMs) }
 
 /** [Limiter.acquireAsync] as a CompletableFuture. */
 @JvmOverloads
