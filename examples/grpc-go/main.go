@@ -1,4 +1,4 @@
-// grpc-go + polylimit: the Greeter demo service (examples/grpc/greeter.proto),
+// grpc-go + polylimit: the Greeter and Llm demo services (examples/grpc/greeter.proto),
 // every call decided by the shared rules file. No generated code: the
 // service is a hand-written grpc.ServiceDesc on the well-known
 // google.protobuf.StringValue.
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"strconv"
 
 	polylimit "github.com/polylimit/polylimit/bindings-go"
 	"github.com/polylimit/polylimit/bindings-go/grpclimit"
@@ -40,6 +41,37 @@ func hello(_ any, ctx context.Context, dec func(any) error, interceptor grpc.Una
 		return handler(ctx, in)
 	}
 	return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/polylimit.demo.Greeter/Hello"}, handler)
+}
+
+// llm is polylimit.demo.Llm: an LLM-style call, its own service so the
+// Greeter's rules do not match it.
+var llm = grpc.ServiceDesc{
+	ServiceName: "polylimit.demo.Llm",
+	HandlerType: (*any)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Generate", Handler: generate}},
+	Metadata:    "greeter.proto",
+}
+
+// generate reports the x-actual-cost metadata (the tokens the model used) as
+// the call's actual cost and replies "generated, <value>".
+func generate(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(wrapperspb.StringValue)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	handler := func(ctx context.Context, req any) (any, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-actual-cost"); len(v) > 0 {
+			if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
+				polylimit.ReportCost(ctx, n)
+			}
+		}
+		return wrapperspb.String("generated, " + req.(*wrapperspb.StringValue).GetValue()), nil
+	}
+	if interceptor == nil {
+		return handler(ctx, in)
+	}
+	return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: "/polylimit.demo.Llm/Generate"}, handler)
 }
 
 // helloStream replies "hello, <value> <i>" for i = 0, 1, 2.
@@ -77,6 +109,7 @@ func main() {
 		grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(limiter, opt)),
 		grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(limiter, opt)))
 	srv.RegisterService(&greeter, struct{}{})
+	srv.RegisterService(&llm, struct{}{})
 	ln, err := net.Listen("tcp", demo.Addr())
 	if err != nil {
 		log.Fatal(err)
