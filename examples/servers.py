@@ -48,7 +48,8 @@ APPS: Dict[str, Tuple[str, str, List[str]]] = {
 
 
 # The gRPC demo servers (examples/grpc/greeter.proto), name → (label, working directory, command)
-# as in APPS; each listens on PORT. tests/e2e/test_grpc.py calls every one with grpcio.
+# as in APPS; each listens on PORT. tests/e2e/test_grpc.py and test_grpc_cost.py (the Llm service)
+# call every one with grpcio.
 GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
     "grpc-python": ("Python grpcio (aio)", "grpc-python", [sys.executable, "server.py"]),
     "grpc-python-sync": ("Python grpcio (sync)", "grpc-python", [sys.executable, "server.py", "--sync"]),
