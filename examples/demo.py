@@ -12,6 +12,7 @@ import json
 import os
 import random
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Union
 
@@ -75,6 +76,25 @@ def in_flight(apps: List[App]) -> None:
     print("\nEach slot is released after its response, so the next 20 get 10 slots again.")
 
 
+def llm_cost(apps: List[App]) -> None:
+    # The `llm` rule: each POST /api/llm reserves its X-Reserve (1000 tokens of 10 000 an
+    # hour) before the handler; the handler reports what it used (X-Actual-Cost: 3000) and
+    # the middleware charges the difference after the response (docs/features/cost.md).
+    rows = []
+    for app in apps:
+        client = {"X-Forwarded-For": f"192.0.2.{random.randint(1, 254)}", "X-Reserve": "1000", "X-Actual-Cost": "3000"}
+        row = [app.label]
+        for _ in range(5):
+            r = app.request("/api/llm", method="POST", headers=client)
+            row.append(f"{r.status}/{r.header('X-RateLimit-Remaining') or '-'}")
+            time.sleep(0.05)  # the charge after the response lands before the next call
+        rows.append(row)
+    table("POST /api/llm x 5 per app, reserving 1000 tokens, using 3000 (status/remaining)",
+          ["app", "1", "2", "3", "4", "5"], rows)
+    print("\nEach call is admitted on its reservation and charged what it used: 3 x 3000 + 1000 reserved"
+          " leaves 0, the 4th's 3000 puts the key 2000 in debt, and the 5th waits it off (429).")
+
+
 def main() -> int:
     redis_url = os.environ.get("REDIS_URL")
     with running(list(APPS)) as apps, gateway() as server:
@@ -88,6 +108,8 @@ def main() -> int:
             each_on_its_own(apps + [server])
             print("\nREDIS_URL=redis://127.0.0.1:6379 make demo runs them on one Redis, enforcing one limit together.")
         in_flight(apps)
+        if not redis_url:
+            llm_cost(apps)
     return 0
 
 
