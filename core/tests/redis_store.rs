@@ -340,6 +340,9 @@ async fn state_is_packed_and_the_text_form_of_earlier_versions_is_still_read() {
     assert!(d.allowed && d.remaining == 3, "{d:?}");
 }
 
+/// How far Redis's cached clock may lag when a command sets an expiry.
+const SERVER_CLOCK_SLACK_MS: i64 = 10;
+
 #[tokio::test]
 async fn a_token_bucket_and_gcra_keep_their_expiry_while_it_covers_the_refill() {
     let redis = support::RedisServer::start();
@@ -363,12 +366,14 @@ async fn a_token_bucket_and_gcra_keep_their_expiry_while_it_covers_the_refill() 
                 limiter.check_with("k", at).await.unwrap()
             }
         };
-        // PTTL is `ms` less at most the time since `started`.
+        // PTTL is `ms` less at most the time since `started`, and the few ms
+        // Redis's cached clock may lag when it sets an expiry on a loaded
+        // host (seen: 4 ms less after 1 ms). A rewritten expiry is off by far more.
         let ttl_is = |ms: i64, started: std::time::Instant| {
             let ttl = pttl(&redis, &key);
             let elapsed = started.elapsed().as_millis() as i64;
             assert!(
-                (ms - elapsed - 1..=ms).contains(&ttl),
+                (ms - elapsed - SERVER_CLOCK_SLACK_MS..=ms).contains(&ttl),
                 "{algorithm}: PTTL {ttl}, not {ms} ({elapsed} ms elapsed)"
             );
         };
@@ -386,8 +391,8 @@ async fn a_token_bucket_and_gcra_keep_their_expiry_while_it_covers_the_refill() 
         assert_eq!(sets(), (2, 0));
         // Within the slack: the cells change in place, the expiry stays.
         // (Set by hand here, so a SET PX would show.)
-        redis.command(&format!("PEXPIRE {key} 777777")).unwrap();
         let started = std::time::Instant::now();
+        redis.command(&format!("PEXPIRE {key} 777777")).unwrap();
         for remaining in (0..8).rev() {
             assert_eq!(check(1_000).await.remaining, remaining);
         }
