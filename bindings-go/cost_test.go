@@ -164,3 +164,33 @@ func TestCostFuncIsBoundedByMaxCost(t *testing.T) {
 		t.Fatalf("above max_cost: %d", r.StatusCode)
 	}
 }
+
+// A cost the core refuses (negative) still completes the request without
+// it: the concurrency slot comes back for the next request.
+func TestMiddlewareCompletesWithoutARefusedCost(t *testing.T) {
+	rules := `{"policies": {"llm": {"rate": "100/min"}, "slots": {"algorithm": "concurrency", "limit": 1, "lease": "1h"}},
+	  "rules": [{"match": {"path": "/v1/*"}, "key": ["header:x-api-key"], "policy": ["llm", "slots"], "cost": 1}]}`
+	l, err := FromRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ReportCost(r.Context(), -5)
+		fmt.Fprint(w, "ok")
+	})
+	srv := httptest.NewServer(l.Middleware()(handler))
+	defer srv.Close()
+	for i := 0; i < 3; i++ {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat", nil)
+		req.Header.Set("x-api-key", "k1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d (the slot of a request with a refused cost was kept)", i, resp.StatusCode)
+		}
+	}
+}

@@ -439,7 +439,8 @@ export class Limiter {
   /**
    * Settles a request after its response: gives back the charges whose rule's `count` does not
    * count `status` (null/undefined/0: no response, counted as failed). Never rejects because the
-   * store is down; rejects with a ConfigError naming `token` for a malformed token.
+   * store is down; rejects with a ConfigError naming `token` for a malformed token, or `cost` for
+   * a bad cost, once the request is completed without it (as if none was reported).
    */
   complete(token: string, status?: number | null, options?: CompleteOptions): Promise<void>;
   /** Forgets everything charged to `key` under every policy. */

@@ -236,7 +236,8 @@ class Limiter {
    * request's actual cost, learned from the response (an LLM call's tokens): the difference from
    * its reservation is given back or charged, capped at its rules' `max_cost`; `options.nowMs`:
    * that charge's clock (tests). Never rejects because the store is down; rejects with a
-   * ConfigError naming `token` when it is not one, or `cost` for a bad cost.
+   * ConfigError naming `token` when it is not one, or `cost` for a bad cost (once the request is
+   * completed without it, as if none was reported: its slots and uncounted charges come back).
    */
   complete(token, status, options) {
     this._flushChecks();

@@ -73,10 +73,11 @@ function costIn(holder) {
  */
 function settle(limiter, token, status, cost) {
   if (cost === undefined) return limiter.complete(token, status).catch(() => {});
+  // A cost the core refuses still completes the request without it; only the warning is ours.
   return limiter.complete(token, status, { cost }).catch((e) => {
-    if (!e || e.field !== 'cost') return undefined;
-    process.emitWarning(`polylimit: the reported cost was not used: ${e.message}`, { code: 'POLYLIMIT_COST' });
-    return limiter.complete(token, status).catch(() => {});
+    if (e && e.field === 'cost') {
+      process.emitWarning(`polylimit: the reported cost was not used: ${e.message}`, { code: 'POLYLIMIT_COST' });
+    }
   });
 }
 

@@ -210,15 +210,13 @@ impl NativeLimiter {
     /// response (an LLM call's tokens): the difference from its reservation
     /// is given back (smaller) or charged whatever the limit (larger), capped
     /// at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
-    /// A negative cost throws `Config` naming `cost`.
+    /// A negative cost throws `Config` naming `cost`, once the request is
+    /// completed without it (as if none was reported).
     #[uniffi::method(default(status = None, now_ms = None))]
     pub fn complete_cost(&self, token: String, status: Option<i32>, cost: i64, now_ms: Option<i64>) -> Result<()> {
         let status = status_code(status)?;
-        let options = polylimit::CompleteOptions::from_values(
-            Some(&serde_json::Value::from(cost)),
-            now_ms.map(serde_json::Value::from).as_ref(),
-        )?;
-        block(self.inner.complete_with(&token, status, options)).map(|_| ())
+        let (cost, now_ms) = (serde_json::Value::from(cost), now_ms.map(serde_json::Value::from));
+        block(self.inner.complete_values(&token, status, Some(&cost), now_ms.as_ref())).map(|_| ())
     }
 
     /// `completeCost` as a suspend function (the non-blocking middlewares'
@@ -232,12 +230,15 @@ impl NativeLimiter {
         now_ms: Option<i64>,
     ) -> Result<()> {
         let status = status_code(status)?;
-        let options = polylimit::CompleteOptions::from_values(
-            Some(&serde_json::Value::from(cost)),
-            now_ms.map(serde_json::Value::from).as_ref(),
-        )?;
+        let (cost, now_ms) = (serde_json::Value::from(cost), now_ms.map(serde_json::Value::from));
         let inner = self.inner.clone();
-        spawn(async move { inner.complete_with(&token, status, options).await.map(|_| ()) }).await
+        spawn(async move {
+            inner
+                .complete_values(&token, status, Some(&cost), now_ms.as_ref())
+                .await
+                .map(|_| ())
+        })
+        .await
     }
 
     /// Prometheus text exposition of this limiter's metrics.

@@ -355,16 +355,19 @@ impl NativeLimiter {
             None => None,
             Some(s) => Some(u16::try_from(s).map_err(|_| config(&env, "status", s, "is not an HTTP status"))?),
         };
-        let options =
-            CompleteOptions::from_values(loose(cost)?.as_ref(), loose(now_ms)?.as_ref()).map_err(|e| match e {
-                polylimit::Error::Config { field, value, message } if field == "now_ms" => {
-                    config(&env, "nowMs", value, &message)
-                }
-                e => throw(&env, e),
-            })?;
+        let (cost, now_ms) = (loose(cost)?, loose(now_ms)?);
+        // The clock's error under its JS name, thrown here; the core checks the cost.
+        CompleteOptions::from_values(None, now_ms.as_ref()).map_err(|e| match e {
+            polylimit::Error::Config { field, value, message } if field == "now_ms" => {
+                config(&env, "nowMs", value, &message)
+            }
+            e => throw(&env, e),
+        })?;
         let limiter = self.inner.clone();
         self.submit(&env, id, move || async move {
-            limiter.complete_with(&token, status, options).await?;
+            limiter
+                .complete_values(&token, status, cost.as_ref(), now_ms.as_ref())
+                .await?;
             Ok(Reply::Unit)
         })
     }

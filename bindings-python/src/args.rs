@@ -1,7 +1,7 @@
 //! The arguments of the limiter's methods as the core's types, checked by
 //! the core's rules (`Naming::Snake`: errors name what the user wrote).
 
-use polylimit::{CheckOptions, CompleteOptions, Naming, OverrideSpec, RequestInfo};
+use polylimit::{CheckOptions, Naming, OverrideSpec, RequestInfo};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::{Map, Value};
@@ -19,14 +19,18 @@ pub(crate) fn check_options(
     CheckOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
 }
 
-/// A completion's `cost` and `now_ms` as given, validated by the core.
-pub(crate) fn complete_options(
+/// A completion's `cost` and `now_ms` as the JSON values the core's
+/// `complete_values` validates. A cost with no JSON form goes as its `repr`,
+/// which the core refuses naming `cost` (after completing without it).
+pub(crate) fn complete_values(
     cost: Option<&Bound<'_, PyAny>>,
     now_ms: Option<&Bound<'_, PyAny>>,
-) -> PyResult<CompleteOptions> {
-    let cost = cost.map(|c| to_value(c, "cost")).transpose()?;
+) -> PyResult<(Option<Value>, Option<Value>)> {
+    let cost = cost.map(|c| {
+        to_value(c, "cost").unwrap_or_else(|_| Value::String(c.repr().map(|r| r.to_string()).unwrap_or_default()))
+    });
     let now_ms = now_ms.map(|n| to_value(n, "now_ms")).transpose()?;
-    CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref()).into_py_result()
+    Ok((cost, now_ms))
 }
 
 /// Every argument of `Limiter(...)` / `effective_config(...)` as one options

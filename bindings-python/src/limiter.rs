@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::Value;
 
-use crate::args::{check_options, complete_options, options_value, override_spec, request_info};
+use crate::args::{check_options, complete_values, options_value, override_spec, request_info};
 use crate::convert::{to_py, to_value};
 use crate::decision::{PyDecision, PyOutcome};
 use crate::errors::IntoPyResult;
@@ -338,7 +338,8 @@ impl PyLimiter {
     /// difference from what it reserved, capped at its rules' `max_cost`
     /// (`now_ms`: the clock of that charge, for tests); an awaitable. Never
     /// raises because the store is down; a malformed token raises
-    /// `ConfigError` naming `token`, a bad cost one naming `cost`.
+    /// `ConfigError` naming `token`; a bad cost raises one naming `cost`
+    /// after completing the request without it (as if none was reported).
     #[pyo3(signature = (token, status=None, cost=None, now_ms=None))]
     fn complete<'py>(
         &self,
@@ -348,10 +349,13 @@ impl PyLimiter {
         cost: Option<&Bound<'py, PyAny>>,
         now_ms: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = complete_options(cost, now_ms)?;
+        let (cost, now_ms) = complete_values(cost, now_ms)?;
         let inner = self.inner.clone();
         host::submit(py, async move {
-            inner.complete_with(&token, status, options).await.map(|_| Reply::Unit)
+            inner
+                .complete_values(&token, status, cost.as_ref(), now_ms.as_ref())
+                .await
+                .map(|_| Reply::Unit)
         })
     }
 
@@ -365,9 +369,13 @@ impl PyLimiter {
         cost: Option<&Bound<'_, PyAny>>,
         now_ms: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let options = complete_options(cost, now_ms)?;
+        let (cost, now_ms) = complete_values(cost, now_ms)?;
         let inner = &self.inner;
-        runtime::block_on(py, inner.complete_with(&token, status, options)).map(|_| ())
+        runtime::block_on(
+            py,
+            inner.complete_values(&token, status, cost.as_ref(), now_ms.as_ref()),
+        )
+        .map(|_| ())
     }
 
     /// Forgets every policy's state for `key`; an awaitable.

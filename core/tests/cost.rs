@@ -185,3 +185,50 @@ fn bad_cost_fields_are_config_errors_naming_the_field() {
         }
     }
 }
+
+/// A reported cost the core refuses is an error naming `cost`, and the
+/// request is still completed without it: a concurrency slot is released
+/// and the reservation stands, as if the handler had reported nothing.
+#[tokio::test]
+async fn a_refused_cost_completes_the_request_without_it() {
+    let rules = json!({
+        "policies": {"gen": {"rate": "10/min", "burst": 10}, "slots": {"algorithm": "concurrency", "limit": RESERVED, "lease": "1h"}},
+        "rules": [{"match": {"path": "/v1/*"}, "key": ["ip"], "policy": ["gen", "slots"], "cost": RESERVED}],
+    });
+    let limiter = Limiter::from_rules(&rules.to_string()).unwrap();
+    let mut last = String::new();
+    for bad in [json!(-1), json!(1.5), json!("ten")] {
+        let token = check(&limiter, T0).await.completion.expect("a lease carries a token");
+        assert_eq!(check(&limiter, T0).await.status, Some(429), "the slots are taken");
+        let refused = limiter
+            .complete_values(&token, Some(200), Some(&bad), Some(&json!(T0)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, polylimit::Error::Config { field, .. } if field == "cost"),
+            "{bad}: {refused}"
+        );
+        last = token;
+    }
+    // Completed once: the token gives nothing more.
+    assert_eq!(limiter.complete_values(&last, Some(200), None, None).await.unwrap(), 0);
+    let next = check(&limiter, T0).await;
+    assert_eq!(next.status, None, "each slot was released");
+    assert_eq!(
+        next.decisions[0].decision.remaining,
+        10 - 4 * RESERVED,
+        "each reservation stands"
+    );
+    // A bad clock is refused before anything is done.
+    let token = next.completion.unwrap();
+    let refused = limiter
+        .complete_values(&token, Some(200), None, Some(&json!("soon")))
+        .await
+        .unwrap_err();
+    assert!(matches!(&refused, polylimit::Error::Config { field, .. } if field == "now_ms"));
+    assert_eq!(
+        check(&limiter, T0).await.status,
+        Some(429),
+        "still held: nothing was completed"
+    );
+}

@@ -587,7 +587,8 @@ int32_t polylimit_limiter_try_complete(const struct polylimit_limiter_t *limiter
 
 // `polylimit_limiter_try_complete` reporting the request's actual cost,
 // learned from the response: with `has_cost`, `cost` (a whole number of at
-// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`) replaces the
+// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`, returned
+// once the request is completed without it) replaces the
 // reservation: the difference is given back, or charged whatever the limit,
 // capped at the rules' `max_cost`; with `has_now_ms`, `now_ms` is the clock
 // of that charge (tests; otherwise the process's clock).

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use polylimit::bridge::Call;
 use polylimit::wire::packed::Reply;
-use polylimit::{CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec};
+use polylimit::{CheckOptions, Limiter, Naming, OverrideSpec};
 
 use crate::decision::polylimit_decision_t;
 use crate::errors::{polylimit_error_t, FfiError};
@@ -359,7 +359,7 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
             token,
             token_len,
             Ok((status != 0).then_some(status)),
-            Ok(CompleteOptions::default()),
+            Reported::default(),
             pending,
             err,
         )
@@ -368,7 +368,8 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete(
 
 /// `polylimit_limiter_try_complete` reporting the request's actual cost,
 /// learned from the response: with `has_cost`, `cost` (a whole number of at
-/// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`) replaces the
+/// least 0; a negative one is `POLYLIMIT_CONFIG` naming `cost`, returned
+/// once the request is completed without it) replaces the
 /// reservation: the difference is given back, or charged whatever the limit,
 /// capped at the rules' `max_cost`; with `has_now_ms`, `now_ms` is the clock
 /// of that charge (tests; otherwise the process's clock).
@@ -389,10 +390,10 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete_cost(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    let options = cost_options(has_cost, cost, has_now_ms, now_ms);
+    let reported = Reported::new(has_cost, cost, has_now_ms, now_ms);
     let status = Ok((status != 0).then_some(status));
     // SAFETY: the caller's guarantees, passed on.
-    unsafe { complete(limiter, token, token_len, status, options, pending, err) }
+    unsafe { complete(limiter, token, token_len, status, reported, pending, err) }
 }
 
 /// Settles a gRPC call (a request of the gRPC kind) once it has ended:
@@ -419,7 +420,7 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete_call(
             token,
             token_len,
             call_code(code),
-            Ok(CompleteOptions::default()),
+            Reported::default(),
             pending,
             err,
         )
@@ -446,9 +447,9 @@ pub unsafe extern "C" fn polylimit_limiter_try_complete_call_cost(
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
-    let options = cost_options(has_cost, cost, has_now_ms, now_ms);
+    let reported = Reported::new(has_cost, cost, has_now_ms, now_ms);
     // SAFETY: the caller's guarantees, passed on.
-    unsafe { complete(limiter, token, token_len, call_code(code), options, pending, err) }
+    unsafe { complete(limiter, token, token_len, call_code(code), reported, pending, err) }
 }
 
 /// A gRPC call's end as a completion's status: -1 is none at all.
@@ -461,11 +462,21 @@ fn call_code(code: i32) -> Result<Option<u16>, FfiError> {
     }
 }
 
-/// The options of a completion with a cost, checked by the core.
-fn cost_options(has_cost: bool, cost: i64, has_now_ms: bool, now_ms: i64) -> Result<CompleteOptions, FfiError> {
-    let cost = has_cost.then(|| serde_json::Value::from(cost));
-    let now_ms = has_now_ms.then(|| serde_json::Value::from(now_ms));
-    CompleteOptions::from_values(cost.as_ref(), now_ms.as_ref()).map_err(FfiError::from)
+/// What a completion reports besides its status, as the values the core's
+/// `complete_values` checks (it completes without a cost it refuses).
+#[derive(Default)]
+struct Reported {
+    cost: Option<serde_json::Value>,
+    now_ms: Option<serde_json::Value>,
+}
+
+impl Reported {
+    fn new(has_cost: bool, cost: i64, has_now_ms: bool, now_ms: i64) -> Reported {
+        Reported {
+            cost: has_cost.then(|| serde_json::Value::from(cost)),
+            now_ms: has_now_ms.then(|| serde_json::Value::from(now_ms)),
+        }
+    }
 }
 
 /// The completions' one body: `status` None is no response at all.
@@ -477,13 +488,12 @@ unsafe fn complete(
     token: *const u8,
     token_len: usize,
     status: Result<Option<u16>, FfiError>,
-    options: Result<CompleteOptions, FfiError>,
+    reported: Reported,
     pending: *mut *mut polylimit_pending_t,
     err: *mut *mut polylimit_error_t,
 ) -> i32 {
     guard(err, || {
         let status = status?;
-        let options = options?;
         // SAFETY: the caller passes NULL or a live handle.
         let limiter = unsafe { handle(limiter) }?.clone();
         // SAFETY: the caller passes `token_len` readable bytes at `token`, or NULL.
@@ -492,7 +502,10 @@ unsafe fn complete(
             return Err(FfiError::invalid("pending is NULL"));
         }
         let work: Call = Box::pin(async move {
-            limiter.complete_with(&token, status, options).await?;
+            let Reported { cost, now_ms } = reported;
+            limiter
+                .complete_values(&token, status, cost.as_ref(), now_ms.as_ref())
+                .await?;
             Ok(Reply::Unit)
         });
         // SAFETY: `pending` was checked above.

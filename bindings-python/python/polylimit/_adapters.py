@@ -160,26 +160,24 @@ async def awaited(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def _refused(cost: Any) -> None:
-    _log.exception("polylimit: the reported cost %r was refused; the request is completed without it", cost)
+def _failed(cost: Any) -> None:
+    if cost is None:
+        _log.exception("polylimit: completing a request failed")
+    else:
+        _log.exception("polylimit: completing a request with the reported cost %r failed", cost)
 
 
 def settle_sync(limiter: Any, token: str, status: Optional[int], cost: Any = None) -> None:
     """Completes a request after its response (``complete_sync``) with the actual cost its handler
-    reported, if any; never raises into the app: a cost the core refuses is logged and the request
-    completed without it (so its other charges and its leases are still settled), anything else logged."""
+    reported, if any; never raises into the app: an error is logged (a cost the core refuses still
+    completes the request without it, so its other charges and its leases are settled)."""
     try:
         if cost is None:
             limiter.complete_sync(token, status)
         else:
             limiter.complete_sync(token, status, cost)
-        return
     except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        if cost is None:
-            _log.exception("polylimit: completing a request failed")
-            return
-        _refused(cost)
-    settle_sync(limiter, token, status)
+        _failed(cost)
 
 
 async def settle(limiter: Any, token: str, status: Optional[int], cost: Any = None) -> None:
@@ -189,10 +187,5 @@ async def settle(limiter: Any, token: str, status: Optional[int], cost: Any = No
             await limiter.complete(token, status)
         else:
             await limiter.complete(token, status, cost)
-        return
     except Exception:  # noqa: BLE001 - after the response: log, never raise into the app
-        if cost is None:
-            _log.exception("polylimit: completing a request failed")
-            return
-        _refused(cost)
-    await settle(limiter, token, status)
+        _failed(cost)

@@ -177,7 +177,8 @@ class Limiter:
         self, token: str, status: Optional[int] = None, cost: Optional[int] = None, now_ms: Optional[int] = None
     ) -> Awaitable[None]:
         """Counts a request after its response, given the outcome's ``completion`` token and the status;
-        ``cost``: its actual cost, the difference from its reservation given back or charged."""
+        ``cost``: its actual cost, the difference from its reservation given back or charged (a bad
+        one raises ``ConfigError`` naming ``cost`` once the request is completed without it)."""
     def complete_sync(
         self, token: str, status: Optional[int] = None, cost: Optional[int] = None, now_ms: Optional[int] = None
     ) -> None:

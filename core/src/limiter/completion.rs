@@ -3,6 +3,7 @@
 use super::Limiter;
 use crate::error::Result;
 use crate::http::CompleteOptions;
+use serde_json::Value;
 
 impl Limiter {
     /// Completes a request whose [`Outcome`](crate::Outcome) carried a
@@ -37,5 +38,31 @@ impl Limiter {
     pub async fn complete_with(&self, token: &str, status: Option<u16>, options: CompleteOptions) -> Result<usize> {
         let live = self.live();
         live.http.complete(&live.engine, token, status, options).await
+    }
+
+    /// [`Limiter::complete_with`] from a binding's loosely typed arguments
+    /// ([`CompleteOptions::from_values`]): what every binding's `complete`
+    /// and every middleware's settlement call. A cost it refuses (negative,
+    /// fractional, not a number: a handler's bad report) is a `Config`
+    /// error naming `cost`, returned after the request is completed without
+    /// it, as if nothing was reported: its leases are released and the
+    /// charges its status does not count given back, so a bad number never
+    /// keeps a concurrency slot or a refund until the lease ends. A bad
+    /// `now_ms` (tests only) is refused before anything is done.
+    pub async fn complete_values(
+        &self,
+        token: &str,
+        status: Option<u16>,
+        cost: Option<&Value>,
+        now_ms: Option<&Value>,
+    ) -> Result<usize> {
+        let clock = CompleteOptions::from_values(None, now_ms)?;
+        match CompleteOptions::from_values(cost, now_ms) {
+            Ok(options) => self.complete_with(token, status, options).await,
+            Err(refused) => {
+                self.complete_with(token, status, clock).await?;
+                Err(refused)
+            }
+        }
     }
 }
