@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -48,6 +49,8 @@ type Limiter struct {
 	rel   *releaser  // the leases' handle (lease.go), made at the first lease
 
 	anomaly func() // unregisters Options.OnAnomaly's sink (anomaly.go), run by Close
+
+	known atomic.Pointer[knownRules] // what the middleware remembers of the rules in force (known.go)
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {

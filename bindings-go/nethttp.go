@@ -78,21 +78,21 @@ func (l *Limiter) Middleware(opts ...MiddlewareOption) func(http.Handler) http.H
 	g := l.Gate(opts...)
 	return func(next http.Handler) http.Handler {
 		route := g.m.route
-		if mux, ok := next.(*http.ServeMux); ok && route == nil {
-			route = func(r *http.Request) string {
-				if r.Pattern != "" {
-					return r.Pattern
-				}
-				_, pattern := mux.Handler(r)
-				return pattern
-			}
+		mux, _ := next.(*http.ServeMux)
+		if route != nil {
+			mux = nil
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			known := g.l.knownRules()
 			routeName := r.Pattern
-			if route != nil {
+			switch {
+			case route != nil:
 				routeName = route(r)
+			case mux != nil && routeName == "" && known.readsRoute(g.l):
+				// The pattern the mux will pick, found only when a rule reads the route.
+				_, routeName = mux.Handler(r)
 			}
-			pass, ok := g.admit(w, r, routeName)
+			pass, ok := g.admitKnown(w, r, routeName, known)
 			if !ok {
 				return
 			}
@@ -137,10 +137,12 @@ func (g *Gate) Admit(w http.ResponseWriter, r *http.Request, route string) (pass
 	if g.m.route != nil {
 		route = g.m.route(r)
 	}
-	return g.admit(w, r, route)
+	return g.admitKnown(w, r, route, g.l.knownRules())
 }
 
-func (g *Gate) admit(w http.ResponseWriter, r *http.Request, route string) (Pass, bool) {
+// admitKnown is Admit with route found and what l remembers of its rules
+// (nil: every header is packed).
+func (g *Gate) admitKnown(w http.ResponseWriter, r *http.Request, route string, known *knownRules) (Pass, bool) {
 	l, m := g.l, &g.m
 	ctx := r.Context()
 	if err := ctx.Err(); err != nil {
@@ -148,7 +150,7 @@ func (g *Gate) admit(w http.ResponseWriter, r *http.Request, route string) (Pass
 		return Pass{}, false
 	}
 	p := getPacker()
-	m.pack(p, r, route)
+	m.pack(p, r, route, l, known)
 	var cost uint64
 	if m.cost != nil {
 		cost = m.cost(r)
@@ -301,8 +303,9 @@ func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // pack packs what the core needs to know about r, straight from r: no
-// RequestInfo, no copy of its headers.
-func (m *middleware) pack(p *packer, r *http.Request, routeName string) {
+// RequestInfo, no copy of its headers, only the headers the rules may read
+// (known; nil: all).
+func (m *middleware) pack(p *packer, r *http.Request, routeName string, l *Limiter, known *knownRules) {
 	var key, user, apiKey string
 	if m.key != nil {
 		key = m.key(r)
@@ -324,6 +327,9 @@ func (m *middleware) pack(p *packer, r *http.Request, routeName string) {
 	p.fields(r.Method, path, routeName, r.RemoteAddr, user, apiKey, key)
 	at, n := p.headerCount(), 0
 	for name, values := range r.Header {
+		if !known.readsHeader(l, name) {
+			continue
+		}
 		for _, v := range values {
 			p.str(name)
 			p.str(v)

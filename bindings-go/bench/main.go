@@ -35,6 +35,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,6 +374,51 @@ func middleware(addr string) {
 		io.WriteString(w, "ok")
 	})
 
+	// -handlers floor only: the cheapest limiter this bench can think of, in
+	// Go, in the handler: a token bucket per client IP under one mutex, then
+	// the same header names with values formatted per request. What any
+	// limiter that sets those headers costs at least (not a peer: it has no
+	// rules, no fallback, no metrics).
+	var floorMu sync.Mutex
+	type bucket struct {
+		tokens float64
+		at     time.Time
+	}
+	floorBuckets := map[string]*bucket{}
+	floorNames := make([]string, 0, len(rateHeaders))
+	for name := range rateHeaders {
+		floorNames = append(floorNames, name)
+	}
+	floor := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip, _, _ := net.SplitHostPort(r.RemoteAddr)
+		now := time.Now()
+		floorMu.Lock()
+		b := floorBuckets[ip]
+		if b == nil {
+			b = &bucket{tokens: 1000000, at: now}
+			floorBuckets[ip] = b
+		}
+		b.tokens = min(1000000, b.tokens+now.Sub(b.at).Seconds()*1000000)
+		b.at = now
+		allowed := b.tokens >= 1
+		if allowed {
+			b.tokens--
+		}
+		remaining := int64(b.tokens)
+		floorMu.Unlock()
+		if !allowed {
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		h := w.Header()
+		values := make([]string, len(floorNames))
+		for i, name := range floorNames {
+			values[i] = strconv.FormatInt(remaining+int64(i), 10)
+			h[name] = values[i : i+1 : i+1]
+		}
+		io.WriteString(w, "ok")
+	})
+
 	handlers := []struct {
 		name    string
 		handler http.Handler
@@ -384,11 +430,12 @@ func middleware(addr string) {
 		{name: "redis", handler: limited("redis://" + addr)},
 		{name: "ulule", handler: peer},
 		{name: "headers", handler: withHeaders},
+		{name: "floor", handler: floor},
 	}
 	for round := 0; round < rounds; round++ {
 		for i := range handlers {
 			h := &handlers[i]
-			if !wanted(h.name) {
+			if !wanted(h.name) || (h.name == "floor" && *handlerList == "") {
 				// -handlers left it out: a zero line, not a measurement.
 				h.runs, h.cpus = append(h.runs, 0), append(h.cpus, cpuUse{})
 				continue
@@ -430,6 +477,13 @@ func middleware(addr string) {
 		against("no limiter", plain))
 	record(line{What: "net/http polylimit middleware, memory store, vs the same headers", Value: memory, Unit: "req/s"}.
 		against("headers, no limiter", headers))
+	if floorRate := median(handlers[5].runs); floorRate > 0 {
+		floorLine := line{What: "net/http Go token bucket in the handler + the same headers (a floor)", Value: floorRate, Unit: "req/s"}.
+			against("no limiter", plain)
+		floorLine.Bound = fmt.Sprintf("CPU per request %.1f µs (no limiter %.1f µs, polylimit on memory %.1f µs)",
+			cpuOf[5].process, cpuOf[0].process, cpuOf[1].process)
+		record(floorLine)
+	}
 	redisLine := line{What: "net/http polylimit middleware, redis", Value: onRedis, Unit: "req/s"}.
 		against("no limiter", plain).atLeast(0.5)
 	redisLine.Bound = redisBound
@@ -509,7 +563,7 @@ func latency(addr string) {
 // -handlers: the middleware part's handlers to run (default all); -threads
 // prints each run's CPU by thread name; -cpuprofile writes a pprof profile.
 var (
-	handlerList = flag.String("handlers", "", "middleware part: the handlers to run, comma-separated (unlimited,memory,redis,ulule,headers); default all")
+	handlerList = flag.String("handlers", "", "middleware part: the handlers to run, comma-separated (unlimited,memory,redis,ulule,headers,floor); default all but floor")
 	showThreads = flag.Bool("threads", false, "print each middleware run's CPU per request by thread name (/proc/self/task)")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )
