@@ -2,10 +2,12 @@ package polylimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // The middleware packs only the headers the rules read and finds the mux's
@@ -60,4 +62,38 @@ func TestMiddlewareReadsWhatTheReloadedRulesRead(t *testing.T) {
 	expect("the route", status("/items/1"), 200)
 	expect("the same route, another id", status("/items/2"), 429)
 	expect("no route: a key of its own, then the mux answers", status("/other"), 404)
+}
+
+// A Watch reload moves the rules generation as Reload does: the middleware
+// packs the header the new rules read from the request after the swap.
+func TestMiddlewareReadsWhatTheWatchedRulesRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, path, "policies:\n  api: { algorithm: fixed_window, rate: 1/min }\nrules:\n  - { key: [global], policy: api }\n")
+	l := newLimiter(t, Options{RulesFile: path, Watch: 50 * time.Millisecond})
+	h := l.Middleware()(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	status := func(run string) int {
+		req := httptest.NewRequest("GET", "/x", nil)
+		req.Header.Set("X-Run", run)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	if got := []int{status("a"), status("b")}; got[0] != 200 || got[1] != 429 {
+		t.Fatalf("one global key: %v", got)
+	}
+	if k := l.known.Load(); k == nil || k.headers.Load() == nil || (*k.headers.Load())["X-Run"] {
+		t.Fatalf("remembered: %+v", k)
+	}
+	writeRules(t, path, "policies:\n  api: { algorithm: fixed_window, rate: 1/min }\nrules:\n  - { key: ['header:x-run'], policy: api }\n")
+	// Each poll asks with a run of its own: allowed once the new rules key by it.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; status(fmt.Sprint("run-", i)) != 200; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the watch did not reload, or X-Run was not packed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := []int{status("c"), status("c"), status("d")}; got[0] != 200 || got[1] != 429 || got[2] != 200 {
+		t.Fatalf("keyed by X-Run: %v", got)
+	}
 }
