@@ -757,6 +757,29 @@ void polylimit_limiter_free(struct polylimit_limiter_t *limiter);
 // submitted or freed.
 void polylimit_pending_free(struct polylimit_pending_t *pending);
 
+// Runs a pending operation (from any `polylimit_limiter_try_*`) to its end
+// on the calling thread, which waits for the store, and writes its packed
+// record (`ctx` 0; the record `polylimit_pending_submit` would hand back:
+// a decision, outcome, acquired, count, unit, or an error) to `out` when it
+// fits `out_cap` bytes (`*out_owned` NULL), else to bytes of this library
+// in `*out_owned` (free them with `polylimit_bytes_free`); `*out_len` is its
+// length. For a caller whose thread blocks for the answer anyway (a servlet
+// filter): the store's answer wakes that thread itself, with no bridge
+// thread in between. Consumes `pending`. Returns `POLYLIMIT_OK`, or
+// `POLYLIMIT_INVALID_ARGUMENT` (freeing `pending`, writing nothing) when an
+// argument is NULL. A panic in the operation is its `POLYLIMIT_INTERNAL`
+// error record.
+//
+// # Safety
+// `pending` is NULL or a pending operation from this library not yet
+// submitted or freed; `out` is NULL (with `out_cap` 0) or has `out_cap`
+// writable bytes; `out_len` and `out_owned` are NULL or writable.
+int32_t polylimit_pending_wait(struct polylimit_pending_t *pending,
+                               uint8_t *out,
+                               size_t out_cap,
+                               size_t *out_len,
+                               uint8_t **out_owned);
+
 // 1 when deciding a request may read its header `name` (`name_len` bytes
 // of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a
 // middleware packs only those headers. `POLYLIMIT_INVALID_ARGUMENT` (as a

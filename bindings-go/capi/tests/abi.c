@@ -292,6 +292,32 @@ int main(void) {
            ntohs(addr.sin_port));
   rc = polylimit_limiter_build(options, &limiter, &err);
   CHECK(rc == POLYLIMIT_OK);
+  /* The calling thread waits for the record itself (ctx 0), in the caller's
+     bytes or, when they are too few, in the library's; each limiter's first
+     check waits for the silent store. */
+  uint8_t waited[64];
+  size_t waited_len = 0;
+  uint8_t *waited_owned = NULL;
+  polylimit_limiter_t *waiting = NULL;
+  CHECK(polylimit_limiter_build(options, &waiting, &err) == POLYLIMIT_OK);
+  rc = polylimit_limiter_try_check(waiting, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING &&
+        polylimit_pending_wait(pending, waited, sizeof waited, &waited_len, &waited_owned) == POLYLIMIT_OK);
+  CHECK(waited_owned == NULL && waited_len == 8 + 1 + 1 + 5 * 8 + 1 && le64(waited) == 0 && waited[8] == 4 &&
+        waited[9] == 1 && waited[waited_len - 1] == POLYLIMIT_SOURCE_FAIL_OPEN);
+  polylimit_limiter_free(waiting);
+  CHECK(polylimit_limiter_build(options, &waiting, &err) == POLYLIMIT_OK);
+  rc = polylimit_limiter_try_check(waiting, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && polylimit_pending_wait(pending, NULL, 0, &waited_len, &waited_owned) == POLYLIMIT_OK);
+  CHECK(waited_owned != NULL && waited_len == 8 + 1 + 1 + 5 * 8 + 1 && waited_owned[8] == 4);
+  polylimit_bytes_free(waited_owned, waited_len);
+  polylimit_limiter_free(waiting);
+  CHECK(polylimit_limiter_build(options, &waiting, &err) == POLYLIMIT_OK);
+  rc = polylimit_limiter_try_check(waiting, (const uint8_t *)key, strlen(key), 1, -1, &d, &pending, &err);
+  CHECK(rc == POLYLIMIT_PENDING && polylimit_pending_wait(pending, waited, sizeof waited, NULL, NULL) ==
+                                       POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_limiter_free(waiting);
+  CHECK(polylimit_pending_wait(NULL, waited, sizeof waited, &waited_len, &waited_owned) == POLYLIMIT_INVALID_ARGUMENT);
   int fds[2];
   CHECK(pipe(fds) == 0 && fcntl(fds[1], F_SETFL, O_NONBLOCK) == 0);
   polylimit_bridge_t *bridge = polylimit_bridge_open(fds[1]);

@@ -24,8 +24,9 @@ import kotlinx.coroutines.asExecutor
 // parameter is native memory of the calling thread (Scratch), passed by
 // address, so JNA copies no array in or out. A result ready at once (the
 // memory store) comes back in the call; otherwise the call hands back a
-// pending operation, submitted to the process's one completion bridge and
-// finished by its reader thread (Bridge). An error comes back with its code
+// pending operation: a caller that blocks for it waits for the store on its
+// own thread (Scratch.await), any other submits it to the process's one
+// completion bridge, finished by its reader thread (Bridge). An error comes back with its code
 // and fields and is thrown as the sealed PolylimitException: nothing is
 // retried, so a store error after the core charged never charges a second time.
 
@@ -67,6 +68,8 @@ internal object CAbi {
     @JvmStatic external fun polylimit_pending_submit(pending: Long, bridge: Long, ctx: Long): Int
 
     @JvmStatic external fun polylimit_bridge_take_wait(bridge: Long, timeoutMs: Int, records: Long, len: Long): Long
+
+    @JvmStatic external fun polylimit_pending_wait(pending: Long, out: Long, outCap: Long, outLen: Long, outOwned: Long): Int
 
     @JvmStatic external fun polylimit_error_free(err: Long)
 
@@ -141,16 +144,50 @@ internal class Scratch {
      * The outcome a request call packed at OUTPUT_AT (or, when it outgrew
      * OUTPUT_CAP, into bytes of the core's, freed here).
      */
-    fun outcome(): Outcome {
+    fun outcome(): Outcome = output { it.outcome() }
+
+    /** What `read` makes of the bytes a call wrote at OUTPUT_AT (or into bytes of the core's, freed here). */
+    private inline fun <T> output(read: (PackedReader) -> T): T {
         val n = buf.getLong(OUT_LEN_AT)
         val owned = buf.getLong(OWNED_AT)
         if (owned == 0L) {
-            return PackedReader(buf, OUTPUT_AT, OUTPUT_AT + n.toInt()).outcome()
+            return read(PackedReader(buf, OUTPUT_AT, OUTPUT_AT + n.toInt()))
         }
         try {
-            return PackedReader(Pointer(owned).getByteBuffer(0, n), 0, n.toInt()).outcome()
+            return read(PackedReader(Pointer(owned).getByteBuffer(0, n), 0, n.toInt()))
         } finally {
             CAbi.polylimit_bytes_free(owned, n)
+        }
+    }
+
+    /**
+     * Waits on the calling thread for the pending operation the last call
+     * handed back (`polylimit_pending_wait`: the store's answer wakes this
+     * thread itself, no bridge thread in between); what `read` makes of its
+     * record's value, or its error thrown.
+     */
+    fun <T> await(read: (Any?) -> T): T {
+        val a = address
+        if (CAbi.polylimit_pending_wait(pending, a + OUTPUT_AT, OUTPUT_CAP.toLong(), a + OUT_LEN_AT, a + OWNED_AT) != OK) {
+            throw PolylimitException.Internal("polylimit: cannot wait for a pending call")
+        }
+        val record = output { it.record() }
+        throw record.error ?: return read(record.value)
+    }
+
+    /**
+     * The pending operation the last call handed back, finished: by the
+     * calling thread itself when it blocks for the result anyway
+     * (`blocking`, [await]), else by the bridge ([Bridge.submit]).
+     */
+    fun <T> finish(blocking: Boolean, read: (Any?) -> T): CompletableFuture<T> {
+        if (!blocking) {
+            return Bridge.submit(pending, read)
+        }
+        return try {
+            CompletableFuture.completedFuture(await(read))
+        } catch (e: Exception) {
+            CompletableFuture.failedFuture(e)
         }
     }
 
@@ -200,8 +237,8 @@ internal class Scratch {
 /**
  * The process's completion bridge: a pending operation is submitted with a
  * ticket, and one daemon thread waits for the bridge's batches of packed
- * records, decodes each (Packed.kt) and completes its future: a blocked
- * caller's itself, any other on Dispatchers.Default (a continuation may block).
+ * records, decodes each (Packed.kt) and completes its future on
+ * Dispatchers.Default (a continuation may block).
  */
 internal object Bridge {
     private val handle: Long = CAbi.polylimit_bridge_open(-1)
@@ -209,7 +246,7 @@ internal object Bridge {
     private val tickets = AtomicLong()
     private val executor = Dispatchers.Default.asExecutor()
 
-    class Waiter<T>(val read: (Any?) -> T, val blocking: Boolean) {
+    class Waiter<T>(val read: (Any?) -> T) {
         val future = CompletableFuture<T>()
     }
 
@@ -244,16 +281,17 @@ internal object Bridge {
                 Result.failure(e)
             }
         val finish = Runnable { result.fold({ w.future.complete(it) }, { w.future.completeExceptionally(it) }) }
-        if (w.blocking) finish.run() else executor.execute(finish)
+        executor.execute(finish)
     }
 
     /**
      * Submits the pending operation at `pending`; its future gets what `read`
-     * makes of the record's value. `blocking`: nothing but a blocked caller
-     * waits for that future (no continuation to keep off the reader).
+     * makes of the record's value, completed on Dispatchers.Default (a
+     * continuation may block). A caller that blocks for it waits on its own
+     * thread instead ([Scratch.finish]).
      */
-    fun <T> submit(pending: Long, blocking: Boolean, read: (Any?) -> T): CompletableFuture<T> {
-        val waiter = Waiter(read, blocking)
+    fun <T> submit(pending: Long, read: (Any?) -> T): CompletableFuture<T> {
+        val waiter = Waiter(read)
         val ticket = tickets.incrementAndGet()
         waiting[ticket] = waiter
         if (CAbi.polylimit_pending_submit(pending, handle, ticket) != PENDING) {

@@ -307,8 +307,8 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
     // The direct forms: a future (completed when the store answered at once),
     // or null when the direct call cannot carry the arguments or the facade is
     // closed (the generated call then throws what it throws). `blocking`: only
-    // the caller's own thread waits for the future, so the bridge's reader
-    // completes it itself (one thread wake-up fewer per call).
+    // the caller's own thread waits for the future, so that thread waits for
+    // the store itself (Scratch.finish: no bridge thread in between).
 
     internal fun startDecision(key: String, cost: Long?, nowMs: Long?, peek: Boolean, blocking: Boolean = false): CompletableFuture<Decision>? {
         if ((cost != null && cost <= 0) || (nowMs != null && nowMs < 0)) {
@@ -332,7 +332,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         } ?: return null
         return when (code) {
             OK -> CompletableFuture.completedFuture(s.decision())
-            PENDING -> Bridge.submit(s.pending, blocking) { it as Decision }
+            PENDING -> s.finish(blocking) { it as Decision }
             else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
@@ -352,18 +352,19 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int, blocking: Boolean,
     ): CompletableFuture<Outcome>? = when (callPacked(s, packer, cost, nowMs, flags) ?: return null) {
         OK -> CompletableFuture.completedFuture(s.outcome())
-        PENDING -> Bridge.submit(s.pending, blocking) { it as Outcome }
+        PENDING -> s.finish(blocking) { it as Outcome }
         else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
     }
 
     /**
      * [startPacked] for a caller that blocks: an outcome decided in the call
-     * (the memory store) is returned as is, with no future around it.
+     * (the memory store) is returned as is, with no future around it, and one
+     * that waits for the store is waited for on the calling thread.
      */
     private fun decidePacked(s: Scratch, packer: Packer, cost: Long?, nowMs: Long?, flags: Int): Outcome? =
         when (callPacked(s, packer, cost, nowMs, flags) ?: return null) {
             OK -> s.outcome()
-            PENDING -> Bridge.submit(s.pending, blocking = true) { it as Outcome }.join0()
+            PENDING -> s.await { it as Outcome }
             else -> throw errorAt(s.error, free = true)
         }
 
@@ -409,7 +410,7 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         } ?: return null
         return when (code) {
             OK -> CompletableFuture.completedFuture(Unit)
-            PENDING -> Bridge.submit(s.pending, blocking) { }
+            PENDING -> s.finish(blocking) { }
             else -> CompletableFuture.failedFuture(errorAt(s.error, free = true))
         }
     }
