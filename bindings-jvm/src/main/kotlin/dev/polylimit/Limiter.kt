@@ -78,8 +78,8 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
      * completes [token] with [status] and, when the handler reported one
      * ([reported], the value of the middleware's [COST_ATTRIBUTE]), its
      * actual cost ([completeCost]). A reported value that is not a whole
-     * number ([reportedCost]), or one the core refuses (negative), is told to
-     * [warn] and the request completed without it, so its token never stays
+     * number ([reportedCost]), or one the core refuses (negative: the core
+     * completes without it), is told to [warn] and the request completed without it, so its token never stays
      * open; a completion that fails is told to [warn] too. The future never
      * fails, and no thread waits for the store.
      */
@@ -111,13 +111,9 @@ class Limiter private constructor(internal val native: NativeLimiter) : NativeLi
         }
         val costed = startComplete(token, status, cost, null, blocking)
             ?: scope.future { generatedCompleteCostAsync(token, status, cost, null) }
-        return costed.handle { _, e -> e }.thenCompose { e ->
-            if (e == null) {
-                CompletableFuture.completedFuture(Unit)
-            } else {
-                warn.accept("polylimit: cannot settle the request with $COST_ATTRIBUTE=$reported", unwrapped(e))
-                plain()
-            }
+        // A cost the core refuses is an error after the core completed the request without it.
+        return costed.exceptionally { e ->
+            warn.accept("polylimit: cannot settle the request with $COST_ATTRIBUTE=$reported", unwrapped(e))
         }
     }
 

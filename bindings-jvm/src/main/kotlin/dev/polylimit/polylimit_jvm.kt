@@ -1157,7 +1157,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_async() and 0xFFFF) != 34481) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost() and 0xFFFF) != 5283) {
+    if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost() and 0xFFFF) != 46916) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_polylimit_jvm_checksum_method_nativelimiter_complete_cost_async() and 0xFFFF) != 19948) {
@@ -2472,7 +2472,8 @@ public interface NativeLimiterInterface {
      * response (an LLM call's tokens): the difference from its reservation
      * is given back (smaller) or charged whatever the limit (larger), capped
      * at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
-     * A negative cost throws `Config` naming `cost`.
+     * A negative cost throws `Config` naming `cost`, once the request is
+     * completed without it (as if none was reported).
      */
     fun `completeCost`(`token`: kotlin.String, `status`: kotlin.Int? = null, `cost`: kotlin.Long, `nowMs`: kotlin.Long? = null)
     
@@ -2986,7 +2987,8 @@ open class NativeLimiter: Disposable, AutoCloseable, NativeLimiterInterface
      * response (an LLM call's tokens): the difference from its reservation
      * is given back (smaller) or charged whatever the limit (larger), capped
      * at the rules' `max_cost`; `now_ms` is the clock of that charge (tests).
-     * A negative cost throws `Config` naming `cost`.
+     * A negative cost throws `Config` naming `cost`, once the request is
+     * completed without it (as if none was reported).
      */
     @Throws(PolylimitException::class)override fun `completeCost`(`token`: kotlin.String, `status`: kotlin.Int?, `cost`: kotlin.Long, `nowMs`: kotlin.Long?)
         = 
