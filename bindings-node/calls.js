@@ -134,7 +134,10 @@ function failAll(ids, error) {
   idle();
 }
 
+/** Whether no call of this thread is in flight (`sansio.js` carries a check only then). */
+const quiet = () => pending.size === 0;
+
 /** How many listeners are registered (for the tests). */
 const listening = () => listeners.size;
 
-module.exports = { nativeBridge, start, failAll, listen, unlisten, listening };
+module.exports = { nativeBridge, start, failAll, listen, unlisten, listening, quiet };
