@@ -32,9 +32,10 @@ class SansIo {
     this.waiting = [];
     this.head = 0;
     this.closed = false;
+    // Re-armed by each send (`refresh`), never cleared (a cleared timer cannot be refreshed): when
+    // it fires with a check waiting, that check (the only one: one is sent at a time) is late.
     this.timer = setTimeout(() => this.silent(), address.timeoutMs);
     this.timer.unref();
-    clearTimeout(this.timer);
     this.onData = (chunk) => this.received(chunk);
     this.onGone = () => this.drop();
     this.settleOne = (ctx, value) => this.settle(value);
@@ -75,7 +76,6 @@ class SansIo {
     if (this.head >= this.waiting.length) {
       this.waiting.length = 0;
       this.head = 0;
-      clearTimeout(this.timer);
       if (this.closed) this.drop();
       else if (this.socket) this.socket.unref();
     }
@@ -104,7 +104,6 @@ class SansIo {
     this.socket = null;
     socket.off('data', this.onData);
     socket.destroy();
-    clearTimeout(this.timer);
     this.native.sansIoReset();
     const waiting = this.waiting.slice(this.head);
     this.waiting = [];

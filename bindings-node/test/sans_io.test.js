@@ -128,3 +128,24 @@ test('a URL with a password or a database takes the usual path', () => {
     limiter.close();
   }
 });
+
+test('a server that stops answering: the socket is dropped after the timeout, the fallback decides', async () => {
+  const limiter = new Limiter({
+    policy: { algorithm: 'fixed_window', rate: '100/min', onStoreError: 'fail_open' },
+    store: redis.url,
+    prefix: 'sans-silent',
+    timeout: '100ms',
+  });
+  const stats = counted(limiter);
+  await warm(limiter, stats);
+  stats.sent = 0;
+  await redis.command('CLIENT PAUSE 600 ALL');
+  const started = Date.now();
+  const d = await limiter.check('k');
+  assert.equal(stats.sent, 1, 'the check went by the socket');
+  assert.equal(d.allowed, true);
+  assert.notEqual(d.source, 'store');
+  assert.ok(Date.now() - started < 550, `decided after ${Date.now() - started} ms`);
+  limiter.close();
+  await new Promise((r) => setTimeout(r, 700)); // the pause ends (not a refill wait)
+});
