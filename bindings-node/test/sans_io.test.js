@@ -59,7 +59,12 @@ for (const algorithm of ['fixed_window', 'token_bucket', 'gcra']) {
     assert.equal(got.filter((d) => d.allowed).length, 5);
     assert.equal(stats.sent, 8, 'every check went by the socket');
     // The decisions are counted as any.
-    assert.match(ours.metricsText(), /polylimit_requests_total\{[^}]*decision="denied"[^}]*\} 3/);
+    const metrics = ours.metricsText();
+    assert.match(metrics, /polylimit_requests_total\{[^}]*decision="denied"[^}]*\} 3/);
+    // And its store latency: the histogram counts the socket's calls as the bridge's.
+    const latencies = Number(/polylimit_store_latency_seconds_count (\d+)/.exec(metrics)[1]);
+    const bridged = Number(/polylimit_store_latency_seconds_count (\d+)/.exec(bridge.metricsText())[1]);
+    assert.ok(latencies >= 8 && bridged >= 8, `${latencies} and ${bridged} store calls timed`);
     ours.close();
     bridge.close();
   });

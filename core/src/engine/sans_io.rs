@@ -66,17 +66,24 @@ impl Engine {
         Some((cost, now))
     }
 
-    /// The decision of `key` from `reply` (one whole reply) to the call
-    /// [`Engine::sans_io_start`] made; counted in the metrics as any check.
-    /// `None`: the usual path decides (the server answered an error, so
-    /// nothing was charged; or the limiter changed since).
-    pub(crate) fn sans_io_finish(&self, key: &str, cost: i64, now: i64, reply: &[u8]) -> Option<Result<Decision>> {
+    /// The decision of `key` from `reply` (one whole reply, `elapsed` after
+    /// the call was made) to the call [`Engine::sans_io_start`] made; counted
+    /// in the metrics as any check, the store's latency and the breaker's
+    /// success too. `None`: the usual path decides (the server answered an
+    /// error, so nothing was charged; or the limiter changed since).
+    pub(crate) fn sans_io_finish(
+        &self,
+        key: &str,
+        cost: i64,
+        now: i64,
+        reply: &[u8],
+        elapsed: Duration,
+    ) -> Option<Result<Decision>> {
         let (redis, keys) = self.sans_io_store(key, false)?;
         let check = self.sans_io_check(&keys);
-        let (store_now, verdicts) = match redis.sans_io_decode(&check, now, cost, reply)? {
-            Ok(decided) => decided,
-            Err(e) => return Some(Err(e)),
-        };
+        // A reply that does not decode is the usual path's too, which then decides by the fallback.
+        let (store_now, verdicts) = redis.sans_io_decode(&check, now, cost, reply)?.ok()?;
+        self.inner.resilience.answered(&self.inner.metrics, elapsed);
         let targets = [(0, key, false)];
         let allowed = verdicts.iter().all(|v| v.allowed);
         let result = self.result(&targets, store_now, allowed, verdicts, Source::Store, &[]);

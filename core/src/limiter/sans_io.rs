@@ -10,7 +10,7 @@
 //! host whose socket fails or times out must decide those checks the usual
 //! way too (a call that may have reached the server is then charged twice).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Limiter;
 use crate::decision::Decision;
@@ -24,6 +24,7 @@ pub struct SansIoCall {
     cost: i64,
     now: i64,
     rules: u64,
+    started: Instant,
 }
 
 impl Limiter {
@@ -45,6 +46,7 @@ impl Limiter {
             cost,
             now,
             rules,
+            started: Instant::now(),
         })
     }
 
@@ -57,7 +59,8 @@ impl Limiter {
             // no more; the usual path decides again.
             return None;
         }
-        self.engine().sans_io_finish(&call.key, call.cost, call.now, reply)
+        self.engine()
+            .sans_io_finish(&call.key, call.cost, call.now, reply, call.started.elapsed())
     }
 }
 
