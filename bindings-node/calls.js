@@ -88,16 +88,24 @@ function reject(id, record) {
 const scratch = Buffer.allocUnsafeSlow(1 << 18);
 const reader = new Reader();
 let bridge = null;
+// How many calls the last wake-up settled: more than one, and their callers' next calls are a
+// load the bridge batches (`quiet`).
+let lastDrained = 0;
 
 /** Settles every finished call: takes batches until none is left (which re-arms the wake-up). */
 function drain() {
+  let settled = 0;
   for (;;) {
     const got = bridge.take();
     if (got === 0) break;
     if (typeof got === 'number') reader.reset(scratch, got);
     else reader.reset(got, got.length);
-    while (!reader.done()) reader.record(resolve, reject);
+    while (!reader.done()) {
+      reader.record(resolve, reject);
+      settled++;
+    }
   }
+  lastDrained = settled;
   idle();
 }
 
@@ -134,7 +142,13 @@ function failAll(ids, error) {
   idle();
 }
 
+/**
+ * Whether no call of this thread is in flight and the last wake-up settled at most one
+ * (`sansio.js` carries a check only then: one call at a time, not the first of a batch's callers).
+ */
+const quiet = () => pending.size === 0 && lastDrained <= 1;
+
 /** How many listeners are registered (for the tests). */
 const listening = () => listeners.size;
 
-module.exports = { nativeBridge, start, failAll, listen, unlisten, listening };
+module.exports = { nativeBridge, start, failAll, listen, unlisten, listening, quiet };

@@ -4,6 +4,7 @@
 // requires neither, so no module requires one that requires it back.
 const native = require('./native');
 const calls = require('./calls');
+const { SansIo } = require('./sansio');
 const { ConfigError, fromNative } = require('./errors');
 
 /** The options object the addon reads (JavaScript's names; the core checks every field). */
@@ -82,6 +83,9 @@ class Limiter {
     this._queuedIds = [];
     this._queuedKeys = [];
     this._flushQueued = () => this._flushChecks();
+    // `check(key)` on this thread's own socket where the core allows it (sansio.js).
+    const address = this._native.sansIoAddress();
+    this._sansIo = address ? new SansIo(this._native, address, (key) => this._queueCheck(key)) : null;
     if (onAnomaly) {
       const counter = { errors: null };
       this._alerts = calls.listen(anomalyHandler(onAnomaly, counter));
@@ -128,6 +132,15 @@ class Limiter {
       const { cost, nowMs } = options;
       return calls.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
     }
+    if (this._sansIo !== null) {
+      const sent = this._sansIo.check(key);
+      if (sent !== null) return sent;
+    }
+    return this._queueCheck(key);
+  }
+
+  /** `check(key)` through the bridge, queued until the end of this JavaScript turn (`_flushChecks`). */
+  _queueCheck(key) {
     return calls.start((id) => {
       if (this._queuedIds.length === 0) queueMicrotask(this._flushQueued);
       this._queuedIds.push(id);
@@ -399,6 +412,7 @@ class Limiter {
   /** Later checks reject with `ClosedError`. */
   close() {
     this._flushChecks();
+    if (this._sansIo !== null) this._sansIo.close();
     this._native.close();
     if (this._alerts !== undefined) {
       calls.unlisten(this._alerts);

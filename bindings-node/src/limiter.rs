@@ -6,12 +6,14 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{within_runtime_if_available, Uint32Array, Unknown};
+use napi::bindgen_prelude::{within_runtime_if_available, Buffer, Either, Uint32Array, Uint8Array, Unknown};
 use napi::{Env, Result, ValueType};
 use napi_derive::napi;
 use polylimit::bridge::Bridge;
 use polylimit::wire::packed::Reply;
-use polylimit::{CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand};
+use polylimit::{
+    CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand, SansIoCall,
+};
 use serde_json::Value;
 
 use crate::bridge::NativeBridge;
@@ -24,6 +26,11 @@ pub struct NativeLimiter {
     pub(crate) inner: Limiter,
     /// The thread's bridge every call is submitted to (`useBridge`).
     bridge: Option<Bridge>,
+    /// The checks `sansio.js`'s socket carries, in the order sent, and the
+    /// bytes of their replies received so far.
+    sans_io: std::collections::VecDeque<SansIoCall>,
+    received: Vec<u8>,
+    records: Vec<u8>,
 }
 
 /// A JavaScript value for the core's one rule on `cost` and `now_ms`
@@ -87,7 +94,13 @@ impl NativeLimiter {
     pub fn new(env: Env, options: Value) -> Result<Self> {
         guard(&env, || {
             within_runtime_if_available(|| Limiter::build(Naming::Camel, &integral(options)))
-                .map(|inner| NativeLimiter { inner, bridge: None })
+                .map(|inner| NativeLimiter {
+                    inner,
+                    bridge: None,
+                    sans_io: Default::default(),
+                    received: Vec::new(),
+                    records: Vec::new(),
+                })
                 .map_err(|e| throw(&env, e))
         })
     }
@@ -142,6 +155,65 @@ impl NativeLimiter {
             );
         }
         Ok(())
+    }
+
+    /// Where `sansio.js` may open its own socket for `check(key)`
+    /// (`{ host, port, timeoutMs }`), or null: every check goes through
+    /// the bridge ([`Limiter::sans_io_address`]).
+    #[napi]
+    pub fn sans_io_address(&self) -> Option<Value> {
+        let (host, port, timeout) = self.inner.sans_io_address()?;
+        Some(serde_json::json!({ "host": host, "port": port, "timeoutMs": timeout.as_millis() as u64 }))
+    }
+
+    /// The bytes to send on `sansio.js`'s socket for `check(key)` (cost 1,
+    /// the store's clock), its reply awaited after those of the checks sent
+    /// before; null: decide it through the bridge ([`Limiter::sans_io_start`]).
+    #[napi]
+    pub fn sans_io_start(&mut self, key: String) -> Option<Buffer> {
+        let mut out = Vec::with_capacity(128);
+        let call = self.inner.sans_io_start(&key, CheckOptions::default(), &mut out)?;
+        self.sans_io.push_back(call);
+        Some(Buffer::from(out))
+    }
+
+    /// Takes bytes received on the socket: a record per whole reply, in
+    /// the order sent (ctx 0; a decision, an error, or unit: decide that
+    /// check through the bridge), into `scratch` (the count of bytes) or
+    /// a Buffer when they do not fit.
+    #[napi]
+    pub fn sans_io_feed(&mut self, chunk: &[u8], mut scratch: Uint8Array) -> Either<u32, Buffer> {
+        self.received.extend_from_slice(chunk);
+        self.records.clear();
+        let mut at = 0;
+        while let Some(n) = polylimit::sans_io_reply_len(&self.received[at..]) {
+            let Some(call) = self.sans_io.pop_front() else { break };
+            let reply = &self.received[at..at + n];
+            at += n;
+            let result = match self.inner.sans_io_finish(&call, reply) {
+                Some(decided) => decided.map(Reply::Decision),
+                None => Ok(Reply::Unit),
+            };
+            polylimit::wire::packed::write_record(&mut self.records, 0, &result);
+        }
+        self.received.drain(..at);
+        // SAFETY: on the JavaScript thread, the only one touching `scratch`.
+        let into = unsafe { scratch.as_mut() };
+        let n = self.records.len();
+        if n <= into.len() {
+            into[..n].copy_from_slice(&self.records);
+            Either::A(n as u32)
+        } else {
+            Either::B(Buffer::from(std::mem::take(&mut self.records)))
+        }
+    }
+
+    /// Forgets the socket's checks and bytes (it closed or timed out): how
+    /// many checks were waiting (`sansio.js` decides them through the bridge).
+    #[napi]
+    pub fn sans_io_reset(&mut self) -> u32 {
+        self.received.clear();
+        std::mem::take(&mut self.sans_io).len() as u32
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); its

@@ -44,8 +44,9 @@ test('the check(key) calls of one turn reach the addon in one call, each with it
     );
     assert.ok(decisions.every((d) => d.allowed && d.source === 'store'), store);
     assert.ok(decisions.filter((_, i) => i % 2 === 1).every((d) => d.remaining === 29), store);
-    // The next turn is a new call.
-    await limiter.check('even');
+    // The next turn is a new call (a lone check may go by the limiter's own socket, sansio.js:
+    // two of them, the second at least reaches the addon).
+    await Promise.all([limiter.check('even'), limiter.check('even')]);
     assert.equal(calls.length, 2, store);
     limiter.close();
   }

@@ -59,7 +59,7 @@ pub use http::{
     ended_status, CompleteOptions, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule,
     RouteShorthand, RuleDecision,
 };
-pub use limiter::{LeaseGuard, Limiter};
+pub use limiter::{sans_io_reply_len, LeaseGuard, Limiter, SansIoCall};
 pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};
 pub use metrics::{HistogramValue, MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 pub use options::Naming;

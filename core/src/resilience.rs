@@ -87,6 +87,16 @@ impl Resilience {
         }
     }
 
+    /// Reports a store call made outside [`Resilience::call`] (a host's own
+    /// socket: the sans-I/O path) that the server answered in `elapsed`:
+    /// its latency, and a success to the breaker, as `call` reports one.
+    pub(crate) fn answered(&self, metrics: &Metrics, elapsed: std::time::Duration) {
+        metrics.store_latency(elapsed);
+        if let Some(permit) = self.breaker.acquire() {
+            permit.success();
+        }
+    }
+
     /// Decides while the store cannot, per each policy's `on_store_error`.
     /// `policy(i)`: the mode and limit of policy `i`; `local(targets, charge)`:
     /// the local (memory) decision of the `local` targets, charged or not.

@@ -25,6 +25,7 @@ use block_cache::{BlockCache, Now};
 
 pub(crate) mod block_cache;
 pub(crate) mod region;
+mod sans_io;
 mod synced;
 
 /// Everything a limiter is built from.

@@ -12,6 +12,7 @@ mod concurrency;
 mod config;
 mod reload;
 mod requests;
+mod sans_io;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::http::rules::HttpRules;
 use crate::http::Requests;
 use crate::policy::Policy;
 pub use concurrency::LeaseGuard;
+pub use sans_io::{sans_io_reply_len, SansIoCall};
 
 /// A rate limiter: policies on a store guarded by a timeout, a circuit
 /// breaker and each policy's fallback, and, when built from a rules file,

@@ -258,6 +258,40 @@ impl Connector {
         result
     }
 
+    /// The address of a standalone server reached over plain TCP with no
+    /// AUTH, no SELECT and RESP2 (a host's own socket then needs no
+    /// handshake: the sans-I/O path); `None` for anything else.
+    pub(super) fn plain_tcp_address(&self) -> Option<(String, u16)> {
+        let Target::Single(client) = &*self.target else {
+            return None;
+        };
+        let info = client.get_connection_info();
+        let settings = info.redis_settings();
+        let plain = settings.db() == 0
+            && settings.username().is_none()
+            && settings.password().is_none()
+            && settings.protocol() == redis::ProtocolVersion::RESP2;
+        match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) if plain => Some((host.clone(), *port)),
+            _ => None,
+        }
+    }
+
+    /// The generation of the live connection (none: not connected, or
+    /// another process's).
+    pub(super) fn live_generation(&self) -> Option<u64> {
+        let slot = self.shared.slot.lock();
+        slot.live
+            .as_ref()
+            .filter(|_| slot.live_pid == crate::pid::current())
+            .map(|(g, _)| *g)
+    }
+
+    /// Every call's own timeout.
+    pub(super) fn call_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Drops the connection a failed call used, so the next call reconnects.
     pub(super) fn forget(&self, generation: u64) {
         let mut slot = self.shared.slot.lock();

@@ -10,6 +10,7 @@ mod clock;
 mod connection;
 mod cross_slot;
 mod reply;
+mod sans_io;
 mod scripts;
 mod state;
 
@@ -23,6 +24,7 @@ pub(crate) use connection::Timeouts;
 use connection::{unavailable, Connection, Connector};
 use cross_slot::hash_tag;
 pub(crate) use cross_slot::ChargedGroups;
+pub(crate) use sans_io::reply_len;
 pub use scripts::{general_check_only, library, script_sha, Library, SCRIPT};
 pub(crate) use state::RedisStore;
 

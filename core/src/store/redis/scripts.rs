@@ -90,7 +90,7 @@ pub struct Library {
 
 impl Library {
     /// The name of `shape`'s function.
-    fn shape_function(&self, shape: Shape) -> &str {
+    pub(super) fn shape_function(&self, shape: Shape) -> &str {
         &self.shapes[shape as usize]
     }
 }
@@ -124,6 +124,11 @@ static GENERAL_ONLY: AtomicBool = AtomicBool::new(false);
 #[doc(hidden)]
 pub fn general_check_only(on: bool) {
     GENERAL_ONLY.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`general_check_only`] is on.
+pub(super) fn general_only() -> bool {
+    GENERAL_ONLY.load(Ordering::Relaxed)
 }
 
 impl RedisStore {
