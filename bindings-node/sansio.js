@@ -6,8 +6,9 @@
 // policy on standalone plain-TCP Redis without AUTH/SELECT, breaker closed, a live connection and
 // a fresh clock estimate) and answers `null` / a unit record for the rest, which go through the
 // bridge as usual (script loading, clock samples, reconnects, the breaker and fallback). A socket
-// that fails or stays silent past the limiter's timeout is dropped and its waiting checks are
-// decided through the bridge. Nothing here encodes or decodes Redis.
+// that fails or stays silent past the limiter's timeout is dropped, and the core decides the checks
+// it carried by their policy's on_store_error, as it decides a call of its own that timed out
+// (they may have been charged: none is sent again). Nothing here encodes or decodes Redis.
 const net = require('node:net');
 const { Reader } = require('./packed');
 const { fromRecord } = require('./errors');
@@ -16,6 +17,22 @@ const calls = require('./calls');
 // The buffer the addon copies each reply batch's records into (else it hands a new one).
 const scratch = Buffer.allocUnsafeSlow(1 << 16);
 const reader = new Reader();
+// The socket of a SansIo that was collected (its limiter dropped unclosed) goes with it: the
+// socket's listeners hold their SansIo only weakly, so an open socket keeps no limiter alive.
+const orphans = new FinalizationRegistry((socket) => socket.destroy());
+
+/**
+ * The socket's and the timer's listeners, holding `sansIo` only weakly. (Closures made in its
+ * constructor would hold it through the scope they share with those that use `this`.)
+ */
+function weakListeners(sansIo) {
+  const self = new WeakRef(sansIo);
+  return {
+    data: (chunk) => self.deref()?.received(chunk),
+    gone: () => self.deref()?.drop(),
+    late: () => self.deref()?.silent(),
+  };
+}
 
 class SansIo {
   /**
@@ -34,10 +51,11 @@ class SansIo {
     this.closed = false;
     // Re-armed by each send (`refresh`), never cleared (a cleared timer cannot be refreshed): when
     // it fires with a check waiting, that check (the only one: one is sent at a time) is late.
-    this.timer = setTimeout(() => this.silent(), address.timeoutMs);
+    const weak = weakListeners(this);
+    this.timer = setTimeout(weak.late, address.timeoutMs);
     this.timer.unref();
-    this.onData = (chunk) => this.received(chunk);
-    this.onGone = () => this.drop();
+    this.onData = weak.data;
+    this.onGone = weak.gone;
     this.settleOne = (ctx, value) => this.settle(value);
     this.failOne = (ctx, record) => this.fail(record);
   }
@@ -63,22 +81,27 @@ class SansIo {
     socket.on('data', this.onData);
     socket.on('error', this.onGone);
     socket.on('close', this.onGone);
+    orphans.register(this, socket, socket);
     this.socket = socket;
     return socket;
   }
 
   received(chunk) {
-    const got = this.native.sansIoFeed(chunk, scratch);
-    if (got === 0) return;
-    if (typeof got === 'number') reader.reset(scratch, got);
-    else reader.reset(got, got.length);
-    while (!reader.done()) reader.record(this.settleOne, this.failOne);
+    this.settleAll(this.native.sansIoFeed(chunk, scratch));
     if (this.head >= this.waiting.length) {
       this.waiting.length = 0;
       this.head = 0;
       if (this.closed) this.drop();
       else if (this.socket) this.socket.unref();
     }
+  }
+
+  /** Settles a check per record the addon gave (`got`: bytes in `scratch`, or a Buffer), in the order sent. */
+  settleAll(got) {
+    if (got === 0) return;
+    if (typeof got === 'number') reader.reset(scratch, got);
+    else reader.reset(got, got.length);
+    while (!reader.done()) reader.record(this.settleOne, this.failOne);
   }
 
   settle(value) {
@@ -97,18 +120,17 @@ class SansIo {
     if (this.head < this.waiting.length) this.drop();
   }
 
-  /** Drops the socket; its waiting checks are decided through the bridge (the next check reconnects). */
+  /** Drops the socket (the next check reconnects); the core decides its waiting checks by the fallback. */
   drop() {
     const socket = this.socket;
     if (socket === null) return;
     this.socket = null;
     socket.off('data', this.onData);
+    orphans.unregister(socket);
     socket.destroy();
-    this.native.sansIoReset();
-    const waiting = this.waiting.slice(this.head);
+    this.settleAll(this.native.sansIoReset(scratch));
     this.waiting = [];
     this.head = 0;
-    for (const w of waiting) this.usual(w.key).then(w.resolve, w.reject);
   }
 
   /** No more checks; the socket goes once those sent are answered (a closed limiter's calls in flight still settle). */

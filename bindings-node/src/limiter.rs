@@ -197,6 +197,30 @@ impl NativeLimiter {
             polylimit::wire::packed::write_record(&mut self.records, 0, &result);
         }
         self.received.drain(..at);
+        self.hand_records(&mut scratch)
+    }
+
+    /// The socket closed or timed out: forgets its bytes and decides each
+    /// check it was carrying by the fallback (they may have been charged, so
+    /// none is sent again): a record each, in the order sent, as
+    /// `sansIoFeed` gives them (unit: the rules changed since; decide it
+    /// through the bridge).
+    #[napi]
+    pub fn sans_io_reset(&mut self, mut scratch: Uint8Array) -> Either<u32, Buffer> {
+        self.received.clear();
+        self.records.clear();
+        for call in std::mem::take(&mut self.sans_io) {
+            let result = Ok(self
+                .inner
+                .sans_io_unanswered(&call)
+                .map_or(Reply::Unit, Reply::Decision));
+            polylimit::wire::packed::write_record(&mut self.records, 0, &result);
+        }
+        self.hand_records(&mut scratch)
+    }
+
+    /// `records` into `scratch` (the count of bytes), or as a Buffer when they do not fit.
+    fn hand_records(&mut self, scratch: &mut Uint8Array) -> Either<u32, Buffer> {
         // SAFETY: on the JavaScript thread, the only one touching `scratch`.
         let into = unsafe { scratch.as_mut() };
         let n = self.records.len();
@@ -206,14 +230,6 @@ impl NativeLimiter {
         } else {
             Either::B(Buffer::from(std::mem::take(&mut self.records)))
         }
-    }
-
-    /// Forgets the socket's checks and bytes (it closed or timed out): how
-    /// many checks were waiting (`sansio.js` decides them through the bridge).
-    #[napi]
-    pub fn sans_io_reset(&mut self) -> u32 {
-        self.received.clear();
-        std::mem::take(&mut self.sans_io).len() as u32
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); its

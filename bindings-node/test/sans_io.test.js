@@ -120,9 +120,14 @@ test('checks in flight together go by the bridge; close settles the one on the s
   const all = await Promise.all(Array.from({ length: 10 }, () => limiter.check('k')));
   assert.deepEqual(all.map((d) => d.remaining).sort((a, b) => b - a), [99, 98, 97, 96, 95, 94, 93, 92, 91, 90]);
   assert.equal(stats.sent, 1, 'only the first of a batch goes by the socket');
+  // A lone check after the batch goes by the bridge when the batch settled in one wake-up; the
+  // one after it, alone, goes by the socket.
+  assert.equal((await limiter.check('k')).remaining, 89);
+  const sent = stats.sent;
   const last = limiter.check('k');
+  assert.equal(stats.sent, sent + 1, 'a lone check goes by the socket');
   limiter.close();
-  assert.equal((await last).remaining, 89);
+  assert.equal((await last).remaining, 88);
   await assert.rejects(limiter.check('k'), (e) => e.code === 'POLYLIMIT_CLOSED');
 });
 
@@ -153,4 +158,51 @@ test('a server that stops answering: the socket is dropped after the timeout, th
   assert.ok(Date.now() - started < 550, `decided after ${Date.now() - started} ms`);
   limiter.close();
   await new Promise((r) => setTimeout(r, 700)); // the pause ends (not a refill wait)
+});
+
+test('a check the socket sent that timed out is never sent again: charged once, when the server ran it', async () => {
+  const limiter = new Limiter({
+    policy: { algorithm: 'fixed_window', rate: '100/h', onStoreError: 'fail_open' },
+    store: redis.url,
+    prefix: 'sans-once',
+    timeout: '100ms',
+  });
+  const stats = counted(limiter);
+  await warm(limiter, stats);
+  stats.sent = 0;
+  // The server is busy past the timeout, then runs the call it read: the charge happens once.
+  const busy = redis.command('DEBUG SLEEP 0.4');
+  await new Promise((r) => setTimeout(r, 50)); // the server is asleep
+  const d = await limiter.check('k');
+  assert.equal(stats.sent, 1, 'the check went by the socket');
+  assert.notEqual(d.source, 'store', 'decided by the fallback');
+  await busy;
+  const next = await limiter.check('k');
+  assert.equal(next.source, 'store');
+  assert.equal(next.remaining, 100 - 2, 'the timed-out check was charged once, not sent again');
+  limiter.close();
+});
+
+test('a limiter dropped unclosed is collected: its open socket does not keep it alive', async () => {
+  const { execFileSync } = require('node:child_process');
+  const script = `
+    const { Limiter } = require(${JSON.stringify(require.resolve('..'))});
+    const collected = new FinalizationRegistry(() => { console.log('collected'); process.exit(0); });
+    (async () => {
+      let limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: '${redis.url}', prefix: 'sans-gc' });
+      for (let i = 0; i < 200 && !(limiter._sansIo.socket && !limiter._sansIo.socket.connecting); i++) await limiter.check('k' + i);
+      await limiter.check('last');
+      if (!limiter._sansIo.socket) { console.log('no socket'); process.exit(2); }
+      collected.register(limiter, null);
+      limiter = null;
+      for (let i = 0; i < 50; i++) { global.gc(); await new Promise((r) => setTimeout(r, 20)); }
+      console.log('kept'); process.exit(1);
+    })();`;
+  let out;
+  try {
+    out = execFileSync(process.execPath, ['--expose-gc', '-e', script], { encoding: 'utf8', timeout: 20000 });
+  } catch (e) {
+    out = String(e.stdout);
+  }
+  assert.equal(out.trim(), 'collected');
 });

@@ -56,7 +56,10 @@ class RedisServer {
   async spawn() {
     this.child = spawn(
       'redis-server',
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'],
+      [
+        '--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no',
+        '--enable-debug-command', 'local', // DEBUG SLEEP: a server busy past a call's timeout
+      ],
       { stdio: 'ignore' },
     );
     const deadline = Date.now() + 10000;

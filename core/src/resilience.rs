@@ -97,6 +97,18 @@ impl Resilience {
         }
     }
 
+    /// Reports a store call made outside [`Resilience::call`] that got no
+    /// answer (a host's socket failed or stayed silent past the timeout):
+    /// a failure to the breaker and an error in the metrics, as `call`
+    /// reports a timeout.
+    pub(crate) fn unanswered(&self, metrics: &Metrics, elapsed: std::time::Duration) {
+        metrics.store_latency(elapsed);
+        if let Some(permit) = self.breaker.acquire() {
+            permit.failure();
+        }
+        metrics.store_error();
+    }
+
     /// Decides while the store cannot, per each policy's `on_store_error`.
     /// `policy(i)`: the mode and limit of policy `i`; `local(targets, charge)`:
     /// the local (memory) decision of the `local` targets, charged or not.

@@ -93,6 +93,21 @@ impl Engine {
         Some(Ok(result.decision()))
     }
 
+    /// The decision of a call [`Engine::sans_io_start`] sent that got no
+    /// reply (the host's socket failed or timed out): by the policy's
+    /// `on_store_error`, as the usual path decides a call it sent that
+    /// timed out (the server may have charged it: it is never sent again),
+    /// the breaker told of the failure. `None`: the limiter changed since.
+    pub(crate) fn sans_io_unanswered(&self, key: &str, cost: i64, elapsed: Duration) -> Option<Decision> {
+        self.sans_io_store(key, false)?;
+        self.inner.resilience.unanswered(&self.inner.metrics, elapsed);
+        let result = self.fallback(&[(0, key, false)], None, cost, true);
+        for (i, decision) in result.decisions.iter().enumerate() {
+            self.inner.metrics.decision(i, decision);
+        }
+        Some(result.decision())
+    }
+
     /// The one policy's check of `keys`.
     fn sans_io_check<'a>(&'a self, keys: &'a [String]) -> RedisCheck<'a> {
         let compiled = &self.inner.policies[0];

@@ -7,8 +7,9 @@
 //! penalties, overrides, a breaker not closed, no connection yet, a clock
 //! sample due, a server error) goes the usual way, which loads the library,
 //! samples the clock, reconnects and applies the breaker and fallback. A
-//! host whose socket fails or times out must decide those checks the usual
-//! way too (a call that may have reached the server is then charged twice).
+//! call whose host's socket fails or times out is decided by the fallback
+//! ([`Limiter::sans_io_unanswered`]), as the usual path decides a call that
+//! timed out: it may have reached the server, so it is never sent again.
 
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,20 @@ impl Limiter {
         }
         self.engine()
             .sans_io_finish(&call.key, call.cost, call.now, reply, call.started.elapsed())
+    }
+}
+
+impl Limiter {
+    /// The decision of `call`, sent, when no reply came (the host's socket
+    /// failed or stayed silent past the timeout): the policy's
+    /// `on_store_error`, the breaker told of a failure. `None` only when the
+    /// rules were reloaded since: decide it with [`Limiter::check_with`].
+    pub fn sans_io_unanswered(&self, call: &SansIoCall) -> Option<Decision> {
+        if self.rules_generation() != call.rules {
+            return None;
+        }
+        self.engine()
+            .sans_io_unanswered(&call.key, call.cost, call.started.elapsed())
     }
 }
 
