@@ -127,8 +127,10 @@ lint: rust-build
 ## features for X alone, e.g. tokio without the core tests' "full", and
 ## compiles the core and most of its dependency tree once more; so every
 ## debug cargo run here says --workspace.)
+## --verbose: tests/debug-libs.py keeps the rustc command lines of the
+## workspace's units for api-rust (tests/rustdoc.py) and drops cargo's status lines.
 rust-build:
-	set -o pipefail; $(CARGO) test --workspace --all-targets --quiet --no-run --message-format=json-render-diagnostics | python3 tests/debug-libs.py
+	set -o pipefail; $(CARGO) test --workspace --all-targets --verbose --no-run --message-format=json-render-diagnostics 2>&1 | python3 tests/debug-libs.py
 
 ## `cargo test --workspace` in two runs side by side: the test binaries that
 ## mostly wait (Sentinel failovers, topologies starting, Redis round trips:
