@@ -51,8 +51,10 @@ test:
 	@mkdir -p $(CARGO_TARGET_DIR) && rm -f $(MAKE_TIMES); start=$$(date +%s); \
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-all \
 	  SHELL=$(CURDIR)/tests/timed-shell .SHELLFLAGS='$$@ -c' MAKE_TIMES=$(MAKE_TIMES); rc=$$?; \
-	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc; seconds per target (summed over its recipe lines):"; \
-	awk '{ t[$$2] += $$1 / 1000 } END { for (k in t) printf "  %7.1f  %s\n", t[k], k }' $(MAKE_TIMES) | sort -rn; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc; seconds per target (summed over its recipe lines), from-to seconds into the run:"; \
+	awk -v t0=$$start '{ t[$$2] += $$1 / 1000; s = $$3 / 1000 - t0; e = s + $$1 / 1000; \
+	    if (!($$2 in a) || s < a[$$2]) a[$$2] = s; if (e > z[$$2]) z[$$2] = e } \
+	  END { for (k in t) printf "  %7.1f  %-40s %5.0f-%.0f\n", t[k], k, a[k], z[k] }' $(MAKE_TIMES) | sort -rn; \
 	exit $$rc
 test-all: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
 
