@@ -104,8 +104,11 @@ def main():
             argv[1:1] = ["--crate-type", "bin"]
         commands.append((argv, unit["cwd"]))
     shutil.rmtree(OUT, ignore_errors=True)
+    # make's jobserver descriptors are not passed on to this script's
+    # children: rustdoc would warn that it cannot reach them.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "CARGO_MAKEFLAGS")}
     for argv, cwd in commands:
-        rc = subprocess.run(argv, cwd=cwd).returncode
+        rc = subprocess.run(argv, cwd=cwd, env=env).returncode
         if rc:
             print("rustdoc.py: failed: " + shlex.join(argv), file=sys.stderr)
             sys.exit(rc)
