@@ -58,7 +58,7 @@ timed = times=$(CARGO_TARGET_DIR)/make-$(3)-times.txt; mkdir -p $(CARGO_TARGET_D
 	  END { for (k in t) printf "  %7.1f  %-40s %5.0f-%.0f\n", t[k], k, a[k], z[k] }' $$times | sort -rn; \
 	exit $$rc
 test:
-	@$(call timed,test-all,-j$(TEST_JOBS) --output-sync=target,test)
+	+@$(call timed,test-all,-j$(TEST_JOBS) --output-sync=target,test)
 # e2e-test first: make starts the builds it waits for (the release core, the
 # wheel, the jars, the example apps) before the suites that need only
 # rust-build, and its 5 minutes, mostly waiting on the apps, overlap the
@@ -214,7 +214,7 @@ bench-start:
 ## One benchmark at a time; at the end, the seconds of each target (as make test).
 .PHONY: bench-all
 bench:
-	@$(call timed,bench-all,,bench)
+	+@$(call timed,bench-all,,bench)
 bench-all: deps bench-start $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput
 	python3 bench/report.py
