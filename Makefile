@@ -45,21 +45,35 @@ include docs.mk
 ## Every suite, TEST_JOBS at a time (each starts its own servers on free
 ## ports; the suites that wait on sockets and sleeps overlap the CPU-bound
 ## builds), each target's output in one piece, then the minutes per target.
-TEST_JOBS ?= 2
-MAKE_TIMES := $(CARGO_TARGET_DIR)/make-times.txt
-test:
-	@mkdir -p $(CARGO_TARGET_DIR) && rm -f $(MAKE_TIMES); start=$$(date +%s); \
-	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-all \
-	  SHELL=$(CURDIR)/tests/timed-shell .SHELLFLAGS='$$@ -c' MAKE_TIMES=$(MAKE_TIMES); rc=$$?; \
-	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc; seconds per target (summed over its recipe lines):"; \
-	awk '{ t[$$2] += $$1 / 1000 } END { for (k in t) printf "  %7.1f  %s\n", t[k], k }' $(MAKE_TIMES) | sort -rn; \
+TEST_JOBS ?= 3
+# $(call timed,GOAL,MAKE FLAGS,NAME): runs `make GOAL` with each recipe line
+# timed (tests/timed-shell), then prints the wall time and, per target, its
+# seconds (summed over its recipe lines) and when it ran (first start and
+# last end, seconds into the run), from target/make-NAME-times.txt.
+timed = times=$(CARGO_TARGET_DIR)/make-$(3)-times.txt; mkdir -p $(CARGO_TARGET_DIR) && rm -f $$times; start=$$(date +%s); \
+	$(MAKE) --no-print-directory $(2) $(1) SHELL=$(CURDIR)/tests/timed-shell .SHELLFLAGS='$$@ -c' MAKE_TIMES=$$times; rc=$$?; \
+	echo "make $(3): $$(( $$(date +%s) - start )) s wall, exit $$rc; seconds per target (summed over its recipe lines), from-to seconds into the run:"; \
+	awk -v t0=$$start '{ t[$$2] += $$1 / 1000; s = $$3 / 1000 - t0; e = s + $$1 / 1000; \
+	    if (!($$2 in a) || s < a[$$2]) a[$$2] = s; if (e > z[$$2]) z[$$2] = e } \
+	  END { for (k in t) printf "  %7.1f  %-40s %5.0f-%.0f\n", t[k], k, a[k], z[k] }' $$times | sort -rn; \
 	exit $$rc
-test-all: deps lint rust-test valkey-test $(BINDING_TESTS) docs-test e2e-test dist-test python-sdist-test
+test:
+	+@$(call timed,test-all,-j$(TEST_JOBS) --output-sync=target,test)
+# e2e-test first: make starts the builds it waits for (the release core, the
+# wheel, the jars, the example apps) before the suites that need only
+# rust-build, and its 5 minutes, mostly waiting on the apps, overlap the
+# CPU-bound suites instead of ending the run.
+test-all: deps e2e-test lint rust-test valkey-test $(BINDING_TESTS) docs-test dist-test python-sdist-test
 
 # In `make test`, the JVM's release jar goes into ~/.m2 and bindings-jvm/target
 # only after the suites and the Spring example that build on the tested one.
 # Likewise, one pip at a time in the checkout's venv; and the JUnit suites
 # run in jvm-install whichever target reaches it first.
+ifneq ($(filter test-all bench-all dist,$(MAKECMDGOALS)),)
+# maturin's cargo then finds the core's release tree compiled (bindings-python/make.mk),
+# not locked by core-release's cargo run beside it.
+python-wheel-$(PY_HOST): | core-release
+endif
 ifneq ($(filter test-all,$(MAKECMDGOALS)),)
 jvm-dist: | jvm-test examples-spring e2e-test
 docs: | python-build
@@ -127,8 +141,10 @@ lint: rust-build
 ## features for X alone, e.g. tokio without the core tests' "full", and
 ## compiles the core and most of its dependency tree once more; so every
 ## debug cargo run here says --workspace.)
+## --verbose: tests/debug-libs.py keeps the rustc command lines of the
+## workspace's units for api-rust (tests/rustdoc.py) and drops cargo's status lines.
 rust-build:
-	set -o pipefail; $(CARGO) test --workspace --all-targets --quiet --no-run --message-format=json-render-diagnostics | python3 tests/debug-libs.py
+	set -o pipefail; $(CARGO) test --workspace --all-targets --verbose --no-run --message-format=json-render-diagnostics 2>&1 | python3 tests/debug-libs.py
 
 ## `cargo test --workspace` in two runs side by side: the test binaries that
 ## mostly wait (Sentinel failovers, topologies starting, Redis round trips:
@@ -195,6 +211,10 @@ export POLYLIMIT_BENCH_OUT ?= $(CURDIR)/target/bench/lines.jsonl
 bench-start:
 	mkdir -p $(dir $(POLYLIMIT_BENCH_OUT)) && rm -f $(POLYLIMIT_BENCH_OUT)
 
-bench: deps bench-start $(BINDING_BENCHES)
+## One benchmark at a time; at the end, the seconds of each target (as make test).
+.PHONY: bench-all
+bench:
+	+@$(call timed,bench-all,,bench)
+bench-all: deps bench-start $(BINDING_BENCHES)
 	$(CARGO) bench -p polylimit --bench throughput
 	python3 bench/report.py

@@ -35,15 +35,14 @@ docs-test: api-docs-check
 
 api-html: api-rust api-node api-jvm
 docs: api-html
-# With --workspace and --examples cargo resolves features as lint's clippy and
-# rust-build do (every member, the core's dev-dependencies), so the dependencies'
-# check metadata is theirs and only the core is checked and documented (5 units;
-# `-p polylimit` resolved a feature set of its own: 44 of its 141 units, syn, the
-# proc macros, tokio, redis and rustls among them, were built for it alone).
-# The core's example programs (core/examples) are documented beside it.
-api-rust:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --examples --quiet
-	@rm -rf $(API_HTML)/api/rust && mkdir -p $(API_HTML)/api && cp -r $(CARGO_TARGET_DIR)/doc $(API_HTML)/api/rust
+# The core's rustdoc: the `polylimit` lib and its example programs
+# (core/examples), as `cargo doc --workspace --no-deps --examples` documents
+# them, but against rust-build's libraries: tests/rustdoc.py runs rustdoc with
+# rust-build's own command lines of those units (cargo doc compiled all 120
+# dependencies once more in check mode, ~170 s of CPU on a fresh clone).
+api-rust: rust-build
+	RUSTDOCFLAGS="-D warnings" python3 tests/rustdoc.py $(CARGO_TARGET_DIR)/api-rustdoc
+	@rm -rf $(API_HTML)/api/rust && mkdir -p $(API_HTML)/api && cp -r $(CARGO_TARGET_DIR)/api-rustdoc $(API_HTML)/api/rust
 api-node: docs-deps-node
 	cd tests/docs && node node_modules/typedoc/bin/typedoc --logLevel Warn --out $(API_HTML)/api/node
 # Dokka (tests/docs/dokka/pom.xml): about 45 s of CPU.

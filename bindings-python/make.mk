@@ -10,11 +10,18 @@ DIST_TARGETS ?= x86_64-unknown-linux-gnu
 PY_HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 # The host's wheel is linked by zig against glibc 2.17 symbols (a genuine
 # manylinux2014 wheel from any host) with core-release's linker and C compiler
-# ($(RELEASE_ENV)), in the same target dir. maturin builds the crate as a
-# cdylib alone, so cargo compiles its dependencies for LTO as bitcode only,
-# apart from core-release's (an rlib root keeps object code too); the sdist
-# test then reuses them. Other triples are cross-built with maturin's own zig.
-# Stripping is set in pyproject.toml.
+# ($(RELEASE_ENV)), in the same target dir, on core-release's compile of the
+# core and its dependencies: maturin runs `cargo rustc --crate-type cdylib`,
+# and a cdylib alone makes cargo compile every dependency for LTO as bitcode
+# only, a second release tree beside core-release's (whose rlib roots keep
+# object code too); the cargo of $(PY_CARGO_SHIM) drops that `--crate-type
+# cdylib`, so the crate builds as its manifest's cdylib + rlib, as the Node and
+# JVM libraries do (cross-crate LTO as theirs: none across crates), and its
+# Cargo.toml declares what the other bindings add to the shared tree. The
+# sdist test builds through it too. Other triples are cross-built with
+# maturin's own zig. Stripping is set in pyproject.toml.
+PY_CARGO_SHIM := $(CARGO_TARGET_DIR)/maturin-cargo
+PY_CARGO_REAL := $(shell command -v $(CARGO))
 PY_WHEEL_FLAGS := --release --compatibility manylinux2014 --quiet
 PY_WHEELHOUSE := $(CARGO_TARGET_DIR)/python-wheels
 PY_MATURIN = cd $(PY_DIR) && $(PY_MATURIN_ENV) PATH="$(PY_VENV)/bin:$$PATH" maturin
@@ -29,11 +36,24 @@ python-deps:
 
 # One wheel for a triple into $(PY_WHEELHOUSE)/<triple>/ (cargo does nothing
 # when the sources did not change; maturin then only repacks the wheel).
-python-wheel-$(PY_HOST): zig-wrappers
-python-wheel-$(PY_HOST): PY_MATURIN_ENV = $(RELEASE_ENV)
+python-wheel-$(PY_HOST): zig-wrappers python-cargo-shim
+python-wheel-$(PY_HOST): PY_MATURIN_ENV = $(RELEASE_ENV) PATH="$(PY_CARGO_SHIM):$$PATH"
 python-wheel-%: python-deps
 	rm -rf $(PY_WHEELHOUSE)/$*
 	$(PY_MATURIN) build $(PY_WHEEL_FLAGS) $(if $(filter $(PY_HOST),$*),,--zig) --target $* --out $(PY_WHEELHOUSE)/$*
+
+.PHONY: python-cargo-shim
+python-cargo-shim:
+	@mkdir -p $(PY_CARGO_SHIM) && printf '%s\n' '#!/bin/bash' \
+	  '# bindings-python/make.mk: cargo for maturin, without its `rustc --crate-type cdylib`.' \
+	  'args=(); rest=; skip=' \
+	  'for a in "$$@"; do' \
+	  '  if [ -n "$$rest" ]; then args+=("$$a"); elif [ "$$a" = -- ]; then rest=1; args+=("$$a");' \
+	  '  elif [ -n "$$skip" ]; then skip=; [ "$$a" = cdylib ] || args+=(--crate-type "$$a");' \
+	  '  elif [ "$$a" = --crate-type ]; then skip=1; else args+=("$$a"); fi' \
+	  'done' \
+	  'exec $(PY_CARGO_REAL) "$${args[@]}"' > $(PY_CARGO_SHIM)/cargo.new \
+	  && chmod +x $(PY_CARGO_SHIM)/cargo.new && mv $(PY_CARGO_SHIM)/cargo.new $(PY_CARGO_SHIM)/cargo
 
 ## The host's release wheel, installed into the venv: the suites test the shipped artifact.
 python-build: python-wheel-$(PY_HOST)
@@ -63,9 +83,9 @@ python-dist: python-build $(addprefix python-wheel-,$(filter-out $(PY_HOST),$(DI
 ## crates.io dependencies come from the host wheel's build (same target,
 ## linker, features and crate type: a cold build of the whole tree took
 ## minutes and tested nothing of the sdist more).
-python-sdist-test: python-dist
+python-sdist-test: python-dist python-cargo-shim
 	rm -rf $(CARGO_TARGET_DIR)/sdist-test && python3 -m venv $(CARGO_TARGET_DIR)/sdist-test/venv
-	cd $(CARGO_TARGET_DIR)/sdist-test && $(RELEASE_ENV) CARGO_BUILD_TARGET=$(RELEASE_TRIPLE) \
+	cd $(CARGO_TARGET_DIR)/sdist-test && $(RELEASE_ENV) CARGO_BUILD_TARGET=$(RELEASE_TRIPLE) PATH="$(PY_CARGO_SHIM):$$PATH" \
 	  venv/bin/pip install -q --disable-pip-version-check $(PY_SDIST) \
 	  && venv/bin/python -c "import polylimit, sys; v = polylimit.__version__; print('sdist build:', v); sys.exit(v != '$(POLYLIMIT_VERSION)')"
 
