@@ -56,15 +56,23 @@ impl NativeBridge {
         if self.bridge.try_take(&mut self.records) == 0 {
             return Either::A(0);
         }
-        // SAFETY: on the JavaScript thread, the only one touching `scratch`; `calls.js`
-        // reads it before its next take.
-        let into = unsafe { self.scratch.as_mut() };
-        let n = self.records.len();
-        if n <= into.len() {
-            into[..n].copy_from_slice(&self.records);
-            Either::A(n as u32)
-        } else {
-            Either::B(Buffer::from(std::mem::take(&mut self.records)))
-        }
+        // `calls.js` reads the scratch buffer before its next take.
+        hand_records(&mut self.records, &mut self.scratch)
+    }
+}
+
+/// `records` into `scratch` (the count of bytes), or as a Buffer (taken
+/// from `records`) when they do not fit: the one way a batch of records
+/// reaches JavaScript. Called on the JavaScript thread, the only one
+/// touching `scratch`.
+pub(crate) fn hand_records(records: &mut Vec<u8>, scratch: &mut Uint8Array) -> Either<u32, Buffer> {
+    // SAFETY: on the JavaScript thread (the caller's contract), the only one touching `scratch`.
+    let into = unsafe { scratch.as_mut() };
+    let n = records.len();
+    if n <= into.len() {
+        into[..n].copy_from_slice(records);
+        Either::A(n as u32)
+    } else {
+        Either::B(Buffer::from(std::mem::take(records)))
     }
 }

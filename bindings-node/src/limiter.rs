@@ -197,7 +197,7 @@ impl NativeLimiter {
             polylimit::wire::packed::write_record(&mut self.records, 0, &result);
         }
         self.received.drain(..at);
-        self.hand_records(&mut scratch)
+        crate::bridge::hand_records(&mut self.records, &mut scratch)
     }
 
     /// The socket closed or timed out: forgets its bytes and decides each
@@ -216,20 +216,7 @@ impl NativeLimiter {
                 .map_or(Reply::Unit, Reply::Decision));
             polylimit::wire::packed::write_record(&mut self.records, 0, &result);
         }
-        self.hand_records(&mut scratch)
-    }
-
-    /// `records` into `scratch` (the count of bytes), or as a Buffer when they do not fit.
-    fn hand_records(&mut self, scratch: &mut Uint8Array) -> Either<u32, Buffer> {
-        // SAFETY: on the JavaScript thread, the only one touching `scratch`.
-        let into = unsafe { scratch.as_mut() };
-        let n = self.records.len();
-        if n <= into.len() {
-            into[..n].copy_from_slice(&self.records);
-            Either::A(n as u32)
-        } else {
-            Either::B(Buffer::from(std::mem::take(&mut self.records)))
-        }
+        crate::bridge::hand_records(&mut self.records, &mut scratch)
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); its
