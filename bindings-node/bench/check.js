@@ -117,11 +117,22 @@ async function main() {
         keep(algorithm, await measure((i) => limiter.check(`user:${i % KEYS}`).then(counted), pids));
       }
     }
+    // Each quantile the median of ROUNDS runs, which side goes first alternating (the first after
+    // the throughput rounds inherits their garbage).
+    const median = (runs) => [0, 1, 2].map((q) => runs.map((r) => r[q]).sort((a, b) => a - b)[runs.length >> 1]);
     for (const concurrency of [1, 32, 256]) {
-      const ours = await latency((i) => limiters.fixed_window.check(`lat:${i % KEYS}`), concurrency);
-      const theirs = await latency(peerOnce, concurrency);
+      const oursRuns = [];
+      const theirsRuns = [];
+      const oursOnce = (i) => limiters.fixed_window.check(`lat:${i % KEYS}`);
+      for (let round = 0; round < ROUNDS; round++) {
+        const sides = [[oursOnce, oursRuns], [peerOnce, theirsRuns]];
+        if (round % 2 === 1) sides.reverse();
+        for (const [once, runs] of sides) runs.push(await latency(once, concurrency));
+      }
+      const ours = median(oursRuns);
+      const theirs = median(theirsRuns);
       const f = (xs) => xs.map((x) => x.toFixed(2)).join(' / ');
-      console.log(`latency, ${String(concurrency).padStart(3)} in flight: polylimit p50/p99/p99.9 ${f(ours)} ms   rate-limiter-flexible ${f(theirs)} ms`);
+      console.log(`latency, ${String(concurrency).padStart(3)} in flight: polylimit p50/p99/p99.9 ${f(ours)} ms   rate-limiter-flexible ${f(theirs)} ms (medians of ${ROUNDS} alternating runs)`);
       record({
         what: `latency of one check() on Redis, ${concurrency} in flight: p50/p99/p99.9`,
         value: ours[1], unit: 'ms', baseline: 'rate-limiter-flexible p99', baseline_value: theirs[1],
