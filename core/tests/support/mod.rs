@@ -90,8 +90,25 @@ impl RedisServer {
             child: None,
             port: free_port(),
         };
-        server.spawn();
-        server
+        // A free port can be taken by another test's server between
+        // `free_port` and the bind: ours then exits, and the PING is
+        // answered by the other one (which that test later kills). Try
+        // another port until the server answering is ours.
+        for _ in 0..5 {
+            server.spawn();
+            if server.answers_as_child() {
+                return server;
+            }
+            server.kill();
+            server.port = free_port();
+        }
+        panic!("no redis-server of ours answered on a free port");
+    }
+
+    /// Whether the server answering on the port is our child process.
+    fn answers_as_child(&self) -> bool {
+        let pid = format!("process_id:{}\r\n", self.pid());
+        self.command("INFO server").is_some_and(|info| info.contains(&pid))
     }
 
     /// A server for a test binary's tests to share from a `static`. Statics
