@@ -78,10 +78,6 @@ ifneq ($(filter test-all,$(MAKECMDGOALS)),)
 jvm-dist: | jvm-test examples-spring e2e-test
 docs: | python-build
 jvm-install: JVM_INSTALL_FLAGS =
-# The jars (and their JUnit suites) before rust-test: e2e waits for them, and
-# when rust-build ended make gave its slot to rust-test (104 s) first, so e2e
-# started 150 s later than it could.
-rust-test: | jvm-install
 endif
 
 ## The documentation site (MkDocs Material: mkdocs.yml, docs/) into target/site.
