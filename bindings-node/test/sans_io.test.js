@@ -157,7 +157,7 @@ test('a server that stops answering: the socket is dropped after the timeout, th
   assert.notEqual(d.source, 'store');
   assert.ok(Date.now() - started < 550, `decided after ${Date.now() - started} ms`);
   limiter.close();
-  await new Promise((r) => setTimeout(r, 700)); // the pause ends (not a refill wait)
+  await redis.command('CLIENT UNPAUSE'); // no wait for the pause to end
 });
 
 test('a check the socket sent that timed out is never sent again: charged once, when the server ran it', async () => {
