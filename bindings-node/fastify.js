@@ -24,38 +24,12 @@ const {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function hookFor(limiter, rule, options, match, route) {
+function hookFor(limiter, rule, options, match) {
   const { skip, handler } = options;
-  // The route's URL as given to onRoute (what `request.routeOptions.url` reads, without the
-  // object that getter builds for each request).
-  const routeOf = route === undefined ? (request) => (request.routeOptions && request.routeOptions.url) || undefined : () => route;
-  if (!skip && !handler) {
-    // The usual case, callback-style: one promise per request (an async hook and its awaits
-    // cost several microtask turns each).
-    return function polylimitOnRequest(request, reply, done) {
-      decide(limiter, rule, options, request.raw, request.raw.url, routeOf(request), match, request, reply).then((outcome) => {
-        try {
-          request.rateLimit = outcome;
-          // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
-          setHeaders(outcome, reply.raw);
-          if (outcome.status !== null) {
-            reply.code(outcome.status).type('application/json').send(outcome.body);
-            return;
-          }
-          // After the response (also an aborted one): give back what `count` does not charge.
-          settleAfterResponse(limiter, outcome, reply.raw, () => costIn(reply));
-        } catch (e) {
-          done(e);
-          return;
-        }
-        if (outcome.delayMs > 0) setTimeout(done, outcome.delayMs);
-        else done();
-      }, done);
-    };
-  }
   return async function polylimitOnRequest(request, reply) {
     if (skip && (await skip(request, reply))) return;
-    const outcome = await decide(limiter, rule, options, request.raw, request.raw.url, routeOf(request), match, request, reply);
+    const route = (request.routeOptions && request.routeOptions.url) || undefined;
+    const outcome = await decide(limiter, rule, options, request.raw, request.raw.url, route, match, request, reply);
     request.rateLimit = outcome;
     // On the raw response, so the names keep the core's spelling (reply.header lowercases them).
     setHeaders(outcome, reply.raw);
@@ -86,6 +60,7 @@ async function polylimitFastify(fastify, options) {
     return base;
   };
   const match = fastifyMatching(fastify);
+  const baseHook = global && hookFor(base, plugin.rule, rest, match);
   fastify.decorate('polylimit', { getter: () => base });
   // `reply.polylimitCost = n`: the handler's actual cost for its request, read after the response.
   if (!fastify.hasReplyDecorator(COST_PROPERTY)) fastify.decorateReply(COST_PROPERTY, null);
@@ -107,9 +82,9 @@ async function polylimitFastify(fastify, options) {
         ruleOptions: merged,
         buildFrom: () => routeLimiterOptions(rest, config, route.url),
       });
-      hook = hookFor(limiter, rule, merged, match, route.url);
-    } else if (global) {
-      hook = hookFor(base, plugin.rule, rest, match, route.url);
+      hook = hookFor(limiter, rule, merged, match);
+    } else if (baseHook) {
+      hook = baseHook;
     }
     if (!hook) return;
     const existing = route.onRequest ? [].concat(route.onRequest) : [];
