@@ -39,6 +39,13 @@ BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
+# In `make test`, the JVM suites and the JVM example apps run on
+# core-release's library, the one jvm-dist ships (as the Node and Python
+# suites run theirs): the jars e2e-test waits for no longer wait for the
+# whole debug build of the workspace (rust-build, the longest target).
+ifneq ($(filter test-all,$(MAKECMDGOALS)),)
+POLYLIMIT_JVM_PROFILE := release
+endif
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk tests/nginx/make.mk tests/gateway/make.mk
 include docs.mk
 
@@ -66,7 +73,8 @@ test:
 test-all: deps e2e-test lint rust-test valkey-test $(BINDING_TESTS) docs-test dist-test python-sdist-test
 
 # In `make test`, the JVM's release jar goes into ~/.m2 and bindings-jvm/target
-# only after the suites and the Spring example that build on the tested one.
+# only after the suites and the example apps that build on the tested one
+# (the apps run from their own jars, so dist-test runs beside e2e-test).
 # Likewise, one pip at a time in the checkout's venv; and the JUnit suites
 # run in jvm-install whichever target reaches it first.
 ifneq ($(filter test-all bench-all dist,$(MAKECMDGOALS)),)
@@ -75,7 +83,7 @@ ifneq ($(filter test-all bench-all dist,$(MAKECMDGOALS)),)
 python-wheel-$(PY_HOST): | core-release
 endif
 ifneq ($(filter test-all,$(MAKECMDGOALS)),)
-jvm-dist: | jvm-test examples-spring e2e-test
+jvm-dist: | jvm-test examples-spring examples-jvm
 docs: | python-build
 jvm-install: JVM_INSTALL_FLAGS =
 endif
