@@ -39,12 +39,12 @@ BINDING_TESTS :=
 BINDING_DEPS :=
 BINDING_BENCHES :=
 BINDING_DISTS :=
-# In `make test`, the JVM suites and the JVM example apps run on
-# core-release's library, the one jvm-dist ships (as the Node and Python
-# suites run theirs): the jars e2e-test waits for no longer wait for the
-# whole debug build of the workspace (rust-build, the longest target).
+# In `make test`, the JVM suites and every example app run on core-release's
+# libraries, the ones dist ships (as the Node and Python suites run theirs):
+# what e2e-test waits for no longer waits for the whole debug build of the
+# workspace (rust-build, the longest target).
 ifneq ($(filter test-all,$(MAKECMDGOALS)),)
-POLYLIMIT_JVM_PROFILE := release
+POLYLIMIT_APPS_PROFILE := release
 endif
 -include bindings-python/make.mk bindings-node/make.mk bindings-go/make.mk bindings-jvm/make.mk examples/make.mk tests/e2e/make.mk tests/nginx/make.mk tests/gateway/make.mk
 include docs.mk
@@ -84,6 +84,8 @@ python-wheel-$(PY_HOST): | core-release
 endif
 ifneq ($(filter test-all,$(MAKECMDGOALS)),)
 jvm-dist: | jvm-test examples-spring examples-jvm
+# The Sentinel and Cluster drills time failovers: not beside e2e's 14 apps.
+e2e-test: | rust-test
 docs: | python-build
 jvm-install: JVM_INSTALL_FLAGS =
 endif

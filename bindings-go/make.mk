@@ -12,6 +12,11 @@ GO_ADAPTERS := ginlimit echolimit grpclimit otellimit
 go_core_env = CGO_CFLAGS="-O2 -g -DPOLYLIMIT_CORE_BUILD=$(shell stat -c %Y $(CARGO_TARGET_DIR)/$(1)/libpolylimit_capi.a 2>/dev/null || echo 0)"
 GO_DEBUG_ENV = $(call go_core_env,debug)
 GO_RELEASE_ENV = $(call go_core_env,release)
+# The example apps and e2e's Go driver: on rust-build's library, or on
+# core-release's with POLYLIMIT_APPS_PROFILE=release (make test).
+GO_APPS_CAPI := $(if $(filter release,$(POLYLIMIT_APPS_PROFILE)),go-capi-release,go-capi)
+GO_APPS_BUILD = $(if $(filter release,$(POLYLIMIT_APPS_PROFILE)),$(GO_RELEASE_ENV) $(GO) build -tags polylimit_release,$(GO_DEBUG_ENV) $(GO) build)
+GO_APPS_VET = $(if $(filter release,$(POLYLIMIT_APPS_PROFILE)),$(GO_RELEASE_ENV) $(GO) vet -tags polylimit_release,$(GO_DEBUG_ENV) $(GO) vet)
 
 .PHONY: go-deps go-header go-capi go-capi-release go-abi-test go-test go-bench
 

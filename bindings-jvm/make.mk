@@ -6,7 +6,7 @@ JVM_DIR := bindings-jvm
 MVN ?= mvn
 # The Maven tests load the library from the jar layout staged here.
 JVM_NATIVE_DIR := $(CARGO_TARGET_DIR)/jvm-native
-JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE) $(POLYLIMIT_JVM_PROFILE)),release,debug)
+JVM_PROFILE := $(if $(filter release,$(POLYLIMIT_PROFILE) $(POLYLIMIT_APPS_PROFILE)),release,debug)
 
 .PHONY: jvm-deps jvm-native jvm-kotlin jvm-install jvm-test jvm-bench jvm-call-cost
 

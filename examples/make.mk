@@ -15,9 +15,9 @@ examples-node: node-build
 	  npm ci --no-audit --no-fund --loglevel=error; else echo "examples/node_modules up to date"; fi
 
 ## net/http, gin, echo and the gRPC Greeter (grpc-go): target/examples/<dir>-example.
-examples-go: go-deps go-capi
+examples-go: go-deps $(GO_APPS_CAPI)
 	@set -e; for d in go gin echo grpc-go; do echo "examples/$$d: go vet, go build"; \
-	  (cd $(EXAMPLES_DIR)/$$d && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(CARGO_TARGET_DIR)/examples/$$d-example .); done
+	  (cd $(EXAMPLES_DIR)/$$d && $(GO_APPS_VET) ./... && $(GO_APPS_BUILD) -o $(CARGO_TARGET_DIR)/examples/$$d-example .); done
 
 ## The Spring Boot app as an executable jar (`java -jar`), on the polylimit
 ## and polylimit-spring jars jvm-install puts into the Maven repository.

@@ -8,8 +8,8 @@ SYNC_GO_DRIVER_RELEASE := $(CARGO_TARGET_DIR)/e2e/sync-driver-release
 e2e-test: examples-build redis-server e2e-sync-driver
 	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
 
-e2e-sync-driver: go-deps go-capi
-	cd tests/e2e/sync/go && $(GO_DEBUG_ENV) $(GO) vet ./... && $(GO_DEBUG_ENV) $(GO) build -o $(SYNC_GO_DRIVER) .
+e2e-sync-driver: go-deps $(GO_APPS_CAPI)
+	cd tests/e2e/sync/go && $(GO_APPS_VET) ./... && $(GO_APPS_BUILD) -o $(SYNC_GO_DRIVER) .
 
 ## Synced vs exact on one key, Python, Node and Go processes mixed, 10 s each (issue 19).
 sync-bench: python-build node-build go-capi-release redis-server
