@@ -64,7 +64,7 @@ import org.springframework.boot.SpringBootVersion;
  * BENCH_ROUNDS change the run length and round count (3 and 3),
  * BENCH_WARMUP each Spring app's least warm-up (10 s), BENCH_WARMUP_MAX its
  * most (60 s: load goes on, in 2 s steps, until the app's JIT compiler
- * threads spend under a tenth of its CPU) and BENCH_APP_OPTS adds JVM
+ * threads spend under a tenth of its CPU in two steps in a row) and BENCH_APP_OPTS adds JVM
  * options to the Spring apps.
  */
 public final class Bench {
@@ -77,7 +77,7 @@ public final class Bench {
     /**
      * Most seconds of warm-up of a Spring app: after WARMUP, load goes on in
      * steps of WARMUP_STEP until the app's JIT compiler threads spent under
-     * JIT_QUIET of its CPU in a step. On 2 shared cores a JIT 10 s in was
+     * JIT_QUIET of its CPU in two steps in a row. On 2 shared cores a JIT 10 s in was
      * still compiling (a fifth of the filter app's CPU 30 s in), which the
      * rounds then charged to the app with the most code to compile.
      */
@@ -545,21 +545,21 @@ public final class Bench {
 
         /**
          * Load, not counted, for at least WARMUP seconds, then until the JIT
-         * compiler threads spent under JIT_QUIET of the app's CPU over a
-         * step, or WARMUP_MAX seconds in all.
+         * compiler threads spent under JIT_QUIET of the app's CPU over two
+         * steps in a row (one quiet step may be a JIT starved by the other
+         * work of a shared machine), or WARMUP_MAX seconds in all.
          */
         void warmUp() throws IOException {
             Load.run(port, IN_FLIGHT, WARMUP);
             warmedFor = WARMUP;
             Map<String, Long> pid = Map.of("app", process.pid());
-            while (warmedFor < WARMUP_MAX) {
+            int quiet = 0;
+            while (warmedFor < WARMUP_MAX && quiet < 2) {
                 Cpu used = Cpu.start(pid);
                 Load.run(port, IN_FLIGHT, WARMUP_STEP);
                 warmedFor += WARMUP_STEP;
                 Map<String, Double> step = used.stop(1);
-                if (step.get("app jit") < JIT_QUIET * step.get("app")) {
-                    break;
-                }
+                quiet = step.get("app jit") < JIT_QUIET * step.get("app") ? quiet + 1 : 0;
             }
         }
 
