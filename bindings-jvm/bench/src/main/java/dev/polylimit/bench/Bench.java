@@ -36,6 +36,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
+import java.util.stream.Collectors;
 import org.springframework.boot.SpringBootVersion;
 
 /**
@@ -61,7 +62,9 @@ import org.springframework.boot.SpringBootVersion;
  * file as a JSON object (bench/report.py reads them). Arguments: the parts to
  * run (decisions, latency, http; all by default). BENCH_SECONDS and
  * BENCH_ROUNDS change the run length and round count (3 and 3),
- * BENCH_WARMUP each Spring app's warm-up (10 s) and BENCH_APP_OPTS adds JVM
+ * BENCH_WARMUP each Spring app's least warm-up (10 s), BENCH_WARMUP_MAX its
+ * most (60 s: load goes on, in 2 s steps, until the app's JIT compiler
+ * threads spend under a tenth of its CPU in two steps in a row) and BENCH_APP_OPTS adds JVM
  * options to the Spring apps.
  */
 public final class Bench {
@@ -69,8 +72,18 @@ public final class Bench {
     static final int KEYS = 1000;
     static final double SECONDS = Double.parseDouble(System.getenv().getOrDefault("BENCH_SECONDS", "3"));
     static final int ROUNDS = Integer.parseInt(System.getenv().getOrDefault("BENCH_ROUNDS", "3"));
-    /** Seconds of load on each Spring app before its rounds: the JIT compiles the hot paths meanwhile. */
+    /** Least seconds of load on each Spring app before its rounds: the JIT compiles the hot paths meanwhile. */
     static final double WARMUP = Double.parseDouble(System.getenv().getOrDefault("BENCH_WARMUP", "10"));
+    /**
+     * Most seconds of warm-up of a Spring app: after WARMUP, load goes on in
+     * steps of WARMUP_STEP until the app's JIT compiler threads spent under
+     * JIT_QUIET of its CPU in two steps in a row. On 2 shared cores a JIT 10 s in was
+     * still compiling (a fifth of the filter app's CPU 30 s in), which the
+     * rounds then charged to the app with the most code to compile.
+     */
+    static final double WARMUP_MAX = Double.parseDouble(System.getenv().getOrDefault("BENCH_WARMUP_MAX", "60"));
+    static final double WARMUP_STEP = 2;
+    static final double JIT_QUIET = 0.1;
     /** JVM options for every Spring app (e.g. a flight recording: -XX:StartFlightRecording=...). */
     static final String APP_OPTS = System.getenv().getOrDefault("BENCH_APP_OPTS", "");
     static final long SELF = ProcessHandle.current().pid();
@@ -502,6 +515,8 @@ public final class Bench {
         final Process process;
         final List<Double> rates = new ArrayList<>();
         final List<Map<String, Double>> cpus = new ArrayList<>();
+        /** Seconds of warm-up this app had ({@link #warmUp}). */
+        double warmedFor;
 
         SpringApp(String name, String... settings) throws Exception {
             this.name = name;
@@ -525,6 +540,26 @@ public final class Bench {
                     throw new IllegalStateException("the " + name + " app did not answer on port " + port);
                 }
                 Thread.sleep(100);
+            }
+        }
+
+        /**
+         * Load, not counted, for at least WARMUP seconds, then until the JIT
+         * compiler threads spent under JIT_QUIET of the app's CPU over two
+         * steps in a row (one quiet step may be a JIT starved by the other
+         * work of a shared machine), or WARMUP_MAX seconds in all.
+         */
+        void warmUp() throws IOException {
+            Load.run(port, IN_FLIGHT, WARMUP);
+            warmedFor = WARMUP;
+            Map<String, Long> pid = Map.of("app", process.pid());
+            int quiet = 0;
+            while (warmedFor < WARMUP_MAX && quiet < 2) {
+                Cpu used = Cpu.start(pid);
+                Load.run(port, IN_FLIGHT, WARMUP_STEP);
+                warmedFor += WARMUP_STEP;
+                Map<String, Double> step = used.stop(1);
+                quiet = step.get("app jit") < JIT_QUIET * step.get("app") ? quiet + 1 : 0;
             }
         }
 
@@ -568,7 +603,7 @@ public final class Bench {
             apps.add(new SpringApp("memory", "--polylimit.rules-file=" + memoryRules));
             apps.add(new SpringApp("redis", "--polylimit.rules-file=" + redisRules));
             for (SpringApp app : apps) {
-                Load.run(app.port, IN_FLIGHT, WARMUP); // JIT warm-up, not counted
+                app.warmUp(); // JIT warm-up, not counted
             }
             load = load();
             for (int round = 0; round < ROUNDS; round++) {
@@ -586,7 +621,8 @@ public final class Bench {
         }
         System.out.printf("Spring Boot %s requests/s, each app its own JVM, %d keep-alive connections on loopback "
                 + "from one load-generating thread of another process, median of %d alternating %.0f s runs after "
-                + "%.0f s of warm-up each%n", version(SPRING_BOOT), IN_FLIGHT, ROUNDS, SECONDS, WARMUP);
+                + "a warm-up each until its JIT is quiet (%s s)%n", version(SPRING_BOOT), IN_FLIGHT, ROUNDS, SECONDS,
+                apps.stream().map(a -> String.format("%s %.0f", a.name, a.warmedFor)).collect(Collectors.joining(", ")));
         double plain = median(apps.get(0).rates);
         Map<String, Double> none = Cpu.median(apps.get(0).cpus);
         Map<String, Double> mem = Cpu.median(apps.get(1).cpus);
@@ -595,17 +631,20 @@ public final class Bench {
         record(with(line("Spring Boot app, no limiter", plain, "req/s"), SPRING_BOOT));
         Map<String, Object> onMemory = against(line("Spring polylimit filter, memory store", median(apps.get(1).rates),
                 "req/s"), "no limiter", plain);
-        onMemory.put("bound", String.format("CPU per request: app %.1f µs (no limiter %.1f µs), load generator %.1f µs "
-                + "(%.1f µs); the machine %.2f of %d cores busy, %s; each round's ratio %s", mem.get("app"),
-                none.get("app"), mem.get("load"), none.get("load"), mem.get("busy"), cores, load,
-                ratios(apps.get(1), apps.get(0))));
+        onMemory.put("bound", String.format("CPU per request: app %.1f µs, %.1f of it JIT compiling (no limiter %.1f µs, "
+                + "%.1f JIT), load generator %.1f µs (%.1f µs); the machine %.2f of %d cores busy, %s; each round's ratio %s",
+                mem.get("app"), mem.get("app jit"), none.get("app"), none.get("app jit"), mem.get("load"), none.get("load"),
+                mem.get("busy"), cores, load, ratios(apps.get(1), apps.get(0))));
+        onMemory.put("warmup_s", apps.get(1).warmedFor);
+        onMemory.put("baseline_warmup_s", apps.get(0).warmedFor);
         record(with(onMemory, SPRING_BOOT));
         Map<String, Object> onRedis = against(line("Spring polylimit filter, redis", median(apps.get(2).rates), "req/s"),
                 "no limiter", plain);
-        onRedis.put("bound", String.format("CPU per request: app %.1f µs + redis-server %.1f µs (no limiter %.1f µs), "
-                + "load generator %.1f µs; the machine %.2f of %d cores busy, %s; each round's ratio %s", red.get("app"),
-                red.get("redis"), none.get("app"), red.get("load"), red.get("busy"), cores, load,
-                ratios(apps.get(2), apps.get(0))));
+        onRedis.put("bound", String.format("CPU per request: app %.1f µs, %.1f of it JIT compiling, + redis-server %.1f µs "
+                + "(no limiter %.1f µs), load generator %.1f µs; the machine %.2f of %d cores busy, %s; each round's ratio %s",
+                red.get("app"), red.get("app jit"), red.get("redis"), none.get("app"), red.get("load"), red.get("busy"), cores,
+                load, ratios(apps.get(2), apps.get(0))));
+        onRedis.put("warmup_s", apps.get(2).warmedFor);
         record(with(onRedis, SPRING_BOOT));
     }
 

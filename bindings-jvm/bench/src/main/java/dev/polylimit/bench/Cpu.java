@@ -17,11 +17,13 @@ import java.util.Map;
 final class Cpu {
     private final Map<String, Long> pids;
     private final Map<String, Long> startTicks = new LinkedHashMap<>();
+    private final Map<String, Long> startJit = new LinkedHashMap<>();
     private final long[] startMachine;
 
     private Cpu(Map<String, Long> pids) {
         this.pids = pids;
         pids.forEach((name, pid) -> startTicks.put(name, ticks(pid)));
+        pids.forEach((name, pid) -> startJit.put(name, jitTicks(pid)));
         startMachine = machine();
     }
 
@@ -30,10 +32,15 @@ final class Cpu {
         return new Cpu(pids);
     }
 
-    /** CPU µs per unit of work of each process, n units done since start, plus "busy" (cores kept busy). */
+    /**
+     * CPU µs per unit of work of each process, n units done since start, plus
+     * "busy" (cores kept busy); "NAME jit" is the part of NAME's that its JIT
+     * compiler threads spent (a JVM still compiling its hot paths).
+     */
     Map<String, Double> stop(long n) {
         Map<String, Double> out = new LinkedHashMap<>();
         pids.forEach((name, pid) -> out.put(name, n == 0 ? 0 : (ticks(pid) - startTicks.get(name)) * 10_000.0 / n));
+        pids.forEach((name, pid) -> out.put(name + " jit", n == 0 ? 0 : (jitTicks(pid) - startJit.get(name)) * 10_000.0 / n));
         long[] now = machine();
         double total = now[1] - startMachine[1];
         out.put("busy", total > 0 ? (now[0] - startMachine[0]) / total * Runtime.getRuntime().availableProcessors() : 0);
@@ -58,6 +65,29 @@ final class Cpu {
         } catch (IOException | RuntimeException e) {
             return 0;
         }
+    }
+
+    /** CPU ticks of the JIT compiler threads of a JVM ("C1 CompilerThre", "C2 CompilerThre"); 0 for another process. */
+    private static long jitTicks(long pid) {
+        long sum = 0;
+        try (var tasks = Files.newDirectoryStream(Path.of("/proc/" + pid + "/task"))) {
+            for (Path task : tasks) {
+                try {
+                    String s = Files.readString(task.resolve("stat"));
+                    String comm = s.substring(s.indexOf('(') + 1);
+                    if (!comm.startsWith("C1 CompilerThre") && !comm.startsWith("C2 CompilerThre")) {
+                        continue;
+                    }
+                    String[] f = s.substring(s.lastIndexOf(')') + 2).split(" ");
+                    sum += Long.parseLong(f[11]) + Long.parseLong(f[12]);
+                } catch (IOException | RuntimeException e) {
+                    // the thread ended
+                }
+            }
+        } catch (IOException | RuntimeException e) {
+            return 0;
+        }
+        return sum;
     }
 
     /** Busy and total jiffies of all cores (/proc/stat). */
