@@ -51,6 +51,8 @@ type Limiter struct {
 	anomaly func() // unregisters Options.OnAnomaly's sink (anomaly.go), run by Close
 
 	known atomic.Pointer[knownRules] // what the middleware remembers of the rules in force (known.go)
+
+	sio *sansIo // Check's own connection to Redis (sansio.go), nil when the core gives no address
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
@@ -59,7 +61,7 @@ func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.i
 	if rc := build(&ptr, &cerr); rc != C.POLYLIMIT_OK {
 		return nil, takeError(rc, cerr)
 	}
-	l := &Limiter{ptr: ptr}
+	l := &Limiter{ptr: ptr, sio: newSansIo(ptr)}
 	runtime.SetFinalizer(l, (*Limiter).Close)
 	return l, nil
 }
@@ -170,6 +172,11 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
+	}
+	if !peek && o.nowMs < 0 && l.sio != nil {
+		if d, err, ok := l.sio.check(ctx, l, key, o.cost); ok {
+			return d, err
+		}
 	}
 	var out C.polylimit_decision_t
 	var pending *C.polylimit_pending_t
@@ -620,6 +627,9 @@ func (l *Limiter) Metrics() (string, error) {
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.sio != nil {
+		l.sio.close()
+	}
 	if l.ptr != nil {
 		l.dropAnomaly()
 		C.polylimit_limiter_close(l.ptr)
