@@ -52,7 +52,8 @@ type Limiter struct {
 
 	known atomic.Pointer[knownRules] // what the middleware remembers of the rules in force (known.go)
 
-	sio *sansIo // Check's own connection to Redis (sansio.go), nil when the core gives no address
+	sio     *sansIo      // Check's own connection to Redis (sansio.go), nil when the core gives no address
+	waiting atomic.Int32 // Checks waiting for the store the usual way: the sans-I/O path is for a lone check
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
@@ -173,7 +174,7 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if !peek && o.nowMs < 0 && l.sio != nil {
+	if !peek && o.nowMs < 0 && l.sio != nil && l.waiting.Load() == 0 {
 		if d, err, ok := l.sio.check(ctx, l, key, o.cost); ok {
 			return d, err
 		}
@@ -199,7 +200,9 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	case C.POLYLIMIT_OK:
 		return decisionFromC(&out), nil
 	case C.POLYLIMIT_PENDING:
+		l.waiting.Add(1)
 		rec, err := awaitPending(ctx, pending, recordDecision)
+		l.waiting.Add(-1)
 		return rec.decision, err
 	default:
 		return Decision{}, takeError(rc, cerr)

@@ -34,10 +34,12 @@ import (
 // own connection to the Redis server carries the exact call the core
 // encodes, and the core decodes the reply, with no hop to the core's runtime
 // thread and back (the latency of a lone check). One check uses the
-// connection at a time; a check that finds it busy, not connected yet, or
-// that the core does not cover (several policies, a breaker not closed, a
-// clock sample due, …: the core decides) goes the usual way. Nothing here
-// encodes or decodes Redis.
+// connection at a time, and only while no other check waits for the store
+// the usual way (under load the bridge carries the calls of a turn
+// together, for less CPU per decision); a check that finds it busy, not
+// connected yet, or that the core does not cover (several policies, a
+// breaker not closed, a clock sample due, …: the core decides) goes the
+// usual way. Nothing here encodes or decodes Redis.
 //
 // A check sent whose connection fails or stays silent past the limiter's
 // timeout is decided by its policy's on_store_error (the core's
@@ -58,10 +60,8 @@ type sansIo struct {
 	in      []byte    // the reply's bytes
 
 	decided atomic.Uint64 // checks decided from a reply on the connection (the tests read it)
+	sent    func()        // when set (tests), runs once a check's bytes are written
 }
-
-// sansIoSent, when set (tests), runs once a check's bytes are written.
-var sansIoSent func()
 
 // A call's bytes larger than this go the usual way (a key of some kilobytes).
 const sansIoOutCap = 4096
@@ -166,8 +166,8 @@ func (s *sansIo) exchange(ctx context.Context, conn net.Conn, call *C.polylimit_
 		}
 		return s.unanswered(call)
 	}
-	if sansIoSent != nil {
-		sansIoSent()
+	if s.sent != nil {
+		s.sent()
 	}
 	got := 0
 	for {

@@ -50,17 +50,18 @@ func sansIoReady(t *testing.T, l *Limiter) {
 	t.Fatal("no check went through the sans-I/O connection")
 }
 
-// sentOnce makes the next check written on a sans-I/O connection signal the
-// returned channel.
-func sentOnce(t *testing.T) chan struct{} {
+// sentOnce makes the next check written on l's sans-I/O connection signal
+// the returned channel.
+func sentOnce(l *Limiter) chan struct{} {
 	sent := make(chan struct{}, 1)
-	sansIoSent = func() {
+	l.sio.mu.Lock()
+	l.sio.sent = func() {
 		select {
 		case sent <- struct{}{}:
 		default:
 		}
 	}
-	t.Cleanup(func() { sansIoSent = nil })
+	l.sio.mu.Unlock()
 	return sent
 }
 
@@ -267,7 +268,7 @@ func TestSansIoServerKilledMidCallIsDecidedByOnStoreError(t *testing.T) {
 	redis := startRedis(t)
 	l := sansIoLimiter(t, redis, `{"rate": "10/m", "algorithm": "gcra", "on_store_error": "fail_open"}`, 5*time.Second)
 	sansIoReady(t, l)
-	sent := sentOnce(t)
+	sent := sentOnce(l)
 	redis.pause()
 	type result struct {
 		d   Decision
@@ -280,6 +281,8 @@ func TestSansIoServerKilledMidCallIsDecidedByOnStoreError(t *testing.T) {
 		done <- result{d, err}
 	}()
 	awaitSent(t, sent)
+	// SIGKILL while stopped: kill() wakes it first, and it would answer.
+	redis.signal(syscall.SIGKILL)
 	redis.kill()
 	r := <-done
 	if r.err != nil {
@@ -298,7 +301,7 @@ func TestSansIoCloseWithACheckInFlight(t *testing.T) {
 	base := runtime.NumGoroutine()
 	l := sansIoLimiter(t, redis, `{"rate": "10/m", "algorithm": "token_bucket"}`, 5*time.Second)
 	sansIoReady(t, l)
-	sent := sentOnce(t)
+	sent := sentOnce(l)
 	redis.pause()
 	done := make(chan Decision, 1)
 	go func() {
@@ -343,7 +346,7 @@ func TestSansIoCancelledCheckIsChargedOnceAndKeepsTheConnection(t *testing.T) {
 		t.Fatalf("%+v %v", d, err)
 	}
 	for _, how := range []string{"cancel", "deadline"} {
-		sent := sentOnce(t)
+		sent := sentOnce(l)
 		redis.pause()
 		ctx, cancel := context.WithCancel(context.Background())
 		if how == "deadline" {
