@@ -274,11 +274,16 @@ func decisions(addr string) {
 
 	// Rounds alternate the two, so background load on this shared machine
 	// hits both alike; medians are reported.
-	var oursRuns, theirsRuns []float64
-	var oursCPU, theirsCPU []cpuUse
+	var oursRuns, theirsRuns, offRuns []float64
+	var oursCPU, theirsCPU, offCPU []cpuUse
 	for round := 0; round < rounds; round++ {
 		rate, used := measured(func(w, i int) error { return ours(ctx, key(w, i)) })
 		oursRuns, oursCPU = append(oursRuns, rate), append(oursCPU, used)
+		// The same without the sans-I/O path (sansio.go: it carries a lone check only).
+		sansio.Off.Store(true)
+		rate, used = measured(func(w, i int) error { return ours(ctx, key(w, i)) })
+		sansio.Off.Store(false)
+		offRuns, offCPU = append(offRuns, rate), append(offCPU, used)
 		rate, used = measured(func(w, i int) error { return theirs(ctx, key(w, i)) })
 		theirsRuns, theirsCPU = append(theirsRuns, rate), append(theirsCPU, used)
 	}
@@ -289,6 +294,7 @@ func decisions(addr string) {
 
 	fmt.Printf("decisions/s, %d goroutines, one redis-server on loopback, %d keys, median of %d alternating %s runs\n", goroutines, keys, rounds, duration)
 	fmt.Printf("  (%s %s, %s %s)\n", redisRate, version(redisRate), goRedis, version(goRedis))
+	fmt.Printf("  each round (decisions/s): polylimit %.0f, sans-I/O off %.0f, redis_rate %.0f\n", oursRuns, offRuns, theirsRuns)
 	theirsMedian := median(theirsRuns)
 	record(line{What: "go-redis/redis_rate GCRA Allow(), redis", Value: theirsMedian, Unit: "decisions/s"}.with(redisRate, goRedis))
 	gcraLine := line{What: "gcra check(), redis, 64 goroutines", Value: median(oursRuns), Unit: "decisions/s"}.
@@ -297,6 +303,11 @@ func decisions(addr string) {
 	gcraLine.Bound = fmt.Sprintf("CPU per decision: polylimit %.1f µs + redis-server %.1f µs; redis_rate %.1f µs + redis-server %.1f µs; the machine %.2f of %d cores busy",
 		o.process, o.redis, t.process, t.redis, o.busy, runtime.NumCPU())
 	record(gcraLine)
+	off := medianCPU(offCPU)
+	offLine := line{What: "gcra check(), redis, 64 goroutines, sans-I/O off", Value: median(offRuns), Unit: "decisions/s"}.
+		against("go-redis/redis_rate", theirsMedian).with(redisRate, goRedis)
+	offLine.Bound = fmt.Sprintf("CPU per decision: polylimit %.1f µs + redis-server %.1f µs", off.process, off.redis)
+	record(offLine)
 	record(line{What: "gcra check(), memory store, 64 goroutines", Value: memory, Unit: "decisions/s"})
 }
 
