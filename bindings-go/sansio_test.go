@@ -78,6 +78,18 @@ func idle(t *testing.T, s *sansIo) {
 	s.mu.Unlock()
 }
 
+// sansIoBusy is 1 while a check uses l's sans-I/O connection, else 0.
+func sansIoBusy(l *Limiter) int {
+	if l.sio == nil {
+		return 0
+	}
+	if l.sio.mu.TryLock() {
+		l.sio.mu.Unlock()
+		return 0
+	}
+	return 1
+}
+
 func awaitSent(t *testing.T, sent chan struct{}) {
 	t.Helper()
 	select {
