@@ -255,6 +255,7 @@ func (s *sansIo) finish(call *C.polylimit_sans_io_call_t, got int) (d Decision, 
 			s.dropConn()
 		}
 		s.decided.Add(1)
+		sansio.Carried.Add(1)
 		return decisionFromC(&out), nil, true, true
 	default:
 		return Decision{}, nil, false, true

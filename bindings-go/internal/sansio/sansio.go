@@ -6,3 +6,7 @@ import "sync/atomic"
 
 // Off sends every check the usual way (through the core's runtime) while set.
 var Off atomic.Bool
+
+// Carried counts the checks decided from a reply on a sans-I/O connection
+// (every limiter's), for the benchmark to print the share it carried.
+var Carried atomic.Uint64
