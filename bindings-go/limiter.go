@@ -51,6 +51,9 @@ type Limiter struct {
 	anomaly func() // unregisters Options.OnAnomaly's sink (anomaly.go), run by Close
 
 	known atomic.Pointer[knownRules] // what the middleware remembers of the rules in force (known.go)
+
+	sio     *sansIo      // Check's own connection to Redis (sansio.go), nil when the core gives no address
+	waiting atomic.Int32 // Checks waiting for the store the usual way: the sans-I/O path is for a lone check
 }
 
 func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.int32_t) (*Limiter, error) {
@@ -59,7 +62,7 @@ func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.i
 	if rc := build(&ptr, &cerr); rc != C.POLYLIMIT_OK {
 		return nil, takeError(rc, cerr)
 	}
-	l := &Limiter{ptr: ptr}
+	l := &Limiter{ptr: ptr, sio: newSansIo(ptr)}
 	runtime.SetFinalizer(l, (*Limiter).Close)
 	return l, nil
 }
@@ -171,6 +174,11 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
+	if !peek && o.nowMs < 0 && l.sio != nil && l.waiting.Load() == 0 {
+		if d, err, ok := l.sio.check(ctx, l, key, o.cost); ok {
+			return d, err
+		}
+	}
 	var out C.polylimit_decision_t
 	var pending *C.polylimit_pending_t
 	var cerr *C.polylimit_error_t
@@ -192,7 +200,9 @@ func (l *Limiter) decide(ctx context.Context, key string, peek bool, opts []Chec
 	case C.POLYLIMIT_OK:
 		return decisionFromC(&out), nil
 	case C.POLYLIMIT_PENDING:
+		l.waiting.Add(1)
 		rec, err := awaitPending(ctx, pending, recordDecision)
+		l.waiting.Add(-1)
 		return rec.decision, err
 	default:
 		return Decision{}, takeError(rc, cerr)
@@ -620,6 +630,9 @@ func (l *Limiter) Metrics() (string, error) {
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.sio != nil {
+		l.sio.close()
+	}
 	if l.ptr != nil {
 		l.dropAnomaly()
 		C.polylimit_limiter_close(l.ptr)

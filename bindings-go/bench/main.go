@@ -43,6 +43,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	polylimit "github.com/polylimit/polylimit/bindings-go"
+	"github.com/polylimit/polylimit/bindings-go/internal/sansio"
 	"github.com/redis/go-redis/v9"
 	ulule "github.com/ulule/limiter/v3"
 	ululehttp "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
@@ -273,11 +274,16 @@ func decisions(addr string) {
 
 	// Rounds alternate the two, so background load on this shared machine
 	// hits both alike; medians are reported.
-	var oursRuns, theirsRuns []float64
-	var oursCPU, theirsCPU []cpuUse
+	var oursRuns, theirsRuns, offRuns []float64
+	var oursCPU, theirsCPU, offCPU []cpuUse
 	for round := 0; round < rounds; round++ {
 		rate, used := measured(func(w, i int) error { return ours(ctx, key(w, i)) })
 		oursRuns, oursCPU = append(oursRuns, rate), append(oursCPU, used)
+		// The same without the sans-I/O path (sansio.go: it carries a lone check only).
+		sansio.Off.Store(true)
+		rate, used = measured(func(w, i int) error { return ours(ctx, key(w, i)) })
+		sansio.Off.Store(false)
+		offRuns, offCPU = append(offRuns, rate), append(offCPU, used)
 		rate, used = measured(func(w, i int) error { return theirs(ctx, key(w, i)) })
 		theirsRuns, theirsCPU = append(theirsRuns, rate), append(theirsCPU, used)
 	}
@@ -288,6 +294,7 @@ func decisions(addr string) {
 
 	fmt.Printf("decisions/s, %d goroutines, one redis-server on loopback, %d keys, median of %d alternating %s runs\n", goroutines, keys, rounds, duration)
 	fmt.Printf("  (%s %s, %s %s)\n", redisRate, version(redisRate), goRedis, version(goRedis))
+	fmt.Printf("  each round (decisions/s): polylimit %.0f, sans-I/O off %.0f, redis_rate %.0f\n", oursRuns, offRuns, theirsRuns)
 	theirsMedian := median(theirsRuns)
 	record(line{What: "go-redis/redis_rate GCRA Allow(), redis", Value: theirsMedian, Unit: "decisions/s"}.with(redisRate, goRedis))
 	gcraLine := line{What: "gcra check(), redis, 64 goroutines", Value: median(oursRuns), Unit: "decisions/s"}.
@@ -296,6 +303,11 @@ func decisions(addr string) {
 	gcraLine.Bound = fmt.Sprintf("CPU per decision: polylimit %.1f µs + redis-server %.1f µs; redis_rate %.1f µs + redis-server %.1f µs; the machine %.2f of %d cores busy",
 		o.process, o.redis, t.process, t.redis, o.busy, runtime.NumCPU())
 	record(gcraLine)
+	off := medianCPU(offCPU)
+	offLine := line{What: "gcra check(), redis, 64 goroutines, sans-I/O off", Value: median(offRuns), Unit: "decisions/s"}.
+		against("go-redis/redis_rate", theirsMedian).with(redisRate, goRedis)
+	offLine.Bound = fmt.Sprintf("CPU per decision: polylimit %.1f µs + redis-server %.1f µs", off.process, off.redis)
+	record(offLine)
 	record(line{What: "gcra check(), memory store, 64 goroutines", Value: memory, Unit: "decisions/s"})
 }
 
@@ -534,19 +546,57 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[i]) / float64(time.Millisecond)
 }
 
+// latencyRounds: the latency part's alternating rounds (-latency-rounds).
+var latencyRounds = flag.Int("latency-rounds", rounds, "latency part: alternating rounds of 1s per concurrency")
+
+// arm is one side of the latency part's A/B: its calls' times over every
+// round, and each round's p50/p99 and CPU per decision.
+type arm struct {
+	name   string
+	op     func(ctx context.Context, key string) error
+	off    bool // the sans-I/O path off: the usual one (the core's runtime thread carries the call)
+	all    []time.Duration
+	rounds []string
+	cpus   []cpuUse
+}
+
+func (a *arm) run(ctx context.Context, c int) {
+	sansio.Off.Store(a.off)
+	defer sansio.Off.Store(false)
+	carried := sansio.Carried.Load()
+	used := startCPU()
+	times := latencies(c, time.Second, func(w, i int) error { return a.op(ctx, key(w, i)) })
+	cpu := used.stop(int64(len(times)))
+	carried = sansio.Carried.Load() - carried
+	a.all = append(a.all, times...)
+	a.cpus = append(a.cpus, cpu)
+	slices.Sort(times)
+	a.rounds = append(a.rounds, fmt.Sprintf("%.3f/%.3f (%.1f+%.1f µs, %.0f%% sans-I/O)", percentile(times, 0.5), percentile(times, 0.99),
+		cpu.process, cpu.redis, 100*float64(carried)/float64(max(len(times), 1))))
+}
+
 func latency(addr string) {
 	ctx := context.Background()
 	ours, theirs, closeAll := gcraLimiters(addr)
 	defer closeAll()
-	fmt.Printf("latency of one check on Redis, ms, %d alternating rounds of 1s per concurrency\n", rounds)
+	fmt.Printf("latency of one check on Redis, ms, %d alternating rounds of 1s per concurrency\n", *latencyRounds)
+	fmt.Println("  each round: p50/p99 ms (CPU per decision: this process + redis-server, µs; share of checks the sans-I/O connection carried)")
 	for _, c := range []int{1, 32, 256} {
-		var mine, peers []time.Duration
-		for round := 0; round < rounds; round++ {
-			mine = append(mine, latencies(c, time.Second, func(w, i int) error { return ours(ctx, key(w, i)) })...)
-			peers = append(peers, latencies(c, time.Second, func(w, i int) error { return theirs(ctx, key(w, i)) })...)
+		arms := []*arm{{name: "polylimit check()", op: ours}, {name: "polylimit check(), usual path", op: ours, off: true},
+			{name: "go-redis/redis_rate Allow()", op: theirs}}
+		for round := 0; round < *latencyRounds; round++ {
+			// Each round starts with another arm: the one after the peer's (go-redis's
+			// garbage) is not always the same.
+			for i := range arms {
+				arms[(round+i)%len(arms)].run(ctx, c)
+			}
 		}
-		slices.Sort(mine)
-		slices.Sort(peers)
+		for _, a := range arms {
+			cpu := medianCPU(a.cpus)
+			fmt.Printf("  %s, %d concurrent: %s; median CPU %.1f+%.1f µs\n", a.name, c, strings.Join(a.rounds, ", "), cpu.process, cpu.redis)
+			slices.Sort(a.all)
+		}
+		mine, before, peers := arms[0].all, arms[1].all, arms[2].all
 		for _, p := range []struct {
 			name string
 			q    float64
@@ -555,6 +605,8 @@ func latency(addr string) {
 			record(line{What: fmt.Sprintf("go-redis/redis_rate Allow() latency %s, %d concurrent", p.name, c), Value: theirs, Unit: "ms"}.
 				with(redisRate, goRedis))
 			record(line{What: fmt.Sprintf("gcra check() latency %s, %d concurrent", p.name, c), Value: percentile(mine, p.q), Unit: "ms"}.
+				against("go-redis/redis_rate", theirs).with(redisRate, goRedis))
+			record(line{What: fmt.Sprintf("gcra check() latency %s, %d concurrent, sans-I/O off", p.name, c), Value: percentile(before, p.q), Unit: "ms"}.
 				against("go-redis/redis_rate", theirs).with(redisRate, goRedis))
 		}
 	}

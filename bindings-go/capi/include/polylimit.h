@@ -30,6 +30,18 @@
 // answers with a gRPC status code and trailers.
 #define POLYLIMIT_GRPC 32
 
+// `polylimit_sans_io_finish`'s `*out_state`: the reply is not whole yet;
+// call again with more of it (the call is kept).
+#define POLYLIMIT_SANS_IO_INCOMPLETE 0
+
+// `polylimit_sans_io_finish`'s `*out_state`: decided, in `*out`.
+#define POLYLIMIT_SANS_IO_DECIDED 1
+
+// `polylimit_sans_io_finish`'s and `polylimit_sans_io_unanswered`'s
+// `*out_state`: nothing was charged (a server error) or the rules were
+// reloaded since: decide the check the usual way.
+#define POLYLIMIT_SANS_IO_USUAL 2
+
 // What a function returns (as `int32_t`).
 enum polylimit_status_t
 #if __STDC_VERSION__ >= 202311L
@@ -133,6 +145,12 @@ typedef struct polylimit_pending_t polylimit_pending_t;
 // `polylimit_breaker_success` or `polylimit_breaker_failure` (it reports to
 // the breaker that issued it, which it keeps alive).
 typedef struct polylimit_permit_t polylimit_permit_t;
+
+// A check sent (or about to be sent) on the caller's socket. It keeps its
+// limiter alive (a closed limiter's call in flight still finishes); it is
+// consumed by `polylimit_sans_io_finish` (unless the reply is incomplete),
+// `polylimit_sans_io_unanswered` or `polylimit_sans_io_call_free`.
+typedef struct polylimit_sans_io_call_t polylimit_sans_io_call_t;
 
 // An error; owned by the caller, freed with `polylimit_error_free`.
 typedef struct polylimit_error_t {
@@ -779,6 +797,84 @@ int32_t polylimit_pending_wait(struct polylimit_pending_t *pending,
                                size_t out_cap,
                                size_t *out_len,
                                uint8_t **out_owned);
+
+// Where the caller's own plain-TCP socket may carry checks: `*out_host`
+// (free with `polylimit_string_free`), `*out_port` and each call's timeout
+// `*out_timeout_ms`; or `*out_host` NULL: every check goes the usual way.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `out_host`, `out_port`,
+// `out_timeout_ms` and `err` are NULL or writable.
+int32_t polylimit_limiter_sans_io_address(const struct polylimit_limiter_t *limiter,
+                                          char **out_host,
+                                          uint16_t *out_port,
+                                          uint64_t *out_timeout_ms,
+                                          struct polylimit_error_t **err);
+
+// Starts the check of `key` with `cost` at `now_ms` (negative: the store's
+// clock) on the caller's socket: writes the bytes to send into `out`
+// (`*out_len` of its `out_cap` bytes) and the call to `*call`. Or writes
+// `*call` NULL (nothing to send): decide it with
+// `polylimit_limiter_try_check` (the core does not cover it, or its bytes
+// do not fit in `out_cap`). Its reply is the next one on the socket.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `key` is NULL (with `key_len` 0) or
+// points to `key_len` readable bytes; `out` is NULL (with `out_cap` 0) or
+// points to `out_cap` writable bytes; `out_len`, `call` and `err` are NULL
+// or writable.
+int32_t polylimit_limiter_sans_io_start(const struct polylimit_limiter_t *limiter,
+                                        const uint8_t *key,
+                                        size_t key_len,
+                                        uint64_t cost,
+                                        int64_t now_ms,
+                                        uint8_t *out,
+                                        size_t out_cap,
+                                        size_t *out_len,
+                                        struct polylimit_sans_io_call_t **call,
+                                        struct polylimit_error_t **err);
+
+// Reads `call`'s reply from the bytes received so far (`reply_len` at
+// `reply`). `*out_state` is `POLYLIMIT_SANS_IO_INCOMPLETE` (the reply is
+// not whole: `call` is kept, call again with more), else `call` is consumed
+// (also on an error) and `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (the
+// decision in `*out`; `*out_used` bytes of `reply` were its reply: more
+// means the socket is out of step) or `POLYLIMIT_SANS_IO_USUAL` (nothing
+// was charged: decide it with `polylimit_limiter_try_check`).
+//
+// # Safety
+// `call` is NULL or a live call; `reply` is NULL (with `reply_len` 0) or
+// points to `reply_len` readable bytes; `out`, `out_state`, `out_used` and
+// `err` are NULL or writable.
+int32_t polylimit_sans_io_finish(struct polylimit_sans_io_call_t *call,
+                                 const uint8_t *reply,
+                                 size_t reply_len,
+                                 struct polylimit_decision_t *out,
+                                 int32_t *out_state,
+                                 size_t *out_used,
+                                 struct polylimit_error_t **err);
+
+// Decides `call`, sent, that got no reply (the socket failed, or stayed
+// silent past the timeout): by the policy's `on_store_error`, the breaker
+// told of a failure (it may have been charged: never send it again).
+// Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (in `*out`)
+// or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since: decide it
+// with `polylimit_limiter_try_check`).
+//
+// # Safety
+// `call` is NULL or a live call; `out`, `out_state` and `err` are NULL or
+// writable.
+int32_t polylimit_sans_io_unanswered(struct polylimit_sans_io_call_t *call,
+                                     struct polylimit_decision_t *out,
+                                     int32_t *out_state,
+                                     struct polylimit_error_t **err);
+
+// Frees a call that was never sent (nothing decided: decide the check with
+// `polylimit_limiter_try_check`). NULL is ignored.
+//
+// # Safety
+// `call` is NULL or a live call, not used after this.
+void polylimit_sans_io_call_free(struct polylimit_sans_io_call_t *call);
 
 // 1 when deciding a request may read its header `name` (`name_len` bytes
 // of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a

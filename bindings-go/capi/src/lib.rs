@@ -28,6 +28,7 @@ pub mod lease;
 pub mod limiter;
 pub mod packed;
 pub mod pending;
+pub mod sans_io;
 pub mod shared;
 
 use std::ffi::{c_char, CString};

@@ -292,6 +292,41 @@ int main(void) {
            ntohs(addr.sin_port));
   rc = polylimit_limiter_build(options, &limiter, &err);
   CHECK(rc == POLYLIMIT_OK);
+  /* The sans-I/O path: the core gives the silent store's address and timeout,
+     but no call while it has no live connection with its library loaded
+     (the usual path decides); a memory limiter has no address. */
+  char *host = NULL;
+  uint16_t port = 0;
+  uint64_t timeout_ms = 0;
+  CHECK(polylimit_limiter_sans_io_address(limiter, &host, &port, &timeout_ms, &err) == POLYLIMIT_OK);
+  CHECK(host != NULL && strcmp(host, "127.0.0.1") == 0 && port == ntohs(addr.sin_port) && timeout_ms == 300);
+  polylimit_string_free(host);
+  uint8_t call_bytes[256];
+  size_t call_len = 1;
+  polylimit_sans_io_call_t *call = (polylimit_sans_io_call_t *)&call_len;
+  CHECK(polylimit_limiter_sans_io_start(limiter, (const uint8_t *)key, strlen(key), 1, -1, call_bytes,
+                                        sizeof call_bytes, &call_len, &call, &err) == POLYLIMIT_OK);
+  CHECK(call == NULL && call_len == 0);
+  CHECK(polylimit_limiter_sans_io_start(limiter, (const uint8_t *)key, strlen(key), 1, -1, call_bytes,
+                                        sizeof call_bytes, NULL, &call, &err) == POLYLIMIT_INVALID_ARGUMENT &&
+        err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
+  int32_t state = -1;
+  size_t used = 0;
+  CHECK(polylimit_sans_io_finish(NULL, (const uint8_t *)":1\r\n", 4, &d, &state, &used, NULL) ==
+        POLYLIMIT_INVALID_ARGUMENT);
+  CHECK(polylimit_sans_io_unanswered(NULL, &d, &state, NULL) == POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_sans_io_call_free(NULL);
+  CHECK(POLYLIMIT_SANS_IO_INCOMPLETE == 0 && POLYLIMIT_SANS_IO_DECIDED == 1 && POLYLIMIT_SANS_IO_USUAL == 2);
+  polylimit_limiter_t *in_memory = NULL;
+  CHECK(polylimit_limiter_build("{\"Policy\": {\"Rate\": \"10/s\"}}", &in_memory, &err) == POLYLIMIT_OK);
+  host = (char *)&call_len;
+  CHECK(polylimit_limiter_sans_io_address(in_memory, &host, &port, &timeout_ms, &err) == POLYLIMIT_OK && host == NULL);
+  CHECK(polylimit_limiter_sans_io_start(in_memory, (const uint8_t *)key, strlen(key), 1, -1, call_bytes,
+                                        sizeof call_bytes, &call_len, &call, &err) == POLYLIMIT_OK &&
+        call == NULL);
+  polylimit_limiter_free(in_memory);
   /* The calling thread waits for the record itself (ctx 0), in the caller's
      bytes or, when they are too few, in the library's; each limiter's first
      check waits for the silent store. */
