@@ -8,6 +8,8 @@ const [framework, which, redisUrl] = process.argv.slice(2);
 // 1,000,000: a fixed window's count is then one integer in Redis, as for any usual limit
 // (a count of a million or more is stored as packed cells, by the general script).
 const LIMIT = 999999;
+// bench/sans_io_ab.js's A/B: the sans-I/O mode of this app's limiters ('pipeline', 'single', 'off').
+if (process.env.BENCH_SANS_IO) require('../sansio').setMode(process.env.BENCH_SANS_IO);
 
 function peerRedis() {
   const Redis = require('ioredis');
