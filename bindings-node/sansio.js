@@ -4,7 +4,8 @@
 // (`sansIoStart`, or `checkHttpBatched` with `sansIo`), and the core decodes each reply
 // (`sansIoFeed`) into the decision or the outcome the bridge would give, with no hop to the
 // core's runtime thread and back. Calls are pipelined: up to MAX_IN_FLIGHT wait on the socket,
-// their replies come back in the order sent, and the calls of one event-loop turn go in one write
+// their replies come back in the order sent; a call sent while others wait goes with the rest of
+// its event-loop turn in one write
 // (a write per call cost the event loop more than the hop it saved). The core decides which checks it covers (one common
 // policy on standalone plain-TCP Redis without AUTH/SELECT, breaker closed, a live connection and
 // a fresh clock estimate) and answers `null` / a unit record for the rest, which go through the
@@ -110,11 +111,15 @@ class SansIo {
   /** Writes a call's `bytes` (the calls of one turn in one write); `entry` awaits its reply. */
   sent(entry, bytes) {
     const socket = this.socket;
-    if (this.head >= this.waiting.length) {
+    const idle = this.head >= this.waiting.length;
+    this.waiting.push(entry);
+    if (idle) {
+      // Alone (the latency case): written at once.
       socket.ref();
       this.timer.refresh();
+      socket.write(bytes);
+      return;
     }
-    this.waiting.push(entry);
     if (this.outbox.length === 0) setImmediate(this.flush);
     this.outbox.push(bytes);
   }

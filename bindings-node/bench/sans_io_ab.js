@@ -21,7 +21,7 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const us = (x) => (x === null || x === undefined ? '-' : x.toFixed(1));
 
 async function app(framework, which, mode, redis) {
-  const env = { ...process.env, BENCH_SANS_IO: mode || '' };
+  const env = { ...process.env, BENCH_SANS_IO: mode || '', BENCH_TIMEOUT: '2s' };
   const child = fork(path.join(__dirname, 'apps.js'), [framework, which, redis.url], { stdio: 'inherit', env });
   const { port } = await new Promise((resolve, reject) => {
     child.once('message', resolve);

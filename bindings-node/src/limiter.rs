@@ -37,6 +37,8 @@ pub struct NativeLimiter {
 /// A call on `sansio.js`'s socket: a `check(key)`, or a middleware's
 /// request (call `id` of `calls.js`), kept to decide it the usual way
 /// when the core says so.
+// Unboxed: a request's entry lives in the queue until its reply, one move, no allocation.
+#[allow(clippy::large_enum_variant)]
 enum SansIoSent {
     Check(SansIoCall),
     Request {
@@ -209,15 +211,18 @@ impl NativeLimiter {
                     Some(decided) => decided.map(Reply::Decision),
                     None => Ok(Reply::Unit),
                 },
-                SansIoSent::Request { id, call, request, rule } => {
-                    match self.inner.sans_io_request_finish(call, reply) {
-                        Some(decided) => decided.map(outcome),
-                        None => {
-                            self.usual_request(id, request, rule);
-                            Ok(Reply::Unit)
-                        }
+                SansIoSent::Request {
+                    id,
+                    call,
+                    request,
+                    rule,
+                } => match self.inner.sans_io_request_finish(call, reply) {
+                    Some(decided) => decided.map(outcome),
+                    None => {
+                        self.usual_request(id, request, rule);
+                        Ok(Reply::Unit)
                     }
-                }
+                },
             };
             polylimit::wire::packed::write_record(&mut self.records, 0, &result);
         }
@@ -240,15 +245,18 @@ impl NativeLimiter {
                     .inner
                     .sans_io_unanswered(&call)
                     .map_or(Reply::Unit, Reply::Decision),
-                SansIoSent::Request { id, call, request, rule } => {
-                    match self.inner.sans_io_request_unanswered(call) {
-                        Some(decided) => outcome(decided),
-                        None => {
-                            self.usual_request(id, request, rule);
-                            Reply::Unit
-                        }
+                SansIoSent::Request {
+                    id,
+                    call,
+                    request,
+                    rule,
+                } => match self.inner.sans_io_request_unanswered(call) {
+                    Some(decided) => outcome(decided),
+                    None => {
+                        self.usual_request(id, request, rule);
+                        Reply::Unit
                     }
-                }
+                },
             };
             polylimit::wire::packed::write_record(&mut self.records, 0, &Ok(result));
         }

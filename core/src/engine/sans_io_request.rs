@@ -112,7 +112,13 @@ impl Engine {
     /// policy's `on_store_error`, as the usual path decides a call that timed
     /// out (it may have been charged: never sent again), the breaker told of
     /// the failure. `None`: the limiter changed since.
-    pub(crate) fn sans_io_target_unanswered(&self, i: usize, key: &str, cost: i64, elapsed: Duration) -> Option<CheckResult> {
+    pub(crate) fn sans_io_target_unanswered(
+        &self,
+        i: usize,
+        key: &str,
+        cost: i64,
+        elapsed: Duration,
+    ) -> Option<CheckResult> {
         self.sans_io_target_store(i, key, false)?;
         self.inner.resilience.unanswered(&self.inner.metrics, elapsed);
         Some(self.fallback(&[(i, key, false)], None, cost, true))
