@@ -1,7 +1,8 @@
 'use strict';
 // A/B of the sans-I/O modes (sansio.js) in one run, rounds alternating: Fastify and Express under
 // autocannon -c 50 (apps.js: the peer, polylimit with the socket for check() only at one in flight
-// ('single', the previous prototype), polylimit with pipelined checks and requests ('pipeline')),
+// ('single', the previous prototype), polylimit with pipelined checks and requests ('pipeline'; for
+// the middlewares the same as the default 'requests')),
 // and check() at 1 and 64 in flight against rate-limiter-flexible. Prints every round, the medians
 // and the CPU per request of each process. Not part of `make bench`.
 const { fork } = require('node:child_process');
@@ -70,6 +71,22 @@ async function http(framework, redis) {
   );
 }
 
+// A stalled run says where it stalled (the side, and the limiter's socket's queue).
+let progress = 0;
+let stalledSide = null;
+let watched = null;
+function watchdog() {
+  let last = -1;
+  const timer = setInterval(() => {
+    if (progress === last && stalledSide !== null) {
+      const s = watched && watched._sansIo;
+      console.log(`STALLED in ${stalledSide}: socket ${s && s.socket ? (s.socket.destroyed ? 'destroyed' : 'open') : 'none'}, waiting ${s ? s.waiting.length - s.head : '-'}, outbox ${s ? s.outbox.length : '-'}`);
+    }
+    last = progress;
+  }, 10000);
+  timer.unref();
+}
+
 async function measure(inFlight, once, pids) {
   await Promise.all(Array.from({ length: inFlight }, (_, i) => once(i)));
   let done = 0;
@@ -82,6 +99,7 @@ async function measure(inFlight, once, pids) {
     while (Date.now() < deadline) {
       const t = process.hrtime.bigint();
       await once(i);
+      progress++;
       if (inFlight === 1) samples.push(Number(process.hrtime.bigint() - t) / 1e6);
       i += inFlight;
       done++;
@@ -111,6 +129,8 @@ async function checks(redis) {
         const order = round % 2 ? ['pipeline', 'single', 'peer'] : ['peer', 'single', 'pipeline'];
         for (const side of order) {
           if (side !== 'peer') setMode(side);
+          stalledSide = side;
+          watched = limiter;
           got[side].push(await measure(inFlight, side === 'peer' ? peer : ours, pids));
         }
         const r = (s) => got[s][round];
@@ -132,6 +152,7 @@ async function checks(redis) {
 
 (async () => {
   const redis = await RedisServer.start();
+  watchdog();
   try {
     for (const what of WHAT) {
       if (what === 'check') await checks(redis);

@@ -7,6 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
+const { setMode, MAX_IN_FLIGHT } = require('../sansio');
 
 let redis;
 test.before(async () => {
@@ -112,7 +113,9 @@ test('a restarted server: the socket reconnects, the fallback decides while it i
   await server.kill();
 });
 
-test('checks in flight together are pipelined on the socket; close settles those on it', async () => {
+test('checks in flight together are pipelined on the socket (mode pipeline); close settles those on it', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: 'sans-many' });
   const stats = counted(limiter);
   await warm(limiter, stats);
@@ -127,10 +130,8 @@ test('checks in flight together are pipelined on the socket; close settles those
   await assert.rejects(limiter.check('k'), (e) => e.code === 'POLYLIMIT_CLOSED');
 });
 
-test('single mode (the previous prototype): only a check alone goes by the socket', async () => {
-  const { setMode } = require('../sansio');
-  setMode('single');
-  try {
+test('the default mode: only a check alone goes by the socket (the bridge batches the rest)', async () => {
+  {
     const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: 'sans-single' });
     const stats = counted(limiter);
     await warm(limiter, stats);
@@ -139,13 +140,12 @@ test('single mode (the previous prototype): only a check alone goes by the socke
     assert.deepEqual(all.map((d) => d.remaining).sort((a, b) => b - a), [99, 98, 97, 96, 95, 94, 93, 92, 91, 90]);
     assert.equal(stats.sent, 1, 'only the first of a batch goes by the socket');
     limiter.close();
-  } finally {
-    setMode('pipeline');
   }
 });
 
-test('in flight on the socket are bounded: the rest go by the bridge', async () => {
-  const { MAX_IN_FLIGHT } = require('../sansio');
+test('in flight on the socket are bounded: the rest go by the bridge', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '1000/min' }, store: redis.url, prefix: 'sans-bound' });
   const stats = counted(limiter);
   await warm(limiter, stats);
@@ -153,6 +153,26 @@ test('in flight on the socket are bounded: the rest go by the bridge', async () 
   const all = await Promise.all(Array.from({ length: MAX_IN_FLIGHT + 20 }, () => limiter.check('k')));
   assert.equal(stats.sent, MAX_IN_FLIGHT);
   assert.equal(new Set(all.map((d) => d.remaining)).size, MAX_IN_FLIGHT + 20, 'each charged once');
+  limiter.close();
+});
+
+test('under a steady load the socket is never idle: its queue of answered calls is dropped now and then', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '999999/min' }, store: redis.url, prefix: 'sans-steady' });
+  const stats = counted(limiter);
+  await warm(limiter, stats);
+  stats.sent = 0;
+  let longest = 0;
+  async function worker(w) {
+    for (let i = 0; i < 500; i++) {
+      await limiter.check(`k${w}`);
+      longest = Math.max(longest, limiter._sansIo.waiting.length);
+    }
+  }
+  await Promise.all(Array.from({ length: 8 }, (_, w) => worker(w)));
+  assert.ok(stats.sent > 3000, `${stats.sent} of 4000 went by the socket`);
+  assert.ok(longest < 1024 + 64, `the queue held ${longest} entries`);
   limiter.close();
 });
 
