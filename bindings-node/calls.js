@@ -148,7 +148,19 @@ function failAll(ids, error) {
  */
 const quiet = () => pending.size === 0 && lastDrained <= 1;
 
+/** Settles call `id` with `value` (a record `sansio.js` decoded). */
+function settle(id, value) {
+  resolve(id, value);
+  idle();
+}
+
+/** Rejects call `id` with the error in `record` (`sansio.js`'s). */
+function fail(id, record) {
+  reject(id, record);
+  idle();
+}
+
 /** How many listeners are registered (for the tests). */
 const listening = () => listeners.size;
 
-module.exports = { nativeBridge, start, failAll, listen, unlisten, listening, quiet };
+module.exports = { nativeBridge, start, failAll, listen, unlisten, listening, quiet, settle, fail };

@@ -195,8 +195,10 @@ class Limiter {
    */
   _checkHttp(rule, method, path, route, peer, rawHeaders, key, user, apiKey, caseInsensitive, ignoreTrailingSlash, nowMs, grpc, cost) {
     this._flushChecks();
-    return calls.start((id) =>
-      this._native.checkHttpBatched(
+    // The request on this thread's own socket when the core takes it that way (sansio.js).
+    const sansIo = this._sansIo !== null && nowMs == null && this._sansIo.readyForRequest() ? this._sansIo : null;
+    return calls.start((id) => {
+      const bytes = this._native.checkHttpBatched(
         id,
         rule,
         method,
@@ -212,8 +214,10 @@ class Limiter {
         nowMs,
         grpc,
         cost,
-      ),
-    );
+        sansIo !== null,
+      );
+      if (bytes !== null) sansIo.sent(id, bytes);
+    });
   }
 
   /**

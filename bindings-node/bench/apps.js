@@ -8,6 +8,11 @@ const [framework, which, redisUrl] = process.argv.slice(2);
 // 1,000,000: a fixed window's count is then one integer in Redis, as for any usual limit
 // (a count of a million or more is stored as packed cells, by the general script).
 const LIMIT = 999999;
+// bench/sans_io_ab.js's A/B: the sans-I/O mode of this app's limiters ('pipeline', 'single', 'off').
+if (process.env.BENCH_SANS_IO) require('../sansio').setMode(process.env.BENCH_SANS_IO);
+// Its call timeout (default the limiter's): on a loaded machine a reply stalled past 100 ms makes
+// the fallback decide locally for a while, and the app stops paying for Redis at all.
+const TIMEOUT = process.env.BENCH_TIMEOUT ? { timeout: process.env.BENCH_TIMEOUT } : {};
 
 function peerRedis() {
   const Redis = require('ioredis');
@@ -19,7 +24,7 @@ async function expressApp() {
   const app = express();
   if (which === 'polylimit') {
     const { rateLimit } = require('../express');
-    app.use(rateLimit({ policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` }, store: redisUrl, prefix: 'bench-express' }));
+    app.use(rateLimit({ policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` }, store: redisUrl, prefix: 'bench-express', ...TIMEOUT }));
   } else if (which === 'peer') {
     const { rateLimit } = require('express-rate-limit');
     const { RedisStore } = require('rate-limit-redis');
@@ -47,6 +52,7 @@ async function fastifyApp() {
       policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` },
       store: redisUrl,
       prefix: 'bench-fastify',
+      ...TIMEOUT,
     });
   } else if (which === 'peer') {
     await app.register(require('@fastify/rate-limit'), { max: LIMIT, timeWindow: 60000, redis: peerRedis(), nameSpace: 'bench-frl:' });

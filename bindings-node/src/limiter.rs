@@ -13,6 +13,7 @@ use polylimit::bridge::Bridge;
 use polylimit::wire::packed::Reply;
 use polylimit::{
     CheckOptions, CompleteOptions, Limiter, Naming, OverrideSpec, RequestInfo, RouteRule, RouteShorthand, SansIoCall,
+    SansIoRequest,
 };
 use serde_json::Value;
 
@@ -26,11 +27,26 @@ pub struct NativeLimiter {
     pub(crate) inner: Limiter,
     /// The thread's bridge every call is submitted to (`useBridge`).
     bridge: Option<Bridge>,
-    /// The checks `sansio.js`'s socket carries, in the order sent, and the
+    /// The calls `sansio.js`'s socket carries, in the order sent, and the
     /// bytes of their replies received so far.
-    sans_io: std::collections::VecDeque<SansIoCall>,
+    sans_io: std::collections::VecDeque<SansIoSent>,
     received: Vec<u8>,
     records: Vec<u8>,
+}
+
+/// A call on `sansio.js`'s socket: a `check(key)`, or a middleware's
+/// request (call `id` of `calls.js`), kept to decide it the usual way
+/// when the core says so.
+// Unboxed: a request's entry lives in the queue until its reply, one move, no allocation.
+#[allow(clippy::large_enum_variant)]
+enum SansIoSent {
+    Check(SansIoCall),
+    Request {
+        id: u32,
+        call: SansIoRequest,
+        request: RequestInfo,
+        rule: Option<Arc<RouteRule>>,
+    },
 }
 
 /// A JavaScript value for the core's one rule on `cost` and `now_ms`
@@ -173,7 +189,7 @@ impl NativeLimiter {
     pub fn sans_io_start(&mut self, key: String) -> Option<Buffer> {
         let mut out = Vec::with_capacity(128);
         let call = self.inner.sans_io_start(&key, CheckOptions::default(), &mut out)?;
-        self.sans_io.push_back(call);
+        self.sans_io.push_back(SansIoSent::Check(call));
         Some(Buffer::from(out))
     }
 
@@ -187,12 +203,26 @@ impl NativeLimiter {
         self.records.clear();
         let mut at = 0;
         while let Some(n) = polylimit::sans_io_reply_len(&self.received[at..]) {
-            let Some(call) = self.sans_io.pop_front() else { break };
+            let Some(sent) = self.sans_io.pop_front() else { break };
             let reply = &self.received[at..at + n];
             at += n;
-            let result = match self.inner.sans_io_finish(&call, reply) {
-                Some(decided) => decided.map(Reply::Decision),
-                None => Ok(Reply::Unit),
+            let result = match sent {
+                SansIoSent::Check(call) => match self.inner.sans_io_finish(&call, reply) {
+                    Some(decided) => decided.map(Reply::Decision),
+                    None => Ok(Reply::Unit),
+                },
+                SansIoSent::Request {
+                    id,
+                    call,
+                    request,
+                    rule,
+                } => match self.inner.sans_io_request_finish(call, reply) {
+                    Some(decided) => decided.map(outcome),
+                    None => {
+                        self.usual_request(id, request, rule);
+                        Ok(Reply::Unit)
+                    }
+                },
             };
             polylimit::wire::packed::write_record(&mut self.records, 0, &result);
         }
@@ -209,14 +239,44 @@ impl NativeLimiter {
     pub fn sans_io_reset(&mut self, mut scratch: Uint8Array) -> Either<u32, Buffer> {
         self.received.clear();
         self.records.clear();
-        for call in std::mem::take(&mut self.sans_io) {
-            let result = Ok(self
-                .inner
-                .sans_io_unanswered(&call)
-                .map_or(Reply::Unit, Reply::Decision));
-            polylimit::wire::packed::write_record(&mut self.records, 0, &result);
+        for sent in std::mem::take(&mut self.sans_io) {
+            let result = match sent {
+                SansIoSent::Check(call) => self
+                    .inner
+                    .sans_io_unanswered(&call)
+                    .map_or(Reply::Unit, Reply::Decision),
+                SansIoSent::Request {
+                    id,
+                    call,
+                    request,
+                    rule,
+                } => match self.inner.sans_io_request_unanswered(call) {
+                    Some(decided) => outcome(decided),
+                    None => {
+                        self.usual_request(id, request, rule);
+                        Reply::Unit
+                    }
+                },
+            };
+            polylimit::wire::packed::write_record(&mut self.records, 0, &Ok(result));
         }
         crate::bridge::hand_records(&mut self.records, &mut scratch)
+    }
+
+    /// Submits request `id` the usual way (the core refused to finish it on
+    /// `sansio.js`'s socket: nothing charged, or the rules were reloaded).
+    fn usual_request(&self, id: u32, request: RequestInfo, rule: Option<Arc<RouteRule>>) {
+        let Some(bridge) = self.bridge.as_ref() else { return };
+        let limiter = self.inner.clone();
+        bridge.submit(
+            u64::from(id),
+            lazy(move || async move {
+                match rule {
+                    Some(rule) => limiter.check_route(&request, &rule).await.map(outcome),
+                    None => limiter.check_request(&request).await.map(outcome),
+                }
+            }),
+        );
     }
 
     /// Starts deciding request `id` (the `RequestInfo` as JSON text); its
@@ -283,11 +343,14 @@ impl NativeLimiter {
     /// string, `raw_headers` its metadata. `cost`: the request's cost (a
     /// middleware's cost function or number; absent: the rules'), checked by
     /// the core's rule on a check's cost (thrown at once, naming `cost`), then
-    /// against the rules' `max_cost` (a 400 outcome).
+    /// against the rules' `max_cost` (a 400 outcome). `sans_io`: `sansio.js`'s
+    /// socket may carry it: the bytes to send on it are returned when the
+    /// core takes it that way ([`Limiter::sans_io_request_start`]), its
+    /// record then coming from `sansIoFeed`; else null, and it is submitted.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn check_http_batched(
-        &self,
+        &mut self,
         env: Env,
         id: u32,
         rule: Option<&NativeRouteRule>,
@@ -304,7 +367,8 @@ impl NativeLimiter {
         now_ms: Option<i64>,
         grpc: Option<bool>,
         cost: Option<Unknown<'_>>,
-    ) -> Result<()> {
+        sans_io: Option<bool>,
+    ) -> Result<Option<Buffer>> {
         let cost = request_cost(&env, cost)?;
         let mut flat = raw_headers.into_iter();
         let mut headers = Vec::with_capacity(flat.len() / 2);
@@ -326,6 +390,19 @@ impl NativeLimiter {
             ignore_trailing_slash: ignore_trailing_slash.unwrap_or(false),
             grpc: grpc.unwrap_or(false),
         };
+        if sans_io == Some(true) && !self.inner.is_closed() {
+            let mut out = Vec::with_capacity(160);
+            let route = rule.map(|r| &r.rule);
+            if let Some(call) = self.inner.sans_io_request_start(&request, route, &mut out) {
+                self.sans_io.push_back(SansIoSent::Request {
+                    id,
+                    call,
+                    request,
+                    rule: route.cloned(),
+                });
+                return Ok(Some(Buffer::from(out)));
+            }
+        }
         let limiter = self.inner.clone();
         match rule {
             Some(rule) => {
@@ -338,6 +415,7 @@ impl NativeLimiter {
                 limiter.check_request(&request).await.map(outcome)
             }),
         }
+        .map(|()| None)
     }
 
     /// A rule for one route (a middleware's `key` and `policy`), checked

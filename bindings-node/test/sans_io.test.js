@@ -1,12 +1,13 @@
 'use strict';
-// The prototype sans-I/O path of check(key) (sansio.js): at one call in flight the limiter's own
-// socket carries the core's call, and the decisions are the bridge's; a lost library, a restart
+// The sans-I/O path of check(key) (sansio.js): the limiter's own socket carries the core's
+// calls, pipelined, and the decisions are the bridge's; a lost library, a restart
 // and a store that went away are decided the usual way (library load, reconnect, fallback).
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
+const { setMode, MAX_IN_FLIGHT } = require('../sansio');
 
 let redis;
 test.before(async () => {
@@ -112,23 +113,67 @@ test('a restarted server: the socket reconnects, the fallback decides while it i
   await server.kill();
 });
 
-test('checks in flight together go by the bridge; close settles the one on the socket', async () => {
+test('checks in flight together are pipelined on the socket (mode pipeline); close settles those on it', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: 'sans-many' });
   const stats = counted(limiter);
   await warm(limiter, stats);
   stats.sent = 0;
   const all = await Promise.all(Array.from({ length: 10 }, () => limiter.check('k')));
-  assert.deepEqual(all.map((d) => d.remaining).sort((a, b) => b - a), [99, 98, 97, 96, 95, 94, 93, 92, 91, 90]);
-  assert.equal(stats.sent, 1, 'only the first of a batch goes by the socket');
-  // A lone check after the batch goes by the bridge when the batch settled in one wake-up; the
-  // one after it, alone, goes by the socket.
-  assert.equal((await limiter.check('k')).remaining, 89);
-  const sent = stats.sent;
-  const last = limiter.check('k');
-  assert.equal(stats.sent, sent + 1, 'a lone check goes by the socket');
+  assert.deepEqual(all.map((d) => d.remaining), [99, 98, 97, 96, 95, 94, 93, 92, 91, 90], 'answered in the order sent');
+  assert.equal(stats.sent, 10, 'every check of the batch went by the socket');
+  const last = [limiter.check('k'), limiter.check('k')];
+  assert.equal(stats.sent, 12);
   limiter.close();
-  assert.equal((await last).remaining, 88);
+  assert.deepEqual((await Promise.all(last)).map((d) => d.remaining), [89, 88]);
   await assert.rejects(limiter.check('k'), (e) => e.code === 'POLYLIMIT_CLOSED');
+});
+
+test('the default mode: only a check alone goes by the socket (the bridge batches the rest)', async () => {
+  {
+    const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: 'sans-single' });
+    const stats = counted(limiter);
+    await warm(limiter, stats);
+    stats.sent = 0;
+    const all = await Promise.all(Array.from({ length: 10 }, () => limiter.check('k')));
+    assert.deepEqual(all.map((d) => d.remaining).sort((a, b) => b - a), [99, 98, 97, 96, 95, 94, 93, 92, 91, 90]);
+    assert.equal(stats.sent, 1, 'only the first of a batch goes by the socket');
+    limiter.close();
+  }
+});
+
+test('in flight on the socket are bounded: the rest go by the bridge', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '1000/min' }, store: redis.url, prefix: 'sans-bound' });
+  const stats = counted(limiter);
+  await warm(limiter, stats);
+  stats.sent = 0;
+  const all = await Promise.all(Array.from({ length: MAX_IN_FLIGHT + 20 }, () => limiter.check('k')));
+  assert.equal(stats.sent, MAX_IN_FLIGHT);
+  assert.equal(new Set(all.map((d) => d.remaining)).size, MAX_IN_FLIGHT + 20, 'each charged once');
+  limiter.close();
+});
+
+test('under a steady load the socket is never idle: its queue of answered calls is dropped now and then', async (t) => {
+  setMode('pipeline');
+  t.after(() => setMode('requests'));
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '999999/min' }, store: redis.url, prefix: 'sans-steady' });
+  const stats = counted(limiter);
+  await warm(limiter, stats);
+  stats.sent = 0;
+  let longest = 0;
+  async function worker(w) {
+    for (let i = 0; i < 500; i++) {
+      await limiter.check(`k${w}`);
+      longest = Math.max(longest, limiter._sansIo.waiting.length);
+    }
+  }
+  await Promise.all(Array.from({ length: 8 }, (_, w) => worker(w)));
+  assert.ok(stats.sent > 3000, `${stats.sent} of 4000 went by the socket`);
+  assert.ok(longest < 1024 + 64, `the queue held ${longest} entries`);
+  limiter.close();
 });
 
 test('a URL with a password or a database takes the usual path', () => {

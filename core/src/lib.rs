@@ -57,7 +57,7 @@ pub use env::expand_document;
 pub use error::{Error, ErrorKind, Result};
 pub use http::{
     ended_status, CompleteOptions, HeaderDraft, HeaderMode, Headers, HeadersIter, Outcome, RequestInfo, RouteRule,
-    RouteShorthand, RuleDecision,
+    RouteShorthand, RuleDecision, SansIoRequest,
 };
 pub use limiter::{sans_io_reply_len, LeaseGuard, Limiter, SansIoCall};
 pub use limits::{PolicyLimit, CLUSTER_REFRESH_MS};

@@ -26,6 +26,7 @@ use block_cache::{BlockCache, Now};
 pub(crate) mod block_cache;
 pub(crate) mod region;
 mod sans_io;
+mod sans_io_request;
 mod synced;
 
 /// Everything a limiter is built from.

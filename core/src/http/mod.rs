@@ -16,6 +16,7 @@ mod requests;
 pub(crate) mod route;
 mod route_rule;
 pub(crate) mod rules;
+mod sans_io;
 
 pub use completion::{ended_status, CompleteOptions};
 pub use header_list::{Headers, HeadersIter};
@@ -24,3 +25,4 @@ pub use outcome::{Outcome, RuleDecision};
 pub use request::RequestInfo;
 pub(crate) use requests::Requests;
 pub use route_rule::{RouteRule, RouteShorthand};
+pub use sans_io::SansIoRequest;

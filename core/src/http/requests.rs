@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 /// completion tokens. Cheap to clone; clones share the tokens.
 #[derive(Clone)]
 pub(crate) struct Requests {
-    rules: Option<Arc<HttpRules>>,
+    pub(super) rules: Option<Arc<HttpRules>>,
     /// The completion tokens given out and not completed yet.
-    tokens: Arc<Tokens>,
+    pub(super) tokens: Arc<Tokens>,
 }
 
 impl Requests {

@@ -13,6 +13,7 @@ mod config;
 mod reload;
 mod requests;
 mod sans_io;
+mod sans_io_request;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
