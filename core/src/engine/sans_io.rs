@@ -2,11 +2,9 @@
 //! which checks it covers, and their decision from the store's reply, as
 //! [`Engine::check_all`] makes it on the usual path.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{Backend, CheckOptions, Engine, Source};
-use crate::breaker::BreakerState;
 use crate::decision::Decision;
 use crate::error::Result;
 use crate::store::redis::{RedisCheck, RedisStore};
@@ -18,31 +16,10 @@ impl Engine {
     /// closed and no notice of ignored overrides due (the usual path sends
     /// it), else `None`; a check already sent is decoded whatever they became.
     fn sans_io_store(&self, key: &str, starting: bool) -> Option<(&RedisStore, Vec<String>)> {
-        let inner = &*self.inner;
-        let (Backend::Redis(redis), [compiled]) = (&*inner.backend, inner.policies.as_slice()) else {
-            return None;
-        };
-        if compiled.penalty.is_some()
-            || compiled.params.adaptive.is_some()
-            || compiled.policy.sync().is_some()
-            || inner.overrides
-            || inner.regions.is_some()
-            || inner.block_cache.is_some()
-        {
+        if self.inner.policies.len() != 1 {
             return None;
         }
-        if starting {
-            let notice_due = inner.ignored_overrides.as_ref().is_some_and(|notice| {
-                notice
-                    .next
-                    .first()
-                    .is_some_and(|next| super::process_now_ms() >= next.load(Ordering::Relaxed))
-            });
-            if notice_due || inner.resilience.state() != BreakerState::Closed {
-                return None;
-            }
-        }
-        Some((redis, self.store_keys(0, key)))
+        self.sans_io_target_store(0, key, starting)
     }
 
     /// The store's address for a host's own socket, and each call's timeout.

@@ -20,7 +20,12 @@ impl Engine {
     /// adaptive, sync, overrides, regions nor block cache. `starting`: also
     /// the breaker closed and no notice of ignored overrides due (the usual
     /// path sends it), else `None`.
-    fn sans_io_target_store(&self, i: usize, key: &str, starting: bool) -> Option<(&RedisStore, Vec<String>)> {
+    pub(super) fn sans_io_target_store(
+        &self,
+        i: usize,
+        key: &str,
+        starting: bool,
+    ) -> Option<(&RedisStore, Vec<String>)> {
         let inner = &*self.inner;
         let Backend::Redis(redis) = &*inner.backend else {
             return None;
