@@ -59,6 +59,10 @@ import (
 """
 
 
+# The binding's internal packages of pure Go (internal/adaptertest is the adapters' tests' only).
+PURE_GO = ("internal/sansio/",)
+
+
 def keep_dir_go(package: str, what: str) -> str:
     return f"// Package {package} holds {what}; it has no Go code.\npackage {package}\n"
 
@@ -72,6 +76,11 @@ def module_files(platforms: dict) -> dict:
                 continue
             files[at + src.name] = src.read_bytes()
         files[at + "link.go"] = link_go(sorted(platforms), package, root).encode()
+    # Packages of pure Go the binding imports (no cgo, so no link.go).
+    for at in PURE_GO:
+        for src in sorted((HERE / at).glob("*.go")):
+            if not src.name.endswith("_test.go"):
+                files[at + src.name] = src.read_bytes()
     files["go.mod"] = (HERE / "go.mod").read_bytes()
     files["README.md"] = (HERE / "README.md").read_bytes()
     files["LICENSE"] = (ROOT / "LICENSE").read_bytes()
@@ -98,12 +107,13 @@ def check(files: dict, platforms: dict) -> None:
     for name in files:
         ok = (("/" not in name and (name.endswith(".go") or name in ("go.mod", "README.md", "LICENSE")))
               or (name.startswith("client/") and name.count("/") == 1 and name.endswith(".go"))
+              or any(name.startswith(at) and name.count("/") == at.count("/") and name.endswith(".go") for at in PURE_GO)
               or name in ("capi/include/polylimit.h", "capi/include/include.go")
               or any(name in (f"build/{p}/{LIB}", f"build/{p}/lib.go") for p in platforms))
         if not ok or name.endswith("_test.go") or name in CHECKOUT_ONLY:
             sys.exit(f"go dist: unexpected file in the module zip: {name}")
     for needed in ("go.mod", "LICENSE", "link.go", "limiter.go", "version.go", "capi/include/polylimit.h",
-                   "client/client.go", "client/link.go"):
+                   "client/client.go", "client/link.go", "internal/sansio/sansio.go"):
         if needed not in files:
             sys.exit(f"go dist: {needed} is missing from the module zip")
 
