@@ -86,6 +86,10 @@ ifneq ($(filter test-all,$(MAKECMDGOALS)),)
 jvm-dist: | jvm-test examples-spring examples-jvm
 # The Sentinel and Cluster drills time failovers: not beside e2e's 14 apps.
 e2e-test: | rust-test
+# e2e-test (5 minutes, mostly waiting on its apps) ends the run: until it
+# starts, the free slots go to what it waits for, and the suites that need
+# neither its builds nor rust-test's order run beside it.
+python-test valkey-test node-test python-sdist-test docs-test go-test gateway-test: | examples-build e2e-sync-driver
 docs: | python-build
 jvm-install: JVM_INSTALL_FLAGS =
 endif
