@@ -27,12 +27,15 @@ const orphans = new FinalizationRegistry((socket) => socket.destroy());
 
 // At most this many calls wait on the socket; more go through the bridge.
 const MAX_IN_FLIGHT = 256;
-// 'requests' (the default): the middlewares' requests pipelined, a check only while no other call
-// of this thread is in flight (pipelined checks measured a lower CPU per decision but no steady
-// gain in throughput at 64 in flight: docs/performance.md); 'pipeline': checks pipelined too;
-// 'single': the previous prototype (a lone check, no requests); 'off': every call through the
-// bridge. For A/B benches and tests.
-let mode = 'requests';
+// 'single' (the default): a check only while no other call of this thread is in flight, the
+// middlewares' requests through the bridge; 'requests': the middlewares' requests pipelined too
+// (not the default: on a quiet machine, same run, Fastify went 1.03x -> 1.09x of
+// @fastify/rate-limit but Express 1.25x -> 0.96x of express-rate-limit, 137.7 -> 167.8 us of app
+// CPU per request: docs/performance.md); 'pipeline': checks pipelined too (a lower CPU per
+// decision, no steady gain in throughput at 64 in flight); 'off': every call through the bridge.
+// For A/B benches and tests.
+const DEFAULT_MODE = 'single';
+let mode = DEFAULT_MODE;
 function setMode(m) {
   if (!['requests', 'pipeline', 'single', 'off'].includes(m)) throw new Error(`sans-I/O mode: ${m}`);
   mode = m;
@@ -201,4 +204,4 @@ class SansIo {
   }
 }
 
-module.exports = { SansIo, setMode, MAX_IN_FLIGHT };
+module.exports = { SansIo, setMode, DEFAULT_MODE, MAX_IN_FLIGHT };

@@ -7,7 +7,7 @@ const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
-const { setMode, MAX_IN_FLIGHT } = require('../sansio');
+const { setMode, DEFAULT_MODE, MAX_IN_FLIGHT } = require('../sansio');
 
 let redis;
 test.before(async () => {
@@ -115,7 +115,7 @@ test('a restarted server: the socket reconnects, the fallback decides while it i
 
 test('checks in flight together are pipelined on the socket (mode pipeline); close settles those on it', async (t) => {
   setMode('pipeline');
-  t.after(() => setMode('requests'));
+  t.after(() => setMode(DEFAULT_MODE));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: 'sans-many' });
   const stats = counted(limiter);
   await warm(limiter, stats);
@@ -145,7 +145,7 @@ test('the default mode: only a check alone goes by the socket (the bridge batche
 
 test('in flight on the socket are bounded: the rest go by the bridge', async (t) => {
   setMode('pipeline');
-  t.after(() => setMode('requests'));
+  t.after(() => setMode(DEFAULT_MODE));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '1000/min' }, store: redis.url, prefix: 'sans-bound' });
   const stats = counted(limiter);
   await warm(limiter, stats);
@@ -158,7 +158,7 @@ test('in flight on the socket are bounded: the rest go by the bridge', async (t)
 
 test('under a steady load the socket is never idle: its queue of answered calls is dropped now and then', async (t) => {
   setMode('pipeline');
-  t.after(() => setMode('requests'));
+  t.after(() => setMode(DEFAULT_MODE));
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '999999/min' }, store: redis.url, prefix: 'sans-steady' });
   const stats = counted(limiter);
   await warm(limiter, stats);

@@ -13,6 +13,10 @@ const os = require('node:os');
 const path = require('node:path');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
+const { setMode } = require('../sansio');
+
+// Not the default mode (sansio.js says why): this file tests the path itself.
+setMode('requests');
 
 let redis;
 test.before(async () => {
