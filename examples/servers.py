@@ -25,6 +25,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 EXAMPLES = Path(__file__).resolve().parent
 REPO = EXAMPLES.parent
 LOGS = REPO / "target" / "examples"
+# pytest-xdist runs the e2e files in several processes, each with its own apps: a log each.
+LOG_SUFFIX = f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""
 
 # name → (label, working directory, command)
 APPS: Dict[str, Tuple[str, str, List[str]]] = {
@@ -84,7 +86,7 @@ class App:
         self.port = free_port()
         self.env = dict(os.environ, PORT=str(self.port), **(env or {}))
         self.env.setdefault("POLYLIMIT_RULES", str(EXAMPLES / "polylimit.yaml"))
-        self.log = LOGS / f"{name}.log"
+        self.log = LOGS / f"{name}{LOG_SUFFIX}.log"
         self.proc: Optional[subprocess.Popen] = None
 
     def start(self) -> "App":

@@ -53,7 +53,7 @@ import (
 const (
 	goroutines = 64
 	keys       = 1000
-	duration   = 3 * time.Second
+	duration   = 2 * time.Second
 	rounds     = 3
 )
 

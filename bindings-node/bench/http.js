@@ -10,7 +10,7 @@ const { RedisServer } = require('../test/support');
 const { version, median, record } = require('./common');
 const cpu = require('./cpu');
 
-const SECONDS = Number(process.env.BENCH_SECONDS || 3);
+const SECONDS = Number(process.env.BENCH_SECONDS || 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
 
 const PEERS = {

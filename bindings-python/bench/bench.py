@@ -25,7 +25,7 @@ from redis_server import RedisServer, free_port  # noqa: E402
 import polylimit  # noqa: E402
 
 TASKS = 64
-SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "2"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 
 

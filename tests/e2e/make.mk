@@ -5,8 +5,12 @@
 SYNC_GO_DRIVER := $(CARGO_TARGET_DIR)/e2e/sync-driver
 SYNC_GO_DRIVER_RELEASE := $(CARGO_TARGET_DIR)/e2e/sync-driver-release
 
+## Two processes, whole files each (a file's module fixtures, e.g. a cluster,
+## start once): the suite mostly waits (slow handlers, leases, app starts),
+## about a third of a core for five minutes in one process.
+E2E_WORKERS ?= 2
 e2e-test: examples-build redis-server e2e-sync-driver
-	$(PY) -m pytest -q -p no:cacheprovider tests/e2e
+	$(PY) -m pytest -q -p no:cacheprovider -n $(E2E_WORKERS) --dist loadfile tests/e2e
 
 e2e-sync-driver: go-deps $(GO_APPS_CAPI)
 	cd tests/e2e/sync/go && $(GO_APPS_VET) ./... && $(GO_APPS_BUILD) -o $(SYNC_GO_DRIVER) .

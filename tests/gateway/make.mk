@@ -26,7 +26,7 @@ gateway-peer: gateway-deps
 	  GOBIN=$(dir $(GATEWAY_PEER)) $(GO) install github.com/envoyproxy/ratelimit/src/service_cmd@$(GATEWAY_PEER_VERSION); }
 
 ## envoyproxy/ratelimit beside polylimit-server (release) on one Redis.
-GATEWAY_BENCH_FLAGS ?= -seconds 3 -rounds 3
+GATEWAY_BENCH_FLAGS ?= -seconds 2 -rounds 3
 gateway-bench: gateway-peer redis-server
 	$(CARGO) build --release --quiet -p polylimit-server
 	cd $(GATEWAY_DIR) && $(GO) run ./bench $(GATEWAY_BENCH_FLAGS)

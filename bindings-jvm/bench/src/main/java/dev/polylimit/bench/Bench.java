@@ -61,7 +61,7 @@ import org.springframework.boot.SpringBootVersion;
  * With POLYLIMIT_BENCH_OUT set, every result line is also appended to that
  * file as a JSON object (bench/report.py reads them). Arguments: the parts to
  * run (decisions, latency, http; all by default). BENCH_SECONDS and
- * BENCH_ROUNDS change the run length and round count (3 and 3),
+ * BENCH_ROUNDS change the run length and round count (2 s and 3),
  * BENCH_WARMUP each Spring app's least warm-up (10 s), BENCH_WARMUP_MAX its
  * most (60 s: load goes on, in 2 s steps, until the app's JIT compiler
  * threads spend under a tenth of its CPU in two steps in a row) and BENCH_APP_OPTS adds JVM
@@ -70,7 +70,7 @@ import org.springframework.boot.SpringBootVersion;
 public final class Bench {
     static final int IN_FLIGHT = 64;
     static final int KEYS = 1000;
-    static final double SECONDS = Double.parseDouble(System.getenv().getOrDefault("BENCH_SECONDS", "3"));
+    static final double SECONDS = Double.parseDouble(System.getenv().getOrDefault("BENCH_SECONDS", "2"));
     static final int ROUNDS = Integer.parseInt(System.getenv().getOrDefault("BENCH_ROUNDS", "3"));
     /** Least seconds of load on each Spring app before its rounds: the JIT compiles the hot paths meanwhile. */
     static final double WARMUP = Double.parseDouble(System.getenv().getOrDefault("BENCH_WARMUP", "10"));
