@@ -264,7 +264,7 @@ impl NativeLimiter {
     }
 
     /// Submits request `id` the usual way (the core refused to finish it on
-    /// `sansio.js`'s socket: nothing charged, or the rules were reloaded).
+    /// `sansio.js`'s socket: nothing was charged).
     fn usual_request(&self, id: u32, request: RequestInfo, rule: Option<Arc<RouteRule>>) {
         let Some(bridge) = self.bridge.as_ref() else { return };
         let limiter = self.inner.clone();

@@ -4,7 +4,8 @@
 // target needing no completion token, pipelined with the calls before it; the core makes the
 // outcome from the reply by the usual path's code. Outcomes, headers and bodies are the bridge's;
 // a call that timed out is decided by the fallback and never sent again; a reload between send
-// and reply decides the request again by the new rules; close settles the calls in flight.
+// and reply does not change the call (it finishes on its rules, charged once); close settles the
+// calls in flight.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -165,7 +166,7 @@ test('a request the socket sent that timed out is never sent again: charged once
   limiter.close();
 });
 
-test('a reload between send and reply: the request is decided again by the new rules', async () => {
+test('a reload between send and reply: the request finishes on the rules it started with, charged once', async () => {
   const file = rulesFile(RULES('3/min'));
   const limiter = new Limiter({ rulesFile: file, store: redis.url, prefix: prefix(), timeout: '5s' });
   const stats = counted(limiter);
@@ -178,7 +179,11 @@ test('a reload between send and reply: the request is decided again by the new r
   await redis.command('CLIENT UNPAUSE');
   const o = await pending;
   assert.equal(o.status, null);
-  assert.equal(o.decisions[0].limit, 7, 'decided by the reloaded rules');
+  assert.equal(o.decisions[0].limit, 3, 'the rules it started with');
+  assert.equal(o.decisions[0].remaining, 2);
+  const next = await ask(limiter, { ip: '192.0.2.77' });
+  assert.equal(next.decisions[0].limit, 7, 'the next request: the new rules');
+  assert.equal(next.decisions[0].remaining, 7 - 2, 'charged once by the socket, once now');
   limiter.close();
 });
 

@@ -187,3 +187,71 @@ async fn what_needs_a_token_a_clock_or_no_store_is_refused() {
         .sans_io_request_start(&request("/api/x"), None, &mut out)
         .is_none());
 }
+
+/// A reload between send and reply: the call finishes on the rules it
+/// started with (as a call of the usual path does) and is charged once; a
+/// call started after the reload is decided by the new rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_between_send_and_reply_finishes_on_the_old_rules_charged_once() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let ours = limiter(&url, "sans-reload");
+    warm(&ours).await;
+    let (host, port, _) = ours.sans_io_address().unwrap();
+    let mut socket = TcpStream::connect((host.as_str(), port)).unwrap();
+
+    let mut out = Vec::new();
+    let call = ours.sans_io_request_start(&request("/api/x"), None, &mut out).unwrap();
+    let options = |rate: &str| json!({ "rules": RULES.replace("3/min", rate), "store": url, "prefix": "sans-reload" });
+    ours.reload_from_blocking(Naming::Snake, &options("7/min")).unwrap();
+
+    let reply = exchange(&mut socket, &out);
+    let got = ours
+        .sans_io_request_finish(call, &reply)
+        .expect("finished, not sent again the usual way")
+        .unwrap();
+    assert_eq!(got.decisions[0].decision.limit, 3, "the rules it started with");
+    assert_eq!(got.decisions[0].decision.remaining, 2);
+
+    // The next request: the new rules, and the one charge before it.
+    let next = ours.check_request(&request("/api/x")).await.unwrap();
+    assert_eq!(next.decisions[0].decision.limit, 7);
+    assert_eq!(
+        next.decisions[0].decision.remaining,
+        7 - 2,
+        "charged once by the socket, once now"
+    );
+}
+
+/// The same for a check of a key (`sans_io_start` / `sans_io_finish`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_between_send_and_reply_of_a_check_finishes_on_the_old_policy() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let options = |rate: &str| json!({ "policy": { "algorithm": "fixed_window", "rate": rate }, "store": url, "prefix": "sans-check" });
+    let ours = Limiter::build(Naming::Snake, &options("3/min")).unwrap();
+    let mut out = Vec::new();
+    let mut started = None;
+    for _ in 0..200 {
+        ours.check("warm").await.unwrap();
+        started = ours.sans_io_start("k", Default::default(), &mut out);
+        if started.is_some() {
+            break;
+        }
+    }
+    let call = started.expect("the common case went by the socket");
+    let (host, port, _) = ours.sans_io_address().unwrap();
+    let mut socket = TcpStream::connect((host.as_str(), port)).unwrap();
+    ours.reload_from_blocking(Naming::Snake, &options("7/min")).unwrap();
+    let decided = ours
+        .sans_io_finish(&call, &exchange(&mut socket, &out))
+        .expect("finished, not sent again the usual way")
+        .unwrap();
+    assert_eq!((decided.limit, decided.remaining), (3, 2), "the policy it started with");
+    let next = ours.check("k").await.unwrap();
+    assert_eq!(
+        (next.limit, next.remaining),
+        (7, 5),
+        "charged once by the socket, once now"
+    );
+}

@@ -30,8 +30,9 @@ pub const POLYLIMIT_SANS_IO_INCOMPLETE: i32 = 0;
 /// `polylimit_sans_io_finish`'s `*out_state`: decided, in `*out`.
 pub const POLYLIMIT_SANS_IO_DECIDED: i32 = 1;
 /// `polylimit_sans_io_finish`'s and `polylimit_sans_io_unanswered`'s
-/// `*out_state`: nothing was charged (a server error) or the rules were
-/// reloaded since: decide the check the usual way.
+/// `*out_state`: nothing was charged (a server error): decide the check
+/// the usual way. A reload since does not matter: a call finishes on the
+/// policies it started with.
 pub const POLYLIMIT_SANS_IO_USUAL: i32 = 2;
 
 /// A check sent (or about to be sent) on the caller's socket. It keeps its
@@ -187,8 +188,8 @@ pub unsafe extern "C" fn polylimit_sans_io_finish(
 /// silent past the timeout): by the policy's `on_store_error`, the breaker
 /// told of a failure (it may have been charged: never send it again).
 /// Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (in `*out`)
-/// or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since: decide it
-/// with `polylimit_limiter_try_check`).
+/// or `POLYLIMIT_SANS_IO_USUAL` (the core cannot say: decide it with
+/// `polylimit_limiter_try_check`).
 ///
 /// # Safety
 /// `call` is NULL or a live call; `out`, `out_state` and `err` are NULL or

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use super::completion::Count;
+use super::completion::{Count, Tokens};
 use super::grpc;
 use super::outcome::{outcome, Outcome};
 use super::plan::{plan, Owner, Plan, Planned, RequestCost};
@@ -40,8 +40,11 @@ pub struct SansIoRequest {
     now: i64,
     grpc: bool,
     started: Instant,
-    /// The limiter's rules generation at the start.
-    pub(crate) generation: u64,
+    /// The engine and completion tokens in force at the start: the request
+    /// finishes on them, as a call of the usual path does, even after a
+    /// reload (deciding it again on new rules would charge it twice).
+    engine: Engine,
+    tokens: Arc<Tokens>,
 }
 
 impl std::fmt::Debug for SansIoRequest {
@@ -71,7 +74,6 @@ impl Requests {
         req: &RequestInfo,
         route: Option<&Arc<RouteRule>>,
         out: &mut Vec<u8>,
-        generation: u64,
     ) -> Option<SansIoRequest> {
         if req.now_ms.is_some() {
             return None;
@@ -122,28 +124,34 @@ impl Requests {
             now,
             grpc: req.grpc,
             started: Instant::now(),
-            generation,
+            engine: engine.clone(),
+            tokens: self.tokens.clone(),
         })
     }
+}
 
-    /// The outcome of `call` from its `reply`, or `None`: the usual path
-    /// decides it (nothing was charged).
-    pub(crate) fn sans_io_finish(&self, engine: &Engine, call: SansIoRequest, reply: &[u8]) -> Option<Outcome> {
-        let elapsed = call.started.elapsed();
-        let result = engine.sans_io_target_finish(call.policy, &call.key, call.charged, call.now, reply, elapsed)?;
-        self.sans_io_outcome(engine, call, result)
+impl SansIoRequest {
+    /// The outcome from the `reply`, or `None`: the usual path decides the
+    /// request (nothing was charged).
+    pub(crate) fn finish(self, reply: &[u8]) -> Option<Outcome> {
+        let elapsed = self.started.elapsed();
+        let result =
+            (self.engine).sans_io_target_finish(self.policy, &self.key, self.charged, self.now, reply, elapsed)?;
+        self.outcome(result)
     }
 
-    /// The outcome of `call`, sent, when no reply came: its policy's
-    /// `on_store_error`. `None`: the limiter changed since.
-    pub(crate) fn sans_io_unanswered(&self, engine: &Engine, call: SansIoRequest) -> Option<Outcome> {
-        let elapsed = call.started.elapsed();
-        let result = engine.sans_io_target_unanswered(call.policy, &call.key, call.charged, elapsed)?;
-        self.sans_io_outcome(engine, call, result)
+    /// The outcome when no reply came: its policy's `on_store_error`.
+    /// `None`: the policy's engine cannot say (the usual path decides).
+    pub(crate) fn unanswered(self) -> Option<Outcome> {
+        let elapsed = self.started.elapsed();
+        let result = (self.engine).sans_io_target_unanswered(self.policy, &self.key, self.charged, elapsed)?;
+        self.outcome(result)
     }
 
-    /// The outcome the usual path makes of `result` for `call`'s plan.
-    fn sans_io_outcome(&self, engine: &Engine, call: SansIoRequest, result: CheckResult) -> Option<Outcome> {
+    /// The outcome the usual path makes of `result` for this plan.
+    fn outcome(self, result: CheckResult) -> Option<Outcome> {
+        let call = self;
+        let engine = &call.engine;
         let rules: &HttpRules = match call.rules.as_deref() {
             Some(rules) => rules,
             None => default_rules(),
@@ -170,7 +178,7 @@ impl Requests {
             grpc: call.grpc,
             ..RequestInfo::default()
         };
-        let answer = outcome(engine, &self.tokens, rules, &planned, result, true, &req, call.cost);
+        let answer = outcome(engine, &call.tokens, rules, &planned, result, true, &req, call.cost);
         Some(if call.grpc { grpc::answer(answer) } else { answer })
     }
 }

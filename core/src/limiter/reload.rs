@@ -101,8 +101,11 @@ impl Limiter {
         };
         match built {
             Ok(live) => {
-                *self.shared.live.write() = live;
+                // Counted under the lock: a reader that sees the new pair sees its generation.
+                let mut pair = self.shared.live.write();
+                *pair = live;
                 self.shared.generation.fetch_add(1, Ordering::Release);
+                drop(pair);
                 if let Some(source) = source {
                     *self.shared.source.lock() = source;
                 }

@@ -15,17 +15,30 @@ use std::time::{Duration, Instant};
 
 use super::Limiter;
 use crate::decision::Decision;
-use crate::engine::CheckOptions;
+use crate::engine::{CheckOptions, Engine};
 use crate::error::Result;
 
 /// A check sent by the host's own socket, to finish with its reply.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SansIoCall {
     key: String,
     cost: i64,
     now: i64,
-    rules: u64,
     started: Instant,
+    /// The engine in force at the start: the call finishes on it, as a call
+    /// of the usual path does, even after a reload (deciding it again on
+    /// new rules would charge it twice).
+    engine: Engine,
+}
+
+impl std::fmt::Debug for SansIoCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SansIoCall")
+            .field("key", &self.key)
+            .field("cost", &self.cost)
+            .field("now", &self.now)
+            .finish()
+    }
 }
 
 impl Limiter {
@@ -40,27 +53,23 @@ impl Limiter {
     /// [`Limiter::check_with`] would), or returns `None` with nothing
     /// appended: decide it with [`Limiter::check_with`].
     pub fn sans_io_start(&self, key: &str, options: CheckOptions, out: &mut Vec<u8>) -> Option<SansIoCall> {
-        let rules = self.rules_generation();
-        let (cost, now) = self.engine().sans_io_start(key, options, out)?;
+        let engine = self.engine();
+        let (cost, now) = engine.sans_io_start(key, options, out)?;
         Some(SansIoCall {
             key: key.to_string(),
             cost,
             now,
-            rules,
             started: Instant::now(),
+            engine,
         })
     }
 
     /// The decision of `call` from its `reply` (one whole reply:
     /// [`sans_io_reply_len`]), or `None`: decide it with
-    /// [`Limiter::check_with`] (nothing was charged).
+    /// [`Limiter::check_with`] (nothing was charged). A call finishes on
+    /// the policies it started with, a reload since or not.
     pub fn sans_io_finish(&self, call: &SansIoCall, reply: &[u8]) -> Option<Result<Decision>> {
-        if self.rules_generation() != call.rules {
-            // Charged under the rules before a reload: read by those rules
-            // no more; the usual path decides again.
-            return None;
-        }
-        self.engine()
+        call.engine
             .sans_io_finish(&call.key, call.cost, call.now, reply, call.started.elapsed())
     }
 }
@@ -68,13 +77,10 @@ impl Limiter {
 impl Limiter {
     /// The decision of `call`, sent, when no reply came (the host's socket
     /// failed or stayed silent past the timeout): the policy's
-    /// `on_store_error`, the breaker told of a failure. `None` only when the
-    /// rules were reloaded since: decide it with [`Limiter::check_with`].
+    /// `on_store_error`, the breaker told of a failure, on the policies it
+    /// started with. `None`: decide it with [`Limiter::check_with`].
     pub fn sans_io_unanswered(&self, call: &SansIoCall) -> Option<Decision> {
-        if self.rules_generation() != call.rules {
-            return None;
-        }
-        self.engine()
+        call.engine
             .sans_io_unanswered(&call.key, call.cost, call.started.elapsed())
     }
 }

@@ -25,31 +25,23 @@ impl Limiter {
         rule: Option<&Arc<RouteRule>>,
         out: &mut Vec<u8>,
     ) -> Option<SansIoRequest> {
-        let generation = self.rules_generation();
         let live = self.shared.live.read();
-        live.http.sans_io_start(&live.engine, req, rule, out, generation)
+        live.http.sans_io_start(&live.engine, req, rule, out)
     }
 
     /// The outcome of `call` from its `reply` (one whole reply:
     /// [`crate::sans_io_reply_len`]), or `None`: decide the request the
-    /// usual way (nothing was charged, or the rules were reloaded since).
+    /// usual way (nothing was charged). A call finishes on the rules it
+    /// started with, a reload since or not, as a call of the usual path does.
     pub fn sans_io_request_finish(&self, call: SansIoRequest, reply: &[u8]) -> Option<Result<Outcome>> {
-        if self.rules_generation() != call.generation {
-            return None;
-        }
-        let live = self.shared.live.read();
-        live.http.sans_io_finish(&live.engine, call, reply).map(Ok)
+        call.finish(reply).map(Ok)
     }
 
     /// The outcome of `call`, sent, when no reply came (the host's socket
     /// failed or stayed silent past the timeout): its policy's
     /// `on_store_error`, the breaker told of a failure; never sent again.
-    /// `None` only when the rules were reloaded since: decide it the usual way.
+    /// On the rules it started with.
     pub fn sans_io_request_unanswered(&self, call: SansIoRequest) -> Option<Outcome> {
-        if self.rules_generation() != call.generation {
-            return None;
-        }
-        let live = self.shared.live.read();
-        live.http.sans_io_unanswered(&live.engine, call)
+        call.unanswered()
     }
 }
