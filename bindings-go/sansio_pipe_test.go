@@ -464,6 +464,22 @@ func TestSansPipeReloadBetweenSendAndReply(t *testing.T) {
 	}
 }
 
+// pipeInFlight is the number of requests on l's pipelined connections.
+func pipeInFlight(l *Limiter) int {
+	if l.pipe == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range l.pipe.slots {
+		s.mu.Lock()
+		if s.cur != nil {
+			n += len(s.cur.fifo)
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
 func headerOf(o *Outcome, name string) string {
 	for _, h := range o.Headers {
 		if strings.EqualFold(h[0], name) {
