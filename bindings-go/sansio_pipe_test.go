@@ -237,6 +237,29 @@ func TestSansPipeManyInFlightAreChargedExactly(t *testing.T) {
 	if got := l.pipe.decided.Load() - before; got < 320 {
 		t.Fatalf("only %d of 640 requests went through the sans-I/O connection", got)
 	}
+	// Each reply reaches its own request: 64 clients in flight, each with
+	// its own key and cost, see their own counts.
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cost := uint64(g%7 + 1)
+			for i := 0; i < 10; i++ {
+				req := pipeRequest(fmt.Sprintf("203.0.113.%d", g))
+				req.Cost = cost
+				o, err := l.CheckRequest(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if want := 500 - cost*uint64(i+1); o.Status != 0 || o.Decisions[0].Decision.Remaining != want {
+					t.Errorf("client %d request %d: status %d remaining %d, want %d", g, i, o.Status, o.Decisions[0].Decision.Remaining, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestSansPipeSilentServerIsDecidedByOnStoreErrorAndChargedOnce(t *testing.T) {
