@@ -159,8 +159,9 @@ func TestRedisKilledMidFlightFallsBack(t *testing.T) {
 		}()
 	}
 	// All fifty wait on the paused server before it goes away (one check may
-	// wait on the limiter's own connection, sansio.go, not in the bridge).
-	inFlight := func() int { return waiting() + sansIoBusy(l) }
+	// wait on the limiter's own connection, sansio.go, and requests on its
+	// pipelined ones, sansio_pipe.go, not in the bridge).
+	inFlight := func() int { return waiting() + sansIoBusy(l) + pipeInFlight(l) }
 	deadline := time.Now().Add(5 * time.Second)
 	for inFlight() < 50 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -53,6 +53,7 @@ type Limiter struct {
 	known atomic.Pointer[knownRules] // what the middleware remembers of the rules in force (known.go)
 
 	sio     *sansIo      // Check's own connection to Redis (sansio.go), nil when the core gives no address
+	pipe    *sansPipe    // the requests' own connections to Redis, pipelined (sansio_pipe.go); nil as sio
 	waiting atomic.Int32 // Checks waiting for the store the usual way: the sans-I/O path is for a lone check
 }
 
@@ -63,6 +64,9 @@ func wrap(build func(out **C.polylimit_limiter_t, err **C.polylimit_error_t) C.i
 		return nil, takeError(rc, cerr)
 	}
 	l := &Limiter{ptr: ptr, sio: newSansIo(ptr)}
+	if l.sio != nil {
+		l.pipe = newSansPipe(l.sio.addr, l.sio.timeout)
+	}
 	runtime.SetFinalizer(l, (*Limiter).Close)
 	return l, nil
 }
@@ -358,6 +362,11 @@ func (l *Limiter) tryRequest(ctx context.Context, p *packer, cost uint64, nowMs 
 	if p.tooLong {
 		return "", &Error{Kind: ErrInvalidArgument, Message: "request: a string of 4 GiB or more"}
 	}
+	if l.pipe != nil && flags&(C.POLYLIMIT_PEEK|C.POLYLIMIT_HAS_NOW_MS) == 0 {
+		if packed, err, ok := l.pipe.request(ctx, l, p, cost, flags); ok {
+			return packed, err
+		}
+	}
 	var outLen C.size_t
 	var owned *C.uint8_t
 	var pending *C.polylimit_pending_t
@@ -632,6 +641,7 @@ func (l *Limiter) Close() error {
 	defer l.mu.Unlock()
 	if l.sio != nil {
 		l.sio.close()
+		l.pipe.close()
 	}
 	if l.ptr != nil {
 		l.dropAnomaly()

@@ -431,29 +431,44 @@ func middleware(addr string) {
 		io.WriteString(w, "ok")
 	})
 
+	onRedisHandler := limited("redis://" + addr)
+	// The same on two pipelined connections (only with -handlers ...,redis-2conns).
+	sansio.Conns.Store(2)
+	onRedis2Conns := limited("redis://" + addr)
+	sansio.Conns.Store(0)
 	handlers := []struct {
 		name    string
 		handler http.Handler
 		runs    []float64
 		cpus    []cpuUse
+		usual   bool // the requests' sans-I/O path off (sansio.RequestsOff)
 	}{
 		{name: "unlimited", handler: ok},
 		{name: "memory", handler: limited("memory")},
-		{name: "redis", handler: limited("redis://" + addr)},
+		{name: "redis", handler: onRedisHandler},
 		{name: "ulule", handler: peer},
 		{name: "headers", handler: withHeaders},
 		{name: "floor", handler: floor},
+		{name: "redis-usual", handler: onRedisHandler, usual: true},
+		{name: "redis-2conns", handler: onRedis2Conns},
 	}
 	for round := 0; round < rounds; round++ {
 		for i := range handlers {
 			h := &handlers[i]
-			if !wanted(h.name) || (h.name == "floor" && *handlerList == "") {
+			if !wanted(h.name) || ((h.name == "floor" || h.name == "redis-usual" || h.name == "redis-2conns") && *handlerList == "") {
 				// -handlers left it out: a zero line, not a measurement.
 				h.runs, h.cpus = append(h.runs, 0), append(h.cpus, cpuUse{})
 				continue
 			}
 			threads := startThreads()
+			sansio.RequestsOff.Store(h.usual)
+			carried := sansio.Carried.Load()
 			rate, used := requests(h.name, h.handler)
+			sansio.RequestsOff.Store(false)
+			if *showRounds {
+				fmt.Printf("  round %d %-12s %9.0f req/s  CPU/request: process %.1f µs, redis-server %.1f µs; sans-I/O carried %d of %d\n",
+					round, h.name, rate, used.process, used.redis, sansio.Carried.Load()-carried, lastRequests)
+			}
 			if *showThreads {
 				threads.print(h.name)
 			}
@@ -504,6 +519,20 @@ func middleware(addr string) {
 		against("no limiter", plain).with(ululeLimit, goRedis))
 	record(line{What: "net/http polylimit vs ulule/limiter, redis", Value: onRedis, Unit: "req/s"}.
 		against("ulule/limiter", theirs).with(ululeLimit, goRedis))
+	if usual := median(handlers[6].runs); usual > 0 {
+		u := medianCPU(handlers[6].cpus)
+		usualLine := line{What: "net/http polylimit middleware, redis, requests' sans-I/O off", Value: usual, Unit: "req/s"}.
+			against("ulule/limiter", theirs).with(ululeLimit, goRedis)
+		usualLine.Bound = fmt.Sprintf("CPU per request: polylimit %.1f µs + redis-server %.1f µs", u.process, u.redis)
+		record(usualLine)
+	}
+	if two := median(handlers[7].runs); two > 0 {
+		u := medianCPU(handlers[7].cpus)
+		twoLine := line{What: "net/http polylimit middleware, redis, two pipelined connections", Value: two, Unit: "req/s"}.
+			against("ulule/limiter", theirs).with(ululeLimit, goRedis)
+		twoLine.Bound = fmt.Sprintf("CPU per request: polylimit %.1f µs + redis-server %.1f µs", u.process, u.redis)
+		record(twoLine)
+	}
 }
 
 // latencies calls op from c goroutines for d; returns each call's time.
@@ -615,7 +644,8 @@ func latency(addr string) {
 // -handlers: the middleware part's handlers to run (default all); -threads
 // prints each run's CPU by thread name; -cpuprofile writes a pprof profile.
 var (
-	handlerList = flag.String("handlers", "", "middleware part: the handlers to run, comma-separated (unlimited,memory,redis,ulule,headers,floor); default all but floor")
+	handlerList = flag.String("handlers", "", "middleware part: the handlers to run, comma-separated (unlimited,memory,redis,ulule,headers,floor,redis-usual,redis-2conns); default all but floor, redis-usual (the redis handler with the requests' sans-I/O path off) and redis-2conns (on two pipelined connections)")
+	showRounds  = flag.Bool("rounds", false, "middleware part: print each round's req/s and CPU per request")
 	showThreads = flag.Bool("threads", false, "print each middleware run's CPU per request by thread name (/proc/self/task)")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 )

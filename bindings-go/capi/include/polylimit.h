@@ -152,6 +152,12 @@ typedef struct polylimit_permit_t polylimit_permit_t;
 // `polylimit_sans_io_unanswered` or `polylimit_sans_io_call_free`.
 typedef struct polylimit_sans_io_call_t polylimit_sans_io_call_t;
 
+// A request's call sent (or about to be sent) on the caller's socket. It
+// keeps its limiter alive; it is consumed by
+// `polylimit_sans_io_request_finish` (unless the reply is incomplete),
+// `polylimit_sans_io_request_unanswered` or `polylimit_sans_io_request_free`.
+typedef struct polylimit_sans_io_request_t polylimit_sans_io_request_t;
+
 // An error; owned by the caller, freed with `polylimit_error_free`.
 typedef struct polylimit_error_t {
   // A `polylimit_status_t` other than OK and PENDING.
@@ -875,6 +881,87 @@ int32_t polylimit_sans_io_unanswered(struct polylimit_sans_io_call_t *call,
 // # Safety
 // `call` is NULL or a live call, not used after this.
 void polylimit_sans_io_call_free(struct polylimit_sans_io_call_t *call);
+
+// Starts deciding the packed request (`request_len` bytes at `request`,
+// with `cost`, `now_ms` and `flags` as for
+// `polylimit_limiter_try_check_request`) on the caller's socket: writes the
+// bytes to send into `out` (`*out_len` of its `out_cap` bytes) and the call
+// to `*call`. Or writes `*call` NULL (nothing to send): decide it with
+// `polylimit_limiter_try_check_request` (the core does not cover it, a
+// peek, or its bytes do not fit in `out_cap`). Its reply is the one after
+// those of the calls sent before it on the socket. A malformed request or
+// a bad cost is an error, as for `polylimit_limiter_try_check_request`.
+//
+// # Safety
+// `limiter` is NULL or a live handle; `request` is NULL (with
+// `request_len` 0) or points to `request_len` readable bytes; `out` is NULL
+// (with `out_cap` 0) or points to `out_cap` writable bytes; `out_len`,
+// `call` and `err` are NULL or writable.
+int32_t polylimit_limiter_sans_io_request_start(const struct polylimit_limiter_t *limiter,
+                                                const uint8_t *request,
+                                                size_t request_len,
+                                                uint64_t cost,
+                                                int64_t now_ms,
+                                                uint32_t flags,
+                                                uint8_t *out,
+                                                size_t out_cap,
+                                                size_t *out_len,
+                                                struct polylimit_sans_io_request_t **call,
+                                                struct polylimit_error_t **err);
+
+// Reads `call`'s reply from the bytes received (`reply_len` at `reply`,
+// starting with its reply). `*out_state` is `POLYLIMIT_SANS_IO_INCOMPLETE`
+// (the reply is not whole: `call` is kept, call again with more), else
+// `call` is consumed (also on an error), `*out_used` bytes of `reply` were
+// its reply, and `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (the packed
+// outcome as `polylimit_limiter_try_check_request` writes it: in `out`,
+// `*out_len` bytes, when it fits in `out_cap`, else in `*out_owned`, free
+// with `polylimit_bytes_free`) or `POLYLIMIT_SANS_IO_USUAL` (nothing was
+// charged, or the rules were reloaded since: decide the request with
+// `polylimit_limiter_try_check_request`).
+//
+// # Safety
+// `call` is NULL or a live call; `reply` is NULL (with `reply_len` 0) or
+// points to `reply_len` readable bytes; `out` is NULL (with `out_cap` 0) or
+// points to `out_cap` writable bytes; `out_len`, `out_owned`, `out_state`,
+// `out_used` and `err` are NULL or writable.
+int32_t polylimit_sans_io_request_finish(struct polylimit_sans_io_request_t *call,
+                                         const uint8_t *reply,
+                                         size_t reply_len,
+                                         uint8_t *out,
+                                         size_t out_cap,
+                                         size_t *out_len,
+                                         uint8_t **out_owned,
+                                         int32_t *out_state,
+                                         size_t *out_used,
+                                         struct polylimit_error_t **err);
+
+// Decides `call`, sent, that got no reply (the socket failed, or stayed
+// silent past the timeout): by its policy's `on_store_error`, the breaker
+// told of a failure (it may have been charged: never send it again).
+// Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (the packed
+// outcome in `out` or `*out_owned`, as `polylimit_sans_io_request_finish`
+// writes it) or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since:
+// decide it with `polylimit_limiter_try_check_request`).
+//
+// # Safety
+// `call` is NULL or a live call; `out` is NULL (with `out_cap` 0) or points
+// to `out_cap` writable bytes; `out_len`, `out_owned`, `out_state` and
+// `err` are NULL or writable.
+int32_t polylimit_sans_io_request_unanswered(struct polylimit_sans_io_request_t *call,
+                                             uint8_t *out,
+                                             size_t out_cap,
+                                             size_t *out_len,
+                                             uint8_t **out_owned,
+                                             int32_t *out_state,
+                                             struct polylimit_error_t **err);
+
+// Frees a request's call that was never sent (nothing decided: decide the
+// request with `polylimit_limiter_try_check_request`). NULL is ignored.
+//
+// # Safety
+// `call` is NULL or a live call, not used after this.
+void polylimit_sans_io_request_free(struct polylimit_sans_io_request_t *call);
 
 // 1 when deciding a request may read its header `name` (`name_len` bytes
 // of UTF-8, any case; the core's `Limiter::reads_header`), else 0: a

@@ -29,6 +29,7 @@ pub mod limiter;
 pub mod packed;
 pub mod pending;
 pub mod sans_io;
+pub mod sans_io_request;
 pub mod shared;
 
 use std::ffi::{c_char, CString};

@@ -318,6 +318,25 @@ int main(void) {
         POLYLIMIT_INVALID_ARGUMENT);
   CHECK(polylimit_sans_io_unanswered(NULL, &d, &state, NULL) == POLYLIMIT_INVALID_ARGUMENT);
   polylimit_sans_io_call_free(NULL);
+  /* The request's sans-I/O path, likewise: no call without a live
+     connection, NULL out-pointers refused, NULL freed. */
+  polylimit_sans_io_request_t *request_call = (polylimit_sans_io_request_t *)&call_len;
+  call_len = 1;
+  CHECK(polylimit_limiter_sans_io_request_start(limiter, packed, n, 0, 0, 0, call_bytes, sizeof call_bytes, &call_len,
+                                                &request_call, &err) == POLYLIMIT_OK);
+  CHECK(request_call == NULL && call_len == 0);
+  CHECK(polylimit_limiter_sans_io_request_start(limiter, packed, n, 0, 0, 0, call_bytes, sizeof call_bytes, NULL,
+                                                &request_call, &err) == POLYLIMIT_INVALID_ARGUMENT &&
+        err != NULL);
+  polylimit_error_free(err);
+  err = NULL;
+  uint8_t *request_owned = NULL;
+  size_t request_out = 0;
+  CHECK(polylimit_sans_io_request_finish(NULL, (const uint8_t *)":1\r\n", 4, out, sizeof out, &request_out,
+                                         &request_owned, &state, &used, NULL) == POLYLIMIT_INVALID_ARGUMENT);
+  CHECK(polylimit_sans_io_request_unanswered(NULL, out, sizeof out, &request_out, &request_owned, &state, NULL) ==
+        POLYLIMIT_INVALID_ARGUMENT);
+  polylimit_sans_io_request_free(NULL);
   CHECK(POLYLIMIT_SANS_IO_INCOMPLETE == 0 && POLYLIMIT_SANS_IO_DECIDED == 1 && POLYLIMIT_SANS_IO_USUAL == 2);
   polylimit_limiter_t *in_memory = NULL;
   CHECK(polylimit_limiter_build("{\"Policy\": {\"Rate\": \"10/s\"}}", &in_memory, &err) == POLYLIMIT_OK);
