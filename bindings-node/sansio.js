@@ -27,14 +27,16 @@ const orphans = new FinalizationRegistry((socket) => socket.destroy());
 
 // At most this many calls wait on the socket; more go through the bridge.
 const MAX_IN_FLIGHT = 256;
-// 'single' (the default): a check only while no other call of this thread is in flight, the
-// middlewares' requests through the bridge; 'requests': the middlewares' requests pipelined too
-// (not the default: on a quiet machine, same run, Fastify went 1.03x -> 1.09x of
-// @fastify/rate-limit but Express 1.25x -> 0.96x of express-rate-limit, 137.7 -> 167.8 us of app
-// CPU per request: docs/performance.md); 'pipeline': checks pipelined too (a lower CPU per
-// decision, no steady gain in throughput at 64 in flight); 'off': every call through the bridge.
-// For A/B benches and tests.
-const DEFAULT_MODE = 'single';
+// 'requests' (the default): a check only while no other call of this thread is in flight, the
+// middlewares' requests pipelined, each turn's in one write (`sent`); 'single': requests through
+// the bridge (the default until the requests of a turn went in one write: a request written at
+// once when the socket was idle cost Express a write of its own per turn); 'pipeline': checks
+// pipelined too (a lower CPU per decision, no steady gain in throughput at 64 in flight); 'off':
+// every call through the bridge. Measured in one run, 5 alternating rounds of bench/sans_io_ab.js
+// (docs/performance.md): app CPU per request 'requests' against 'single' Fastify 36.9 / 46.8 us,
+// Express 133.1 / 151.2 us, lower in every round of both; redis-server 6.5 / 9.2 and 8.1 / 11.9.
+// setMode is for A/B benches and tests.
+const DEFAULT_MODE = 'requests';
 let mode = DEFAULT_MODE;
 function setMode(m) {
   if (!['requests', 'pipeline', 'single', 'off'].includes(m)) throw new Error(`sans-I/O mode: ${m}`);
@@ -116,11 +118,16 @@ class SansIo {
     const idle = this.head >= this.waiting.length;
     this.waiting.push(entry);
     if (idle) {
-      // Alone (the latency case): written at once.
       socket.ref();
       this.timer.refresh();
-      socket.write(bytes);
-      return;
+      // A lone check (the latency case): written at once. A middleware's request waits for the
+      // rest of its turn: under load the requests that arrive in one event-loop turn go in one write
+      // (written at once, the first of each turn paid a write of its own: Express then lost to
+      // express-rate-limit); alone, it is written after this turn's other callbacks.
+      if (typeof entry !== 'number') {
+        socket.write(bytes);
+        return;
+      }
     }
     if (this.outbox.length === 0) setImmediate(this.flush);
     this.outbox.push(bytes);
