@@ -2,7 +2,8 @@
 // Express and Fastify under autocannon (-c 50) on one real Redis, each app in
 // its own process: limited by polylimit, by the framework's usual limiter
 // (express-rate-limit + rate-limit-redis; @fastify/rate-limit with ioredis),
-// and not limited at all. Rounds alternate the apps; medians are reported.
+// and not limited at all; the limited apps send the same rate-limit headers (apps.js). Rounds
+// alternate the order of the apps; medians are reported, and every round.
 const { fork } = require('node:child_process');
 const path = require('node:path');
 const autocannon = require('autocannon');

@@ -24,7 +24,9 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const us = (x) => (x === null || x === undefined ? '-' : x.toFixed(1));
 
 async function app(framework, which, mode, redis) {
-  const env = { ...process.env, BENCH_SANS_IO: mode || '', BENCH_TIMEOUT: '2s' };
+  // A mode `requests/both`: that mode, the app sending both header sets (apps.js BENCH_HEADERS).
+  const [sansIo, headers] = (mode || '').split('/');
+  const env = { ...process.env, BENCH_SANS_IO: sansIo, BENCH_HEADERS: headers || '', BENCH_TIMEOUT: '2s' };
   const child = fork(path.join(__dirname, 'apps.js'), [framework, which, redis.url], { stdio: 'inherit', env });
   const { port } = await new Promise((resolve, reject) => {
     child.once('message', resolve);
