@@ -34,9 +34,9 @@ const MAX_IN_FLIGHT = 256;
 // pipelined too (a lower CPU per decision, no steady gain in throughput at 64 in flight); 'off':
 // every call through the bridge. Measured in two runs of 5 alternating rounds of
 // bench/sans_io_ab.js (docs/performance.md): app CPU per request 'requests' against 'single'
-// Fastify 36.9 / 46.8 and 39.8 / 47.4 us, Express 133.1 / 151.2 and 141.7 / 149.4 us, lower in
-// every round of both; redis-server 6.5 / 9.2 and 8.1 / 11.9 us (first run). setMode is for A/B
-// benches and tests.
+// Fastify 36.9 / 46.8 and 39.8 / 47.4 us, Express 133.1 / 151.2 and 141.7 / 149.4 us; lower in
+// 28 of 30 rounds over three runs of both frameworks (one tie, one higher); redis-server 6.5 / 9.2
+// and 8.1 / 11.9 us (first run). setMode is for A/B benches and tests.
 const DEFAULT_MODE = 'requests';
 let mode = DEFAULT_MODE;
 function setMode(m) {
