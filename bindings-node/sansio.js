@@ -4,9 +4,9 @@
 // (`sansIoStart`, or `checkHttpBatched` with `sansIo`), and the core decodes each reply
 // (`sansIoFeed`) into the decision or the outcome the bridge would give, with no hop to the
 // core's runtime thread and back. Calls are pipelined: up to MAX_IN_FLIGHT wait on the socket,
-// their replies come back in the order sent; a call sent while others wait goes with the rest of
-// its event-loop turn in one write (a write per call cost the event loop more than the hop it
-// saved). The core decides which calls it covers (one common
+// their replies come back in the order sent; a call sent while others wait, and a middleware's
+// request always, goes with the rest of its event-loop turn in one write (a write per call cost the
+// event loop more than the hop it saved); only a lone check(key) is written at once. The core decides which calls it covers (one common
 // policy on standalone plain-TCP Redis without AUTH/SELECT, breaker closed, a live connection and
 // a fresh clock estimate) and answers `null` / a unit record for the rest, which go through the
 // bridge as usual (script loading, clock samples, reconnects, the breaker and fallback). A socket
