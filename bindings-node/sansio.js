@@ -4,9 +4,9 @@
 // (`sansIoStart`, or `checkHttpBatched` with `sansIo`), and the core decodes each reply
 // (`sansIoFeed`) into the decision or the outcome the bridge would give, with no hop to the
 // core's runtime thread and back. Calls are pipelined: up to MAX_IN_FLIGHT wait on the socket,
-// their replies come back in the order sent; a call sent while others wait goes with the rest of
-// its event-loop turn in one write (a write per call cost the event loop more than the hop it
-// saved). The core decides which calls it covers (one common
+// their replies come back in the order sent; a call sent while others wait, and a middleware's
+// request always, goes with the rest of its event-loop turn in one write (a write per call cost the
+// event loop more than the hop it saved); only a lone check(key) is written at once. The core decides which calls it covers (one common
 // policy on standalone plain-TCP Redis without AUTH/SELECT, breaker closed, a live connection and
 // a fresh clock estimate) and answers `null` / a unit record for the rest, which go through the
 // bridge as usual (script loading, clock samples, reconnects, the breaker and fallback). A socket
@@ -27,14 +27,17 @@ const orphans = new FinalizationRegistry((socket) => socket.destroy());
 
 // At most this many calls wait on the socket; more go through the bridge.
 const MAX_IN_FLIGHT = 256;
-// 'single' (the default): a check only while no other call of this thread is in flight, the
-// middlewares' requests through the bridge; 'requests': the middlewares' requests pipelined too
-// (not the default: on a quiet machine, same run, Fastify went 1.03x -> 1.09x of
-// @fastify/rate-limit but Express 1.25x -> 0.96x of express-rate-limit, 137.7 -> 167.8 us of app
-// CPU per request: docs/performance.md); 'pipeline': checks pipelined too (a lower CPU per
-// decision, no steady gain in throughput at 64 in flight); 'off': every call through the bridge.
-// For A/B benches and tests.
-const DEFAULT_MODE = 'single';
+// 'requests' (the default): a check only while no other call of this thread is in flight, the
+// middlewares' requests pipelined, each turn's in one write (`sent`); 'single': requests through
+// the bridge (the default until the requests of a turn went in one write: a request written at
+// once when the socket was idle cost Express a write of its own per turn); 'pipeline': checks
+// pipelined too (a lower CPU per decision, no steady gain in throughput at 64 in flight); 'off':
+// every call through the bridge. Measured in two runs of 5 alternating rounds of
+// bench/sans_io_ab.js (docs/performance.md): app CPU per request 'requests' against 'single'
+// Fastify 36.9 / 46.8 and 39.8 / 47.4 us, Express 133.1 / 151.2 and 141.7 / 149.4 us; lower in
+// 28 of 30 rounds over three runs of both frameworks (one tie, one higher); redis-server 6.5 / 9.2
+// and 8.1 / 11.9 us (first run). setMode is for A/B benches and tests.
+const DEFAULT_MODE = 'requests';
 let mode = DEFAULT_MODE;
 function setMode(m) {
   if (!['requests', 'pipeline', 'single', 'off'].includes(m)) throw new Error(`sans-I/O mode: ${m}`);
@@ -116,11 +119,16 @@ class SansIo {
     const idle = this.head >= this.waiting.length;
     this.waiting.push(entry);
     if (idle) {
-      // Alone (the latency case): written at once.
       socket.ref();
       this.timer.refresh();
-      socket.write(bytes);
-      return;
+      // A lone check (the latency case): written at once. A middleware's request waits for the
+      // rest of its turn: under load the requests that arrive in one event-loop turn go in one write
+      // (written at once, the first of each turn paid a write of its own: Express then lost to
+      // express-rate-limit); alone, it is written after this turn's other callbacks.
+      if (typeof entry !== 'number') {
+        socket.write(bytes);
+        return;
+      }
     }
     if (this.outbox.length === 0) setImmediate(this.flush);
     this.outbox.push(bytes);

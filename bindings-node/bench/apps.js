@@ -52,6 +52,10 @@ async function fastifyApp() {
       policy: { algorithm: 'fixed_window', rate: `${LIMIT}/min` },
       store: redisUrl,
       prefix: 'bench-fastify',
+      // The headers @fastify/rate-limit sends by default, X-RateLimit-Limit, -Remaining and -Reset
+      // (as the Express line gives express-rate-limit polylimit's: draft-7 and legacy); with both
+      // sets (polylimit's default) each response carries two more headers (BENCH_HEADERS=both).
+      ...(process.env.BENCH_HEADERS === 'both' ? {} : { standardHeaders: false }),
       ...TIMEOUT,
     });
   } else if (which === 'peer') {

@@ -2,7 +2,8 @@
 // Express and Fastify under autocannon (-c 50) on one real Redis, each app in
 // its own process: limited by polylimit, by the framework's usual limiter
 // (express-rate-limit + rate-limit-redis; @fastify/rate-limit with ioredis),
-// and not limited at all. Rounds alternate the apps; medians are reported.
+// and not limited at all; the limited apps send the same rate-limit headers (apps.js). Rounds
+// alternate the order of the apps; medians are reported, and every round.
 const { fork } = require('node:child_process');
 const path = require('node:path');
 const autocannon = require('autocannon');
@@ -53,11 +54,19 @@ async function bench(framework, redis) {
   try {
     for (const w of which) apps.push(await start(framework, w, redis));
     for (let round = 0; round < ROUNDS; round++) {
-      for (const [i, app] of apps.entries()) {
-        const { rate, cpu: used } = await app.run();
+      // The order alternates (peer, polylimit, none; then none, polylimit, peer): in a fixed order
+      // polylimit always ran right after the peer, and the line differed from the A/B's.
+      const order = round % 2 ? [2, 1, 0] : [0, 1, 2];
+      for (const i of order) {
+        const { rate, cpu: used } = await apps[i].run();
         runs[i].push(rate);
         cpus[i].push(used);
       }
+      const appCpu = (i) => (cpus[i][round] ? (cpus[i][round].perUnit.app.main + cpus[i][round].perUnit.app.runtime + cpus[i][round].perUnit.app.other).toFixed(1) : '-');
+      console.log(
+        `  ${framework} round ${round + 1}: polylimit ${Math.round(runs[1][round])}, peer ${Math.round(runs[0][round])}, none ${Math.round(runs[2][round])} req/s, ` +
+          `ratio ${(runs[1][round] / runs[0][round]).toFixed(2)}x; app CPU per request polylimit ${appCpu(1)}, peer ${appCpu(0)} us`,
+      );
     }
   } finally {
     for (const app of apps) app.stop();
@@ -68,7 +77,7 @@ async function bench(framework, redis) {
   const { name, packages } = PEERS[framework];
   const peers = Object.fromEntries(packages.map((p) => [p, version(p)]));
   const fmt = (x) => Math.round(x).toLocaleString('en').padStart(7);
-  console.log(`${framework} under autocannon -c 50, real Redis, median of ${ROUNDS} alternating ${SECONDS} s runs (${Object.entries(peers).map(([k, v]) => `${k} ${v}`).join(', ')})`);
+  console.log(`${framework} under autocannon -c 50, real Redis, median of ${ROUNDS} rounds of ${SECONDS} s runs, order alternating (${Object.entries(peers).map(([k, v]) => `${k} ${v}`).join(', ')})`);
   console.log(`  no limiter:            ${fmt(none)} req/s`);
   console.log(`  ${name.padEnd(38)} ${fmt(peer)} req/s  ${(peer / none).toFixed(2)} of unlimited`);
   console.log(`  polylimit:             ${fmt(ours)} req/s  ${(ours / none).toFixed(2)} of unlimited, ratio ${(ours / peer).toFixed(2)}x (target >= 1.0x)`);

@@ -18,11 +18,15 @@ const cpu = require('./cpu');
 const SECONDS = Number(process.env.BENCH_SECONDS || 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
 const WHAT = (process.env.BENCH_WHAT || 'fastify,express,check').split(',');
+// The sans-I/O modes the HTTP lines compare with the peer (sansio.setMode), e.g. BENCH_MODES=single,requests.
+const MODES = (process.env.BENCH_MODES || 'single,pipeline').split(',');
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 const us = (x) => (x === null || x === undefined ? '-' : x.toFixed(1));
 
 async function app(framework, which, mode, redis) {
-  const env = { ...process.env, BENCH_SANS_IO: mode || '', BENCH_TIMEOUT: '2s' };
+  // A mode `requests/both`: that mode, the app sending both header sets (apps.js BENCH_HEADERS).
+  const [sansIo, headers] = (mode || '').split('/');
+  const env = { ...process.env, BENCH_SANS_IO: sansIo, BENCH_HEADERS: headers || '', BENCH_TIMEOUT: '2s' };
   const child = fork(path.join(__dirname, 'apps.js'), [framework, which, redis.url], { stdio: 'inherit', env });
   const { port } = await new Promise((resolve, reject) => {
     child.once('message', resolve);
@@ -47,18 +51,20 @@ async function app(framework, which, mode, redis) {
 }
 
 async function http(framework, redis) {
-  const sides = [['peer', 'peer', null], ['single', 'polylimit', 'single'], ['pipeline', 'polylimit', 'pipeline']];
+  const sides = [['peer', 'peer', null], ...MODES.map((m) => [m, 'polylimit', m])];
   const apps = [];
   for (const [, which, mode] of sides) apps.push(await app(framework, which, mode, redis));
   const got = sides.map(() => []);
   try {
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 ? [2, 1, 0] : [0, 1, 2];
+      const order = sides.map((_, i) => i);
+      if (round % 2) order.reverse();
       for (const i of order) got[i].push(await apps[i].run());
       const r = (i) => got[i][round];
       console.log(
-        `${framework} round ${round + 1}: peer ${Math.round(r(0).rate)} req/s; single ${Math.round(r(1).rate)} (${(r(1).rate / r(0).rate).toFixed(2)}x); ` +
-          `pipeline ${Math.round(r(2).rate)} (${(r(2).rate / r(0).rate).toFixed(2)}x); CPU us/req app ${sides.map((s, i) => `${s[0]} ${us(r(i).app)}`).join(', ')}; redis ${sides.map((s, i) => `${s[0]} ${us(r(i).redis)}`).join(', ')}`,
+        `${framework} round ${round + 1}: peer ${Math.round(r(0).rate)} req/s; ` +
+          sides.slice(1).map((s, j) => `${s[0]} ${Math.round(r(j + 1).rate)} (${(r(j + 1).rate / r(0).rate).toFixed(2)}x)`).join('; ') +
+          `; CPU us/req app ${sides.map((s, i) => `${s[0]} ${us(r(i).app)}`).join(', ')}; redis ${sides.map((s, i) => `${s[0]} ${us(r(i).redis)}`).join(', ')}`,
       );
     }
   } finally {
@@ -66,8 +72,9 @@ async function http(framework, redis) {
   }
   const m = got.map((runs) => ({ rate: median(runs.map((x) => x.rate)), app: median(runs.map((x) => x.app)), redis: median(runs.map((x) => x.redis)) }));
   console.log(
-    `${framework} medians: peer ${Math.round(m[0].rate)}; single ${Math.round(m[1].rate)} (${(m[1].rate / m[0].rate).toFixed(2)}x); pipeline ${Math.round(m[2].rate)} (${(m[2].rate / m[0].rate).toFixed(2)}x); ` +
-      `CPU us/req app ${sides.map((s, i) => `${s[0]} ${us(m[i].app)}`).join(', ')}; redis ${sides.map((s, i) => `${s[0]} ${us(m[i].redis)}`).join(', ')}`,
+    `${framework} medians: peer ${Math.round(m[0].rate)}; ` +
+      sides.slice(1).map((s, j) => `${s[0]} ${Math.round(m[j + 1].rate)} (${(m[j + 1].rate / m[0].rate).toFixed(2)}x)`).join('; ') +
+      `; CPU us/req app ${sides.map((s, i) => `${s[0]} ${us(m[i].app)}`).join(', ')}; redis ${sides.map((s, i) => `${s[0]} ${us(m[i].redis)}`).join(', ')}`,
   );
 }
 

@@ -14,10 +14,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { Limiter } = require('..');
 const { RedisServer } = require('./support');
-const { setMode } = require('../sansio');
-
-// Not the default mode (sansio.js says why): this file tests the path itself.
-setMode('requests');
+const { setMode, DEFAULT_MODE } = require('../sansio');
 
 let redis;
 test.before(async () => {
@@ -122,6 +119,45 @@ test('a route rule (the Fastify and Express adapters): pipelined, outcomes the b
   assert.equal(got.filter((o) => o.status === null).length, 10);
   ours.close();
   theirs.close();
+});
+
+test('the default mode carries the requests; those of one turn go in one write, to an idle socket too', async () => {
+  assert.equal(DEFAULT_MODE, 'requests');
+  const ours = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: prefix() });
+  const rule = ours.routeRule(['ip']);
+  const stats = counted(ours);
+  await warm(ours, stats, rule);
+  const socket = ours._sansIo.socket;
+  const writes = [];
+  const write = socket.write;
+  socket.write = function spied(bytes, ...rest) {
+    writes.push(bytes.length);
+    return write.call(this, bytes, ...rest);
+  };
+  // The socket is idle: the first request of the turn waits for the others, one write for all.
+  const got = await Promise.all(Array.from({ length: 8 }, () => ask(ours, { rule, ip: '192.0.2.9' })));
+  assert.equal(stats.sent, 8);
+  assert.equal(writes.length, 1, `one write for the turn's requests, not ${writes.length}`);
+  assert.deepEqual(got.map((o) => o.decisions[0].remaining), [99, 98, 97, 96, 95, 94, 93, 92]);
+  // A request alone goes too, in a write of its own once its turn is done.
+  const lone = await ask(ours, { rule, ip: '192.0.2.9' });
+  assert.equal(lone.decisions[0].remaining, 91);
+  assert.equal(writes.length, 2);
+  socket.write = write;
+  ours.close();
+});
+
+test("mode 'single' leaves the requests to the bridge", async (t) => {
+  setMode('single');
+  t.after(() => setMode(DEFAULT_MODE));
+  const ours = new Limiter({ policy: { algorithm: 'fixed_window', rate: '100/min' }, store: redis.url, prefix: prefix() });
+  const rule = ours.routeRule(['ip']);
+  const stats = counted(ours);
+  for (let i = 0; i < 20; i++) await ask(ours, { rule });
+  // A check alone still goes by the socket once it is connected.
+  await ours.check('k');
+  assert.equal(stats.sent, 0);
+  ours.close();
 });
 
 test('what needs a completion token, a shadow rule, a clock or a cost bound goes the usual way', async () => {
