@@ -38,8 +38,9 @@
 #define POLYLIMIT_SANS_IO_DECIDED 1
 
 // `polylimit_sans_io_finish`'s and `polylimit_sans_io_unanswered`'s
-// `*out_state`: nothing was charged (a server error) or the rules were
-// reloaded since: decide the check the usual way.
+// `*out_state`: nothing was charged (a server error): decide the check
+// the usual way. A reload since does not matter: a call finishes on the
+// policies it started with.
 #define POLYLIMIT_SANS_IO_USUAL 2
 
 // What a function returns (as `int32_t`).
@@ -864,8 +865,8 @@ int32_t polylimit_sans_io_finish(struct polylimit_sans_io_call_t *call,
 // silent past the timeout): by the policy's `on_store_error`, the breaker
 // told of a failure (it may have been charged: never send it again).
 // Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (in `*out`)
-// or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since: decide it
-// with `polylimit_limiter_try_check`).
+// or `POLYLIMIT_SANS_IO_USUAL` (the core cannot say: decide it with
+// `polylimit_limiter_try_check`).
 //
 // # Safety
 // `call` is NULL or a live call; `out`, `out_state` and `err` are NULL or
@@ -917,8 +918,9 @@ int32_t polylimit_limiter_sans_io_request_start(const struct polylimit_limiter_t
 // outcome as `polylimit_limiter_try_check_request` writes it: in `out`,
 // `*out_len` bytes, when it fits in `out_cap`, else in `*out_owned`, free
 // with `polylimit_bytes_free`) or `POLYLIMIT_SANS_IO_USUAL` (nothing was
-// charged, or the rules were reloaded since: decide the request with
-// `polylimit_limiter_try_check_request`).
+// charged: decide the request with `polylimit_limiter_try_check_request`).
+// A reload since does not matter: a call finishes on the rules it started
+// with.
 //
 // # Safety
 // `call` is NULL or a live call; `reply` is NULL (with `reply_len` 0) or
@@ -941,8 +943,8 @@ int32_t polylimit_sans_io_request_finish(struct polylimit_sans_io_request_t *cal
 // told of a failure (it may have been charged: never send it again).
 // Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (the packed
 // outcome in `out` or `*out_owned`, as `polylimit_sans_io_request_finish`
-// writes it) or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since:
-// decide it with `polylimit_limiter_try_check_request`).
+// writes it) or `POLYLIMIT_SANS_IO_USUAL` (the core cannot say: decide it
+// with `polylimit_limiter_try_check_request`).
 //
 // # Safety
 // `call` is NULL or a live call; `out` is NULL (with `out_cap` 0) or points

@@ -142,8 +142,9 @@ unsafe fn write_outcome(
 /// outcome as `polylimit_limiter_try_check_request` writes it: in `out`,
 /// `*out_len` bytes, when it fits in `out_cap`, else in `*out_owned`, free
 /// with `polylimit_bytes_free`) or `POLYLIMIT_SANS_IO_USUAL` (nothing was
-/// charged, or the rules were reloaded since: decide the request with
-/// `polylimit_limiter_try_check_request`).
+/// charged: decide the request with `polylimit_limiter_try_check_request`).
+/// A reload since does not matter: a call finishes on the rules it started
+/// with.
 ///
 /// # Safety
 /// `call` is NULL or a live call; `reply` is NULL (with `reply_len` 0) or
@@ -216,8 +217,8 @@ pub unsafe extern "C" fn polylimit_sans_io_request_finish(
 /// told of a failure (it may have been charged: never send it again).
 /// Consumes `call`. `*out_state` is `POLYLIMIT_SANS_IO_DECIDED` (the packed
 /// outcome in `out` or `*out_owned`, as `polylimit_sans_io_request_finish`
-/// writes it) or `POLYLIMIT_SANS_IO_USUAL` (the rules were reloaded since:
-/// decide it with `polylimit_limiter_try_check_request`).
+/// writes it) or `POLYLIMIT_SANS_IO_USUAL` (the core cannot say: decide it
+/// with `polylimit_limiter_try_check_request`).
 ///
 /// # Safety
 /// `call` is NULL or a live call; `out` is NULL (with `out_cap` 0) or points
