@@ -607,7 +607,9 @@ public final class Bench {
             }
             load = load();
             for (int round = 0; round < ROUNDS; round++) {
-                for (SpringApp app : apps) {
+                // Each round starts with the next app: none is always loaded first (or right after a given one).
+                for (int i = 0; i < apps.size(); i++) {
+                    SpringApp app = apps.get((round + i) % apps.size());
                     app.run(SECONDS, Map.of("app", app.process.pid(), "redis", redis.pid(), "load", SELF));
                 }
             }
