@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -61,10 +62,40 @@ GRPC_APPS: Dict[str, Tuple[str, str, List[str]]] = {
 }
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+# An app binds its port seconds after it is chosen (Spring takes 3). A port
+# from the kernel's ephemeral range (what bind(0) and every outgoing
+# connection take, thousands during the suites) could be taken by then, so
+# the apps' ports come from below it, each process from a random start.
+_APP_PORTS_LOW = 10000
+_next_port = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    high = _ephemeral_low()
+    if high - _APP_PORTS_LOW < 1000:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    span = high - _APP_PORTS_LOW
+    if not _next_port[0]:
+        _next_port[0] = random.randrange(span)
+    for _ in range(span):
+        port = _APP_PORTS_LOW + _next_port[0] % span
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_APP_PORTS_LOW}-{high - 1}")
 
 
 @dataclass

@@ -33,6 +33,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+from servers import free_port  # noqa: E402  (a port no other suite's sockets take meanwhile)
 APPS = Path(__file__).resolve().parent / "apps"
 DIST = Path(os.environ.get("DIST", ROOT / "dist"))
 GO_MODULE = "github.com/polylimit/polylimit/bindings-go"
@@ -98,12 +100,6 @@ def run(cmd, cwd: Path, env: dict, what: str) -> str:
     if done.returncode != 0:
         sys.exit(f"cleanroom: {what} failed ({done.returncode}):\n{done.stdout[-4000:]}")
     return done.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(port: int, path: str):
