@@ -85,6 +85,8 @@ class Limiter {
     this._flushQueued = () => this._flushChecks();
     // `check(key)` on this thread's own socket where the core allows it (sansio.js).
     const address = this._native.sansIoAddress();
+    // A call started through the bridge once the socket's calls before it are answered (`_start`).
+    this._ordered = null;
     this._sansIo = address ? new SansIo(this._native, address, (key) => this._queueCheck(key)) : null;
     if (onAnomaly) {
       const counter = { errors: null };
@@ -128,15 +130,38 @@ class Limiter {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
     if (options && (options.cost != null || options.nowMs != null)) {
-      this._flushChecks();
       const { cost, nowMs } = options;
-      return calls.start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+      return this._start((id) => this._native.checkBatched(id, key, cost ?? undefined, nowMs ?? undefined));
     }
+    // Behind a call waiting for the socket's answers (`_start`): after it, in order.
+    if (this._ordered !== null) return this._start((id) => this._native.checkBatched(id, key, undefined, undefined));
     if (this._sansIo !== null) {
       const sent = this._sansIo.check(key);
       if (sent !== null) return sent;
     }
     return this._queueCheck(key);
+  }
+
+  /**
+   * Starts `start(id)` through the bridge after this limiter's calls on its own socket are
+   * answered (the socket is another connection: a call through the bridge could reach the store
+   * before them), and after any call started so, so the store sees the calls in the order they
+   * were made. With no call waiting on the socket it starts at once.
+   */
+  _start(start) {
+    this._flushChecks();
+    const before = this._ordered ?? (this._sansIo === null ? null : this._sansIo.answered());
+    if (before === null) return calls.start(start);
+    let started;
+    const submitted = before.then(() => {
+      this._flushChecks();
+      started = calls.start(start);
+    });
+    this._ordered = submitted;
+    submitted.then(() => {
+      if (this._ordered === submitted) this._ordered = null;
+    });
+    return submitted.then(() => started);
   }
 
   /** `check(key)` through the bridge, queued until the end of this JavaScript turn (`_flushChecks`). */
@@ -153,12 +178,11 @@ class Limiter {
    * penalty (not counted in the metrics): `{ allowed, limit, remaining, … }`.
    */
   peek(key, options) {
-    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
     const { cost, nowMs } = options || {};
-    return calls.start((id) => this._native.peekBatched(id, key, cost ?? undefined, nowMs ?? undefined));
+    return this._start((id) => this._native.peekBatched(id, key, cost ?? undefined, nowMs ?? undefined));
   }
 
   /**
@@ -166,16 +190,14 @@ class Limiter {
    * `{ status, headers, body, delayMs, decisions }`.
    */
   checkRequest(request) {
-    this._flushChecks();
     const info = requestJson(request);
-    return calls.start((id) => this._native.checkRequestBatched(id, info));
+    return this._start((id) => this._native.checkRequestBatched(id, info));
   }
 
   /** The outcome `checkRequest(request)` would give now, charging nothing (not counted in the metrics). */
   peekRequest(request) {
-    this._flushChecks();
     const info = requestJson(request);
-    return calls.start((id) => this._native.peekRequestBatched(id, info));
+    return this._start((id) => this._native.peekRequestBatched(id, info));
   }
 
   /**
@@ -183,8 +205,7 @@ class Limiter {
    * keys), penalty blocks included: resolves with how many pairs were forgotten.
    */
   resetRequest(request) {
-    this._flushChecks();
-    return calls.start((id) => this._native.resetRequest(id, requestJson(request)));
+    return this._start((id) => this._native.resetRequest(id, requestJson(request)));
   }
 
   /**
@@ -257,13 +278,12 @@ class Limiter {
    * completed without it, as if none was reported: its slots and uncounted charges come back).
    */
   complete(token, status, options) {
-    this._flushChecks();
     if (typeof token !== 'string') {
       return Promise.reject(new ConfigError(`token: ${String(token)} is not a completion token`, 'token', String(token)));
     }
     const { cost, nowMs } = options || {};
     // 0 goes through: a gRPC call's OK (for HTTP the core reads 0 as no response).
-    return calls.start((id) =>
+    return this._start((id) =>
       this._native.complete(id, token, status === null || status === undefined ? undefined : Number(status), cost, nowMs),
     );
   }
@@ -273,20 +293,17 @@ class Limiter {
    * Resolves with `{ decision, lease }`; `lease` is null when denied or when no policy is a concurrency one.
    */
   acquire(key, options) {
-    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
     const { cost, nowMs } = options || {};
-    return calls
-      .start((id) => this._native.acquire(id, key, cost ?? undefined, nowMs ?? undefined))
+    return this._start((id) => this._native.acquire(id, key, cost ?? undefined, nowMs ?? undefined))
       .then(({ decision, leases }) => ({ decision, lease: leases.length > 0 ? new Lease(this._native, leases) : null }));
   }
 
   /** Forgets every policy's state for `key`. */
   reset(key) {
-    this._flushChecks();
-    return calls.start((id) => this._native.reset(id, String(key)));
+    return this._start((id) => this._native.reset(id, String(key)));
   }
 
   /**
@@ -295,6 +312,7 @@ class Limiter {
    * file rejects with a ConfigError naming the field and keeps the old rules.
    */
   reload() {
+    // Not behind the socket's calls (`_start`): it reads a file, nothing the store orders.
     this._flushChecks();
     return calls.start((id) => this._native.reload(id));
   }
@@ -339,14 +357,13 @@ class Limiter {
   }
 
   _limit(op, options) {
-    this._flushChecks();
     let spec;
     try {
       spec = JSON.stringify(options ?? {}, (_, v) => (v === undefined ? null : v));
     } catch (e) {
       return Promise.reject(e);
     }
-    return calls.start((id) => this._native.limitCall(id, op, spec)).then((value) => {
+    return this._start((id) => this._native.limitCall(id, op, spec)).then((value) => {
       if (value === null || typeof value !== 'object') return value;
       return {
         policy: value.policy,
@@ -359,7 +376,6 @@ class Limiter {
   }
 
   _override(op, key, options) {
-    this._flushChecks();
     if (typeof key !== 'string') {
       return Promise.reject(new ConfigError(`key: ${String(key)} is not a string`, 'key', String(key)));
     }
@@ -369,7 +385,7 @@ class Limiter {
     } catch (e) {
       return Promise.reject(e);
     }
-    return calls.start((id) => this._native.overrideCall(id, op, key, spec)).then((value) => {
+    return this._start((id) => this._native.overrideCall(id, op, key, spec)).then((value) => {
       if (value === null || typeof value !== 'object') return value;
       return {
         policy: value.policy,

@@ -71,6 +71,10 @@ class SansIo {
     // The calls sent, in order: a check's `{ key, resolve, reject }`, or a request's call id.
     this.waiting = [];
     this.head = 0;
+    // Calls ever sent and answered, and who waits for the answers of those sent so far (`answered`).
+    this.sentCount = 0;
+    this.answeredCount = 0;
+    this.answerWaiters = [];
     this.closed = false;
     // The bytes of the calls not written yet: written together once per event-loop turn.
     this.outbox = [];
@@ -118,6 +122,7 @@ class SansIo {
     const socket = this.socket;
     const idle = this.head >= this.waiting.length;
     this.waiting.push(entry);
+    this.sentCount++;
     if (idle) {
       socket.ref();
       this.timer.refresh();
@@ -145,8 +150,29 @@ class SansIo {
     return socket;
   }
 
+  /**
+   * `null` when no call waits on the socket, else a promise (never rejected) resolved once every
+   * call sent so far is answered: a call through the bridge started after it reaches the store after them.
+   */
+  answered() {
+    if (this.answeredCount >= this.sentCount) return null;
+    return new Promise((resolve) => this.answerWaiters.push({ target: this.sentCount, resolve }));
+  }
+
+  /** Resolves the `answered` promises whose calls are all answered. */
+  wakeAnswerWaiters() {
+    if (this.answerWaiters.length === 0) return;
+    const still = [];
+    for (const w of this.answerWaiters) {
+      if (this.answeredCount >= w.target) w.resolve();
+      else still.push(w);
+    }
+    this.answerWaiters = still;
+  }
+
   received(chunk) {
     this.settleAll(this.native.sansIoFeed(chunk, scratch));
+    this.wakeAnswerWaiters();
     if (this.head >= this.waiting.length) {
       this.waiting.length = 0;
       this.head = 0;
@@ -172,6 +198,7 @@ class SansIo {
 
   settle(value) {
     const w = this.waiting[this.head++];
+    this.answeredCount++;
     if (typeof w === 'number') {
       // A request: unit means the core submitted it the usual way, under its id.
       if (value !== undefined) calls.settle(w, value);
@@ -181,6 +208,7 @@ class SansIo {
 
   fail(record) {
     const w = this.waiting[this.head++];
+    this.answeredCount++;
     if (typeof w === 'number') calls.fail(w, record);
     else w.reject(fromRecord(record));
   }
@@ -203,6 +231,8 @@ class SansIo {
     this.settleAll(this.native.sansIoReset(scratch));
     this.waiting = [];
     this.head = 0;
+    this.answeredCount = this.sentCount;
+    this.wakeAnswerWaiters();
   }
 
   /** No more checks; the socket goes once those sent are answered (a closed limiter's calls in flight still settle). */

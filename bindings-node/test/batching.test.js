@@ -76,6 +76,31 @@ test('a call made after check() in the same turn sees the check', async () => {
   limiter.close();
 });
 
+test('a call through the bridge after a check on the socket reaches the store after it', async () => {
+  const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/h' }, store: redis.url, prefix: 'batch-order-socket', timeout: '5s' });
+  const sansIo = limiter._sansIo;
+  assert.ok(sansIo, 'a plain standalone Redis URL gives the limiter its own socket');
+  // Until a lone check goes by the socket (the bridge connects and samples the clock first).
+  for (let i = 0; i < 200 && sansIo.sentCount === 0; i++) await limiter.check('warm-up');
+  assert.ok(sansIo.sentCount > 0, 'a check went by the socket');
+  // The check's bytes held in this process; the reset goes through the bridge, another connection.
+  sansIo.socket.cork();
+  const sent = sansIo.sentCount;
+  const checked = limiter.check('k');
+  assert.equal(sansIo.sentCount, sent + 1, 'the check went by the socket');
+  const reset = limiter.reset('k');
+  // Before the fix the reset reached Redis (and settled) while the check was still held; 200 ms
+  // bounds how long this waits to see that it does not.
+  const first = await Promise.race([reset.then(() => 'reset'), new Promise((r) => setTimeout(r, 200, 'held'))]);
+  sansIo.socket.uncork();
+  assert.equal((await checked).remaining, 9);
+  await reset;
+  assert.equal(first, 'held', 'the reset waited for the check on the socket');
+  // A peek shows the decision a check would get: 9 with nothing charged (8 had the reset gone first).
+  assert.equal((await limiter.peek('k')).remaining, 9, 'the reset came after the check');
+  limiter.close();
+});
+
 test('checks queued when the limiter closes settle; later ones reject with ClosedError', async () => {
   const limiter = new Limiter({ policy: { algorithm: 'fixed_window', rate: '10/min' }, store: redis.url, prefix: 'batch-close' });
   const queued = limiter.check('k');
